@@ -1,0 +1,73 @@
+"""shardcar: Python workers for ElasticJob-style sharded, scheduled jobs via a local sidecar.
+
+Quick start::
+
+    from shardcar import Worker, JobConfig, ShardingContext
+
+    worker = Worker(target="127.0.0.1:50061")   # or unix:///path; env SHARDCAR_TARGET
+    @worker.job(JobConfig(job_name="orders", cron="0/5 * * * * ?", sharding_total_count=4))
+    def handle(ctx: ShardingContext) -> None:
+        ...                                     # one call per item; raise to report failure
+    worker.run()                                # blocks; Ctrl-C drains cleanly
+
+``shardcar.aio.Worker`` is the asyncio twin (``async def`` handlers, ``await worker.run()``).
+"""
+
+from .config import JobConfig, ShardingStrategy
+from .errors import (
+    AnswerRejectedError,
+    ExecutionFencedError,
+    ExecutionNotFoundError,
+    InstanceConflictError,
+    InvalidJobConfigError,
+    JobNotFoundError,
+    PermissionDeniedError,
+    RpcError,
+    ShardcarError,
+    SidecarShutdownError,
+    SidecarUnavailableError,
+)
+from .events import (
+    Assignment,
+    Event,
+    Lease,
+    Registered,
+    Revoke,
+    ShardingContext,
+    ShardItem,
+    Shutdown,
+    Trigger,
+    TriggerSource,
+)
+from .worker import Handler, Subscription, Worker
+
+__version__ = "0.1.0"
+
+__all__ = [
+    "Worker",
+    "Subscription",
+    "Handler",
+    "JobConfig",
+    "ShardingStrategy",
+    "ShardingContext",
+    "TriggerSource",
+    "ShardItem",
+    "Event",
+    "Registered",
+    "Assignment",
+    "Trigger",
+    "Revoke",
+    "Shutdown",
+    "Lease",
+    "ShardcarError",
+    "SidecarUnavailableError",
+    "InvalidJobConfigError",
+    "JobNotFoundError",
+    "InstanceConflictError",
+    "AnswerRejectedError",
+    "ExecutionNotFoundError",
+    "ExecutionFencedError",
+    "PermissionDeniedError",
+    "SidecarShutdownError",
+    "RpcError",
+]

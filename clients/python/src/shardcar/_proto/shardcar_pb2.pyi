@@ -1,0 +1,223 @@
+from google.protobuf import duration_pb2 as _duration_pb2
+from google.protobuf import timestamp_pb2 as _timestamp_pb2
+from google.protobuf.internal import containers as _containers
+from google.protobuf.internal import enum_type_wrapper as _enum_type_wrapper
+from google.protobuf import descriptor as _descriptor
+from google.protobuf import message as _message
+from typing import ClassVar as _ClassVar, Iterable as _Iterable, Mapping as _Mapping, Optional as _Optional, Union as _Union
+
+DESCRIPTOR: _descriptor.FileDescriptor
+
+class ShardingStrategy(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
+    __slots__ = ()
+    AVG_ALLOCATION: _ClassVar[ShardingStrategy]
+    ODEVITY: _ClassVar[ShardingStrategy]
+    ROUND_ROBIN: _ClassVar[ShardingStrategy]
+
+class TriggerSource(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
+    __slots__ = ()
+    CRON: _ClassVar[TriggerSource]
+    MISFIRE: _ClassVar[TriggerSource]
+    FAILOVER: _ClassVar[TriggerSource]
+    MANUAL: _ClassVar[TriggerSource]
+AVG_ALLOCATION: ShardingStrategy
+ODEVITY: ShardingStrategy
+ROUND_ROBIN: ShardingStrategy
+CRON: TriggerSource
+MISFIRE: TriggerSource
+FAILOVER: TriggerSource
+MANUAL: TriggerSource
+
+class SubscribeRequest(_message.Message):
+    __slots__ = ("job_name", "config", "overwrite", "pid", "instance_id", "labels")
+    class LabelsEntry(_message.Message):
+        __slots__ = ("key", "value")
+        KEY_FIELD_NUMBER: _ClassVar[int]
+        VALUE_FIELD_NUMBER: _ClassVar[int]
+        key: str
+        value: str
+        def __init__(self, key: _Optional[str] = ..., value: _Optional[str] = ...) -> None: ...
+    JOB_NAME_FIELD_NUMBER: _ClassVar[int]
+    CONFIG_FIELD_NUMBER: _ClassVar[int]
+    OVERWRITE_FIELD_NUMBER: _ClassVar[int]
+    PID_FIELD_NUMBER: _ClassVar[int]
+    INSTANCE_ID_FIELD_NUMBER: _ClassVar[int]
+    LABELS_FIELD_NUMBER: _ClassVar[int]
+    job_name: str
+    config: JobConfig
+    overwrite: bool
+    pid: int
+    instance_id: str
+    labels: _containers.ScalarMap[str, str]
+    def __init__(self, job_name: _Optional[str] = ..., config: _Optional[_Union[JobConfig, _Mapping]] = ..., overwrite: bool = ..., pid: _Optional[int] = ..., instance_id: _Optional[str] = ..., labels: _Optional[_Mapping[str, str]] = ...) -> None: ...
+
+class JobConfig(_message.Message):
+    __slots__ = ("job_name", "cron", "time_zone", "sharding_total_count", "sharding_item_parameters", "job_parameter", "failover", "misfire", "monitor_execution", "sharding_strategy", "max_time_diff_seconds", "reconcile_interval_minutes", "description", "disabled", "props", "execution_timeout_seconds")
+    class ShardingItemParametersEntry(_message.Message):
+        __slots__ = ("key", "value")
+        KEY_FIELD_NUMBER: _ClassVar[int]
+        VALUE_FIELD_NUMBER: _ClassVar[int]
+        key: int
+        value: str
+        def __init__(self, key: _Optional[int] = ..., value: _Optional[str] = ...) -> None: ...
+    class PropsEntry(_message.Message):
+        __slots__ = ("key", "value")
+        KEY_FIELD_NUMBER: _ClassVar[int]
+        VALUE_FIELD_NUMBER: _ClassVar[int]
+        key: str
+        value: str
+        def __init__(self, key: _Optional[str] = ..., value: _Optional[str] = ...) -> None: ...
+    JOB_NAME_FIELD_NUMBER: _ClassVar[int]
+    CRON_FIELD_NUMBER: _ClassVar[int]
+    TIME_ZONE_FIELD_NUMBER: _ClassVar[int]
+    SHARDING_TOTAL_COUNT_FIELD_NUMBER: _ClassVar[int]
+    SHARDING_ITEM_PARAMETERS_FIELD_NUMBER: _ClassVar[int]
+    JOB_PARAMETER_FIELD_NUMBER: _ClassVar[int]
+    FAILOVER_FIELD_NUMBER: _ClassVar[int]
+    MISFIRE_FIELD_NUMBER: _ClassVar[int]
+    MONITOR_EXECUTION_FIELD_NUMBER: _ClassVar[int]
+    SHARDING_STRATEGY_FIELD_NUMBER: _ClassVar[int]
+    MAX_TIME_DIFF_SECONDS_FIELD_NUMBER: _ClassVar[int]
+    RECONCILE_INTERVAL_MINUTES_FIELD_NUMBER: _ClassVar[int]
+    DESCRIPTION_FIELD_NUMBER: _ClassVar[int]
+    DISABLED_FIELD_NUMBER: _ClassVar[int]
+    PROPS_FIELD_NUMBER: _ClassVar[int]
+    EXECUTION_TIMEOUT_SECONDS_FIELD_NUMBER: _ClassVar[int]
+    job_name: str
+    cron: str
+    time_zone: str
+    sharding_total_count: int
+    sharding_item_parameters: _containers.ScalarMap[int, str]
+    job_parameter: str
+    failover: bool
+    misfire: bool
+    monitor_execution: bool
+    sharding_strategy: ShardingStrategy
+    max_time_diff_seconds: int
+    reconcile_interval_minutes: int
+    description: str
+    disabled: bool
+    props: _containers.ScalarMap[str, str]
+    execution_timeout_seconds: int
+    def __init__(self, job_name: _Optional[str] = ..., cron: _Optional[str] = ..., time_zone: _Optional[str] = ..., sharding_total_count: _Optional[int] = ..., sharding_item_parameters: _Optional[_Mapping[int, str]] = ..., job_parameter: _Optional[str] = ..., failover: bool = ..., misfire: bool = ..., monitor_execution: bool = ..., sharding_strategy: _Optional[_Union[ShardingStrategy, str]] = ..., max_time_diff_seconds: _Optional[int] = ..., reconcile_interval_minutes: _Optional[int] = ..., description: _Optional[str] = ..., disabled: bool = ..., props: _Optional[_Mapping[str, str]] = ..., execution_timeout_seconds: _Optional[int] = ...) -> None: ...
+
+class WorkerEvent(_message.Message):
+    __slots__ = ("registered", "assignment", "trigger", "revoke", "shutdown", "lease")
+    REGISTERED_FIELD_NUMBER: _ClassVar[int]
+    ASSIGNMENT_FIELD_NUMBER: _ClassVar[int]
+    TRIGGER_FIELD_NUMBER: _ClassVar[int]
+    REVOKE_FIELD_NUMBER: _ClassVar[int]
+    SHUTDOWN_FIELD_NUMBER: _ClassVar[int]
+    LEASE_FIELD_NUMBER: _ClassVar[int]
+    registered: Registered
+    assignment: Assignment
+    trigger: Trigger
+    revoke: Revoke
+    shutdown: Shutdown
+    lease: Lease
+    def __init__(self, registered: _Optional[_Union[Registered, _Mapping]] = ..., assignment: _Optional[_Union[Assignment, _Mapping]] = ..., trigger: _Optional[_Union[Trigger, _Mapping]] = ..., revoke: _Optional[_Union[Revoke, _Mapping]] = ..., shutdown: _Optional[_Union[Shutdown, _Mapping]] = ..., lease: _Optional[_Union[Lease, _Mapping]] = ...) -> None: ...
+
+class Lease(_message.Message):
+    __slots__ = ("valid_for", "sequence")
+    VALID_FOR_FIELD_NUMBER: _ClassVar[int]
+    SEQUENCE_FIELD_NUMBER: _ClassVar[int]
+    valid_for: _duration_pb2.Duration
+    sequence: int
+    def __init__(self, valid_for: _Optional[_Union[_duration_pb2.Duration, _Mapping]] = ..., sequence: _Optional[int] = ...) -> None: ...
+
+class Registered(_message.Message):
+    __slots__ = ("instance_id", "config")
+    INSTANCE_ID_FIELD_NUMBER: _ClassVar[int]
+    CONFIG_FIELD_NUMBER: _ClassVar[int]
+    instance_id: str
+    config: JobConfig
+    def __init__(self, instance_id: _Optional[str] = ..., config: _Optional[_Union[JobConfig, _Mapping]] = ...) -> None: ...
+
+class ShardItem(_message.Message):
+    __slots__ = ("item", "parameter")
+    ITEM_FIELD_NUMBER: _ClassVar[int]
+    PARAMETER_FIELD_NUMBER: _ClassVar[int]
+    item: int
+    parameter: str
+    def __init__(self, item: _Optional[int] = ..., parameter: _Optional[str] = ...) -> None: ...
+
+class Assignment(_message.Message):
+    __slots__ = ("items", "leader", "epoch")
+    ITEMS_FIELD_NUMBER: _ClassVar[int]
+    LEADER_FIELD_NUMBER: _ClassVar[int]
+    EPOCH_FIELD_NUMBER: _ClassVar[int]
+    items: _containers.RepeatedCompositeFieldContainer[ShardItem]
+    leader: bool
+    epoch: int
+    def __init__(self, items: _Optional[_Iterable[_Union[ShardItem, _Mapping]]] = ..., leader: bool = ..., epoch: _Optional[int] = ...) -> None: ...
+
+class Trigger(_message.Message):
+    __slots__ = ("execution_id", "task_id", "items", "job_parameter", "sharding_total_count", "source", "fire_time", "fencing_tokens")
+    class FencingTokensEntry(_message.Message):
+        __slots__ = ("key", "value")
+        KEY_FIELD_NUMBER: _ClassVar[int]
+        VALUE_FIELD_NUMBER: _ClassVar[int]
+        key: int
+        value: int
+        def __init__(self, key: _Optional[int] = ..., value: _Optional[int] = ...) -> None: ...
+    EXECUTION_ID_FIELD_NUMBER: _ClassVar[int]
+    TASK_ID_FIELD_NUMBER: _ClassVar[int]
+    ITEMS_FIELD_NUMBER: _ClassVar[int]
+    JOB_PARAMETER_FIELD_NUMBER: _ClassVar[int]
+    SHARDING_TOTAL_COUNT_FIELD_NUMBER: _ClassVar[int]
+    SOURCE_FIELD_NUMBER: _ClassVar[int]
+    FIRE_TIME_FIELD_NUMBER: _ClassVar[int]
+    FENCING_TOKENS_FIELD_NUMBER: _ClassVar[int]
+    execution_id: str
+    task_id: str
+    items: _containers.RepeatedCompositeFieldContainer[ShardItem]
+    job_parameter: str
+    sharding_total_count: int
+    source: TriggerSource
+    fire_time: _timestamp_pb2.Timestamp
+    fencing_tokens: _containers.ScalarMap[int, int]
+    def __init__(self, execution_id: _Optional[str] = ..., task_id: _Optional[str] = ..., items: _Optional[_Iterable[_Union[ShardItem, _Mapping]]] = ..., job_parameter: _Optional[str] = ..., sharding_total_count: _Optional[int] = ..., source: _Optional[_Union[TriggerSource, str]] = ..., fire_time: _Optional[_Union[_timestamp_pb2.Timestamp, _Mapping]] = ..., fencing_tokens: _Optional[_Mapping[int, int]] = ...) -> None: ...
+
+class Revoke(_message.Message):
+    __slots__ = ("items", "reason")
+    ITEMS_FIELD_NUMBER: _ClassVar[int]
+    REASON_FIELD_NUMBER: _ClassVar[int]
+    items: _containers.RepeatedScalarFieldContainer[int]
+    reason: str
+    def __init__(self, items: _Optional[_Iterable[int]] = ..., reason: _Optional[str] = ...) -> None: ...
+
+class Shutdown(_message.Message):
+    __slots__ = ("reason",)
+    REASON_FIELD_NUMBER: _ClassVar[int]
+    reason: str
+    def __init__(self, reason: _Optional[str] = ...) -> None: ...
+
+class CompleteRequest(_message.Message):
+    __slots__ = ("instance_id", "execution_id", "items")
+    INSTANCE_ID_FIELD_NUMBER: _ClassVar[int]
+    EXECUTION_ID_FIELD_NUMBER: _ClassVar[int]
+    ITEMS_FIELD_NUMBER: _ClassVar[int]
+    instance_id: str
+    execution_id: str
+    items: _containers.RepeatedScalarFieldContainer[int]
+    def __init__(self, instance_id: _Optional[str] = ..., execution_id: _Optional[str] = ..., items: _Optional[_Iterable[int]] = ...) -> None: ...
+
+class CompleteResponse(_message.Message):
+    __slots__ = ()
+    def __init__(self) -> None: ...
+
+class ReportFailureRequest(_message.Message):
+    __slots__ = ("instance_id", "execution_id", "item", "error")
+    INSTANCE_ID_FIELD_NUMBER: _ClassVar[int]
+    EXECUTION_ID_FIELD_NUMBER: _ClassVar[int]
+    ITEM_FIELD_NUMBER: _ClassVar[int]
+    ERROR_FIELD_NUMBER: _ClassVar[int]
+    instance_id: str
+    execution_id: str
+    item: int
+    error: str
+    def __init__(self, instance_id: _Optional[str] = ..., execution_id: _Optional[str] = ..., item: _Optional[int] = ..., error: _Optional[str] = ...) -> None: ...
+
+class ReportFailureResponse(_message.Message):
+    __slots__ = ()
+    def __init__(self) -> None: ...

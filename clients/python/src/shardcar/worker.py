@@ -1,0 +1,514 @@
+"""The synchronous client: :class:`Worker` (decorated handlers, threads) and :class:`Subscription`.
+
+``Worker.job`` registers a handler for a job; ``Worker.run`` subscribes every job, calls the
+handler once per item of every trigger in a thread pool (``max_concurrency`` per job), answers
+``Complete`` / ``ReportFailure``, honours revokes and leases, reconnects with backoff when the
+sidecar goes away, and on Ctrl-C / SIGTERM drains (running items finish and are answered).
+``Worker.subscribe`` gives the raw event stream for callers who want to drive things themselves.
+"""
+
+from __future__ import annotations
+
+import concurrent.futures
+import signal
+import threading
+import time
+from typing import Callable, Dict, Iterator, List, Mapping, Optional, Sequence
+
+import grpc
+
+from ._common import (
+    Backoff,
+    JobSpec,
+    channel_options,
+    failure_text,
+    job_name_of,
+    log,
+    resolve_target,
+    subscribe_request,
+)
+from ._proto import shardcar_pb2 as pb
+from ._proto import shardcar_pb2_grpc as pb_grpc
+from ._state import JobState
+from .errors import (
+    AnswerRejectedError,
+    InstanceConflictError,
+    InvalidJobConfigError,
+    JobNotFoundError,
+    ShardcarError,
+    SidecarUnavailableError,
+    from_rpc_error,
+)
+from .events import (
+    Assignment,
+    Event,
+    Lease,
+    Registered,
+    Revoke,
+    ShardingContext,
+    Shutdown,
+    Trigger,
+    event_from_proto,
+)
+
+__all__ = ["Worker", "Subscription", "Handler"]
+
+Handler = Callable[[ShardingContext], None]
+AssignmentCallback = Callable[[Assignment], None]
+
+
+class Subscription:
+    """One ``Subscribe`` stream: iterate it for typed events, answer through it.
+
+    Iteration raises a :class:`ShardcarError` subclass when the stream fails, and simply ends
+    when the sidecar closes it or :meth:`close` is called. There is no reconnect here; the
+    :class:`Worker` does that. Leases are tracked (``lease``, ``lease_valid``) but not enforced:
+    a caller of this API must stop its work when ``lease_valid`` turns false.
+    """
+
+    def __init__(
+        self, stub: pb_grpc.WorkerStub, request: pb.SubscribeRequest, target: str, timeout: float
+    ) -> None:
+        self.job_name = request.job_name
+        self.instance_id: Optional[str] = None
+        self.lease: Optional[Lease] = None
+        self._stub = stub
+        self._target = target
+        self._timeout = timeout
+        self._closed = False
+        self._call = stub.Subscribe(request)
+
+    @property
+    def lease_valid(self) -> bool:
+        return self.lease is not None and self.lease.valid
+
+    def __iter__(self) -> Iterator[Event]:
+        try:
+            for msg in self._call:
+                event = event_from_proto(msg, self.job_name)
+                if isinstance(event, Registered):
+                    self.instance_id = event.instance_id
+                elif isinstance(event, Lease):
+                    self.lease = event
+                if event is not None:
+                    yield event
+        except grpc.RpcError as err:
+            if self._closed and err.code() == grpc.StatusCode.CANCELLED:
+                return
+            raise from_rpc_error(err, target=self._target, during="subscribe") from None
+
+    def complete(self, execution_id: str, items: Sequence[int]) -> None:
+        """Reports items of ``execution_id`` done. Raises :class:`AnswerRejectedError` if refused."""
+        req = pb.CompleteRequest(
+            instance_id=self._require_instance(), execution_id=execution_id, items=list(items)
+        )
+        try:
+            self._stub.Complete(req, timeout=self._timeout)
+        except grpc.RpcError as err:
+            raise from_rpc_error(err, target=self._target, during="answer") from None
+
+    def report_failure(self, execution_id: str, item: int, error: str) -> None:
+        """Reports one item of ``execution_id`` failed with ``error``."""
+        req = pb.ReportFailureRequest(
+            instance_id=self._require_instance(),
+            execution_id=execution_id,
+            item=item,
+            error=error,
+        )
+        try:
+            self._stub.ReportFailure(req, timeout=self._timeout)
+        except grpc.RpcError as err:
+            raise from_rpc_error(err, target=self._target, during="answer") from None
+
+    def close(self) -> None:
+        """Ends the stream; the sidecar removes the instance at once."""
+        self._closed = True
+        self._call.cancel()
+
+    def __enter__(self) -> "Subscription":
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    def _require_instance(self) -> str:
+        if self.instance_id is None:
+            raise ShardcarError("no Registered event received yet on this stream")
+        return self.instance_id
+
+
+class Worker:
+    """A worker process's connection to its local sidecar, with handlers per job.
+
+    ``target``: ``host:port`` or ``unix:///path``; default ``$SHARDCAR_TARGET`` or
+    ``127.0.0.1:50061``. ``max_concurrency``: items run at once per job (overridable per job).
+    ``connect_timeout``: how long the first connection may keep failing before :meth:`run`
+    raises :class:`SidecarUnavailableError`; once registered, reconnects are retried forever.
+    ``drain_timeout``: on stop, how long running items may take to finish and be answered.
+    ``exit_on_shutdown``: when the sidecar sends ``Shutdown``, stop instead of reconnecting.
+    """
+
+    def __init__(
+        self,
+        target: Optional[str] = None,
+        *,
+        max_concurrency: int = 8,
+        instance_id: str = "",
+        labels: Optional[Mapping[str, str]] = None,
+        connect_timeout: float = 10.0,
+        backoff_initial: float = 0.1,
+        backoff_max: float = 5.0,
+        drain_timeout: float = 30.0,
+        answer_timeout: float = 10.0,
+        exit_on_shutdown: bool = False,
+        options: Optional[Mapping[str, object]] = None,
+    ) -> None:
+        if max_concurrency < 1:
+            raise ValueError("max_concurrency must be at least 1")
+        self.target = resolve_target(target)
+        self.max_concurrency = max_concurrency
+        self.instance_id = instance_id
+        self.labels = dict(labels or {})
+        self.connect_timeout = connect_timeout
+        self.backoff_initial = backoff_initial
+        self.backoff_max = backoff_max
+        self.drain_timeout = drain_timeout
+        self.answer_timeout = answer_timeout
+        self.exit_on_shutdown = exit_on_shutdown
+        self._channel = grpc.insecure_channel(self.target, options=channel_options(options))
+        self._stub = pb_grpc.WorkerStub(self._channel)
+        self._jobs: List[_JobRunner] = []
+        self._assignment_callbacks: List[AssignmentCallback] = []
+        self._stop = threading.Event()
+        self._wake = threading.Event()
+        self._force = False
+
+    # -- registration ---------------------------------------------------------------------------
+    def job(
+        self,
+        config: JobSpec,
+        *,
+        overwrite: bool = False,
+        max_concurrency: Optional[int] = None,
+    ) -> Callable[[Handler], Handler]:
+        """Decorator: ``handler(ctx)`` runs once per item of every trigger of this job.
+
+        Returning reports the item complete; raising reports it failed with the exception text.
+        ``config`` may be a bare job name to join a job that already exists.
+        """
+
+        def register(handler: Handler) -> Handler:
+            name = job_name_of(config)
+            if any(r.job_name == name for r in self._jobs):
+                raise ValueError(f"job {name!r} already has a handler on this worker")
+            self._jobs.append(
+                _JobRunner(self, config, handler, overwrite, max_concurrency or self.max_concurrency)
+            )
+            return handler
+
+        return register
+
+    def on_assignment(self, callback: AssignmentCallback) -> AssignmentCallback:
+        """Decorator: ``callback(assignment)`` runs on every ``Assignment`` of every job."""
+        self._assignment_callbacks.append(callback)
+        return callback
+
+    def subscribe(self, job: JobSpec, *, overwrite: bool = False) -> Subscription:
+        """Opens a raw event stream for ``job`` (no handlers, no reconnect, leases not enforced)."""
+        req = subscribe_request(
+            job, overwrite=overwrite, instance_id=self.instance_id, labels=self.labels
+        )
+        return Subscription(self._stub, req, self.target, self.answer_timeout)
+
+    # -- running --------------------------------------------------------------------------------
+    def run(self, *, handle_signals: bool = True) -> None:
+        """Runs every registered job until :meth:`stop`, Ctrl-C or SIGTERM, then drains.
+
+        A first Ctrl-C drains (no new work; running items finish and are answered, up to
+        ``drain_timeout``); a second one cancels them and returns at once.
+
+        Raises :class:`SidecarUnavailableError` when the sidecar cannot be reached within
+        ``connect_timeout``, :class:`InvalidJobConfigError` / :class:`JobNotFoundError` when it
+        refuses a job.
+        """
+        if not self._jobs:
+            raise ShardcarError("no jobs registered: decorate a handler with @worker.job(...)")
+        restore = self._install_signals() if handle_signals else {}
+        try:
+            for runner in self._jobs:
+                runner.start()
+            while not self._stop.is_set():
+                self._wake.wait(0.25)
+                self._wake.clear()
+                if any(r.fatal for r in self._jobs) or all(r.finished for r in self._jobs):
+                    break
+            self._drain()
+        finally:
+            self._stop.set()
+            for runner in self._jobs:
+                runner.close(cancel=True)
+            for sig, handler in restore.items():
+                signal.signal(sig, handler)
+        for runner in self._jobs:
+            if runner.fatal is not None:
+                raise runner.fatal
+
+    def stop(self, *, force: bool = False) -> None:
+        """Asks :meth:`run` to return: drain first, or cancel running items with ``force``."""
+        self._force = self._force or force
+        self._stop.set()
+        self._wake.set()
+        if force:
+            for runner in self._jobs:
+                runner.cancel_running("worker forced to stop")
+
+    def close(self) -> None:
+        """Stops and closes the channel."""
+        self.stop(force=True)
+        self._channel.close()
+
+    def __enter__(self) -> "Worker":
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    def _drain(self) -> None:
+        deadline = time.monotonic() + self.drain_timeout
+        for runner in self._jobs:
+            runner.begin_drain()
+        for runner in self._jobs:
+            if not self._force:
+                runner.wait_idle(deadline, lambda: self._force)
+        for runner in self._jobs:
+            runner.close(cancel=True)
+
+    def _install_signals(self) -> Dict[int, object]:
+        if threading.current_thread() is not threading.main_thread():
+            return {}
+
+        def on_signal(signum: int, frame: object) -> None:
+            if self._stop.is_set():
+                log.warning("second stop signal: cancelling running items")
+                self.stop(force=True)
+            else:
+                log.info("stop signal: draining (again to force)")
+                self.stop()
+
+        restore = {}
+        for sig in (signal.SIGINT, signal.SIGTERM):
+            restore[sig] = signal.signal(sig, on_signal)
+        return restore
+
+
+class _JobRunner:
+    """One job of a :class:`Worker`: a stream thread, a lease watchdog thread, a handler pool."""
+
+    def __init__(
+        self,
+        worker: Worker,
+        config: JobSpec,
+        handler: Handler,
+        overwrite: bool,
+        max_concurrency: int,
+    ) -> None:
+        self.worker = worker
+        self.config = config
+        self.job_name = job_name_of(config)
+        self.handler = handler
+        self.overwrite = overwrite
+        self.max_concurrency = max_concurrency
+        self.fatal: Optional[ShardcarError] = None
+        self.finished = False
+        self._state = JobState(self.job_name)
+        # Guards _state and _sub; held only for bookkeeping, never across gRPC calls or handlers.
+        self._lock = threading.Condition()
+        self._sub: Optional[Subscription] = None
+        self._closing = threading.Event()
+        self._pool = concurrent.futures.ThreadPoolExecutor(
+            max_workers=max_concurrency, thread_name_prefix=f"shardcar-{self.job_name}"
+        )
+        self._threads: List[threading.Thread] = []
+        self._ever_registered = False
+        self._shutdown_requested = False
+
+    def start(self) -> None:
+        for target, name in ((self._stream_loop, "stream"), (self._lease_loop, "lease")):
+            t = threading.Thread(target=target, name=f"shardcar-{self.job_name}-{name}", daemon=True)
+            t.start()
+            self._threads.append(t)
+
+    # -- stream ---------------------------------------------------------------------------------
+    def _stream_loop(self) -> None:
+        backoff = Backoff(self.worker.backoff_initial, self.worker.backoff_max)
+        first_deadline = time.monotonic() + self.worker.connect_timeout
+        while not self._closing.is_set():
+            sub = self.worker.subscribe(self.config, overwrite=self.overwrite)
+            with self._lock:
+                self._state.new_stream(sub)
+                self._sub = sub
+            if self._closing.is_set():
+                sub.close()
+                break
+            reason = "stream ended by the sidecar"
+            try:
+                for event in sub:
+                    if isinstance(event, Registered):
+                        self._ever_registered = True
+                        backoff.reset()
+                    if self._on_event(event):
+                        reason = "shutdown requested by the sidecar"
+                        self._shutdown_requested = True
+                        break
+            except ShardcarError as err:
+                reason = str(err)
+                if self._is_fatal(err) or (
+                    not self._ever_registered and time.monotonic() >= first_deadline
+                ):
+                    self.fatal = err
+            finally:
+                sub.close()
+                with self._lock:
+                    if self._sub is sub:
+                        self._sub = None
+                    self._state.stream_lost(reason)
+                    self._lock.notify_all()
+            if self.fatal is not None or self._closing.is_set():
+                break
+            if self._shutdown_requested:
+                break
+            if not self._ever_registered and time.monotonic() >= first_deadline:
+                self.fatal = SidecarUnavailableError(
+                    f"no registration from the sidecar at {self.worker.target!r} within "
+                    f"{self.worker.connect_timeout}s: {reason}"
+                )
+                break
+            delay = backoff.next()
+            log.warning("job %s: %s; reconnecting in %.2fs", self.job_name, reason, delay)
+            self._closing.wait(delay)
+        self.finished = True
+        self.worker._wake.set()
+
+    def _is_fatal(self, err: ShardcarError) -> bool:
+        if isinstance(err, (InvalidJobConfigError, JobNotFoundError)):
+            return True
+        if isinstance(err, InstanceConflictError):
+            return not self._ever_registered
+        return not isinstance(err, SidecarUnavailableError) and not self._ever_registered
+
+    def _on_event(self, event: Event) -> bool:
+        """Handles one event; True when the worker should stop (Shutdown and exit_on_shutdown)."""
+        start: List[ShardingContext] = []
+        with self._lock:
+            if isinstance(event, Registered):
+                self._state.registered(event.instance_id)
+                log.info("job %s: registered as %s", self.job_name, event.instance_id)
+            elif isinstance(event, Lease):
+                start = self._state.on_lease(event)
+                self._lock.notify_all()
+            elif isinstance(event, Trigger):
+                start = self._state.on_trigger(event)
+            elif isinstance(event, Revoke):
+                revoked = self._state.on_revoke(event.items, event.reason)
+                if revoked:
+                    log.info("job %s: revoked %d running item(s)", self.job_name, len(revoked))
+            elif isinstance(event, Shutdown):
+                log.info("job %s: sidecar sent Shutdown (%s)", self.job_name, event.reason)
+                self._state.draining = True
+        for ctx in start:
+            self._pool.submit(self._run_item, ctx)
+        if isinstance(event, Assignment):
+            for callback in self.worker._assignment_callbacks:
+                try:
+                    callback(event)
+                except Exception:
+                    log.exception("job %s: on_assignment callback failed", self.job_name)
+        if isinstance(event, Shutdown) and self.worker.exit_on_shutdown:
+            self.wait_idle(time.monotonic() + self.worker.drain_timeout, self._closing.is_set)
+            return True
+        return False
+
+    # -- leases ---------------------------------------------------------------------------------
+    def _lease_loop(self) -> None:
+        with self._lock:
+            while not self._closing.is_set():
+                cancelled, deadline = self._state.check_lease()
+                if cancelled:
+                    log.warning(
+                        "job %s: lease expired; cancelled %d running item(s)",
+                        self.job_name,
+                        len(cancelled),
+                    )
+                timeout = 0.5
+                if deadline is not None:
+                    timeout = min(timeout, max(0.0, deadline - time.monotonic()) + 0.001)
+                self._lock.wait(timeout)
+
+    # -- items ----------------------------------------------------------------------------------
+    def _run_item(self, ctx: ShardingContext) -> None:
+        error: Optional[BaseException] = None
+        if not ctx.cancelled:
+            try:
+                self.handler(ctx)
+            except Exception as exc:  # the handler's failure is reported, not raised
+                error = exc
+                if not ctx.cancelled:
+                    log.warning(
+                        "job %s item %d failed: %s", self.job_name, ctx.sharding_item, exc,
+                        exc_info=True,
+                    )
+        with self._lock:
+            run = self._state.finish(ctx)
+            self._lock.notify_all()
+        if run is None:
+            log.info(
+                "job %s item %d of %s: answer not sent (%s)",
+                self.job_name,
+                ctx.sharding_item,
+                ctx.execution_id,
+                ctx.cancel_reason or "stream or lease no longer current",
+            )
+            return
+        sub = run.token
+        assert isinstance(sub, Subscription)
+        try:
+            if error is None:
+                sub.complete(ctx.execution_id, [ctx.sharding_item])
+            else:
+                sub.report_failure(ctx.execution_id, ctx.sharding_item, failure_text(error))
+        except AnswerRejectedError as err:
+            log.warning("job %s item %d: %s", self.job_name, ctx.sharding_item, err)
+        except ShardcarError as err:
+            log.warning("job %s item %d: answer not delivered: %s", self.job_name, ctx.sharding_item, err)
+
+    # -- stopping -------------------------------------------------------------------------------
+    def begin_drain(self) -> None:
+        with self._lock:
+            self._state.stop()
+
+    def wait_idle(self, deadline: float, forced: Callable[[], bool]) -> None:
+        with self._lock:
+            while self._state.running and not forced():
+                remaining = deadline - time.monotonic()
+                if remaining <= 0:
+                    log.warning("job %s: drain timeout; cancelling running items", self.job_name)
+                    break
+                self._lock.wait(min(remaining, 0.25))
+
+    def cancel_running(self, reason: str) -> None:
+        with self._lock:
+            self._state.cancel_all(reason)
+
+    def close(self, *, cancel: bool) -> None:
+        self._closing.set()
+        with self._lock:
+            if cancel:
+                self._state.cancel_all("worker stopped")
+            sub = self._sub
+            self._lock.notify_all()
+        if sub is not None:
+            sub.close()
+        for t in self._threads:
+            if t is not threading.current_thread():
+                t.join(timeout=5)
+        self._pool.shutdown(wait=False)
