@@ -1,0 +1,118 @@
+//! A local mirror of one subtree, kept current by its owner from a recursive [`Watch`]:
+//! `let mut w = reg.watch_recursive(root)?; let mut c = TreeCache::load(&reg, root)?;` then
+//! `c.apply(&reg, &w.next().await?)` for each event. Starting the watch before loading means no
+//! change is missed (an event for something already loaded is harmless: it is re-read).
+//!
+//! [`Watch`]: super::Watch
+
+use std::collections::BTreeMap;
+
+use super::path::{is_within, validate};
+use super::{Node, Registry, Result, WatchEvent};
+
+/// A local copy of the subtree at `root`.
+#[derive(Debug, Clone)]
+pub struct TreeCache {
+    root: String,
+    nodes: BTreeMap<String, Node>,
+}
+
+impl TreeCache {
+    /// Reads the subtree at `root` (empty if absent).
+    ///
+    /// # Errors
+    /// Connection problems, invalid path.
+    pub async fn load(reg: &Registry, root: &str) -> Result<TreeCache> {
+        validate(root)?;
+        let nodes = reg.read_tree(root).await?;
+        Ok(TreeCache {
+            root: root.to_string(),
+            nodes,
+        })
+    }
+
+    /// Brings the mirror up to date with one event: `Created`/`DataChanged` re-read the node
+    /// (absent → removed), `Deleted` removes the node and its descendants, `Resync` reloads all.
+    /// Events outside the root are ignored.
+    ///
+    /// # Errors
+    /// Connection problems; the cache is then unchanged and the caller should `Resync` later.
+    pub async fn apply(&mut self, reg: &Registry, ev: &WatchEvent) -> Result<()> {
+        match ev {
+            WatchEvent::Resync => {
+                self.nodes = reg.read_tree(&self.root).await?;
+            }
+            WatchEvent::Created(p) | WatchEvent::DataChanged(p) if is_within(p, &self.root) => {
+                match reg.get(p).await? {
+                    Some(node) => {
+                        self.nodes.insert(p.clone(), node);
+                    }
+                    None => self.remove_subtree(p),
+                }
+            }
+            WatchEvent::Deleted(p) if is_within(p, &self.root) => self.remove_subtree(p),
+            _ => {}
+        }
+        Ok(())
+    }
+
+    fn remove_subtree(&mut self, path: &str) {
+        self.nodes.remove(path);
+        let prefix = if path == "/" {
+            "/".to_string()
+        } else {
+            format!("{path}/")
+        };
+        let doomed: Vec<String> = self
+            .nodes
+            .range(prefix.clone()..)
+            .take_while(|(k, _)| k.starts_with(&prefix))
+            .map(|(k, _)| k.clone())
+            .collect();
+        for k in doomed {
+            self.nodes.remove(&k);
+        }
+    }
+
+    /// The root this cache mirrors.
+    pub fn root(&self) -> &str {
+        &self.root
+    }
+
+    /// The cached node.
+    pub fn get(&self, path: &str) -> Option<&Node> {
+        self.nodes.get(path)
+    }
+
+    /// The cached node's data.
+    pub fn data(&self, path: &str) -> Option<&[u8]> {
+        self.nodes.get(path).map(|n| n.data.as_slice())
+    }
+
+    /// Whether the node is cached.
+    pub fn contains(&self, path: &str) -> bool {
+        self.nodes.contains_key(path)
+    }
+
+    /// Names of the cached children of `path`, sorted.
+    pub fn children(&self, path: &str) -> Vec<String> {
+        let prefix = if path == "/" {
+            "/".to_string()
+        } else {
+            format!("{path}/")
+        };
+        self.nodes
+            .range(prefix.clone()..)
+            .take_while(|(k, _)| k.starts_with(&prefix))
+            .filter_map(|(k, _)| {
+                let rest = &k[prefix.len()..];
+                (!rest.is_empty() && !rest.contains('/')).then(|| rest.to_string())
+            })
+            .collect()
+    }
+
+    /// Every cached node, keyed by absolute path.
+    pub fn nodes(&self) -> &BTreeMap<String, Node> {
+        &self.nodes
+    }
+}
