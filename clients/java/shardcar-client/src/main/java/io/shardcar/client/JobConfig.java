@@ -1,0 +1,413 @@
+package io.shardcar.client;
+
+import java.util.Collections;
+import java.util.LinkedHashMap;
+import java.util.Map;
+import java.util.Objects;
+import java.util.Properties;
+import java.util.TreeMap;
+
+/**
+ * A job's configuration, with ElasticJob-Lite's field names. Optional settings that are not set
+ * are left unset on the wire, and the sidecar applies ElasticJob's defaults ({@code misfire} and
+ * {@code monitorExecution} true, {@code maxTimeDiffSeconds} -1, {@code reconcileIntervalMinutes}
+ * 10). Validation (cron syntax, count range, ...) is the sidecar's: an invalid config fails
+ * {@link ShardcarWorker#register} with an {@link InvalidJobConfigException} naming the field.
+ */
+public final class JobConfig {
+  private final String jobName;
+  private final String cron;
+  private final String timeZone;
+  private final int shardingTotalCount;
+  private final Map<Integer, String> shardingItemParameters;
+  private final String jobParameter;
+  private final boolean failover;
+  private final Boolean misfire;
+  private final Boolean monitorExecution;
+  private final ShardingStrategy shardingStrategy;
+  private final Integer maxTimeDiffSeconds;
+  private final Integer reconcileIntervalMinutes;
+  private final String description;
+  private final boolean disabled;
+  private final Map<String, String> props;
+  private final int executionTimeoutSeconds;
+  private final boolean overwrite;
+
+  private JobConfig(Builder b) {
+    this.jobName = b.jobName;
+    this.cron = b.cron;
+    this.timeZone = b.timeZone;
+    this.shardingTotalCount = b.shardingTotalCount;
+    this.shardingItemParameters = Collections.unmodifiableMap(new TreeMap<>(b.shardingItemParameters));
+    this.jobParameter = b.jobParameter;
+    this.failover = b.failover;
+    this.misfire = b.misfire;
+    this.monitorExecution = b.monitorExecution;
+    this.shardingStrategy = b.shardingStrategy;
+    this.maxTimeDiffSeconds = b.maxTimeDiffSeconds;
+    this.reconcileIntervalMinutes = b.reconcileIntervalMinutes;
+    this.description = b.description;
+    this.disabled = b.disabled;
+    this.props = Collections.unmodifiableMap(new LinkedHashMap<>(b.props));
+    this.executionTimeoutSeconds = b.executionTimeoutSeconds;
+    this.overwrite = b.overwrite;
+  }
+
+  /** An empty builder; {@code jobName} and {@code shardingTotalCount} must be set before {@code build()}. */
+  public static Builder builder() {
+    return new Builder();
+  }
+
+  /** ElasticJob's entry point: {@code JobConfiguration.newBuilder(jobName, shardingTotalCount)}. */
+  public static Builder newBuilder(String jobName, int shardingTotalCount) {
+    return new Builder().jobName(jobName).shardingTotalCount(shardingTotalCount);
+  }
+
+  /** A builder holding this configuration's values. */
+  public Builder toBuilder() {
+    Builder b = new Builder()
+        .jobName(jobName)
+        .cron(cron)
+        .timeZone(timeZone)
+        .shardingTotalCount(shardingTotalCount)
+        .shardingItemParameters(shardingItemParameters)
+        .jobParameter(jobParameter)
+        .failover(failover)
+        .shardingStrategy(shardingStrategy)
+        .description(description)
+        .disabled(disabled)
+        .props(props)
+        .executionTimeoutSeconds(executionTimeoutSeconds)
+        .overwrite(overwrite);
+    b.misfire = misfire;
+    b.monitorExecution = monitorExecution;
+    b.maxTimeDiffSeconds = maxTimeDiffSeconds;
+    b.reconcileIntervalMinutes = reconcileIntervalMinutes;
+    return b;
+  }
+
+  public String getJobName() {
+    return jobName;
+  }
+
+  /** Quartz cron with a seconds field; empty for a one-off job. */
+  public String getCron() {
+    return cron;
+  }
+
+  /** {@code GMT+08:00} style or an IANA name; empty means the sidecar's local time zone. */
+  public String getTimeZone() {
+    return timeZone;
+  }
+
+  public int getShardingTotalCount() {
+    return shardingTotalCount;
+  }
+
+  /** Item number to parameter, sorted by item. */
+  public Map<Integer, String> getShardingItemParameters() {
+    return shardingItemParameters;
+  }
+
+  public String getJobParameter() {
+    return jobParameter;
+  }
+
+  public boolean isFailover() {
+    return failover;
+  }
+
+  /** {@code null} when unset (the sidecar then uses true). */
+  public Boolean getMisfire() {
+    return misfire;
+  }
+
+  /** {@code null} when unset (the sidecar then uses true). */
+  public Boolean getMonitorExecution() {
+    return monitorExecution;
+  }
+
+  public ShardingStrategy getShardingStrategy() {
+    return shardingStrategy;
+  }
+
+  /** {@code null} when unset (the sidecar then uses -1, off). */
+  public Integer getMaxTimeDiffSeconds() {
+    return maxTimeDiffSeconds;
+  }
+
+  /** {@code null} when unset (the sidecar then uses 10). */
+  public Integer getReconcileIntervalMinutes() {
+    return reconcileIntervalMinutes;
+  }
+
+  public String getDescription() {
+    return description;
+  }
+
+  public boolean isDisabled() {
+    return disabled;
+  }
+
+  public Map<String, String> getProps() {
+    return props;
+  }
+
+  /** 0 means no timeout. */
+  public int getExecutionTimeoutSeconds() {
+    return executionTimeoutSeconds;
+  }
+
+  /** Replace the job's stored configuration with this one when subscribing. */
+  public boolean isOverwrite() {
+    return overwrite;
+  }
+
+  @Override
+  public boolean equals(Object o) {
+    if (!(o instanceof JobConfig)) {
+      return false;
+    }
+    JobConfig c = (JobConfig) o;
+    return shardingTotalCount == c.shardingTotalCount
+        && failover == c.failover
+        && disabled == c.disabled
+        && executionTimeoutSeconds == c.executionTimeoutSeconds
+        && overwrite == c.overwrite
+        && jobName.equals(c.jobName)
+        && cron.equals(c.cron)
+        && timeZone.equals(c.timeZone)
+        && shardingItemParameters.equals(c.shardingItemParameters)
+        && jobParameter.equals(c.jobParameter)
+        && Objects.equals(misfire, c.misfire)
+        && Objects.equals(monitorExecution, c.monitorExecution)
+        && shardingStrategy == c.shardingStrategy
+        && Objects.equals(maxTimeDiffSeconds, c.maxTimeDiffSeconds)
+        && Objects.equals(reconcileIntervalMinutes, c.reconcileIntervalMinutes)
+        && description.equals(c.description)
+        && props.equals(c.props);
+  }
+
+  @Override
+  public int hashCode() {
+    return Objects.hash(jobName, cron, shardingTotalCount, shardingItemParameters, jobParameter);
+  }
+
+  @Override
+  public String toString() {
+    return "JobConfig{jobName=" + jobName + ", cron=" + cron + ", timeZone=" + timeZone
+        + ", shardingTotalCount=" + shardingTotalCount
+        + ", shardingItemParameters=" + shardingItemParameters
+        + ", jobParameter=" + jobParameter + ", failover=" + failover + ", misfire=" + misfire
+        + ", monitorExecution=" + monitorExecution + ", shardingStrategy=" + shardingStrategy
+        + ", maxTimeDiffSeconds=" + maxTimeDiffSeconds
+        + ", reconcileIntervalMinutes=" + reconcileIntervalMinutes
+        + ", description=" + description + ", disabled=" + disabled + ", props=" + props
+        + ", executionTimeoutSeconds=" + executionTimeoutSeconds + ", overwrite=" + overwrite + "}";
+  }
+
+  /** Builds a {@link JobConfig}; every setter returns the builder. */
+  public static final class Builder {
+    private String jobName;
+    private String cron = "";
+    private String timeZone = "";
+    private int shardingTotalCount;
+    private final Map<Integer, String> shardingItemParameters = new TreeMap<>();
+    private String jobParameter = "";
+    private boolean failover;
+    private Boolean misfire;
+    private Boolean monitorExecution;
+    private ShardingStrategy shardingStrategy = ShardingStrategy.AVG_ALLOCATION;
+    private Integer maxTimeDiffSeconds;
+    private Integer reconcileIntervalMinutes;
+    private String description = "";
+    private boolean disabled;
+    private final Map<String, String> props = new LinkedHashMap<>();
+    private int executionTimeoutSeconds;
+    private boolean overwrite;
+
+    private Builder() {}
+
+    public Builder jobName(String jobName) {
+      this.jobName = jobName;
+      return this;
+    }
+
+    /** Quartz cron with seconds, e.g. {@code 0/5 * * * * ?}; null or empty for a one-off job. */
+    public Builder cron(String cron) {
+      this.cron = orEmpty(cron);
+      return this;
+    }
+
+    public Builder timeZone(String timeZone) {
+      this.timeZone = orEmpty(timeZone);
+      return this;
+    }
+
+    public Builder shardingTotalCount(int shardingTotalCount) {
+      this.shardingTotalCount = shardingTotalCount;
+      return this;
+    }
+
+    /**
+     * ElasticJob's text form, {@code 0=Beijing,1=Shanghai}: comma-separated {@code item=parameter}
+     * pairs; replaces any parameters set before. Null or blank clears them.
+     *
+     * @throws InvalidJobConfigException when a pair has no {@code =} or its item is not a number
+     */
+    public Builder shardingItemParameters(String text) {
+      shardingItemParameters.clear();
+      shardingItemParameters.putAll(parseShardingItemParameters(text));
+      return this;
+    }
+
+    /** Replaces the item parameters with the given map. */
+    public Builder shardingItemParameters(Map<Integer, String> parameters) {
+      shardingItemParameters.clear();
+      parameters.forEach(this::shardingItemParameter);
+      return this;
+    }
+
+    /** Sets one item's parameter. */
+    public Builder shardingItemParameter(int item, String parameter) {
+      shardingItemParameters.put(item, orEmpty(parameter));
+      return this;
+    }
+
+    public Builder jobParameter(String jobParameter) {
+      this.jobParameter = orEmpty(jobParameter);
+      return this;
+    }
+
+    public Builder failover(boolean failover) {
+      this.failover = failover;
+      return this;
+    }
+
+    public Builder misfire(boolean misfire) {
+      this.misfire = misfire;
+      return this;
+    }
+
+    public Builder monitorExecution(boolean monitorExecution) {
+      this.monitorExecution = monitorExecution;
+      return this;
+    }
+
+    public Builder shardingStrategy(ShardingStrategy strategy) {
+      this.shardingStrategy = Objects.requireNonNull(strategy, "shardingStrategy");
+      return this;
+    }
+
+    /** ElasticJob's {@code jobShardingStrategyType} name ({@code AVG_ALLOCATION}, ...). */
+    public Builder shardingStrategy(String elasticJobType) {
+      this.shardingStrategy = ShardingStrategy.fromElasticJobType(elasticJobType);
+      return this;
+    }
+
+    public Builder maxTimeDiffSeconds(int maxTimeDiffSeconds) {
+      this.maxTimeDiffSeconds = maxTimeDiffSeconds;
+      return this;
+    }
+
+    public Builder reconcileIntervalMinutes(int reconcileIntervalMinutes) {
+      this.reconcileIntervalMinutes = reconcileIntervalMinutes;
+      return this;
+    }
+
+    public Builder description(String description) {
+      this.description = orEmpty(description);
+      return this;
+    }
+
+    public Builder disabled(boolean disabled) {
+      this.disabled = disabled;
+      return this;
+    }
+
+    /** Sets one property (ElasticJob's {@code setProperty}). */
+    public Builder prop(String key, String value) {
+      props.put(Objects.requireNonNull(key, "key"), orEmpty(value));
+      return this;
+    }
+
+    /** Replaces the properties with the given map. */
+    public Builder props(Map<String, String> properties) {
+      props.clear();
+      properties.forEach(this::prop);
+      return this;
+    }
+
+    /** Replaces the properties with the given {@link Properties}. */
+    public Builder props(Properties properties) {
+      props.clear();
+      for (String key : properties.stringPropertyNames()) {
+        prop(key, properties.getProperty(key));
+      }
+      return this;
+    }
+
+    /** Seconds after which a running item is reported failed by the sidecar; 0 (default) means never. */
+    public Builder executionTimeoutSeconds(int executionTimeoutSeconds) {
+      if (executionTimeoutSeconds < 0) {
+        throw new InvalidJobConfigException(
+            "executionTimeoutSeconds",
+            "executionTimeoutSeconds must be 0 (no timeout) or positive, got " + executionTimeoutSeconds,
+            null);
+      }
+      this.executionTimeoutSeconds = executionTimeoutSeconds;
+      return this;
+    }
+
+    /** Replace the stored configuration of an existing job with this one when subscribing. */
+    public Builder overwrite(boolean overwrite) {
+      this.overwrite = overwrite;
+      return this;
+    }
+
+    /**
+     * @throws InvalidJobConfigException when {@code jobName} is missing
+     */
+    public JobConfig build() {
+      if (jobName == null || jobName.isEmpty()) {
+        throw new InvalidJobConfigException("jobName", "jobName must be set and not empty", null);
+      }
+      return new JobConfig(this);
+    }
+  }
+
+  /** Parses ElasticJob's {@code 0=a,1=b} form into a sorted map. */
+  static Map<Integer, String> parseShardingItemParameters(String text) {
+    Map<Integer, String> result = new TreeMap<>();
+    if (text == null || text.isBlank()) {
+      return result;
+    }
+    for (String pair : text.split(",")) {
+      if (pair.isBlank()) {
+        continue;
+      }
+      int eq = pair.indexOf('=');
+      if (eq < 0) {
+        throw badItemParameters(text, null);
+      }
+      String item = pair.substring(0, eq).trim();
+      try {
+        result.put(Integer.parseInt(item), pair.substring(eq + 1).trim());
+      } catch (NumberFormatException e) {
+        throw badItemParameters(text, e);
+      }
+    }
+    return result;
+  }
+
+  private static InvalidJobConfigException badItemParameters(String text, Throwable cause) {
+    return new InvalidJobConfigException(
+        "shardingItemParameters",
+        "shardingItemParameters '" + text + "' is malformed: expected item=parameter pairs separated by commas, e.g. 0=a,1=b",
+        cause);
+  }
+
+  private static String orEmpty(String s) {
+    return s == null ? "" : s;
+  }
+}

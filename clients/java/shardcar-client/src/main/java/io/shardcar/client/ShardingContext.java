@@ -1,0 +1,115 @@
+package io.shardcar.client;
+
+import java.time.Instant;
+import java.util.Objects;
+
+/**
+ * What a {@link JobHandler} gets for one item of one execution: ElasticJob's
+ * {@code ShardingContext} fields (same names) plus the execution id, the trigger source and the
+ * item's fencing token.
+ */
+public final class ShardingContext {
+  private final String jobName;
+  private final String taskId;
+  private final int shardingTotalCount;
+  private final String jobParameter;
+  private final int shardingItem;
+  private final String shardingParameter;
+  private final String executionId;
+  private final TriggerSource source;
+  private final long fencingToken;
+  private final Instant fireTime;
+  private volatile boolean cancelled;
+
+  public ShardingContext(
+      String jobName,
+      String taskId,
+      int shardingTotalCount,
+      String jobParameter,
+      int shardingItem,
+      String shardingParameter,
+      String executionId,
+      TriggerSource source,
+      long fencingToken,
+      Instant fireTime) {
+    this.jobName = Objects.requireNonNull(jobName, "jobName");
+    this.taskId = Objects.requireNonNullElse(taskId, "");
+    this.shardingTotalCount = shardingTotalCount;
+    this.jobParameter = Objects.requireNonNullElse(jobParameter, "");
+    this.shardingItem = shardingItem;
+    this.shardingParameter = Objects.requireNonNullElse(shardingParameter, "");
+    this.executionId = Objects.requireNonNullElse(executionId, "");
+    this.source = Objects.requireNonNullElse(source, TriggerSource.CRON);
+    this.fencingToken = fencingToken;
+    this.fireTime = fireTime;
+  }
+
+  public String getJobName() {
+    return jobName;
+  }
+
+  /** ElasticJob-style task id: {@code {job}@-@{items}@-@READY@-@{ip}@-@{pid}}. */
+  public String getTaskId() {
+    return taskId;
+  }
+
+  public int getShardingTotalCount() {
+    return shardingTotalCount;
+  }
+
+  public String getJobParameter() {
+    return jobParameter;
+  }
+
+  public int getShardingItem() {
+    return shardingItem;
+  }
+
+  /** The item's parameter from {@code shardingItemParameters}, empty when it has none. */
+  public String getShardingParameter() {
+    return shardingParameter;
+  }
+
+  /** Identifies the execution (one trigger of this instance) across its items. */
+  public String getExecutionId() {
+    return executionId;
+  }
+
+  public TriggerSource getSource() {
+    return source;
+  }
+
+  /**
+   * Grows every time this item changes hands. Pass it to a downstream store that keeps the highest
+   * token seen per item and rejects writes carrying a lower one.
+   */
+  public long getFencingToken() {
+    return fencingToken;
+  }
+
+  /** When the trigger fired, if the sidecar said; {@code null} otherwise. */
+  public Instant getFireTime() {
+    return fireTime;
+  }
+
+  /**
+   * True once this item was revoked, the lease ran out, or the stream was lost: the result will
+   * not be reported, so the handler should stop. The handler's thread is interrupted as well.
+   */
+  public boolean isCancelled() {
+    return cancelled;
+  }
+
+  void cancel() {
+    cancelled = true;
+  }
+
+  @Override
+  public String toString() {
+    return "ShardingContext{jobName=" + jobName + ", taskId=" + taskId
+        + ", shardingTotalCount=" + shardingTotalCount + ", jobParameter=" + jobParameter
+        + ", shardingItem=" + shardingItem + ", shardingParameter=" + shardingParameter
+        + ", executionId=" + executionId + ", source=" + source
+        + ", fencingToken=" + fencingToken + "}";
+  }
+}

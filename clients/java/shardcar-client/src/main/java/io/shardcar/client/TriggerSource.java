@@ -1,0 +1,13 @@
+package io.shardcar.client;
+
+/** Why an execution was started. */
+public enum TriggerSource {
+  /** A cron fire. */
+  CRON,
+  /** A catch-up run for a fire that was missed while the item was still running. */
+  MISFIRE,
+  /** Items taken over from an instance that crashed. */
+  FAILOVER,
+  /** Triggered once by an operator. */
+  MANUAL
+}
