@@ -1,0 +1,74 @@
+package io.shardcar.elasticjob;
+
+import io.shardcar.client.JobRegistration;
+import io.shardcar.client.ShardcarWorker;
+import java.util.Objects;
+import org.apache.shardingsphere.elasticjob.api.JobConfiguration;
+import org.apache.shardingsphere.elasticjob.simple.job.SimpleJob;
+
+/**
+ * Drop-in for ElasticJob's {@code ScheduleJobBootstrap}: same shape ({@code schedule()},
+ * {@code shutdown()}), but the registry center is replaced by a shardcar worker.
+ *
+ * <pre>{@code
+ * // before: new ScheduleJobBootstrap(registryCenter, new MyJob(), jobConfig).schedule();
+ * new ShardcarJobBootstrap(new MyJob(), jobConfig).schedule();
+ * }</pre>
+ */
+public final class ShardcarJobBootstrap implements AutoCloseable {
+  private final ShardcarWorker worker;
+  private final boolean ownsWorker;
+  private final SimpleJob job;
+  private final JobConfiguration config;
+  private JobRegistration registration;
+
+  /** Uses a worker of its own for the sidecar named by {@code SHARDCAR_TARGET} (default {@code 127.0.0.1:50061}). */
+  public ShardcarJobBootstrap(SimpleJob job, JobConfiguration config) {
+    this(ShardcarWorker.builder().build(), true, job, config);
+  }
+
+  /** Uses a shared worker; {@link #shutdown()} then closes only this job's registration. */
+  public ShardcarJobBootstrap(ShardcarWorker worker, SimpleJob job, JobConfiguration config) {
+    this(worker, false, job, config);
+  }
+
+  private ShardcarJobBootstrap(ShardcarWorker worker, boolean ownsWorker, SimpleJob job, JobConfiguration config) {
+    this.worker = Objects.requireNonNull(worker, "worker");
+    this.ownsWorker = ownsWorker;
+    this.job = Objects.requireNonNull(job, "job");
+    this.config = Objects.requireNonNull(config, "config");
+  }
+
+  /**
+   * Subscribes the job; from now on the sidecar triggers it.
+   *
+   * @throws io.shardcar.client.ShardcarException when the configuration is invalid or the sidecar
+   *     cannot be reached
+   */
+  public synchronized void schedule() {
+    if (registration != null) {
+      throw new IllegalStateException("job " + config.getJobName() + " is already scheduled");
+    }
+    registration = ElasticJobBridge.register(worker, job, config);
+  }
+
+  /** The live registration, or null before {@link #schedule()}. */
+  public synchronized JobRegistration getRegistration() {
+    return registration;
+  }
+
+  /** Stops the job: running items get the worker's grace period to finish. Idempotent. */
+  public synchronized void shutdown() {
+    if (registration != null) {
+      registration.close();
+    }
+    if (ownsWorker) {
+      worker.close();
+    }
+  }
+
+  @Override
+  public void close() {
+    shutdown();
+  }
+}
