@@ -129,12 +129,14 @@ def test_answer_for_an_execution_of_a_closed_stream_is_rejected(sidecar):
                                     sharding_item_parameters={}), overwrite=True)
     trigger = next(e for e in first if isinstance(e, shardcar.Trigger))
     first.close()
-    second = worker.subscribe("handover")
+    other = Worker(sidecar.target, instance_id="127.0.0.1@-@other")
+    second = other.subscribe("handover")
     next(e for e in second if isinstance(e, shardcar.Registered))
     with pytest.raises(shardcar.AnswerRejectedError) as info:
         second.complete(trigger.execution_id, [0])
     assert info.value.code is not None
     second.close()
+    other.close()
     worker.close()
 
 

@@ -248,7 +248,7 @@ class Worker:
             for runner in self._jobs:
                 runner.close(cancel=True)
             for sig, handler in restore.items():
-                signal.signal(sig, handler)
+                signal.signal(sig, handler if handler is not None else signal.SIG_DFL)
         for runner in self._jobs:
             if runner.fatal is not None:
                 raise runner.fatal
