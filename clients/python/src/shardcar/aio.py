@@ -227,7 +227,7 @@ class Worker:
         self._ensure_channel()
         self._stop = asyncio.Event()
         loop = asyncio.get_running_loop()
-        installed: List[int] = []
+        installed: List[signal.Signals] = []
         if handle_signals:
             for sig in (signal.SIGINT, signal.SIGTERM):
                 try:

@@ -60,7 +60,7 @@ class JobConfig:
             sharding_total_count=self.sharding_total_count,
             job_parameter=self.job_parameter,
             failover=self.failover,
-            sharding_strategy=int(self.sharding_strategy),
+            sharding_strategy=int(self.sharding_strategy),  # type: ignore[arg-type]
             description=self.description,
             disabled=self.disabled,
             execution_timeout_seconds=self.execution_timeout_seconds,

@@ -13,7 +13,7 @@ import concurrent.futures
 import signal
 import threading
 import time
-from typing import Callable, Dict, Iterator, List, Mapping, Optional, Sequence
+from typing import Any, Callable, Dict, Iterator, List, Mapping, Optional, Sequence
 
 import grpc
 
@@ -283,7 +283,7 @@ class Worker:
         for runner in self._jobs:
             runner.close(cancel=True)
 
-    def _install_signals(self) -> Dict[int, object]:
+    def _install_signals(self) -> Dict[signal.Signals, Any]:
         if threading.current_thread() is not threading.main_thread():
             return {}
 
@@ -295,7 +295,7 @@ class Worker:
                 log.info("stop signal: draining (again to force)")
                 self.stop()
 
-        restore = {}
+        restore: Dict[signal.Signals, Any] = {}
         for sig in (signal.SIGINT, signal.SIGTERM):
             restore[sig] = signal.signal(sig, on_signal)
         return restore
