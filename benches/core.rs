@@ -1,0 +1,230 @@
+//! Benchmarks of the sidecar core against a real ZooKeeper and real `shardcar` processes.
+//! It prints figures; it asserts nothing (timings on shared machines are noisy).
+//!
+//! Run: `cargo bench --bench core` (release build of the sidecar and of this program).
+//!
+//! Figures:
+//! 1. resharding: a new worker's `Subscribe` → every worker of the job holds its new
+//!    assignment (3 sidecars, 10 workers, 20 joins);
+//! 2. trigger latency: cron fire instant → `Trigger` received (1 sidecar, 100 jobs firing
+//!    every second, workers answering at once);
+//! 3. ZooKeeper transactions per execution per instance (from the server's zxid);
+//! 4. the sidecar's resident memory with 100 jobs.
+
+#[path = "../tests/common/mod.rs"]
+mod common;
+
+use std::collections::BTreeSet;
+use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
+
+use common::{
+    job_config, subscribe_request, zookeeper::four_letter_word, Sidecar, SidecarOptions,
+    TestWorker, ZooKeeper,
+};
+use shardcar::proto::worker_event::Event;
+
+const NEVER: &str = "0 0 0 1 1 ? 2099";
+
+fn percentile(sorted: &[f64], p: f64) -> f64 {
+    if sorted.is_empty() {
+        return f64::NAN;
+    }
+    let rank = ((p / 100.0) * (sorted.len() - 1) as f64).round() as usize;
+    sorted[rank.min(sorted.len() - 1)]
+}
+
+fn report(name: &str, unit: &str, mut samples: Vec<f64>) {
+    samples.sort_by(|a, b| a.partial_cmp(b).unwrap());
+    println!(
+        "{name}: n={} median={:.2}{unit} p99={:.2}{unit} min={:.2}{unit} max={:.2}{unit}",
+        samples.len(),
+        percentile(&samples, 50.0),
+        percentile(&samples, 99.0),
+        samples.first().copied().unwrap_or(f64::NAN),
+        samples.last().copied().unwrap_or(f64::NAN),
+    );
+}
+
+fn partitioned(workers: &[TestWorker], total: i32) -> bool {
+    let mut seen = BTreeSet::new();
+    for w in workers {
+        for i in w.current_items() {
+            if !seen.insert(i) {
+                return false;
+            }
+        }
+    }
+    seen == (0..total).collect()
+}
+
+async fn wait_partitioned(workers: &[TestWorker], total: i32) {
+    let deadline = Instant::now() + Duration::from_secs(30);
+    while !partitioned(workers, total) {
+        assert!(
+            Instant::now() < deadline,
+            "workers never partitioned the items"
+        );
+        tokio::time::sleep(Duration::from_millis(2)).await;
+    }
+}
+
+fn last_assignment_at(w: &TestWorker) -> Option<Instant> {
+    w.assignments().last().map(|(at, _)| *at)
+}
+
+async fn zxid(zk: &ZooKeeper) -> i64 {
+    let srvr = four_letter_word(zk.client_port(0), "srvr")
+        .await
+        .expect("srvr answers");
+    let line = srvr
+        .lines()
+        .find(|l| l.starts_with("Zxid:"))
+        .expect("a Zxid line");
+    i64::from_str_radix(
+        line.trim_start_matches("Zxid:")
+            .trim()
+            .trim_start_matches("0x"),
+        16,
+    )
+    .expect("hex zxid")
+}
+
+fn rss_kib(pid: u32) -> u64 {
+    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).unwrap_or_default();
+    status
+        .lines()
+        .find(|l| l.starts_with("VmRSS:"))
+        .and_then(|l| l.split_whitespace().nth(1))
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(0)
+}
+
+async fn bench_resharding(zk: &ZooKeeper) {
+    let ns = "bench-reshard";
+    let mut cars = Vec::new();
+    for ip in ["127.0.0.2", "127.0.0.3", "127.0.0.4"] {
+        let options = SidecarOptions {
+            namespace: ns.into(),
+            log_level: "warn".into(),
+            ..SidecarOptions::zk(zk.connect_string(), ip)
+        };
+        cars.push(Sidecar::start(options).await);
+    }
+    let config = job_config("reshard", NEVER, 30);
+    let mut workers = Vec::new();
+    for i in 0..10 {
+        workers.push(
+            TestWorker::subscribe(&cars[i % 3].endpoint(), subscribe_request(config.clone()))
+                .await
+                .unwrap(),
+        );
+    }
+    wait_partitioned(&workers, 30).await;
+    let mut samples = Vec::new();
+    for round in 0..20 {
+        tokio::time::sleep(Duration::from_millis(200)).await;
+        let before: Vec<Option<Instant>> = workers.iter().map(last_assignment_at).collect();
+        let started = Instant::now();
+        let joiner = TestWorker::subscribe(
+            &cars[round % 3].endpoint(),
+            subscribe_request(config.clone()),
+        )
+        .await
+        .unwrap();
+        workers.push(joiner);
+        wait_partitioned(&workers, 30).await;
+        // Wait until every old worker saw a newer assignment (epoch changes for everyone).
+        let deadline = Instant::now() + Duration::from_secs(10);
+        while workers
+            .iter()
+            .zip(&before)
+            .any(|(w, b)| last_assignment_at(w) == *b)
+            && Instant::now() < deadline
+        {
+            tokio::time::sleep(Duration::from_millis(2)).await;
+        }
+        let done = workers.iter().filter_map(last_assignment_at).max().unwrap();
+        samples.push(done.duration_since(started).as_secs_f64() * 1000.0);
+        let mut leaver = workers.pop().unwrap();
+        leaver.close().await;
+        wait_partitioned(&workers, 30).await;
+    }
+    report(
+        "reshard: Subscribe -> all 11 workers hold the new assignment (3 sidecars)",
+        "ms",
+        samples,
+    );
+}
+
+async fn bench_triggers(zk: &ZooKeeper) {
+    let ns = "bench-trigger";
+    let options = SidecarOptions {
+        namespace: ns.into(),
+        log_level: "warn".into(),
+        ..SidecarOptions::zk(zk.connect_string(), "127.0.0.2")
+    };
+    let car = Sidecar::start(options).await;
+    let rss_idle = rss_kib(car.pid());
+    let mut workers = Vec::new();
+    for j in 0..100 {
+        let w = TestWorker::subscribe(
+            &car.endpoint(),
+            subscribe_request(job_config(&format!("job{j}"), "* * * * * ?", 2)),
+        )
+        .await
+        .unwrap();
+        w.set_auto_complete(true);
+        workers.push(w);
+    }
+    // Let it settle, then measure for 10 s.
+    tokio::time::sleep(Duration::from_secs(3)).await;
+    let zxid_before = zxid(zk).await;
+    let executions_before: usize = workers.iter().map(|w| w.triggers().len()).sum();
+    let base_instant = Instant::now();
+    let base_wall = SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .unwrap()
+        .as_secs_f64();
+    let window_start = workers.iter().map(|w| w.events().len()).collect::<Vec<_>>();
+    tokio::time::sleep(Duration::from_secs(10)).await;
+    let zxid_after = zxid(zk).await;
+    let executions_after: usize = workers.iter().map(|w| w.triggers().len()).sum();
+    let mut samples = Vec::new();
+    for (w, skip) in workers.iter().zip(window_start) {
+        for (at, event) in w.events().into_iter().skip(skip) {
+            if let Some(Event::Trigger(t)) = event.event {
+                let fire = t.fire_time.unwrap();
+                let fire = fire.seconds as f64 + fire.nanos as f64 / 1e9;
+                let arrival = if at >= base_instant {
+                    base_wall + at.duration_since(base_instant).as_secs_f64()
+                } else {
+                    base_wall - base_instant.duration_since(at).as_secs_f64()
+                };
+                samples.push((arrival - fire) * 1000.0);
+            }
+        }
+    }
+    report(
+        "trigger: cron fire instant -> Trigger received (100 jobs every second, 1 sidecar)",
+        "ms",
+        samples,
+    );
+    let executions = executions_after - executions_before;
+    let txns = zxid_after - zxid_before;
+    println!(
+        "zookeeper: {txns} transactions for {executions} executions (1 instance each) = {:.2} transactions per execution per instance",
+        txns as f64 / executions.max(1) as f64
+    );
+    println!(
+        "memory: sidecar RSS {} KiB idle, {} KiB with 100 jobs and 100 workers",
+        rss_idle,
+        rss_kib(car.pid())
+    );
+}
+
+#[tokio::main(flavor = "multi_thread")]
+async fn main() {
+    let zk = ZooKeeper::start().await;
+    bench_resharding(&zk).await;
+    bench_triggers(&zk).await;
+}

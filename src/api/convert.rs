@@ -1,0 +1,246 @@
+//! Conversion and validation between the wire `JobConfig` and ElasticJob's
+//! [`JobConfiguration`]. Unset optional fields take ElasticJob's builder defaults, so a
+//! config built by a Python worker means what the same config built in Java means.
+
+use std::collections::BTreeMap;
+
+use crate::coordination::strategy::StrategyType;
+use crate::coordination::CoordError;
+use crate::elasticjob::config::{format_item_parameters, JobConfiguration};
+use crate::elasticjob::paths::validate_job_name;
+use crate::proto;
+use crate::schedule::{validate_time_zone, CronSchedule};
+
+/// The largest item count accepted.
+pub const MAX_SHARDING_TOTAL_COUNT: i32 = 100_000;
+
+fn invalid(field: &str, message: impl Into<String>) -> CoordError {
+    CoordError::InvalidArgument {
+        field: field.to_string(),
+        message: message.into(),
+    }
+}
+
+/// Checks a job name.
+///
+/// # Errors
+/// `InvalidArgument` naming `field`.
+pub fn check_job_name(field: &str, name: &str) -> Result<(), CoordError> {
+    validate_job_name(name).map_err(|m| invalid(field, m))
+}
+
+/// Validates a wire config for job `job_name` and converts it.
+///
+/// # Errors
+/// `InvalidArgument` naming the first bad field (`config.cron`, `config.sharding_total_count`, ...).
+pub fn from_proto(
+    job_name: &str,
+    c: &proto::JobConfig,
+    overwrite: bool,
+) -> Result<JobConfiguration, CoordError> {
+    if !c.job_name.is_empty() && c.job_name != job_name {
+        return Err(invalid(
+            "config.job_name",
+            format!("'{}' differs from the subscribed job '{job_name}'; leave it empty or make them equal", c.job_name),
+        ));
+    }
+    let total = c.sharding_total_count;
+    if !(1..=MAX_SHARDING_TOTAL_COUNT).contains(&total) {
+        return Err(invalid(
+            "config.sharding_total_count",
+            format!("must be between 1 and {MAX_SHARDING_TOTAL_COUNT}, got {total}"),
+        ));
+    }
+    if !c.time_zone.is_empty() {
+        validate_time_zone(&c.time_zone).map_err(|e| invalid("config.time_zone", e.to_string()))?;
+    }
+    if !c.cron.trim().is_empty() {
+        CronSchedule::parse(&c.cron, &c.time_zone)
+            .map_err(|e| invalid("config.cron", e.to_string()))?;
+    }
+    let mut params = BTreeMap::new();
+    for (item, value) in &c.sharding_item_parameters {
+        if !(0..total).contains(item) {
+            return Err(invalid(
+                "config.sharding_item_parameters",
+                format!("item {item} is outside 0..{total} (sharding_total_count is {total})"),
+            ));
+        }
+        if value.is_empty() || value.contains([',', '=']) || value.trim() != value {
+            return Err(invalid(
+                "config.sharding_item_parameters",
+                format!(
+                    "the parameter of item {item} ({value:?}) must be non-empty, without ',' or '=' and without surrounding spaces (ElasticJob stores them as '0=a,1=b')"
+                ),
+            ));
+        }
+        params.insert(*item, value.clone());
+    }
+    let strategy = match proto::ShardingStrategy::try_from(c.sharding_strategy) {
+        Ok(proto::ShardingStrategy::AvgAllocation) => None,
+        Ok(proto::ShardingStrategy::Odevity) => Some(StrategyType::Odevity),
+        Ok(proto::ShardingStrategy::RoundRobin) => Some(StrategyType::RoundRobin),
+        Err(_) => {
+            return Err(invalid(
+                "config.sharding_strategy",
+                format!(
+                    "{} is not a known strategy (AVG_ALLOCATION, ODEVITY, ROUND_ROBIN)",
+                    c.sharding_strategy
+                ),
+            ))
+        }
+    };
+    if let Some(v) = c.max_time_diff_seconds.filter(|v| *v < -1) {
+        return Err(invalid(
+            "config.max_time_diff_seconds",
+            format!("must be -1 (off) or at least 0, got {v}"),
+        ));
+    }
+    if let Some(key) = c.props.keys().find(|k| k.trim().is_empty()) {
+        return Err(invalid(
+            "config.props",
+            format!("property names must not be empty (got {key:?})"),
+        ));
+    }
+    let mut config = JobConfiguration::new(job_name, total);
+    config.cron = Some(c.cron.trim().to_string()).filter(|s| !s.is_empty());
+    config.time_zone = Some(c.time_zone.clone()).filter(|s| !s.is_empty());
+    config.sharding_item_parameters = format_item_parameters(&params);
+    config.job_parameter = c.job_parameter.clone();
+    config.failover = c.failover;
+    config.misfire = c.misfire.unwrap_or(true);
+    config.monitor_execution = c.monitor_execution.unwrap_or(true);
+    config.job_sharding_strategy_type = strategy.map(|s| s.as_str().to_string());
+    config.max_time_diff_seconds = c.max_time_diff_seconds.unwrap_or(-1);
+    config.reconcile_interval_minutes = c.reconcile_interval_minutes.unwrap_or(10);
+    config.description = c.description.clone();
+    config.disabled = c.disabled;
+    config.props = c
+        .props
+        .iter()
+        .map(|(k, v)| (k.clone(), v.clone()))
+        .collect();
+    config.overwrite = overwrite;
+    Ok(config)
+}
+
+/// The wire form of an effective configuration (optional fields always set).
+pub fn to_proto(c: &JobConfiguration) -> proto::JobConfig {
+    let strategy = match c
+        .job_sharding_strategy_type
+        .as_deref()
+        .and_then(|s| StrategyType::parse(s).ok())
+    {
+        Some(StrategyType::Odevity) => proto::ShardingStrategy::Odevity,
+        Some(StrategyType::RoundRobin) => proto::ShardingStrategy::RoundRobin,
+        _ => proto::ShardingStrategy::AvgAllocation,
+    };
+    proto::JobConfig {
+        job_name: c.job_name.clone(),
+        cron: c.cron.clone().unwrap_or_default(),
+        time_zone: c.time_zone.clone().unwrap_or_default(),
+        sharding_total_count: c.sharding_total_count,
+        sharding_item_parameters: c
+            .item_parameters()
+            .unwrap_or_default()
+            .into_iter()
+            .collect(),
+        job_parameter: c.job_parameter.clone(),
+        failover: c.failover,
+        misfire: Some(c.misfire),
+        monitor_execution: Some(c.monitor_execution),
+        sharding_strategy: strategy as i32,
+        max_time_diff_seconds: Some(c.max_time_diff_seconds),
+        reconcile_interval_minutes: Some(c.reconcile_interval_minutes),
+        description: c.description.clone(),
+        disabled: c.disabled,
+        props: c
+            .props
+            .iter()
+            .map(|(k, v)| (k.clone(), v.clone()))
+            .collect(),
+        execution_timeout_seconds: 0,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn base() -> proto::JobConfig {
+        proto::JobConfig {
+            cron: "0/5 * * * * ?".into(),
+            sharding_total_count: 3,
+            ..Default::default()
+        }
+    }
+
+    #[test]
+    fn defaults_match_elasticjob_builder() {
+        let c = from_proto("myJob", &base(), false).unwrap();
+        let java = "cron: 0/5 * * * * ?\ndescription: ''\ndisabled: false\nfailover: false\njobName: myJob\njobParameter: ''\nmaxTimeDiffSeconds: -1\nmisfire: true\nmonitorExecution: true\noverwrite: false\nreconcileIntervalMinutes: 10\nshardingItemParameters: ''\nshardingTotalCount: 3\nstaticSharding: false\n";
+        assert_eq!(c.to_yaml(), java);
+    }
+
+    #[test]
+    fn round_trip_keeps_every_field() {
+        let mut p = base();
+        p.sharding_item_parameters = [(0, "a".to_string()), (2, "c".to_string())].into();
+        p.sharding_strategy = proto::ShardingStrategy::RoundRobin as i32;
+        p.misfire = Some(false);
+        p.max_time_diff_seconds = Some(5);
+        p.job_parameter = "x".into();
+        let c = from_proto("j", &p, false).unwrap();
+        assert_eq!(c.sharding_item_parameters, "0=a,2=c");
+        let back = to_proto(&c);
+        assert_eq!(back.sharding_item_parameters, p.sharding_item_parameters);
+        assert_eq!(back.sharding_strategy, p.sharding_strategy);
+        assert_eq!(back.misfire, Some(false));
+        assert_eq!(back.max_time_diff_seconds, Some(5));
+        assert_eq!(back.job_parameter, "x");
+    }
+
+    #[test]
+    fn invalid_fields_are_named() {
+        let cases: Vec<(fn(&mut proto::JobConfig), &str)> = vec![
+            (
+                |c| c.sharding_total_count = 0,
+                "config.sharding_total_count",
+            ),
+            (
+                |c| c.sharding_total_count = 100_001,
+                "config.sharding_total_count",
+            ),
+            (|c| c.cron = "not a cron".into(), "config.cron"),
+            (|c| c.time_zone = "Mars/Base".into(), "config.time_zone"),
+            (|c| c.job_name = "other".into(), "config.job_name"),
+            (
+                |c| {
+                    c.sharding_item_parameters.insert(5, "x".into());
+                },
+                "config.sharding_item_parameters",
+            ),
+            (
+                |c| {
+                    c.sharding_item_parameters.insert(0, "a,b".into());
+                },
+                "config.sharding_item_parameters",
+            ),
+            (|c| c.sharding_strategy = 9, "config.sharding_strategy"),
+            (
+                |c| c.max_time_diff_seconds = Some(-2),
+                "config.max_time_diff_seconds",
+            ),
+        ];
+        for (mutate, field) in cases {
+            let mut c = base();
+            mutate(&mut c);
+            match from_proto("j", &c, false) {
+                Err(CoordError::InvalidArgument { field: f, .. }) => assert_eq!(f, field),
+                other => panic!("expected an error naming {field}, got {other:?}"),
+            }
+        }
+        assert!(check_job_name("job_name", "a/b").is_err());
+        assert!(check_job_name("job_name", "").is_err());
+    }
+}

@@ -1,0 +1,144 @@
+//! The `shardcar.v1.Worker` service: validates requests, then hands them to the
+//! [`Coordinator`]. Every error names the field or state a client must fix.
+
+use std::pin::Pin;
+
+use tokio_stream::wrappers::ReceiverStream;
+use tokio_stream::Stream;
+use tonic::{Request, Response, Status};
+
+use crate::api::convert::{check_job_name, from_proto};
+use crate::coordination::{CoordError, Coordinator, ItemOutcome, Subscription};
+use crate::elasticjob::instance::instance_id;
+use crate::proto::worker_server::Worker;
+use crate::proto::{
+    CompleteRequest, CompleteResponse, ReportFailureRequest, ReportFailureResponse,
+    SubscribeRequest, WorkerEvent,
+};
+
+/// The worker service of one sidecar.
+pub struct WorkerService {
+    coordinator: Coordinator,
+}
+
+impl WorkerService {
+    pub fn new(coordinator: Coordinator) -> WorkerService {
+        WorkerService { coordinator }
+    }
+}
+
+fn invalid(field: &str, message: impl Into<String>) -> Status {
+    CoordError::InvalidArgument {
+        field: field.to_string(),
+        message: message.into(),
+    }
+    .into()
+}
+
+fn check_instance_id(id: &str) -> Result<(), Status> {
+    if id.is_empty()
+        || id.len() > 255
+        || id.contains('/')
+        || id.chars().any(char::is_control)
+        || id.trim() != id
+    {
+        return Err(invalid(
+            "instance_id",
+            format!("{id:?} must be 1 to 255 characters, without '/', control characters or surrounding spaces"),
+        ));
+    }
+    Ok(())
+}
+
+fn check_execution_id(id: &str) -> Result<(), Status> {
+    if id.is_empty() {
+        return Err(invalid(
+            "execution_id",
+            "must be the execution_id of the Trigger being answered",
+        ));
+    }
+    Ok(())
+}
+
+#[tonic::async_trait]
+impl Worker for WorkerService {
+    type SubscribeStream = Pin<Box<dyn Stream<Item = Result<WorkerEvent, Status>> + Send>>;
+
+    async fn subscribe(
+        &self,
+        request: Request<SubscribeRequest>,
+    ) -> Result<Response<Self::SubscribeStream>, Status> {
+        let req = request.into_inner();
+        check_job_name("job_name", &req.job_name)?;
+        let id = if !req.instance_id.is_empty() {
+            check_instance_id(&req.instance_id)?;
+            req.instance_id.clone()
+        } else if req.pid == 0 {
+            return Err(invalid(
+                "pid",
+                "must be the worker's process id (or give an instance_id)",
+            ));
+        } else {
+            instance_id(self.coordinator.ip(), req.pid)
+        };
+        let config = req
+            .config
+            .as_ref()
+            .map(|c| from_proto(&req.job_name, c, req.overwrite))
+            .transpose()?;
+        let subscription = Subscription {
+            job_name: req.job_name,
+            instance_id: id,
+            config,
+            overwrite: req.overwrite,
+        };
+        let (_, events) = self.coordinator.subscribe(subscription).await?;
+        Ok(Response::new(Box::pin(ReceiverStream::new(events))))
+    }
+
+    async fn complete(
+        &self,
+        request: Request<CompleteRequest>,
+    ) -> Result<Response<CompleteResponse>, Status> {
+        let req = request.into_inner();
+        check_instance_id(&req.instance_id)?;
+        check_execution_id(&req.execution_id)?;
+        if req.items.is_empty() {
+            return Err(invalid(
+                "items",
+                "must name at least one item of the execution",
+            ));
+        }
+        let outcomes = req
+            .items
+            .iter()
+            .map(|i| (*i, ItemOutcome::Completed))
+            .collect();
+        self.coordinator
+            .answer(&req.instance_id, &req.execution_id, outcomes)
+            .await?;
+        Ok(Response::new(CompleteResponse {}))
+    }
+
+    async fn report_failure(
+        &self,
+        request: Request<ReportFailureRequest>,
+    ) -> Result<Response<ReportFailureResponse>, Status> {
+        let req = request.into_inner();
+        check_instance_id(&req.instance_id)?;
+        check_execution_id(&req.execution_id)?;
+        let error = if req.error.is_empty() {
+            "no error text given".to_string()
+        } else {
+            req.error
+        };
+        self.coordinator
+            .answer(
+                &req.instance_id,
+                &req.execution_id,
+                vec![(req.item, ItemOutcome::Failed(error))],
+            )
+            .await?;
+        Ok(Response::new(ReportFailureResponse {}))
+    }
+}

@@ -1,0 +1,258 @@
+//! Sharding: when the leader must reshard, what the new assignment is, and the one multi-op
+//! that commits it (elasticjob-layout.md §5.2).
+//!
+//! ElasticJob reshards lazily at the leader's next fire; shardcar's leader does it eagerly, as
+//! soon as membership, a server's status or the item count changes, and only rewrites the
+//! owner nodes that change. The commit is fenced by the version of the leader node the leader
+//! read (DESIGN.md §2, rule 2) so a deposed leader's write fails instead of landing.
+
+use std::collections::BTreeMap;
+
+use crate::coordination::strategy::{shard, StrategyType};
+use crate::coordination::view::JobView;
+use crate::elasticjob::paths::JobPaths;
+use crate::registry::{CreateMode, Op};
+
+/// A new assignment decided by the leader.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ShardingPlan {
+    /// The owner of every item `0..total`.
+    pub owners: BTreeMap<i32, String>,
+    /// Why the leader reshards (for logs).
+    pub reason: &'static str,
+}
+
+/// Decides whether the leader must reshard and, if so, the new owners.
+///
+/// Returns `None` when nothing is to be done: no config, no available instance, another
+/// leader's reshard in progress (`processing`), or the current owners already match.
+pub fn plan(view: &JobView, job_name: &str) -> Option<ShardingPlan> {
+    let config = view.config.as_ref()?;
+    let total = config.sharding_total_count;
+    if total <= 0 || view.processing {
+        return None;
+    }
+    let available = view.available_instances();
+    if available.is_empty() {
+        return None;
+    }
+    let count_changed =
+        view.items.keys().any(|i| *i >= total) || (0..total).any(|i| !view.items.contains_key(&i));
+    let unowned = (0..total).any(|i| view.owner(i).is_none());
+    let static_locked = config.static_sharding && view.items.values().any(|it| it.owner.is_some());
+    let strategy = config.strategy().unwrap_or(StrategyType::AvgAllocation);
+    let mut owners = BTreeMap::new();
+    for (instance, items) in shard(strategy, job_name, &available, total) {
+        for i in items {
+            owners.insert(i, instance.clone());
+        }
+    }
+    let differs = (0..total).any(|i| view.owner(i) != owners.get(&i).map(String::as_str));
+    let reason = if view.necessary {
+        "resharding flag set"
+    } else if count_changed {
+        "item count changed"
+    } else if unowned {
+        "items without owner"
+    } else if differs && !static_locked {
+        "membership or server status changed"
+    } else {
+        return None;
+    };
+    Some(ShardingPlan { owners, reason })
+}
+
+/// The multi-op that commits `plan`: a check of the leader node's version, the owner nodes
+/// that change, removal of items beyond the total, and removal of the `necessary` flag.
+pub fn commit_ops(
+    view: &JobView,
+    paths: &JobPaths,
+    plan: &ShardingPlan,
+    leader_version: i32,
+) -> Vec<Op> {
+    let mut ops = vec![Op::Check {
+        path: paths.leader_election_instance(),
+        version: leader_version,
+    }];
+    if !view.has_sharding_root {
+        ops.push(Op::Create {
+            path: paths.sharding(),
+            data: Vec::new(),
+            mode: CreateMode::Persistent,
+        });
+    }
+    for (i, owner) in &plan.owners {
+        let item = view.items.get(i);
+        if item.is_none() {
+            ops.push(Op::Create {
+                path: paths.item(*i),
+                data: Vec::new(),
+                mode: CreateMode::Persistent,
+            });
+        }
+        match item.and_then(|it| it.owner.as_ref()) {
+            Some((current, _)) if current == owner => {}
+            Some(_) => ops.push(Op::SetData {
+                path: paths.item_instance(*i),
+                data: owner.clone().into_bytes(),
+                version: None,
+            }),
+            None => ops.push(Op::Create {
+                path: paths.item_instance(*i),
+                data: owner.clone().into_bytes(),
+                mode: CreateMode::Persistent,
+            }),
+        }
+    }
+    let total = plan.owners.len() as i32;
+    for (i, item) in view.items.range(total..) {
+        let children = [
+            (item.owner.is_some(), paths.item_instance(*i)),
+            (item.running.is_some(), paths.item_running(*i)),
+            (item.misfire, paths.item_misfire(*i)),
+            (item.disabled, paths.item_disabled(*i)),
+            (item.failover.is_some(), paths.item_failover(*i)),
+            (item.failovering.is_some(), paths.item_failovering(*i)),
+        ];
+        for (present, path) in children {
+            if present {
+                ops.push(Op::Delete {
+                    path,
+                    version: None,
+                });
+            }
+        }
+        ops.push(Op::Delete {
+            path: paths.item(*i),
+            version: None,
+        });
+    }
+    if view.necessary {
+        ops.push(Op::Delete {
+            path: paths.sharding_necessary(),
+            version: None,
+        });
+    }
+    ops
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::coordination::view::ItemView;
+    use crate::elasticjob::config::JobConfiguration;
+    use crate::registry::Stat;
+
+    const A: &str = "10.0.0.1@-@1";
+    const B: &str = "10.0.0.2@-@1";
+    const C: &str = "10.0.0.3@-@1";
+
+    fn view(total: i32, instances: &[&str], owners: &[(i32, &str)]) -> JobView {
+        let mut v = JobView {
+            config: Some(JobConfiguration::new("demoJob", total)),
+            has_sharding_root: !owners.is_empty(),
+            ..JobView::default()
+        };
+        for id in instances {
+            v.instances
+                .insert(id.to_string(), id.split("@-@").next().unwrap().to_string());
+        }
+        for (i, owner) in owners {
+            v.items.insert(
+                *i,
+                ItemView {
+                    owner: Some((owner.to_string(), Stat::default())),
+                    ..ItemView::default()
+                },
+            );
+        }
+        v
+    }
+
+    fn owners(plan: &ShardingPlan) -> Vec<(i32, &str)> {
+        plan.owners.iter().map(|(i, o)| (*i, o.as_str())).collect()
+    }
+
+    #[test]
+    fn first_sharding_uses_the_strategy_on_descending_ids() {
+        let plan = plan(&view(2, &[A, B, C], &[]), "demoJob").expect("a plan");
+        // AVG over [C, B, A] with T=2: C[0] B[1] A[].
+        assert_eq!(owners(&plan), vec![(0, C), (1, B)]);
+        assert_eq!(plan.reason, "item count changed");
+    }
+
+    #[test]
+    fn nothing_to_do_when_owners_match() {
+        assert_eq!(
+            plan(&view(2, &[A, B, C], &[(0, C), (1, B)]), "demoJob"),
+            None
+        );
+    }
+
+    #[test]
+    fn membership_change_reshards_eagerly() {
+        let plan = plan(&view(2, &[A, B], &[(0, C), (1, B)]), "demoJob").expect("a plan");
+        assert_eq!(owners(&plan), vec![(0, B), (1, A)]);
+        assert_eq!(plan.reason, "membership or server status changed");
+    }
+
+    #[test]
+    fn disabled_servers_and_processing_and_static_sharding() {
+        let mut v = view(2, &[A, B, C], &[(0, C), (1, B)]);
+        v.servers.insert("10.0.0.3".into(), false);
+        assert_eq!(owners(&plan(&v, "demoJob").unwrap()), vec![(0, B), (1, A)]);
+        v.processing = true;
+        assert_eq!(plan(&v, "demoJob"), None, "another leader is resharding");
+        let mut v = view(2, &[A, B], &[(0, C), (1, B)]);
+        v.config.as_mut().unwrap().static_sharding = true;
+        assert_eq!(plan(&v, "demoJob"), None, "static sharding keeps owners");
+        v.necessary = true;
+        assert!(
+            plan(&v, "demoJob").is_some(),
+            "the resharding flag still counts"
+        );
+    }
+
+    #[test]
+    fn no_available_instance_means_no_plan() {
+        assert_eq!(plan(&view(2, &[], &[(0, C)]), "demoJob"), None);
+    }
+
+    #[test]
+    fn commit_rewrites_only_changed_owners_and_drops_extra_items() {
+        let paths = JobPaths::new("demoJob");
+        let mut v = view(2, &[A, B], &[(0, B), (1, C), (2, C)]);
+        v.items.get_mut(&2).unwrap().misfire = true;
+        v.necessary = true;
+        let plan = plan(&v, "demoJob").unwrap();
+        let ops = commit_ops(&v, &paths, &plan, 7);
+        let expected = vec![
+            Op::Check {
+                path: "/demoJob/leader/election/instance".into(),
+                version: 7,
+            },
+            Op::SetData {
+                path: "/demoJob/sharding/1/instance".into(),
+                data: A.as_bytes().to_vec(),
+                version: None,
+            },
+            Op::Delete {
+                path: "/demoJob/sharding/2/instance".into(),
+                version: None,
+            },
+            Op::Delete {
+                path: "/demoJob/sharding/2/misfire".into(),
+                version: None,
+            },
+            Op::Delete {
+                path: "/demoJob/sharding/2".into(),
+                version: None,
+            },
+            Op::Delete {
+                path: "/demoJob/leader/sharding/necessary".into(),
+                version: None,
+            },
+        ];
+        assert_eq!(format!("{ops:?}"), format!("{expected:?}"));
+    }
+}

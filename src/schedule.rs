@@ -1,0 +1,764 @@
+//! Cron schedules in Quartz syntax (what ElasticJob's `config.cron` holds) and the one timer
+//! task that fires every job's schedule.
+//!
+//! [`CronSchedule`] parses Quartz expressions (seconds first, 6 or 7 fields, `?`, `L`, `W`,
+//! `#`, Quartz weekday numbering 1 = SUN … 7 = SAT) with croner and evaluates them in the job's
+//! time zone. [`Timer`] is a handle to a single tokio task that keeps a heap of deadlines for
+//! all jobs and sends a [`Fire`] at each instant: no task or thread per job (ElasticJob runs a
+//! Quartz scheduler and a thread per job, issue #510).
+
+use std::cmp::Reverse;
+use std::collections::{BinaryHeap, HashMap};
+use std::sync::{Arc, Mutex, MutexGuard};
+use std::time::Duration;
+
+use chrono::{DateTime, FixedOffset, Local, TimeZone, Utc};
+use croner::parser::{CronParser, Seconds};
+use croner::Cron;
+use tokio::sync::{mpsc, Notify};
+
+const FIELDS: [&str; 7] = [
+    "second",
+    "minute",
+    "hour",
+    "day-of-month",
+    "month",
+    "day-of-week",
+    "year",
+];
+
+/// A cron expression or time zone that cannot be used; the message names the bad part.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum CronError {
+    #[error("cron expression {cron:?} has {count} fields; Quartz expects 6 or 7: second minute hour day-of-month month day-of-week [year], e.g. \"0/5 * * * * ?\"")]
+    FieldCount { cron: String, count: usize },
+    #[error("cron expression {cron:?}: {reason}")]
+    DayFields { cron: String, reason: &'static str },
+    #[error("cron expression {cron:?}: invalid {field} field {value:?}: {reason}")]
+    Field {
+        cron: String,
+        field: &'static str,
+        value: String,
+        reason: String,
+    },
+    #[error("cron expression {cron:?} is invalid: {reason}")]
+    Invalid { cron: String, reason: String },
+    #[error("time zone {zone:?} is not valid: use GMT, GMT+08:00, GMT-5, UTC or an IANA name such as Asia/Shanghai (empty means the host's local time)")]
+    TimeZone { zone: String },
+}
+
+/// The zone a schedule is evaluated in.
+#[derive(Debug, Clone)]
+enum Zone {
+    Local,
+    Fixed(FixedOffset),
+    Named(chrono_tz::Tz),
+}
+
+/// Parses a time zone as ElasticJob users write it: `""` (local), `GMT`, `UTC`,
+/// `GMT±H`, `GMT±HH`, `GMT±H:MM`, `GMT±HH:MM`, `GMT±HHMM` (Java's custom ids), or an IANA name.
+fn parse_zone(zone: &str) -> Result<Zone, CronError> {
+    let bad = || CronError::TimeZone {
+        zone: zone.to_owned(),
+    };
+    match zone {
+        "" => return Ok(Zone::Local),
+        "GMT" | "UTC" | "Z" => return Ok(Zone::Fixed(FixedOffset::east_opt(0).ok_or_else(bad)?)),
+        _ => {}
+    }
+    if let Some(rest) = zone.strip_prefix("GMT") {
+        let (sign, digits) = match rest.as_bytes().first() {
+            Some(b'+') => (1, &rest[1..]),
+            Some(b'-') => (-1, &rest[1..]),
+            _ => return Err(bad()),
+        };
+        let (h, m) = match digits.split_once(':') {
+            Some((h, m)) if m.len() == 2 => (h, m),
+            Some(_) => return Err(bad()),
+            None if digits.len() == 4 => (&digits[..2], &digits[2..]),
+            None => (digits, "0"),
+        };
+        if h.is_empty() || h.len() > 2 || !h.bytes().all(|b| b.is_ascii_digit()) {
+            return Err(bad());
+        }
+        let h: i32 = h.parse().map_err(|_| bad())?;
+        let m: i32 = m.parse().map_err(|_| bad())?;
+        if h > 23 || m > 59 {
+            return Err(bad());
+        }
+        return FixedOffset::east_opt(sign * (h * 3600 + m * 60))
+            .map(Zone::Fixed)
+            .ok_or_else(bad);
+    }
+    zone.parse::<chrono_tz::Tz>()
+        .map(Zone::Named)
+        .map_err(|_| bad())
+}
+
+/// Checks a time zone without a cron expression.
+///
+/// # Errors
+/// [`CronError::TimeZone`] for a zone that is neither empty, a `GMT`/`UTC` form, nor IANA.
+pub fn validate_time_zone(zone: &str) -> Result<(), CronError> {
+    parse_zone(zone).map(|_| ())
+}
+
+/// A parsed Quartz cron expression in its time zone.
+#[derive(Debug, Clone)]
+pub struct CronSchedule {
+    expression: String,
+    time_zone: String,
+    cron: Cron,
+    zone: Zone,
+}
+
+impl PartialEq for CronSchedule {
+    fn eq(&self, o: &Self) -> bool {
+        self.expression == o.expression && self.time_zone == o.time_zone
+    }
+}
+
+fn parser() -> CronParser {
+    CronParser::builder()
+        .seconds(Seconds::Required)
+        .alternative_weekdays(true)
+        .sloppy_ranges(true)
+        .dom_and_dow(true)
+        .build()
+}
+
+impl CronSchedule {
+    /// Parses a Quartz expression, to be evaluated in `time_zone` (see [`validate_time_zone`]).
+    ///
+    /// Quartz's rules apply: 6 or 7 fields, and exactly one of day-of-month and day-of-week is
+    /// `?` (Quartz, and so every Java peer, rejects anything else). `L-n` is not supported.
+    ///
+    /// # Errors
+    /// [`CronError`] naming the field or the zone that is wrong.
+    pub fn parse(cron: &str, time_zone: &str) -> Result<CronSchedule, CronError> {
+        let zone = parse_zone(time_zone)?;
+        let fields: Vec<&str> = cron.split_whitespace().collect();
+        if !(6..=7).contains(&fields.len()) {
+            return Err(CronError::FieldCount {
+                cron: cron.to_owned(),
+                count: fields.len(),
+            });
+        }
+        let field_err = |i: usize, reason: String| CronError::Field {
+            cron: cron.to_owned(),
+            field: FIELDS[i],
+            value: fields[i].to_owned(),
+            reason,
+        };
+        for (i, f) in fields.iter().enumerate() {
+            if f.contains('?') && i != 3 && i != 5 {
+                return Err(field_err(
+                    i,
+                    "'?' is only allowed in day-of-month and day-of-week".into(),
+                ));
+            }
+            if f.contains('?') && *f != "?" {
+                return Err(field_err(i, "'?' must stand alone".into()));
+            }
+            if i == 3 && f.to_ascii_uppercase().starts_with("L-") {
+                return Err(field_err(
+                    i,
+                    "'L-n' (n days before the last day) is not supported".into(),
+                ));
+            }
+        }
+        match (fields[3] == "?", fields[5] == "?") {
+            (true, false) | (false, true) => {}
+            (true, true) => {
+                return Err(CronError::DayFields {
+                    cron: cron.to_owned(),
+                    reason: "only one of day-of-month and day-of-week may be '?'",
+                })
+            }
+            (false, false) => {
+                return Err(CronError::DayFields {
+                    cron: cron.to_owned(),
+                    reason: "one of day-of-month and day-of-week must be '?' (Quartz rule), e.g. \"0 0 12 * * ?\" or \"0 0 12 ? * MON\"",
+                })
+            }
+        }
+        // Quartz reads a lone `L` in day-of-week as the last day of the week, Saturday.
+        let mut normalized: Vec<String> = fields.iter().map(|f| f.to_string()).collect();
+        if normalized[5].eq_ignore_ascii_case("L") {
+            normalized[5] = "7".into();
+        }
+        let pattern = normalized.join(" ");
+        let cron_parsed = parser().parse(&pattern).map_err(|e| {
+            // Name the first field that fails on its own.
+            let base = ["0", "0", "0", "*", "*", "*", "*"];
+            for i in 0..normalized.len() {
+                let mut probe: Vec<&str> = base[..normalized.len()].to_vec();
+                probe[i] = &normalized[i];
+                if let Err(fe) = parser().parse(&probe.join(" ")) {
+                    return field_err(i, fe.to_string());
+                }
+            }
+            CronError::Invalid {
+                cron: cron.to_owned(),
+                reason: e.to_string(),
+            }
+        })?;
+        Ok(CronSchedule {
+            expression: cron.to_owned(),
+            time_zone: time_zone.to_owned(),
+            cron: cron_parsed,
+            zone,
+        })
+    }
+
+    /// The expression as given.
+    pub fn expression(&self) -> &str {
+        &self.expression
+    }
+
+    /// The time zone as given.
+    pub fn time_zone(&self) -> &str {
+        &self.time_zone
+    }
+
+    /// The first fire instant strictly after `t`, or `None` if there is none (e.g. a year in
+    /// the past). Across a DST gap a wall-clock time that does not exist fires at the first
+    /// instant after the gap; in a repeated hour a fixed time fires once.
+    pub fn next_after(&self, t: DateTime<Utc>) -> Option<DateTime<Utc>> {
+        fn next<Z: TimeZone>(c: &Cron, t: DateTime<Z>) -> Option<DateTime<Utc>> {
+            c.find_next_occurrence(&t, false)
+                .ok()
+                .map(|n| n.with_timezone(&Utc))
+        }
+        match &self.zone {
+            Zone::Local => next(&self.cron, t.with_timezone(&Local)),
+            Zone::Fixed(z) => next(&self.cron, t.with_timezone(z)),
+            Zone::Named(z) => next(&self.cron, t.with_timezone(z)),
+        }
+    }
+}
+
+/// One fire of one schedule: `fire_time` is the scheduled instant (after a stall, the missed
+/// instant; compare it with the clock to detect a misfire).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Fire {
+    pub key: String,
+    pub fire_time: DateTime<Utc>,
+}
+
+struct Entry {
+    generation: u64,
+    schedule: CronSchedule,
+    tx: mpsc::Sender<Fire>,
+}
+
+/// The timer's state: the live schedules and a min-heap of their next deadlines. Heap entries
+/// of cancelled or replaced schedules are recognised by their generation and dropped.
+#[derive(Default)]
+struct State {
+    entries: HashMap<String, Entry>,
+    heap: BinaryHeap<Reverse<(DateTime<Utc>, u64, String)>>,
+    next_generation: u64,
+    closed: bool,
+}
+
+impl State {
+    fn schedule(
+        &mut self,
+        key: String,
+        schedule: CronSchedule,
+        tx: mpsc::Sender<Fire>,
+        now: DateTime<Utc>,
+    ) {
+        self.next_generation += 1;
+        let generation = self.next_generation;
+        if let Some(at) = schedule.next_after(now) {
+            self.heap.push(Reverse((at, generation, key.clone())));
+        }
+        self.entries.insert(
+            key,
+            Entry {
+                generation,
+                schedule,
+                tx,
+            },
+        );
+    }
+
+    fn cancel(&mut self, key: &str) {
+        self.entries.remove(key);
+    }
+
+    /// Pops every deadline due at `now` and returns what to send. Each due schedule fires
+    /// once, for its scheduled instant, and is rescheduled after `now`: instants missed while
+    /// the process was stalled are skipped (Quartz's DO_NOTHING).
+    fn take_due(&mut self, now: DateTime<Utc>) -> Vec<(mpsc::Sender<Fire>, Fire)> {
+        let mut out = Vec::new();
+        while let Some(Reverse((at, generation, _))) = self.heap.peek() {
+            if *at > now {
+                break;
+            }
+            let (at, generation) = (*at, *generation);
+            let Some(Reverse((_, _, key))) = self.heap.pop() else {
+                break;
+            };
+            let Some(entry) = self
+                .entries
+                .get(&key)
+                .filter(|e| e.generation == generation)
+            else {
+                continue; // cancelled or replaced
+            };
+            out.push((
+                entry.tx.clone(),
+                Fire {
+                    key: key.clone(),
+                    fire_time: at,
+                },
+            ));
+            if let Some(next) = entry.schedule.next_after(now.max(at)) {
+                self.heap.push(Reverse((next, generation, key)));
+            }
+        }
+        out
+    }
+
+    /// The earliest deadline of a live schedule (stale heap entries are dropped on the way).
+    fn next_deadline(&mut self) -> Option<DateTime<Utc>> {
+        while let Some(Reverse((at, generation, key))) = self.heap.peek() {
+            if self
+                .entries
+                .get(key)
+                .is_some_and(|e| e.generation == *generation)
+            {
+                return Some(*at);
+            }
+            self.heap.pop();
+        }
+        None
+    }
+}
+
+struct Shared {
+    state: Mutex<State>,
+    wake: Notify,
+}
+
+impl Shared {
+    fn lock(&self) -> MutexGuard<'_, State> {
+        // A panic while holding this lock cannot leave the state inconsistent in a way that
+        // matters (at worst a deadline is lost), so a poisoned lock is used as is.
+        self.state.lock().unwrap_or_else(|p| p.into_inner())
+    }
+}
+
+/// Closes the timer task when the last [`Timer`] handle is dropped.
+struct CloseOnDrop(Arc<Shared>);
+
+impl Drop for CloseOnDrop {
+    fn drop(&mut self) {
+        self.0.lock().closed = true;
+        self.0.wake.notify_one();
+    }
+}
+
+/// A handle to the one task that fires all schedules. Cheap to clone; the task ends when the
+/// last handle is dropped.
+#[derive(Clone)]
+pub struct Timer {
+    shared: Arc<Shared>,
+    _close: Arc<CloseOnDrop>,
+}
+
+/// The longest single sleep, so a step of the wall clock is noticed within this time.
+const MAX_SLEEP: Duration = Duration::from_secs(1);
+
+impl Timer {
+    /// Spawns the timer task on the current tokio runtime.
+    ///
+    /// # Panics
+    /// Outside a tokio runtime.
+    pub fn spawn() -> Timer {
+        let shared = Arc::new(Shared {
+            state: Mutex::new(State::default()),
+            wake: Notify::new(),
+        });
+        tokio::spawn(run(shared.clone()));
+        Timer {
+            _close: Arc::new(CloseOnDrop(shared.clone())),
+            shared,
+        }
+    }
+
+    /// Fires `schedule` for `key` on `tx` from now on, replacing any schedule `key` had.
+    pub fn schedule(&self, key: String, schedule: CronSchedule, tx: mpsc::Sender<Fire>) {
+        self.shared.lock().schedule(key, schedule, tx, Utc::now());
+        self.shared.wake.notify_one();
+    }
+
+    /// Stops `key`'s schedule; it never fires again (a no-op for an unknown key).
+    pub fn cancel(&self, key: &str) {
+        self.shared.lock().cancel(key);
+        self.shared.wake.notify_one();
+    }
+}
+
+async fn run(shared: Arc<Shared>) {
+    loop {
+        let (due, deadline) = {
+            let mut state = shared.lock();
+            if state.closed {
+                return;
+            }
+            let due = state.take_due(Utc::now());
+            (due, state.next_deadline())
+        };
+        for (tx, fire) in due {
+            match tx.try_send(fire) {
+                Ok(()) => {}
+                Err(mpsc::error::TrySendError::Full(fire)) => {
+                    tracing::warn!(key = %fire.key, fire_time = %fire.fire_time, "fire dropped: the job's fire queue is full");
+                }
+                Err(mpsc::error::TrySendError::Closed(fire)) => {
+                    tracing::debug!(key = %fire.key, "fire receiver gone; cancelling its schedule");
+                    let mut state = shared.lock();
+                    if state
+                        .entries
+                        .get(&fire.key)
+                        .is_some_and(|e| e.tx.is_closed())
+                    {
+                        state.cancel(&fire.key);
+                    }
+                }
+            }
+        }
+        match deadline {
+            None => shared.wake.notified().await,
+            Some(at) => {
+                // Wall-clock deadline to a monotonic instant, recomputed at every wake.
+                let wait = (at - Utc::now())
+                    .to_std()
+                    .unwrap_or(Duration::ZERO)
+                    .min(MAX_SLEEP);
+                tokio::select! {
+                    _ = shared.wake.notified() => {}
+                    _ = tokio::time::sleep_until(tokio::time::Instant::now() + wait) => {}
+                }
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use chrono::Timelike;
+
+    fn utc(s: &str) -> DateTime<Utc> {
+        s.parse().unwrap()
+    }
+
+    fn next_n(cron: &str, tz: &str, from: &str, n: usize) -> Vec<String> {
+        let s = CronSchedule::parse(cron, tz).unwrap();
+        let mut t = utc(from);
+        let mut out = Vec::new();
+        for _ in 0..n {
+            match s.next_after(t) {
+                Some(next) => {
+                    out.push(next.format("%a %Y-%m-%dT%H:%M:%SZ").to_string());
+                    t = next;
+                }
+                None => break,
+            }
+        }
+        out
+    }
+
+    #[test]
+    fn quartz_edge_cases() {
+        let from = "2026-02-01T00:00:00Z"; // a Sunday
+        let cases: [(&str, &[&str]); 12] = [
+            (
+                "0/5 * * * * ?",
+                &["Sun 2026-02-01T00:00:05Z", "Sun 2026-02-01T00:00:10Z"],
+            ),
+            (
+                "*/1 * * * * ?",
+                &["Sun 2026-02-01T00:00:01Z", "Sun 2026-02-01T00:00:02Z"],
+            ),
+            (
+                "0 0 12 L * ?",
+                &["Sat 2026-02-28T12:00:00Z", "Tue 2026-03-31T12:00:00Z"],
+            ),
+            (
+                "0 0 12 LW * ?",
+                &["Fri 2026-02-27T12:00:00Z", "Tue 2026-03-31T12:00:00Z"],
+            ),
+            (
+                "0 0 12 15W * ?",
+                &["Mon 2026-02-16T12:00:00Z", "Mon 2026-03-16T12:00:00Z"],
+            ),
+            (
+                "0 0 12 1W * ?",
+                &["Mon 2026-02-02T12:00:00Z", "Mon 2026-03-02T12:00:00Z"],
+            ),
+            (
+                "0 0 12 ? * 6#3",
+                &["Fri 2026-02-20T12:00:00Z", "Fri 2026-03-20T12:00:00Z"],
+            ),
+            (
+                "0 0 12 ? * 6L",
+                &["Fri 2026-02-27T12:00:00Z", "Fri 2026-03-27T12:00:00Z"],
+            ),
+            (
+                "0 0 12 ? * L",
+                &["Sat 2026-02-07T12:00:00Z", "Sat 2026-02-14T12:00:00Z"],
+            ),
+            // Quartz numbering: 1 = SUN, 4 = WED, 7 = SAT.
+            (
+                "0 0 12 ? * 1",
+                &["Sun 2026-02-01T12:00:00Z", "Sun 2026-02-08T12:00:00Z"],
+            ),
+            (
+                "0 0 12 ? * 4",
+                &["Wed 2026-02-04T12:00:00Z", "Wed 2026-02-11T12:00:00Z"],
+            ),
+            (
+                "0 0 12 ? * mon-fri",
+                &["Mon 2026-02-02T12:00:00Z", "Tue 2026-02-03T12:00:00Z"],
+            ),
+        ];
+        for (cron, want) in cases {
+            assert_eq!(next_n(cron, "UTC", from, 2), want, "{cron}");
+        }
+        assert_eq!(
+            next_n("0 0 12 L 2 ? 2028", "GMT", from, 1),
+            ["Tue 2028-02-29T12:00:00Z"]
+        );
+        assert_eq!(
+            next_n("0 0 12 1 1 ? 1999", "GMT", from, 1),
+            Vec::<String>::new()
+        );
+        assert_eq!(
+            next_n("0 0 12 ? * 7", "GMT", from, 1),
+            ["Sat 2026-02-07T12:00:00Z"]
+        );
+        // Strictly after: a time on the schedule gives the next one.
+        assert_eq!(
+            next_n("0/5 * * * * ?", "UTC", "2026-02-01T00:00:05Z", 1),
+            ["Sun 2026-02-01T00:00:10Z"]
+        );
+        assert_eq!(
+            next_n("0/5 * * * * ?", "UTC", "2026-02-01T00:00:04.999Z", 1),
+            ["Sun 2026-02-01T00:00:05Z"]
+        );
+    }
+
+    #[test]
+    fn time_zones() {
+        let from = "2026-06-01T00:00:00Z";
+        let noon = |tz: &str| next_n("0 0 12 * * ?", tz, from, 1);
+        assert_eq!(noon("GMT+08:00"), ["Mon 2026-06-01T04:00:00Z"]);
+        assert_eq!(noon("GMT+8"), ["Mon 2026-06-01T04:00:00Z"]);
+        assert_eq!(noon("GMT+0800"), ["Mon 2026-06-01T04:00:00Z"]);
+        assert_eq!(noon("GMT-5"), ["Mon 2026-06-01T17:00:00Z"]);
+        assert_eq!(noon("GMT"), ["Mon 2026-06-01T12:00:00Z"]);
+        assert_eq!(noon("UTC"), ["Mon 2026-06-01T12:00:00Z"]);
+        assert_eq!(noon("Asia/Shanghai"), ["Mon 2026-06-01T04:00:00Z"]);
+        assert_eq!(noon("America/New_York"), ["Mon 2026-06-01T16:00:00Z"]); // EDT
+        let local = CronSchedule::parse("0 0 12 * * ?", "").unwrap();
+        let next = local.next_after(utc(from)).unwrap();
+        assert_eq!(next.with_timezone(&Local).hour(), 12);
+        assert_eq!(local.time_zone(), "");
+        assert_eq!(local.expression(), "0 0 12 * * ?");
+        for bad in [
+            "Mars/Base",
+            "GMT+25",
+            "GMT+8:5",
+            "GMT8",
+            "GMT+",
+            "gmt+8",
+            "+08:00",
+        ] {
+            let err = validate_time_zone(bad).unwrap_err().to_string();
+            assert!(err.contains(bad) && err.contains("IANA"), "{bad}: {err}");
+            assert!(CronSchedule::parse("0 0 12 * * ?", bad).is_err());
+        }
+    }
+
+    #[test]
+    fn daylight_saving_time() {
+        let ny = "America/New_York";
+        // Spring forward (2026-03-08): 02:30 does not exist and fires at 03:00 EDT.
+        assert_eq!(
+            next_n("0 30 2 * * ?", ny, "2026-03-08T05:00:00Z", 2),
+            ["Sun 2026-03-08T07:00:00Z", "Mon 2026-03-09T06:30:00Z"]
+        );
+        // Fall back (2026-11-01): 01:30 happens twice and fires once.
+        assert_eq!(
+            next_n("0 30 1 * * ?", ny, "2026-11-01T04:00:00Z", 2),
+            ["Sun 2026-11-01T05:30:00Z", "Mon 2026-11-02T06:30:00Z"]
+        );
+    }
+
+    #[test]
+    fn invalid_expressions_are_named() {
+        let cases = [
+            ("0 0 12 * *", "5 fields"),
+            ("0 0 12 * * ? 2027 x", "8 fields"),
+            ("0 0 12 * * *", "must be '?'"),
+            ("0 0 12 ? * ?", "only one"),
+            ("? 0 12 * * ?", "second"),
+            ("0 0 12 1? * ?", "must stand alone"),
+            ("0 0 25 * * ?", "hour"),
+            ("0 61 * * * ?", "minute"),
+            ("0 0 12 L-2 * ?", "L-n"),
+            ("0 0 12 ? * 8", "day-of-week"),
+            ("0 0 12 ? 13 *", "month"),
+            ("0 0 12 32 * ?", "day-of-month"),
+            ("0 0 12 * * ? 19x", "year"),
+            ("", "0 fields"),
+        ];
+        for (cron, needle) in cases {
+            let err = CronSchedule::parse(cron, "UTC").unwrap_err().to_string();
+            assert!(err.contains(needle), "{cron:?}: {err}");
+            assert!(err.contains(&format!("{cron:?}")), "{cron:?}: {err}");
+        }
+    }
+
+    fn every_second(key: &str, timer: &Timer, tx: &mpsc::Sender<Fire>) {
+        timer.schedule(
+            key.to_owned(),
+            CronSchedule::parse("* * * * * ?", "UTC").unwrap(),
+            tx.clone(),
+        );
+    }
+
+    #[test]
+    fn stalled_schedule_fires_once_then_continues_from_now() {
+        let mut state = State::default();
+        let (tx, _rx) = mpsc::channel(8);
+        let t0 = utc("2026-02-01T00:00:00Z");
+        state.schedule(
+            "j".into(),
+            CronSchedule::parse("0/5 * * * * ?", "UTC").unwrap(),
+            tx,
+            t0,
+        );
+        assert_eq!(state.next_deadline(), Some(utc("2026-02-01T00:00:05Z")));
+        assert!(state.take_due(utc("2026-02-01T00:00:04Z")).is_empty());
+        // The process was paused for 37 s: one fire for the missed 00:00:05 instant.
+        let due = state.take_due(utc("2026-02-01T00:00:42Z"));
+        let fires: Vec<Fire> = due.into_iter().map(|(_, f)| f).collect();
+        assert_eq!(
+            fires,
+            [Fire {
+                key: "j".into(),
+                fire_time: utc("2026-02-01T00:00:05Z")
+            }]
+        );
+        assert_eq!(state.next_deadline(), Some(utc("2026-02-01T00:00:45Z")));
+        // Replace and cancel make older heap entries stale.
+        let (tx2, _rx2) = mpsc::channel(8);
+        state.schedule(
+            "j".into(),
+            CronSchedule::parse("0 0 * * * ?", "UTC").unwrap(),
+            tx2,
+            t0,
+        );
+        assert_eq!(state.next_deadline(), Some(utc("2026-02-01T01:00:00Z")));
+        state.cancel("j");
+        assert_eq!(state.next_deadline(), None);
+        assert!(state.take_due(utc("2026-02-02T00:00:00Z")).is_empty());
+    }
+
+    #[tokio::test]
+    async fn fires_on_consecutive_seconds_then_cancel_stops_it() {
+        let timer = Timer::spawn();
+        let (tx, mut rx) = mpsc::channel(16);
+        every_second("j", &timer, &tx);
+        let mut times = Vec::new();
+        for _ in 0..3 {
+            let fire = tokio::time::timeout(Duration::from_secs(3), rx.recv())
+                .await
+                .unwrap()
+                .unwrap();
+            assert_eq!(fire.key, "j");
+            assert_eq!(fire.fire_time.nanosecond(), 0);
+            assert!(Utc::now() >= fire.fire_time, "fired early");
+            times.push(fire.fire_time);
+        }
+        assert_eq!(times[1] - times[0], chrono::Duration::seconds(1));
+        assert_eq!(times[2] - times[1], chrono::Duration::seconds(1));
+        timer.cancel("j");
+        // Anything already sent is drained; nothing arrives after that.
+        while rx.try_recv().is_ok() {}
+        assert!(tokio::time::timeout(Duration::from_millis(1500), rx.recv())
+            .await
+            .is_err());
+    }
+
+    #[tokio::test]
+    async fn replace_sends_to_the_new_schedule_only() {
+        let timer = Timer::spawn();
+        let (tx1, mut rx1) = mpsc::channel(16);
+        let (tx2, mut rx2) = mpsc::channel(16);
+        every_second("j", &timer, &tx1);
+        every_second("j", &timer, &tx2);
+        let fire = tokio::time::timeout(Duration::from_secs(3), rx2.recv())
+            .await
+            .unwrap()
+            .unwrap();
+        assert_eq!(fire.key, "j");
+        assert!(rx1.try_recv().is_err());
+    }
+
+    #[tokio::test]
+    async fn many_keys_share_one_task_and_a_full_queue_does_not_block_others() {
+        let timer = Timer::spawn();
+        let (tx, mut rx) = mpsc::channel(1000);
+        for i in 0..200 {
+            every_second(&format!("job-{i}"), &timer, &tx);
+        }
+        let (full_tx, _full_rx) = mpsc::channel(1);
+        every_second("full", &timer, &full_tx);
+        let mut seen = std::collections::HashSet::new();
+        let deadline = tokio::time::Instant::now() + Duration::from_secs(4);
+        while seen.len() < 200 {
+            let fire = tokio::time::timeout_at(deadline, rx.recv())
+                .await
+                .unwrap()
+                .unwrap();
+            seen.insert(fire.key);
+        }
+        // Keep going past a second fire of the full queue: others still arrive.
+        let before = Utc::now();
+        loop {
+            let fire = tokio::time::timeout_at(deadline + Duration::from_secs(2), rx.recv())
+                .await
+                .unwrap()
+                .unwrap();
+            if fire.fire_time > before {
+                break;
+            }
+        }
+    }
+
+    #[tokio::test]
+    async fn task_ends_when_the_last_handle_is_dropped() {
+        let timer = Timer::spawn();
+        let weak = Arc::downgrade(&timer.shared);
+        let clone = timer.clone();
+        drop(timer);
+        tokio::time::sleep(Duration::from_millis(50)).await;
+        assert!(weak.upgrade().is_some(), "a clone is still alive");
+        drop(clone);
+        for _ in 0..100 {
+            if weak.upgrade().is_none() {
+                return;
+            }
+            tokio::time::sleep(Duration::from_millis(10)).await;
+        }
+        panic!("timer task still holds its state");
+    }
+}

@@ -1,0 +1,194 @@
+//! The sidecar process: connect the registry, serve gRPC, and shut down in order.
+
+use std::future::Future;
+use std::time::Duration;
+
+use tokio_stream::wrappers::{TcpListenerStream, UnixListenerStream};
+use tokio_util::sync::CancellationToken;
+use tonic::transport::Server;
+use tracing::{info, warn};
+
+use crate::api::worker::WorkerService;
+use crate::config::Settings;
+use crate::coordination::{Coordinator, Leases};
+use crate::proto::worker_server::WorkerServer;
+use crate::registry::{Registry, SessionState, ZkSettings};
+use crate::schedule::Timer;
+
+/// How long a graceful shutdown may take before the process exits anyway.
+pub const SHUTDOWN_GRACE: Duration = Duration::from_secs(10);
+
+/// Errors that stop the sidecar from starting.
+#[derive(Debug, thiserror::Error)]
+pub enum RunError {
+    #[error("cannot connect to ZooKeeper at {connect}: {source}")]
+    Registry {
+        connect: String,
+        source: crate::registry::Error,
+    },
+    #[error("cannot listen on {addr}: {source}")]
+    Listen {
+        addr: String,
+        source: std::io::Error,
+    },
+    #[error("gRPC server failed: {0}")]
+    Serve(#[from] tonic::transport::Error),
+    #[error("cannot build the reflection service: {0}")]
+    Reflection(#[from] tonic_reflection::server::Error),
+}
+
+/// Runs a sidecar until `shutdown` resolves, then drains: health NOT_SERVING, `Shutdown` to
+/// every worker, instances removed, session closed.
+///
+/// # Errors
+/// When the registry cannot be reached or the listen address cannot be bound.
+pub async fn run(
+    settings: Settings,
+    shutdown: impl Future<Output = ()> + Send + 'static,
+) -> Result<(), RunError> {
+    let registry = match &settings.zk {
+        Some(connect) => {
+            let zk = ZkSettings {
+                connect: connect.clone(),
+                namespace: settings.namespace.clone(),
+                session_timeout: settings.session_timeout,
+                connection_timeout: settings.connection_timeout,
+                digest: settings.digest.clone(),
+                op_timeout: settings.session_timeout,
+            };
+            let registry = Registry::zookeeper(zk)
+                .await
+                .map_err(|source| RunError::Registry {
+                    connect: connect.clone(),
+                    source,
+                })?;
+            info!(zk = %connect, namespace = %settings.namespace, "connected to ZooKeeper");
+            registry
+        }
+        None => {
+            warn!(
+                "standalone mode: in-memory registry, single host only, all state is lost at exit; \
+                 pass --zk HOSTS (or SHARDCAR_ZK) to coordinate with other hosts"
+            );
+            Registry::standalone()
+        }
+    };
+    let cancel = CancellationToken::new();
+    let timer = Timer::spawn();
+    let leases = Leases::spawn(
+        registry.clone(),
+        settings.lease,
+        settings.session_timeout,
+        cancel.clone(),
+    );
+    let coordinator = Coordinator::new(
+        registry.clone(),
+        timer,
+        settings.advertise_ip.clone(),
+        leases,
+    );
+
+    let (health, health_service) = tonic_health::server::health_reporter();
+    health.set_serving::<WorkerServer<WorkerService>>().await;
+    tokio::spawn(track_health(
+        registry.clone(),
+        health.clone(),
+        cancel.clone(),
+    ));
+    let reflection_v1 = tonic_reflection::server::Builder::configure()
+        .register_encoded_file_descriptor_set(crate::proto::FILE_DESCRIPTOR_SET)
+        .register_encoded_file_descriptor_set(tonic_health::pb::FILE_DESCRIPTOR_SET)
+        .build_v1()?;
+    let reflection_v1alpha = tonic_reflection::server::Builder::configure()
+        .register_encoded_file_descriptor_set(crate::proto::FILE_DESCRIPTOR_SET)
+        .register_encoded_file_descriptor_set(tonic_health::pb::FILE_DESCRIPTOR_SET)
+        .build_v1alpha()?;
+
+    let router = Server::builder()
+        .http2_keepalive_interval(Some(settings.keepalive_interval))
+        .http2_keepalive_timeout(Some(settings.keepalive_timeout))
+        .add_service(health_service)
+        .add_service(reflection_v1)
+        .add_service(reflection_v1alpha)
+        .add_service(WorkerServer::new(WorkerService::new(coordinator.clone())));
+
+    let drained = CancellationToken::new();
+    let signal = {
+        let (coordinator, health, drained) = (coordinator.clone(), health.clone(), drained.clone());
+        async move {
+            shutdown.await;
+            info!("shutting down: draining workers");
+            health
+                .set_not_serving::<WorkerServer<WorkerService>>()
+                .await;
+            health
+                .set_service_status("", tonic_health::ServingStatus::NotServing)
+                .await;
+            coordinator.drain("the sidecar is shutting down").await;
+            drained.cancel();
+        }
+    };
+    let listen = settings.listen.clone();
+    let serve = async {
+        if let Some(path) = listen.strip_prefix("unix://") {
+            let _ = std::fs::remove_file(path);
+            let listener =
+                tokio::net::UnixListener::bind(path).map_err(|source| RunError::Listen {
+                    addr: listen.clone(),
+                    source,
+                })?;
+            info!(listen = %listen, ip = %settings.advertise_ip, "shardcar listening");
+            router
+                .serve_with_incoming_shutdown(UnixListenerStream::new(listener), signal)
+                .await?;
+        } else {
+            let listener = tokio::net::TcpListener::bind(&listen)
+                .await
+                .map_err(|source| RunError::Listen {
+                    addr: listen.clone(),
+                    source,
+                })?;
+            info!(listen = %listen, ip = %settings.advertise_ip, "shardcar listening");
+            router
+                .serve_with_incoming_shutdown(TcpListenerStream::new(listener), signal)
+                .await?;
+        }
+        Ok::<(), RunError>(())
+    };
+    let result = tokio::select! {
+        result = serve => result,
+        _ = async { drained.cancelled().await; tokio::time::sleep(SHUTDOWN_GRACE).await } => {
+            warn!("connections did not close within the grace period; exiting anyway");
+            Ok(())
+        }
+    };
+    cancel.cancel();
+    registry.close().await;
+    info!("shardcar stopped");
+    result
+}
+
+/// NOT_SERVING while the registry session is not connected.
+async fn track_health(
+    registry: Registry,
+    health: tonic_health::server::HealthReporter,
+    cancel: CancellationToken,
+) {
+    let mut session = registry.session();
+    loop {
+        let connected = matches!(*session.borrow_and_update(), SessionState::Connected { .. });
+        let status = if connected {
+            tonic_health::ServingStatus::Serving
+        } else {
+            tonic_health::ServingStatus::NotServing
+        };
+        health.set_service_status("", status).await;
+        health
+            .set_service_status("shardcar.v1.Worker", status)
+            .await;
+        tokio::select! {
+            _ = cancel.cancelled() => return,
+            changed = session.changed() => if changed.is_err() { return },
+        }
+    }
+}

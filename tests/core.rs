@@ -1,0 +1,517 @@
+//! Core scenarios against a real ZooKeeper and real `shardcar` processes: sharing a job's
+//! items, eager resharding, leader failure, triggers and answers, invalid requests, the
+//! standalone mode, and ElasticJob's exact layout.
+
+mod common;
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::time::Duration;
+
+use common::{
+    job_config, subscribe_request, zk_tree, Sidecar, SidecarOptions, TestWorker, ZooKeeper,
+};
+use shardcar::proto::{JobConfig, ShardingStrategy, SubscribeRequest, TriggerSource};
+use tonic::Code;
+
+const WAIT: Duration = Duration::from_secs(30);
+/// A cron that never fires during a test (1 January 2099).
+const NEVER: &str = "0 0 0 1 1 ? 2099";
+const EVERY_SECOND: &str = "* * * * * ?";
+
+async fn sidecars(zk: &ZooKeeper, namespace: &str, ips: &[&str]) -> Vec<Sidecar> {
+    let mut out = Vec::new();
+    for ip in ips {
+        let options = SidecarOptions {
+            namespace: namespace.to_string(),
+            ..SidecarOptions::zk(zk.connect_string(), *ip)
+        };
+        out.push(Sidecar::start(options).await);
+    }
+    out
+}
+
+/// Every item `0..total` is held by exactly one of `workers` (by their latest assignments).
+fn partition(workers: &[&TestWorker], total: i32) -> Result<(), String> {
+    let mut owners: BTreeMap<i32, Vec<String>> = BTreeMap::new();
+    for w in workers {
+        for i in w.current_items() {
+            owners
+                .entry(i)
+                .or_default()
+                .push(w.instance_id().to_string());
+        }
+    }
+    let all: BTreeSet<i32> = owners.keys().copied().collect();
+    let doubles: Vec<_> = owners.iter().filter(|(_, o)| o.len() > 1).collect();
+    if all == (0..total).collect() && doubles.is_empty() {
+        Ok(())
+    } else {
+        Err(format!("items held: {owners:?}"))
+    }
+}
+
+async fn wait_partition(workers: &[&TestWorker], total: i32) {
+    let ok = common::eventually(WAIT, || async { partition(workers, total).ok() }).await;
+    if ok.is_none() {
+        let detail: Vec<String> = workers.iter().map(|w| w.summary()).collect();
+        panic!(
+            "items never partitioned: {}\n{}",
+            partition(workers, total).unwrap_err(),
+            detail.join("\n")
+        );
+    }
+}
+
+fn data(tree: &common::ZkTree, path: &str) -> Option<String> {
+    tree.get(path).map(|(d, _)| d.clone())
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn three_sidecars_and_five_workers_share_ten_items() {
+    let zk = ZooKeeper::start().await;
+    let ns = "core-share";
+    let cars = sidecars(&zk, ns, &["127.0.0.2", "127.0.0.3", "127.0.0.4"]).await;
+    let config = job_config("orders", NEVER, 10);
+    let mut workers = Vec::new();
+    for i in 0..5 {
+        let car = &cars[i % 3];
+        workers.push(
+            TestWorker::subscribe(&car.endpoint(), subscribe_request(config.clone()))
+                .await
+                .unwrap(),
+        );
+    }
+    let refs: Vec<&TestWorker> = workers.iter().collect();
+    wait_partition(&refs, 10).await;
+
+    // ZooKeeper agrees: every item names one of the live instances, and exactly one leader.
+    let tree = zk_tree(&zk.connect_string(), ns).await;
+    let ids: BTreeSet<String> = workers
+        .iter()
+        .map(|w| w.instance_id().to_string())
+        .collect();
+    for i in 0..10 {
+        let owner =
+            data(&tree, &format!("/{ns}/orders/sharding/{i}/instance")).expect("item has an owner");
+        assert!(
+            ids.contains(&owner),
+            "item {i} owned by {owner}, not a live instance"
+        );
+    }
+    let leader = data(&tree, &format!("/{ns}/orders/leader/election/instance")).expect("a leader");
+    assert!(ids.contains(&leader));
+    assert_eq!(
+        workers.iter().filter(|w| w.is_leader()).count(),
+        1,
+        "exactly one worker is told it leads"
+    );
+    for car in &cars {
+        assert_eq!(
+            data(&tree, &format!("/{ns}/orders/servers/{}", car.ip())).as_deref(),
+            Some("ENABLED")
+        );
+    }
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn killing_the_leaders_sidecar_elects_a_new_leader_that_reshards() {
+    let zk = ZooKeeper::start().await;
+    let ns = "core-leader";
+    let mut cars = sidecars(&zk, ns, &["127.0.0.2", "127.0.0.3", "127.0.0.4"]).await;
+    let config = job_config("reports", NEVER, 9);
+    let mut workers = Vec::new();
+    for car in &cars {
+        workers.push(
+            TestWorker::subscribe(&car.endpoint(), subscribe_request(config.clone()))
+                .await
+                .unwrap(),
+        );
+    }
+    let refs: Vec<&TestWorker> = workers.iter().collect();
+    wait_partition(&refs, 9).await;
+    let tree = zk_tree(&zk.connect_string(), ns).await;
+    let leader = data(&tree, &format!("/{ns}/reports/leader/election/instance")).unwrap();
+    let dead = workers
+        .iter()
+        .position(|w| w.instance_id() == leader)
+        .unwrap();
+
+    cars[dead].kill();
+    let survivors: Vec<&TestWorker> = workers
+        .iter()
+        .enumerate()
+        .filter(|(i, _)| *i != dead)
+        .map(|(_, w)| w)
+        .collect();
+    wait_partition(&survivors, 9).await;
+    let tree = zk_tree(&zk.connect_string(), ns).await;
+    let new_leader =
+        data(&tree, &format!("/{ns}/reports/leader/election/instance")).expect("a new leader");
+    assert_ne!(new_leader, leader);
+    assert!(survivors.iter().any(|w| w.instance_id() == new_leader));
+    assert!(!tree.contains_key(&format!("/{ns}/reports/instances/{leader}")));
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_joining_worker_updates_every_assignment_without_a_fire() {
+    let zk = ZooKeeper::start().await;
+    let ns = "core-join";
+    let cars = sidecars(&zk, ns, &["127.0.0.2", "127.0.0.3"]).await;
+    let config = job_config("billing", NEVER, 6);
+    let a = TestWorker::subscribe(&cars[0].endpoint(), subscribe_request(config.clone()))
+        .await
+        .unwrap();
+    let b = TestWorker::subscribe(&cars[1].endpoint(), subscribe_request(config.clone()))
+        .await
+        .unwrap();
+    wait_partition(&[&a, &b], 6).await;
+    let c = TestWorker::subscribe(&cars[1].endpoint(), subscribe_request(config.clone()))
+        .await
+        .unwrap();
+    wait_partition(&[&a, &b, &c], 6).await;
+    for w in [&a, &b, &c] {
+        assert_eq!(
+            w.current_items().len(),
+            2,
+            "6 items over 3 workers: {}",
+            w.summary()
+        );
+        assert!(
+            w.triggers().is_empty(),
+            "no fire happened, yet: {}",
+            w.summary()
+        );
+    }
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_worker_that_disconnects_gives_its_items_to_the_others() {
+    let zk = ZooKeeper::start().await;
+    let ns = "core-leave";
+    let cars = sidecars(&zk, ns, &["127.0.0.2", "127.0.0.3"]).await;
+    let config = job_config("mail", NEVER, 5);
+    let a = TestWorker::subscribe(&cars[0].endpoint(), subscribe_request(config.clone()))
+        .await
+        .unwrap();
+    let b = TestWorker::subscribe(&cars[1].endpoint(), subscribe_request(config.clone()))
+        .await
+        .unwrap();
+    let mut c = TestWorker::subscribe(&cars[1].endpoint(), subscribe_request(config.clone()))
+        .await
+        .unwrap();
+    wait_partition(&[&a, &b, &c], 5).await;
+    let gone = c.instance_id().to_string();
+    c.close().await;
+    wait_partition(&[&a, &b], 5).await;
+    let tree = zk_tree(&zk.connect_string(), ns).await;
+    assert!(
+        !tree.contains_key(&format!("/{ns}/mail/instances/{gone}")),
+        "instance node removed at once"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn triggers_reach_the_owners_and_complete_clears_running() {
+    let zk = ZooKeeper::start().await;
+    let ns = "core-trigger";
+    let cars = sidecars(&zk, ns, &["127.0.0.2", "127.0.0.3"]).await;
+    let mut config = job_config("ship", EVERY_SECOND, 4);
+    config.sharding_item_parameters = [(0, "north".to_string()), (3, "west".to_string())].into();
+    config.job_parameter = "express".into();
+    let a = TestWorker::subscribe(&cars[0].endpoint(), subscribe_request(config.clone()))
+        .await
+        .unwrap();
+    let b = TestWorker::subscribe(&cars[1].endpoint(), subscribe_request(config.clone()))
+        .await
+        .unwrap();
+    wait_partition(&[&a, &b], 4).await;
+
+    for w in [&a, &b] {
+        // Skip any trigger sent before the final assignment.
+        let trigger = loop {
+            let t = w.next_trigger(WAIT).await.unwrap();
+            let items: Vec<i32> = t.items.iter().map(|i| i.item).collect();
+            if items == w.current_items() {
+                break t;
+            }
+            w.complete(&t.execution_id, &items).await.unwrap();
+        };
+        let items: Vec<i32> = trigger.items.iter().map(|i| i.item).collect();
+        assert_eq!(trigger.source, TriggerSource::Cron as i32);
+        assert_eq!(trigger.job_parameter, "express");
+        assert_eq!(trigger.sharding_total_count, 4);
+        for item in &trigger.items {
+            let expected = config
+                .sharding_item_parameters
+                .get(&item.item)
+                .cloned()
+                .unwrap_or_default();
+            assert_eq!(item.parameter, expected);
+        }
+        let pid = w.instance_id().split("@-@").nth(1).unwrap();
+        let joined: Vec<String> = items.iter().map(|i| i.to_string()).collect();
+        assert_eq!(
+            trigger.task_id,
+            format!(
+                "ship@-@{}@-@READY@-@{}@-@{pid}",
+                joined.join(","),
+                w.instance_id().split("@-@").next().unwrap()
+            )
+        );
+        assert_eq!(
+            trigger
+                .fencing_tokens
+                .keys()
+                .copied()
+                .collect::<BTreeSet<_>>(),
+            items.iter().copied().collect()
+        );
+
+        // While unanswered, the items are marked running by this instance.
+        let tree = zk_tree(&zk.connect_string(), ns).await;
+        for i in &items {
+            let (owner, ephemeral) = tree
+                .get(&format!("/{ns}/ship/sharding/{i}/running"))
+                .expect("running node")
+                .clone();
+            assert_eq!(owner, w.instance_id());
+            assert!(ephemeral, "running is ephemeral when failover is off");
+        }
+        w.complete(&trigger.execution_id, &items).await.unwrap();
+        // A repeated Complete is idempotent.
+        w.complete(&trigger.execution_id, &items).await.unwrap();
+        let cleared = common::eventually(WAIT, || async {
+            let tree = zk_tree(&zk.connect_string(), ns).await;
+            items
+                .iter()
+                .all(|i| !tree.contains_key(&format!("/{ns}/ship/sharding/{i}/running")))
+                .then_some(())
+        })
+        .await;
+        assert!(
+            cleared.is_some(),
+            "running nodes not removed after Complete"
+        );
+    }
+
+    // Answers for unknown or foreign executions are refused.
+    let err = a.complete("no-such-execution", &[0]).await.unwrap_err();
+    assert_eq!(err.code(), Code::NotFound);
+    let t = b.next_trigger(WAIT).await.unwrap();
+    let mut foreign = shardcar::proto::worker_client::WorkerClient::connect(cars[1].endpoint())
+        .await
+        .unwrap();
+    let err = foreign
+        .complete(shardcar::proto::CompleteRequest {
+            instance_id: "127.0.0.9@-@1".into(),
+            execution_id: t.execution_id.clone(),
+            items: t.items.iter().map(|i| i.item).collect(),
+        })
+        .await
+        .unwrap_err();
+    assert_eq!(err.code(), Code::PermissionDenied);
+    b.report_failure(&t.execution_id, t.items[0].item, "disk full")
+        .await
+        .unwrap();
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn invalid_subscribe_is_refused_naming_the_field_and_leaves_zookeeper_untouched() {
+    let zk = ZooKeeper::start().await;
+    let ns = "core-invalid";
+    let cars = sidecars(&zk, ns, &["127.0.0.2"]).await;
+    let cases: Vec<(SubscribeRequest, &str)> = vec![
+        (
+            subscribe_request(job_config("bad", "every tuesday", 3)),
+            "config.cron",
+        ),
+        (
+            subscribe_request(job_config("bad", EVERY_SECOND, 0)),
+            "config.sharding_total_count",
+        ),
+        (
+            subscribe_request(JobConfig {
+                time_zone: "Mars/Olympus".into(),
+                ..job_config("bad", EVERY_SECOND, 2)
+            }),
+            "config.time_zone",
+        ),
+        (
+            SubscribeRequest {
+                job_name: "a/b".into(),
+                ..subscribe_request(job_config("a/b", EVERY_SECOND, 2))
+            },
+            "job_name",
+        ),
+        (
+            SubscribeRequest {
+                pid: 0,
+                ..subscribe_request(job_config("bad", EVERY_SECOND, 2))
+            },
+            "pid",
+        ),
+    ];
+    for (request, field) in cases {
+        let err = TestWorker::subscribe(&cars[0].endpoint(), request)
+            .await
+            .err()
+            .expect("refused");
+        assert_eq!(err.code(), Code::InvalidArgument, "{field}: {err:?}");
+        assert!(
+            err.message().contains(field),
+            "message {:?} should name {field}",
+            err.message()
+        );
+    }
+    let missing = SubscribeRequest {
+        job_name: "nojob".into(),
+        pid: 7,
+        ..Default::default()
+    };
+    let err = TestWorker::subscribe(&cars[0].endpoint(), missing)
+        .await
+        .err()
+        .expect("refused");
+    assert_eq!(err.code(), Code::NotFound);
+    let tree = zk_tree(&zk.connect_string(), ns).await;
+    let touched: Vec<&String> = tree
+        .keys()
+        .filter(|p| p.starts_with(&format!("/{ns}/bad")) || p.contains("nojob"))
+        .collect();
+    assert!(
+        touched.is_empty(),
+        "nothing written for refused requests: {touched:?}"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn standalone_mode_serves_a_worker_end_to_end() {
+    let car = Sidecar::start(SidecarOptions::standalone()).await;
+    let w = TestWorker::subscribe(
+        &car.endpoint(),
+        subscribe_request(job_config("solo", EVERY_SECOND, 2)),
+    )
+    .await
+    .unwrap();
+    w.wait_items(|items| items == [0, 1], WAIT).await.unwrap();
+    assert!(w.is_leader());
+    w.wait_for(
+        |events| {
+            events.iter().any(|(_, e)| {
+                matches!(
+                    e.event,
+                    Some(shardcar::proto::worker_event::Event::Lease(_))
+                )
+            })
+        },
+        WAIT,
+    )
+    .await
+    .unwrap();
+    let t = w.next_trigger(WAIT).await.unwrap();
+    assert_eq!(
+        t.items.iter().map(|i| i.item).collect::<Vec<_>>(),
+        vec![0, 1]
+    );
+    w.complete(&t.execution_id, &[0, 1]).await.unwrap();
+    let next = w.next_trigger(WAIT).await.unwrap();
+    assert_ne!(next.execution_id, t.execution_id);
+    // Only the same instance id may hold a stream once.
+    let dup = SubscribeRequest {
+        instance_id: w.instance_id().to_string(),
+        ..subscribe_request(job_config("solo", EVERY_SECOND, 2))
+    };
+    let err = TestWorker::subscribe(&car.endpoint(), dup)
+        .await
+        .err()
+        .expect("refused");
+    assert_eq!(err.code(), Code::AlreadyExists);
+}
+
+/// shardcar writes what ElasticJob 3.0.4 writes: compare with the vectors, node for node.
+#[tokio::test(flavor = "multi_thread")]
+async fn layout_matches_elasticjob_vectors() {
+    let zk = ZooKeeper::start().await;
+    for (file, strategy) in [
+        ("default-2x3.json", ShardingStrategy::AvgAllocation),
+        ("odevity-3x2-orderJob.json", ShardingStrategy::Odevity),
+        ("roundrobin-3x5-orderJob.json", ShardingStrategy::RoundRobin),
+    ] {
+        let path = format!("{}/tests/vectors/{file}", env!("CARGO_MANIFEST_DIR"));
+        let vector: serde_json::Value =
+            serde_json::from_str(&std::fs::read_to_string(&path).unwrap()).unwrap();
+        let job = vector["job"].as_str().unwrap();
+        let total = vector["sharding_total_count"].as_i64().unwrap() as i32;
+        let ns = format!("vec{}", file.len());
+        let options = SidecarOptions {
+            namespace: ns.clone(),
+            ..SidecarOptions::zk(zk.connect_string(), "192.0.2.2")
+        };
+        let car = Sidecar::start(options).await;
+        let mut config = job_config(job, "0/2 * * * * ?", total);
+        config.description = String::new();
+        config.sharding_strategy = strategy as i32;
+        let params = vector["params"].as_str().unwrap_or("");
+        for entry in params.split(',').filter(|e| !e.is_empty()) {
+            let (k, v) = entry.split_once('=').unwrap();
+            config
+                .sharding_item_parameters
+                .insert(k.parse().unwrap(), v.to_string());
+        }
+        let instances = vector["instances"].as_array().unwrap().len();
+        let mut workers = Vec::new();
+        for k in 0..instances {
+            let request = SubscribeRequest {
+                pid: 1001 + k as u32,
+                ..subscribe_request(config.clone())
+            };
+            workers.push(
+                TestWorker::subscribe(&car.endpoint(), request)
+                    .await
+                    .unwrap(),
+            );
+        }
+        let expected: BTreeMap<String, (String, bool)> = vector["nodes"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|n| {
+                let p = n["path"]
+                    .as_str()
+                    .unwrap()
+                    .replacen("/vec", &format!("/{ns}"), 1);
+                (
+                    p,
+                    (
+                        n["data"].as_str().unwrap().to_string(),
+                        n["ephemeral"].as_bool().unwrap(),
+                    ),
+                )
+            })
+            .collect();
+        let owners = |tree: &common::ZkTree| -> Vec<Option<String>> {
+            (0..total)
+                .map(|i| data(tree, &format!("/{ns}/{job}/sharding/{i}/instance")))
+                .collect()
+        };
+        let want = owners(&expected);
+        let seen = common::eventually(WAIT, || async {
+            let tree = zk_tree(&zk.connect_string(), &ns).await;
+            (owners(&tree) == want).then_some(tree)
+        })
+        .await
+        .unwrap_or_else(|| panic!("{file}: owners never matched {want:?}"));
+        for (path, (value, ephemeral)) in &expected {
+            let relative = path.trim_start_matches(&format!("/{ns}/{job}"));
+            if path == &format!("/{ns}/{job}") || relative.starts_with("/leader") {
+                continue; // root data is the Java class; the leader is whoever won
+            }
+            let got = seen
+                .get(path)
+                .unwrap_or_else(|| panic!("{file}: {path} missing"));
+            assert_eq!(&got.0, value, "{file}: data of {path}");
+            assert_eq!(got.1, *ephemeral, "{file}: ephemeral flag of {path}");
+        }
+        drop(workers);
+    }
+}
