@@ -51,6 +51,13 @@ def test_target_resolution(monkeypatch):
     assert resolve_target("10.0.0.1:1") == "10.0.0.1:1"
 
 
+def test_unix_targets_send_localhost_authority():
+    from shardcar._common import channel_options
+
+    assert ("grpc.default_authority", "localhost") in channel_options("unix:///tmp/s.sock")
+    assert all(k != "grpc.default_authority" for k, _ in channel_options("127.0.0.1:1"))
+
+
 class _Err(grpc.RpcError):
     def __init__(self, code, details):
         self._code, self._details = code, details

@@ -26,8 +26,15 @@ def resolve_target(target: Optional[str]) -> str:
     return target or os.environ.get(TARGET_ENV) or DEFAULT_TARGET
 
 
-def channel_options(extra: Optional[Mapping[str, object]] = None) -> List[Tuple[str, object]]:
-    """Reconnect quickly after a sidecar restart; keepalive notices a vanished peer."""
+def channel_options(
+    target: str, extra: Optional[Mapping[str, object]] = None
+) -> List[Tuple[str, object]]:
+    """Reconnect quickly after a sidecar restart; keepalive notices a vanished peer.
+
+    For ``unix:`` targets gRPC's C core sends the socket path, percent-encoded, as the HTTP/2
+    ``:authority`` (``tmp%2Fshardcar.sock``), which the sidecar's HTTP/2 server (hyper) refuses
+    with RST_STREAM(PROTOCOL_ERROR); ``localhost`` is sent instead.
+    """
     opts: Dict[str, object] = {
         "grpc.initial_reconnect_backoff_ms": 100,
         "grpc.min_reconnect_backoff_ms": 100,
@@ -35,6 +42,8 @@ def channel_options(extra: Optional[Mapping[str, object]] = None) -> List[Tuple[
         "grpc.keepalive_time_ms": 20000,
         "grpc.keepalive_timeout_ms": 10000,
     }
+    if target.startswith("unix:"):
+        opts["grpc.default_authority"] = "localhost"
     if extra:
         opts.update(extra)
     return list(opts.items())

@@ -180,7 +180,7 @@ class Worker:
     def _ensure_channel(self) -> pb_grpc.WorkerStub:
         if self._stub is None:
             self._channel = grpc.aio.insecure_channel(
-                self.target, options=channel_options(self._options)
+                self.target, options=channel_options(self.target, self._options)
             )
             self._stub = pb_grpc.WorkerStub(self._channel)
         return self._stub

@@ -175,7 +175,9 @@ class Worker:
         self.drain_timeout = drain_timeout
         self.answer_timeout = answer_timeout
         self.exit_on_shutdown = exit_on_shutdown
-        self._channel = grpc.insecure_channel(self.target, options=channel_options(options))
+        self._channel = grpc.insecure_channel(
+            self.target, options=channel_options(self.target, options)
+        )
         self._stub = pb_grpc.WorkerStub(self._channel)
         self._jobs: List[_JobRunner] = []
         self._assignment_callbacks: List[AssignmentCallback] = []
