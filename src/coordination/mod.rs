@@ -14,6 +14,9 @@ pub mod sharding;
 pub mod strategy;
 pub mod view;
 
+#[cfg(test)]
+mod tests;
+
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
