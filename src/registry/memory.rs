@@ -266,7 +266,7 @@ impl<'a> Txn<'a> {
             .nodes
             .get_mut(&pkey)
             .expect("a node's parent exists");
-        p.stat.cversion += 1;
+        // ZooKeeper 3.5+ bumps cversion on creates only (verified against 3.8), not on deletes.
         p.stat.num_children -= 1;
         p.stat.pzxid = zxid;
         self.events.push(WatchEvent::Deleted(path.to_string()));

@@ -18,9 +18,15 @@ mod cache;
 mod latch;
 mod memory;
 mod path;
+mod zk_session;
+mod zookeeper;
 
 #[cfg(test)]
 mod memory_tests;
+#[cfg(test)]
+mod zk_server;
+#[cfg(test)]
+mod zk_tests;
 
 pub use cache::TreeCache;
 pub use latch::Latch;
@@ -263,6 +269,7 @@ pub struct Registry {
 #[derive(Clone)]
 enum Inner {
     Memory(memory::MemSession),
+    ZooKeeper(zookeeper::ZkSession),
 }
 
 /// A recursive watch; events arrive in commit order. Dropping it removes the watch.
@@ -300,6 +307,7 @@ macro_rules! dispatch {
     ($self:ident, $s:ident => $e:expr) => {
         match &$self.inner {
             Inner::Memory($s) => $e,
+            Inner::ZooKeeper($s) => $e,
         }
     };
 }
@@ -316,10 +324,10 @@ impl Registry {
     /// `Timeout`/`ConnectionLoss` if no server answers within the connection timeout, `NoAuth`
     /// if the namespace exists with an ACL that denies us, `Other` for a malformed setting.
     pub async fn zookeeper(settings: ZkSettings) -> Result<Registry> {
-        Err(Error::Other(format!(
-            "ZooKeeper support is not built yet ({})",
-            settings.connect
-        )))
+        let session = zookeeper::ZkSession::connect(settings).await?;
+        Ok(Registry {
+            inner: Inner::ZooKeeper(session),
+        })
     }
 
     pub(crate) fn from_memory(session: memory::MemSession) -> Registry {
@@ -331,6 +339,7 @@ impl Registry {
     pub(crate) fn as_memory(&self) -> Option<&memory::MemSession> {
         match &self.inner {
             Inner::Memory(m) => Some(m),
+            Inner::ZooKeeper(_) => None,
         }
     }
 
@@ -469,6 +478,7 @@ impl std::fmt::Debug for Registry {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         match &self.inner {
             Inner::Memory(_) => f.write_str("Registry(memory)"),
+            Inner::ZooKeeper(_) => f.write_str("Registry(zookeeper)"),
         }
     }
 }

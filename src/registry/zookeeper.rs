@@ -1,0 +1,314 @@
+//! The ZooKeeper store: each `Registry` operation as zookeeper-client calls on the current
+//! session (see `zk_session`), each bounded by `op_timeout`, with errors mapped to ours.
+
+use std::collections::BTreeMap;
+use std::sync::Arc;
+use std::time::Instant;
+
+use futures::future::join_all;
+use tokio::sync::watch;
+use zookeeper_client as zk;
+
+use super::path::{join, validate};
+use super::zk_session::{self, acls, call, Shared};
+use super::{CreateMode, Error, Node, Op, Result, SessionState, Stat, Watch, ZkSettings};
+
+/// Reads in flight at once per level of `read_tree`.
+const READ_BATCH: usize = 256;
+
+fn stat(s: &zk::Stat) -> Stat {
+    Stat {
+        czxid: s.czxid,
+        mzxid: s.mzxid,
+        pzxid: s.pzxid,
+        ctime: s.ctime,
+        mtime: s.mtime,
+        version: s.version,
+        cversion: s.cversion,
+        ephemeral_owner: s.ephemeral_owner,
+        num_children: s.num_children,
+    }
+}
+
+fn mode(m: CreateMode) -> zk::CreateMode {
+    match m {
+        CreateMode::Persistent => zk::CreateMode::Persistent,
+        CreateMode::Ephemeral => zk::CreateMode::Ephemeral,
+        CreateMode::PersistentSequential => zk::CreateMode::PersistentSequential,
+        CreateMode::EphemeralSequential => zk::CreateMode::EphemeralSequential,
+        CreateMode::Container => zk::CreateMode::Container,
+    }
+}
+
+/// "shardcar", "/a/b/", "" → "/shardcar", "/a/b", "".
+fn namespace_root(namespace: &str) -> Result<String> {
+    let trimmed = namespace.trim_matches('/');
+    if trimmed.is_empty() {
+        return Ok(String::new());
+    }
+    let root = format!("/{trimmed}");
+    validate(&root)
+        .map_err(|_| Error::Other(format!("invalid ZooKeeper namespace {namespace:?}")))?;
+    Ok(root)
+}
+
+/// A session on ZooKeeper; clones share it.
+#[derive(Clone)]
+pub(crate) struct ZkSession {
+    shared: Arc<Shared>,
+}
+
+impl ZkSession {
+    pub(crate) async fn connect(settings: ZkSettings) -> Result<ZkSession> {
+        let namespace = namespace_root(&settings.namespace)?;
+        let client = zk_session::open(&settings, &namespace).await?;
+        let shared = Arc::new(Shared::new(settings, namespace));
+        zk_session::spawn(shared.clone(), client, 1);
+        // The session task publishes Connected before anything else; wait for it.
+        let mut state_rx = shared.state_tx.subscribe();
+        let _ = state_rx
+            .wait_for(|s| matches!(s, SessionState::Connected { .. }))
+            .await;
+        Ok(ZkSession { shared })
+    }
+
+    pub(crate) async fn create(
+        &self,
+        path: &str,
+        data: &[u8],
+        m: CreateMode,
+    ) -> Result<(String, Stat)> {
+        validate(path)?;
+        let acls = acls(&self.shared.settings);
+        let (st, seq) = call(&self.shared, path, |c| async move {
+            let options = mode(m).with_acls(acls);
+            c.create(path, data, &options).await
+        })
+        .await?;
+        let actual = if m.is_sequential() {
+            format!("{path}{seq}")
+        } else {
+            path.to_string()
+        };
+        Ok((actual, stat(&st)))
+    }
+
+    pub(crate) async fn get(&self, path: &str) -> Result<Option<Node>> {
+        validate(path)?;
+        match call(
+            &self.shared,
+            path,
+            |c| async move { c.get_data(path).await },
+        )
+        .await
+        {
+            Ok((data, st)) => Ok(Some(Node {
+                data,
+                stat: stat(&st),
+            })),
+            Err(Error::NoNode(_)) => Ok(None),
+            Err(e) => Err(e),
+        }
+    }
+
+    pub(crate) async fn exists(&self, path: &str) -> Result<Option<Stat>> {
+        validate(path)?;
+        let st = call(
+            &self.shared,
+            path,
+            |c| async move { c.check_stat(path).await },
+        )
+        .await?;
+        Ok(st.as_ref().map(stat))
+    }
+
+    pub(crate) async fn set(&self, path: &str, data: &[u8], version: Option<i32>) -> Result<Stat> {
+        validate(path)?;
+        let st = call(&self.shared, path, |c| async move {
+            c.set_data(path, data, version).await
+        })
+        .await?;
+        Ok(stat(&st))
+    }
+
+    pub(crate) async fn delete(&self, path: &str, version: Option<i32>) -> Result<()> {
+        validate(path)?;
+        call(&self.shared, path, |c| async move {
+            c.delete(path, version).await
+        })
+        .await
+    }
+
+    pub(crate) async fn children(&self, path: &str) -> Result<Vec<String>> {
+        validate(path)?;
+        let mut names = call(&self.shared, path, |c| async move {
+            c.list_children(path).await
+        })
+        .await?;
+        names.sort();
+        Ok(names)
+    }
+
+    pub(crate) async fn ensure_path(&self, path: &str) -> Result<()> {
+        validate(path)?;
+        if path == "/" {
+            return Ok(());
+        }
+        let options = zk::CreateMode::Persistent.with_acls(acls(&self.shared.settings));
+        let options = &options;
+        call(&self.shared, path, |c| async move {
+            c.mkdir(path, options).await
+        })
+        .await
+    }
+
+    pub(crate) async fn delete_recursive(&self, path: &str) -> Result<()> {
+        validate(path)?;
+        // Children may be added concurrently; a few passes settle it.
+        let mut attempts = 0;
+        loop {
+            let tree = self.read_tree(path).await?;
+            let mut failed = None;
+            // Deepest first: reverse lexicographic order puts descendants before ancestors.
+            for p in tree.keys().rev().filter(|p| p.as_str() != "/") {
+                match self.delete(p, None).await {
+                    Ok(()) | Err(Error::NoNode(_)) => {}
+                    Err(Error::NotEmpty(_)) => failed = Some(Error::NotEmpty(p.clone())),
+                    Err(e) => return Err(e),
+                }
+            }
+            match failed {
+                None => return Ok(()),
+                Some(e) if attempts >= 5 => return Err(e),
+                Some(_) => attempts += 1,
+            }
+        }
+    }
+
+    pub(crate) async fn multi(&self, ops: Vec<Op>) -> Result<()> {
+        for op in &ops {
+            let (Op::Create { path, .. }
+            | Op::SetData { path, .. }
+            | Op::Delete { path, .. }
+            | Op::Check { path, .. }) = op;
+            validate(path)?;
+        }
+        let acls = acls(&self.shared.settings);
+        let ops = &ops;
+        let r = call(&self.shared, "multi", |c| async move {
+            let mut w = c.new_multi_writer();
+            for op in ops {
+                match op {
+                    Op::Create {
+                        path,
+                        data,
+                        mode: m,
+                    } => w.add_create(path, data, &mode(*m).with_acls(acls))?,
+                    Op::SetData {
+                        path,
+                        data,
+                        version,
+                    } => w.add_set_data(path, data, *version)?,
+                    Op::Delete { path, version } => w.add_delete(path, *version)?,
+                    Op::Check { path, version } => w.add_check_version(path, *version)?,
+                }
+            }
+            Ok(w.commit().await)
+        })
+        .await?;
+        match r {
+            Ok(_) => Ok(()),
+            Err(zk::MultiWriteError::RequestFailed { source }) => {
+                Err(zk_session::map_err(source, "multi"))
+            }
+            Err(zk::MultiWriteError::OperationFailed { index, source }) => {
+                let path = ops.get(index).map_or("?", |op| match op {
+                    Op::Create { path, .. }
+                    | Op::SetData { path, .. }
+                    | Op::Delete { path, .. }
+                    | Op::Check { path, .. } => path.as_str(),
+                });
+                Err(Error::MultiFailed {
+                    index,
+                    source: Box::new(zk_session::map_err(source, path)),
+                })
+            }
+        }
+    }
+
+    pub(crate) async fn read_tree(&self, root: &str) -> Result<BTreeMap<String, Node>> {
+        validate(root)?;
+        let mut out = BTreeMap::new();
+        let mut level = vec![root.to_string()];
+        while !level.is_empty() {
+            let mut next = Vec::new();
+            for batch in level.chunks(READ_BATCH) {
+                // Requests go out when the methods are called, so these are pipelined.
+                let results = call(&self.shared, root, |c| async move {
+                    let data: Vec<_> = batch.iter().map(|p| c.get_data(p)).collect();
+                    let kids: Vec<_> = batch.iter().map(|p| c.list_children(p)).collect();
+                    let (data, kids) = futures::join!(join_all(data), join_all(kids));
+                    Ok(data.into_iter().zip(kids).collect::<Vec<_>>())
+                })
+                .await?;
+                for (path, (data, kids)) in batch.iter().zip(results) {
+                    match (data, kids) {
+                        (Ok((data, st)), Ok(names)) => {
+                            next.extend(names.iter().map(|n| join(path, n)));
+                            out.insert(
+                                path.clone(),
+                                Node {
+                                    data,
+                                    stat: stat(&st),
+                                },
+                            );
+                        }
+                        // Deleted while we read: skip it and what was below it.
+                        (Err(zk::Error::NoNode), _) | (_, Err(zk::Error::NoNode)) => {}
+                        (Err(e), _) | (_, Err(e)) => return Err(zk_session::map_err(e, path)),
+                    }
+                }
+            }
+            level = next;
+        }
+        Ok(out)
+    }
+
+    pub(crate) async fn watch(&self, path: &str, recursive: bool) -> Result<Watch> {
+        validate(path)?;
+        let (reg, guard, events_rx) = self.shared.register(path, recursive);
+        let op_timeout = self.shared.settings.op_timeout;
+        let (client, generation) = tokio::time::timeout(op_timeout, self.shared.client())
+            .await
+            .map_err(|_| Error::Timeout(op_timeout))??;
+        zk_session::attach(&self.shared, &reg, &client, generation, false).await?;
+        Ok(Watch::new(events_rx, Some(Box::new(guard))))
+    }
+
+    pub(crate) fn session(&self) -> watch::Receiver<SessionState> {
+        self.shared.state_tx.subscribe()
+    }
+
+    pub(crate) fn last_reply(&self) -> Instant {
+        self.shared.last_reply()
+    }
+
+    pub(crate) async fn close(&self) {
+        self.shared.close();
+        // Let the client send its close request so our ephemerals go at once.
+        tokio::task::yield_now().await;
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn namespaces() {
+        assert_eq!(namespace_root("shardcar").unwrap(), "/shardcar");
+        assert_eq!(namespace_root("/a/b/").unwrap(), "/a/b");
+        assert_eq!(namespace_root("").unwrap(), "");
+        assert!(namespace_root("a//b").is_err());
+    }
+}
