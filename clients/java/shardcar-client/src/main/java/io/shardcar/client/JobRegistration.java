@@ -97,6 +97,8 @@ public final class JobRegistration implements AutoCloseable {
   private volatile String instanceId = "";
   private volatile JobConfig effectiveConfig;
   private volatile Assignment assignment = Assignment.NONE;
+  private volatile long publishedLeaseDeadline;
+  private volatile boolean publishedLeaseValid;
 
   JobRegistration(
       Settings settings,
@@ -178,6 +180,14 @@ public final class JobRegistration implements AutoCloseable {
 
   public State getState() {
     return state;
+  }
+
+  /**
+   * Whether the latest lease from the sidecar is still valid, that is, whether this worker may
+   * work now. False before the first lease, after it ran out unrenewed, and while reconnecting.
+   */
+  public boolean hasValidLease() {
+    return publishedLeaseValid && publishedLeaseDeadline - System.nanoTime() > 0;
   }
 
   /**
@@ -325,6 +335,8 @@ public final class JobRegistration implements AutoCloseable {
     }
     boolean wasValid = leaseValid;
     leaseValid = true;
+    publishedLeaseDeadline = leaseDeadlineNanos;
+    publishedLeaseValid = true;
     leaseTimer = events.schedule(() -> checkLease(gen), remaining, TimeUnit.NANOSECONDS);
     if (!wasValid && !held.isEmpty() && !closing) {
       List<ShardingContext> start = new ArrayList<>(held);
@@ -358,6 +370,7 @@ public final class JobRegistration implements AutoCloseable {
       return;
     }
     leaseValid = false;
+    publishedLeaseValid = false;
     LOG.log(System.Logger.Level.WARNING,
         "job {0}: lease ran out without renewal; stopping {1} running item(s) until the sidecar renews it",
         jobName, runs.size());
@@ -517,6 +530,7 @@ public final class JobRegistration implements AutoCloseable {
         ? new SidecarUnavailableException(settings.target(), "the sidecar ended the stream of job '" + jobName + "'", null)
         : Errors.fromThrowable(settings.target(), "stream of job '" + jobName + "'", error);
     leaseValid = false;
+    publishedLeaseValid = false;
     if (leaseTimer != null) {
       leaseTimer.cancel(false);
     }
@@ -563,11 +577,12 @@ public final class JobRegistration implements AutoCloseable {
       leaseTimer.cancel(false);
     }
     state = State.CLOSED;
+    publishedLeaseValid = false;
     items.shutdownNow();
     firstRegistration.completeExceptionally(new WorkerClosedException("registration of job '" + jobName + "' closed: " + closeReason));
     LOG.log(System.Logger.Level.INFO, "job {0}: registration closed: {1}", jobName, closeReason);
-    terminated.complete(null);
     onTerminated.run();
+    terminated.complete(null);
     events.shutdown();
   }
 

@@ -1,0 +1,229 @@
+package io.shardcar.client;
+
+import static org.junit.jupiter.api.Assertions.assertEquals;
+import static org.junit.jupiter.api.Assertions.assertFalse;
+import static org.junit.jupiter.api.Assertions.assertNotEquals;
+import static org.junit.jupiter.api.Assertions.assertNull;
+import static org.junit.jupiter.api.Assertions.assertThrows;
+import static org.junit.jupiter.api.Assertions.assertTrue;
+
+import io.shardcar.client.testing.Recorder;
+import io.shardcar.client.testing.SidecarProcess;
+import java.time.Duration;
+import java.util.List;
+import java.util.Map;
+import java.util.Set;
+import java.util.concurrent.ConcurrentHashMap;
+import java.util.concurrent.CopyOnWriteArrayList;
+import java.util.concurrent.CountDownLatch;
+import java.util.concurrent.TimeUnit;
+import java.util.stream.Collectors;
+import org.junit.jupiter.api.AfterEach;
+import org.junit.jupiter.api.BeforeEach;
+import org.junit.jupiter.api.Tag;
+import org.junit.jupiter.api.Test;
+import org.junit.jupiter.api.Timeout;
+
+/** The client against a real standalone {@code shardcar run} process. */
+@Tag("integration")
+@Timeout(value = 120, unit = TimeUnit.SECONDS)
+class WorkerIntegrationTest {
+  private static final String EVERY_SECOND = "* * * * * ?";
+  private static final Duration WAIT = Duration.ofSeconds(20);
+
+  private SidecarProcess sidecar;
+  private Recorder recorder;
+  private ShardcarWorker worker;
+
+  @BeforeEach
+  void startSidecar() {
+    sidecar = SidecarProcess.startStandalone();
+    recorder = new Recorder();
+    worker = ShardcarWorker.builder()
+        .target(sidecar.target())
+        .connectTimeout(Duration.ofSeconds(10))
+        .reconnectBackoff(Duration.ofMillis(100), Duration.ofSeconds(1))
+        .shutdownGracePeriod(Duration.ofSeconds(2))
+        .listener(recorder)
+        .build();
+  }
+
+  @AfterEach
+  void stopSidecar() {
+    try {
+      if (worker != null) {
+        worker.close();
+      }
+    } finally {
+      sidecar.close();
+    }
+  }
+
+  @Test
+  void triggersReachTheHandlerWithElasticJobsContext() {
+    Map<Integer, ShardingContext> seen = new ConcurrentHashMap<>();
+    JobRegistration registration = worker.register(
+        JobConfig.newBuilder("ctx-job", 2)
+            .cron(EVERY_SECOND)
+            .shardingItemParameters("0=alpha,1=beta")
+            .jobParameter("jp")
+            .build(),
+        ctx -> seen.putIfAbsent(ctx.getShardingItem(), ctx));
+    assertFalse(registration.getInstanceId().isEmpty());
+    assertEquals(JobRegistration.State.ACTIVE, registration.getState());
+    assertEquals("ctx-job", registration.getEffectiveConfig().getJobName());
+
+    recorder.await("both items answered", WAIT, 2, e -> e.kind().equals("Answered") && e.item() >= 0);
+    recorder.await("items 0 and 1 answered", WAIT, e -> seen.keySet().containsAll(Set.of(0, 1)));
+    for (int item : List.of(0, 1)) {
+      ShardingContext ctx = seen.get(item);
+      assertEquals("ctx-job", ctx.getJobName());
+      assertEquals(2, ctx.getShardingTotalCount());
+      assertEquals("jp", ctx.getJobParameter());
+      assertEquals(item == 0 ? "alpha" : "beta", ctx.getShardingParameter());
+      assertFalse(ctx.getExecutionId().isEmpty());
+      assertTrue(ctx.getTaskId().startsWith("ctx-job@-@"), ctx.getTaskId());
+      assertTrue(ctx.getTaskId().contains("@-@READY@-@"), ctx.getTaskId());
+      assertTrue(ctx.getSource() == TriggerSource.CRON || ctx.getSource() == TriggerSource.MISFIRE, ctx.toString());
+      assertFalse(ctx.isCancelled());
+    }
+    Assignment assignment = registration.getAssignment();
+    assertEquals(Set.of(0, 1), assignment.itemNumbers());
+    assertTrue(assignment.leader(), "the only instance leads");
+  }
+
+  @Test
+  void completionAndFailureAreReportedAndAccepted() {
+    worker.register(JobConfig.newBuilder("answers-job", 2).cron(EVERY_SECOND).build(), ctx -> {
+      if (ctx.getShardingItem() == 1) {
+        throw new IllegalStateException("boom on item 1");
+      }
+    });
+    // Two rounds each: an item is triggered again only after its previous answer was taken.
+    List<Recorder.Event> completed = recorder.await("item 0 completed twice", WAIT, 2,
+        e -> e.kind().equals("Answered") && e.item() == 0);
+    List<Recorder.Event> failed = recorder.await("item 1 reported failed twice", WAIT, 2,
+        e -> e.kind().equals("Answered") && e.item() == 1);
+    for (Recorder.Event e : completed) {
+      assertNull(e.text(), "a returning handler completes");
+      assertNull(e.error(), "the sidecar accepted Complete: " + e);
+    }
+    for (Recorder.Event e : failed) {
+      assertEquals("java.lang.IllegalStateException: boom on item 1", e.text());
+      assertNull(e.error(), "the sidecar accepted ReportFailure: " + e);
+    }
+    assertNotEquals(completed.get(0).executionId(), completed.get(1).executionId());
+  }
+
+  @Test
+  void aLeaseRunningOutWhileTheSidecarIsFrozenInterruptsTheHandler() throws Exception {
+    CountDownLatch started = new CountDownLatch(1);
+    CountDownLatch interrupted = new CountDownLatch(1);
+    List<String> executions = new CopyOnWriteArrayList<>();
+    JobRegistration registration = worker.register(JobConfig.newBuilder("lease-job", 1).cron(EVERY_SECOND).build(),
+        ctx -> {
+          executions.add(ctx.getExecutionId());
+          started.countDown();
+          try {
+            Thread.sleep(120_000);
+          } catch (InterruptedException e) {
+            assertTrue(ctx.isCancelled());
+            interrupted.countDown();
+            throw e;
+          }
+        });
+    assertTrue(started.await(20, TimeUnit.SECONDS), "the first trigger arrived");
+    assertTrue(registration.hasValidLease());
+    long frozenAt = System.nanoTime();
+    sidecar.pause();
+    try {
+      assertTrue(interrupted.await(30, TimeUnit.SECONDS),
+          "the handler was interrupted once the lease ran out; recorded: " + recorder.events());
+      assertTrue(Duration.ofNanos(System.nanoTime() - frozenAt).toMillis() >= 500,
+          "not before the lease could have run out");
+      assertFalse(registration.hasValidLease());
+      recorder.await("lease expiry", WAIT, e -> e.kind().equals("LeaseExpired"));
+      Recorder.Event cancelled = recorder.await("the item given up", WAIT,
+          e -> e.kind().equals("Cancelled") && e.executionId().equals(executions.get(0)));
+      assertTrue(cancelled.text().contains("lease"), cancelled.toString());
+    } finally {
+      sidecar.resume();
+    }
+    // The unfrozen sidecar renews the lease (or the worker re-subscribes): the worker may work again.
+    long deadline = System.nanoTime() + WAIT.toNanos();
+    while (!registration.hasValidLease() && System.nanoTime() - deadline < 0) {
+      Thread.sleep(20);
+    }
+    assertTrue(registration.hasValidLease(), "a renewal after the sidecar resumed; recorded: " + recorder.events());
+    sleepBriefly();
+    assertTrue(recorder.events("Answered").stream().noneMatch(e -> e.executionId().equals(executions.get(0))),
+        "the interrupted execution was never answered: " + recorder.events());
+  }
+
+  @Test
+  void theWorkerReconnectsAfterTheSidecarRestartsAndNeverAnswersForTheOldStream() throws Exception {
+    CountDownLatch started = new CountDownLatch(1);
+    CountDownLatch interrupted = new CountDownLatch(1);
+    List<String> firstExecution = new CopyOnWriteArrayList<>();
+    worker.register(JobConfig.newBuilder("restart-job", 1).cron(EVERY_SECOND).build(), ctx -> {
+      if (firstExecution.isEmpty()) {
+        firstExecution.add(ctx.getExecutionId());
+        started.countDown();
+        try {
+          Thread.sleep(120_000);
+        } catch (InterruptedException e) {
+          interrupted.countDown();
+        }
+      }
+    });
+    assertTrue(started.await(20, TimeUnit.SECONDS), "the first trigger arrived");
+    sidecar.restart();
+    assertTrue(interrupted.await(20, TimeUnit.SECONDS), "the running handler was interrupted when the stream broke");
+    recorder.await("a disconnect", WAIT, e -> e.kind().equals("Disconnected"));
+    recorder.await("a second registration", WAIT, 2, e -> e.kind().equals("Registered"));
+    Recorder.Event after = recorder.await("an execution of the new sidecar answered", WAIT,
+        e -> e.kind().equals("Answered") && e.error() == null);
+    assertNotEquals(firstExecution.get(0), after.executionId());
+    sleepBriefly();
+    assertTrue(recorder.events("Answered").stream().noneMatch(e -> e.executionId().equals(firstExecution.get(0))),
+        "nothing from before the restart was answered: " + recorder.events());
+    assertEquals(JobRegistration.State.ACTIVE, worker.getRegistrations().get(0).getState());
+  }
+
+  @Test
+  void anInvalidConfigIsRefusedNamingTheField() {
+    InvalidJobConfigException badCron = assertThrows(InvalidJobConfigException.class,
+        () -> worker.register(JobConfig.newBuilder("bad-cron", 1).cron("not a cron").build(), ctx -> { }));
+    assertEquals("cron", badCron.getField().orElse(null), badCron.getMessage());
+    InvalidJobConfigException badCount = assertThrows(InvalidJobConfigException.class,
+        () -> worker.register(JobConfig.newBuilder("bad-count", 0).cron(EVERY_SECOND).build(), ctx -> { }));
+    assertEquals("shardingTotalCount", badCount.getField().orElse(null), badCount.getMessage());
+    assertTrue(worker.getRegistrations().isEmpty());
+  }
+
+  @Test
+  void subscribingToAnUnknownJobWithoutConfigFails() {
+    assertThrows(JobNotFoundException.class, () -> worker.register("no-such-job", ctx -> { }));
+  }
+
+  @Test
+  void closingARegistrationLetsTheRunningItemFinishAndAnswer() throws Exception {
+    CountDownLatch started = new CountDownLatch(1);
+    JobRegistration registration = worker.register(
+        JobConfig.newBuilder("close-job", 1).cron(EVERY_SECOND).build(), ctx -> {
+          started.countDown();
+          Thread.sleep(300);
+        });
+    assertTrue(started.await(20, TimeUnit.SECONDS));
+    registration.close();
+    assertEquals(JobRegistration.State.CLOSED, registration.getState());
+    Set<String> answered = recorder.events("Answered").stream().map(Recorder.Event::executionId)
+        .collect(Collectors.toSet());
+    assertFalse(answered.isEmpty(), "the running item answered before the stream closed: " + recorder.events());
+    assertTrue(worker.getRegistrations().isEmpty());
+  }
+
+  private static void sleepBriefly() {
+    io.shardcar.client.testing.Processes.sleep(1500);
+  }
+}
