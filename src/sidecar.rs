@@ -86,6 +86,7 @@ pub async fn run(
         timer,
         settings.advertise_ip.clone(),
         leases,
+        settings.session_timeout,
     );
 
     let (health, health_service) = tonic_health::server::health_reporter();

@@ -7,6 +7,7 @@ use std::collections::BTreeMap;
 use crate::coordination::strategy::StrategyType;
 use crate::coordination::CoordError;
 use crate::elasticjob::config::{format_item_parameters, JobConfiguration};
+use crate::elasticjob::extras::JobExtras;
 use crate::elasticjob::paths::validate_job_name;
 use crate::proto;
 use crate::schedule::{validate_time_zone, CronSchedule};
@@ -37,7 +38,7 @@ pub fn from_proto(
     job_name: &str,
     c: &proto::JobConfig,
     overwrite: bool,
-) -> Result<JobConfiguration, CoordError> {
+) -> Result<(JobConfiguration, JobExtras), CoordError> {
     if !c.job_name.is_empty() && c.job_name != job_name {
         return Err(invalid(
             "config.job_name",
@@ -121,11 +122,14 @@ pub fn from_proto(
         .map(|(k, v)| (k.clone(), v.clone()))
         .collect();
     config.overwrite = overwrite;
-    Ok(config)
+    let extras = JobExtras {
+        execution_timeout_seconds: c.execution_timeout_seconds,
+    };
+    Ok((config, extras))
 }
 
 /// The wire form of an effective configuration (optional fields always set).
-pub fn to_proto(c: &JobConfiguration) -> proto::JobConfig {
+pub fn to_proto(c: &JobConfiguration, extras: &JobExtras) -> proto::JobConfig {
     let strategy = match c
         .job_sharding_strategy_type
         .as_deref()
@@ -159,7 +163,7 @@ pub fn to_proto(c: &JobConfiguration) -> proto::JobConfig {
             .iter()
             .map(|(k, v)| (k.clone(), v.clone()))
             .collect(),
-        execution_timeout_seconds: 0,
+        execution_timeout_seconds: extras.execution_timeout_seconds,
     }
 }
 
@@ -177,7 +181,7 @@ mod tests {
 
     #[test]
     fn defaults_match_elasticjob_builder() {
-        let c = from_proto("myJob", &base(), false).unwrap();
+        let (c, _) = from_proto("myJob", &base(), false).unwrap();
         let java = "cron: 0/5 * * * * ?\ndescription: ''\ndisabled: false\nfailover: false\njobName: myJob\njobParameter: ''\nmaxTimeDiffSeconds: -1\nmisfire: true\nmonitorExecution: true\noverwrite: false\nreconcileIntervalMinutes: 10\nshardingItemParameters: ''\nshardingTotalCount: 3\nstaticSharding: false\n";
         assert_eq!(c.to_yaml(), java);
     }
@@ -190,9 +194,11 @@ mod tests {
         p.misfire = Some(false);
         p.max_time_diff_seconds = Some(5);
         p.job_parameter = "x".into();
-        let c = from_proto("j", &p, false).unwrap();
+        p.execution_timeout_seconds = 9;
+        let (c, extras) = from_proto("j", &p, false).unwrap();
         assert_eq!(c.sharding_item_parameters, "0=a,2=c");
-        let back = to_proto(&c);
+        let back = to_proto(&c, &extras);
+        assert_eq!(back.execution_timeout_seconds, 9);
         assert_eq!(back.sharding_item_parameters, p.sharding_item_parameters);
         assert_eq!(back.sharding_strategy, p.sharding_strategy);
         assert_eq!(back.misfire, Some(false));

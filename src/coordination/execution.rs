@@ -110,6 +110,8 @@ pub struct Execution {
     pub started: Instant,
     /// Created `running` nodes (monitorExecution on when the execution started).
     pub monitored: bool,
+    /// Unanswered items fail after this long (`execution_timeout_seconds`).
+    pub timeout: Option<std::time::Duration>,
 }
 
 impl Execution {

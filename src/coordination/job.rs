@@ -21,6 +21,7 @@ use super::lease::EventSender;
 use super::view::JobView;
 use super::{election, failover, sharding, CoordError, Shared};
 use crate::elasticjob::config::JobConfiguration;
+use crate::elasticjob::extras::JobExtras;
 use crate::elasticjob::instance::{instance_yaml, task_id};
 use crate::elasticjob::paths::{JobPaths, ServerStatus};
 use crate::proto::{self, worker_event::Event, TriggerSource, WorkerEvent};
@@ -29,6 +30,9 @@ use crate::registry::{
 };
 use crate::schedule::{CronSchedule, Fire};
 
+/// How often executions are checked for timeouts and self-fencing.
+const TICK: Duration = Duration::from_millis(100);
+
 /// How many finished executions are remembered, so a repeated answer is idempotent.
 const FINISHED_MEMORY: usize = 4096;
 
@@ -36,7 +40,7 @@ const FINISHED_MEMORY: usize = 4096;
 pub enum JobCmd {
     Join {
         instance_id: String,
-        config: Option<JobConfiguration>,
+        config: Option<(JobConfiguration, JobExtras)>,
         overwrite: bool,
         sink: EventSender,
         stream_key: u64,
@@ -148,9 +152,12 @@ impl JobActor {
 
     /// Runs the actor until its last local instance has left.
     pub(super) async fn run(mut self) {
+        let mut tick = tokio::time::interval(TICK);
+        tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Skip);
         loop {
             let retry = self.retry_at;
             tokio::select! {
+                _ = tick.tick() => self.on_tick().await,
                 cmd = self.cmd_rx.recv() => match cmd {
                     Some(cmd) => self.on_cmd(cmd).await,
                     None => return,
@@ -190,6 +197,15 @@ impl JobActor {
             jobs.remove(&self.name);
         }
         drop(jobs);
+        let mut executions = self
+            .shared
+            .executions
+            .lock()
+            .expect("execution table poisoned");
+        for id in self.finished_order.iter().chain(self.executions.keys()) {
+            executions.remove(id);
+        }
+        drop(executions);
         self.shared.timer.cancel(&self.timer_key);
         debug!(job = %self.name, "job actor retired: no local instances left");
         true
@@ -315,7 +331,7 @@ impl JobActor {
     async fn join(
         &mut self,
         instance_id: String,
-        config: Option<JobConfiguration>,
+        config: Option<(JobConfiguration, JobExtras)>,
         overwrite: bool,
         sink: EventSender,
         stream_key: u64,
@@ -329,8 +345,8 @@ impl JobActor {
         }
         if self.cache.is_none() {
             self.set_up(config.as_ref(), overwrite).await?;
-        } else if let Some(config) = config.as_ref().filter(|_| overwrite) {
-            self.write_config(config).await?;
+        } else if let Some((config, extras)) = config.as_ref().filter(|_| overwrite) {
+            self.write_config(config, extras).await?;
         }
         let reg = self.shared.registry.clone();
         let generation = current_generation(&reg.session().borrow()).unwrap_or(self.generation);
@@ -357,7 +373,7 @@ impl JobActor {
         })?;
         let registered = proto::Registered {
             instance_id: instance_id.clone(),
-            config: Some(crate::api::convert::to_proto(&effective)),
+            config: Some(crate::api::convert::to_proto(&effective, &self.view.extras)),
         };
         let _ = sink.try_send(event(Event::Registered(registered)));
         self.locals.insert(
@@ -381,7 +397,7 @@ impl JobActor {
     /// First local instance of the job: config, root, server node, watch, cache, schedule.
     async fn set_up(
         &mut self,
-        config: Option<&JobConfiguration>,
+        config: Option<&(JobConfiguration, JobExtras)>,
         overwrite: bool,
     ) -> Result<(), CoordError> {
         let reg = self.shared.registry.clone();
@@ -393,8 +409,10 @@ impl JobActor {
                     self.name
                 )))
             }
-            (None, Some(config)) => self.write_config(config).await?,
-            (Some(_), Some(config)) if overwrite => self.write_config(config).await?,
+            (None, Some((config, extras))) => self.write_config(config, extras).await?,
+            (Some(_), Some((config, extras))) if overwrite => {
+                self.write_config(config, extras).await?
+            }
             (Some(node), _) => {
                 JobConfiguration::from_yaml(&node.data).map_err(|e| {
                     CoordError::FailedPrecondition(format!(
@@ -433,7 +451,11 @@ impl JobActor {
 
     /// Writes `config` (and an empty job root if there is none), as ElasticJob's
     /// `ConfigurationService.setUpJobConfiguration` does; the root data is never rewritten.
-    async fn write_config(&mut self, config: &JobConfiguration) -> Result<(), CoordError> {
+    async fn write_config(
+        &mut self,
+        config: &JobConfiguration,
+        extras: &JobExtras,
+    ) -> Result<(), CoordError> {
         let reg = self.shared.registry.clone();
         match reg
             .create(&self.paths.root(), b"", CreateMode::Persistent)
@@ -443,6 +465,8 @@ impl JobActor {
             Err(e) => return Err(e.into()),
         }
         self.persist(&self.paths.config(), config.to_yaml().as_bytes())
+            .await?;
+        self.persist(&self.paths.shardcar(), extras.to_yaml().as_bytes())
             .await
     }
 
@@ -600,6 +624,7 @@ impl JobActor {
         if self.locals.is_empty() {
             return;
         }
+        self.release_stale_running().await;
         self.lead().await;
         self.take_failover().await;
         self.run_trigger_requests().await;
@@ -741,6 +766,101 @@ impl JobActor {
         }
     }
 
+    /// `running` nodes naming a local instance that has no execution of them (revoked while
+    /// cut off from the registry, or left by an earlier life of this sidecar): free them, or
+    /// flag them for failover when failover is on, since they did not complete.
+    async fn release_stale_running(&mut self) {
+        let mut ops = Vec::new();
+        for id in self.locals.keys() {
+            let live: Vec<i32> = self
+                .executions
+                .values()
+                .filter(|e| &e.instance_id == id)
+                .flat_map(|e| e.items.iter().copied())
+                .collect();
+            let stale: Vec<i32> = self
+                .view
+                .items
+                .iter()
+                .filter(|(i, it)| {
+                    it.running.as_ref().is_some_and(|(owner, _)| owner == id) && !live.contains(i)
+                })
+                .map(|(i, _)| *i)
+                .collect();
+            ops.extend(failover::release_ops(&self.view, &self.paths, id, &stale));
+        }
+        if !ops.is_empty() {
+            info!(job = %self.name, ops = ops.len(), "releasing items left running by revoked executions");
+            self.commit_or_each(ops).await;
+            self.view = self.current_view();
+        }
+    }
+
+    /// Self-fencing and execution timeouts.
+    async fn on_tick(&mut self) {
+        if self.executions.is_empty() {
+            return;
+        }
+        let silent = self.shared.registry.last_reply().elapsed();
+        if silent > self.shared.session_timeout * 2 / 3 {
+            let reason = format!(
+                "self-fencing: no answer from ZooKeeper for {} ms (2/3 of the session timeout)",
+                silent.as_millis()
+            );
+            let ids: Vec<String> = self.executions.keys().cloned().collect();
+            for id in ids {
+                self.revoke(&id, &reason, false).await;
+            }
+            return;
+        }
+        let expired: Vec<(String, Duration)> = self
+            .executions
+            .values()
+            .filter_map(|e| {
+                e.timeout
+                    .filter(|t| e.started.elapsed() > *t)
+                    .map(|t| (e.id.clone(), t))
+            })
+            .collect();
+        for (id, timeout) in expired {
+            let reason = format!(
+                "execution timeout: not answered within {} s",
+                timeout.as_secs()
+            );
+            self.revoke(&id, &reason, true).await;
+        }
+    }
+
+    /// Takes back the unanswered items of an execution: the worker gets `Revoke`, later
+    /// answers are refused. With `release`, their `running` nodes are removed now (else the
+    /// next reconcile does it, once the registry answers again).
+    async fn revoke(&mut self, execution_id: &str, reason: &str, release: bool) {
+        let Some(exec) = self.executions.get_mut(execution_id) else {
+            return;
+        };
+        let pending = exec.pending();
+        for i in &pending {
+            exec.outcomes
+                .insert(*i, ItemOutcome::Revoked(reason.to_string()));
+        }
+        let (instance_id, monitored) = (exec.instance_id.clone(), exec.monitored);
+        if let Some(local) = self.locals.get(&instance_id) {
+            let revoke = proto::Revoke {
+                items: pending.clone(),
+                reason: reason.to_string(),
+            };
+            let _ = local.sink.try_send(event(Event::Revoke(revoke)));
+        }
+        warn!(job = %self.name, execution = %execution_id, instance = %instance_id, items = ?pending, reason,
+              "items revoked");
+        if release {
+            let ops =
+                failover::finish_ops(&self.view, &self.paths, &instance_id, &pending, monitored);
+            self.commit_or_each(ops).await;
+        }
+        self.finish(execution_id).await;
+    }
+
     /// Sends an `Assignment` to a local instance if its items, leader flag or epoch changed.
     fn push_assignment(&mut self, instance_id: &str) {
         let ip = self.shared.ip.clone();
@@ -825,6 +945,17 @@ impl JobActor {
             return;
         }
         self.view = self.current_view();
+        let max_diff = self
+            .view
+            .config
+            .as_ref()
+            .map_or(-1, |c| c.max_time_diff_seconds);
+        if max_diff >= 0 {
+            if let Err(e) = self.check_clock(max_diff).await {
+                warn!(job = %self.name, error = %e, "fire skipped");
+                return;
+            }
+        }
         let ip = self.shared.ip.clone();
         let ids: Vec<String> = self.locals.keys().cloned().collect();
         for id in ids {
@@ -847,6 +978,32 @@ impl JobActor {
                 self.start_execution(&id, plan.run, source, fire_time).await;
             }
         }
+    }
+
+    /// ElasticJob's `maxTimeDiffSeconds` check (elasticjob-layout.md §5.9): touch
+    /// `systemTime/current` and compare its `mtime` with this host's clock.
+    async fn check_clock(&mut self, max_seconds: i32) -> Result<(), CoordError> {
+        let path = self.paths.system_time();
+        let reg = self.shared.registry.clone();
+        let stat = match reg.set(&path, b"", None).await {
+            Ok(stat) => stat,
+            Err(RegError::NoNode(_)) => {
+                self.persist(&path, b"").await?;
+                reg.exists(&path)
+                    .await?
+                    .ok_or_else(|| RegError::NoNode(path.clone()))?
+            }
+            Err(e) => return Err(e.into()),
+        };
+        let local = chrono::Utc::now().timestamp_millis();
+        let diff = (local - stat.mtime).abs();
+        if diff > i64::from(max_seconds) * 1000 {
+            return Err(CoordError::FailedPrecondition(format!(
+                "this host's clock differs from ZooKeeper's by {diff} ms, more than maxTimeDiffSeconds ({max_seconds} s) allows; \
+                 synchronise the clock (NTP) or raise maxTimeDiffSeconds"
+            )));
+        }
+        Ok(())
     }
 
     /// Creates the `running` nodes (one multi-op), then sends the `Trigger`.
@@ -938,7 +1095,12 @@ impl JobActor {
         }
         info!(job = %self.name, execution = %execution_id, instance = %instance_id, items = ?items,
               source = source.as_str_name(), "execution started");
+        let timeout = match self.view.extras.execution_timeout_seconds {
+            0 => None,
+            s => Some(Duration::from_secs(u64::from(s))),
+        };
         let exec = Execution {
+            timeout,
             id: execution_id.clone(),
             instance_id: instance_id.to_string(),
             source,
@@ -1044,9 +1206,16 @@ impl JobActor {
         info!(job = %self.name, execution = %execution_id, instance = %exec.instance_id, items = ?exec.items,
               source = exec.source.as_str_name(), failed, elapsed_ms = exec.started.elapsed().as_millis() as u64,
               "execution finished");
-        self.remember(execution_id, &exec.instance_id, None);
+        let revoked = exec.outcomes.values().find_map(|o| match o {
+            ItemOutcome::Revoked(reason) => Some(reason.clone()),
+            _ => None,
+        });
+        self.remember(execution_id, &exec.instance_id, revoked);
         if let Some(local) = self.locals.get_mut(&exec.instance_id) {
             local.busy = None;
+        }
+        if !self.shared.leases.may_grant() {
+            return; // no registry writes while cut off; reconcile catches up later
         }
         self.view = self.current_view();
         let catch_up = execution::catch_up(&self.view, &exec.items);
@@ -1076,12 +1245,9 @@ impl JobActor {
         self.take_failover().await;
     }
 
+    /// Remembers a finished execution so later answers get a precise reply; it stays routable
+    /// in the sidecar's execution table until it is forgotten here.
     fn remember(&mut self, execution_id: &str, instance_id: &str, revoked: Option<String>) {
-        self.shared
-            .executions
-            .lock()
-            .expect("execution table poisoned")
-            .remove(execution_id);
         self.finished.insert(
             execution_id.to_string(),
             Finished {
@@ -1093,6 +1259,11 @@ impl JobActor {
         while self.finished_order.len() > FINISHED_MEMORY {
             if let Some(old) = self.finished_order.pop_front() {
                 self.finished.remove(&old);
+                self.shared
+                    .executions
+                    .lock()
+                    .expect("execution table poisoned")
+                    .remove(&old);
             }
         }
     }

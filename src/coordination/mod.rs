@@ -20,12 +20,14 @@ mod tests;
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
+use std::time::Duration;
 
 use tokio::sync::{mpsc, oneshot};
 use tokio_util::sync::CancellationToken;
 use tonic::{Code, Status};
 
 use crate::elasticjob::config::JobConfiguration;
+use crate::elasticjob::extras::JobExtras;
 use crate::proto::WorkerEvent;
 use crate::registry::{self, Registry};
 use crate::schedule::Timer;
@@ -76,6 +78,8 @@ pub(crate) struct Shared {
     /// This sidecar's advertised IP: its `servers/{ip}` node.
     pub ip: String,
     pub leases: Leases,
+    /// The registry session timeout: self-fencing starts after 2/3 of it without a reply.
+    pub session_timeout: Duration,
     /// Job name → its actor. Locked only to look up, insert or remove; never across an await.
     pub jobs: Mutex<HashMap<String, mpsc::Sender<JobCmd>>>,
     /// Execution id → job name, to route answers. Same locking rule.
@@ -94,7 +98,8 @@ impl Shared {
 pub struct Subscription {
     pub job_name: String,
     pub instance_id: String,
-    pub config: Option<JobConfiguration>,
+    /// The job's config and shardcar's extra settings, to create (or overwrite) the job.
+    pub config: Option<(JobConfiguration, JobExtras)>,
     pub overwrite: bool,
 }
 
@@ -106,13 +111,20 @@ pub struct Coordinator {
 
 impl Coordinator {
     /// A coordinator for the sidecar advertised as `ip`.
-    pub fn new(registry: Registry, timer: Timer, ip: String, leases: Leases) -> Coordinator {
+    pub fn new(
+        registry: Registry,
+        timer: Timer,
+        ip: String,
+        leases: Leases,
+        session_timeout: Duration,
+    ) -> Coordinator {
         Coordinator {
             shared: Arc::new(Shared {
                 registry,
                 timer,
                 ip,
                 leases,
+                session_timeout,
                 jobs: Mutex::new(HashMap::new()),
                 executions: Mutex::new(HashMap::new()),
                 keys: AtomicU64::new(0),

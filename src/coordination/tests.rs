@@ -10,6 +10,7 @@ use tokio_util::sync::CancellationToken;
 
 use super::*;
 use crate::elasticjob::config::JobConfiguration;
+use crate::elasticjob::extras::JobExtras;
 use crate::proto::worker_event::Event;
 use crate::registry::MemoryStore;
 
@@ -28,7 +29,13 @@ fn car(store: &MemoryStore, ip: &str) -> TestCar {
         Duration::from_secs(10),
         cancel.clone(),
     );
-    let coordinator = Coordinator::new(registry.clone(), Timer::spawn(), ip.to_string(), leases);
+    let coordinator = Coordinator::new(
+        registry.clone(),
+        Timer::spawn(),
+        ip.to_string(),
+        leases,
+        Duration::from_secs(10),
+    );
     TestCar {
         coordinator,
         registry,
@@ -63,7 +70,7 @@ async fn subscribe(car: &TestCar, job: &str, total: i32, pid: u32) -> TestWorker
     let sub = Subscription {
         job_name: job.into(),
         instance_id: id.clone(),
-        config: Some(config),
+        config: Some((config, JobExtras::default())),
         overwrite: false,
     };
     let (_, rx) = car.coordinator.subscribe(sub).await.expect("subscribed");
@@ -182,4 +189,212 @@ async fn a_disabled_server_loses_its_items_and_leadership() {
         .expect("a leader");
     assert_eq!(String::from_utf8(leader.data).unwrap(), workers[1].id);
     assert!(workers[0].items.is_empty());
+}
+
+async fn subscribe_with(
+    car: &TestCar,
+    config: JobConfiguration,
+    extras: JobExtras,
+    pid: u32,
+) -> TestWorker {
+    let id = format!("{}@-@{pid}", car.coordinator.ip());
+    let sub = Subscription {
+        job_name: config.job_name.clone(),
+        instance_id: id.clone(),
+        config: Some((config, extras)),
+        overwrite: false,
+    };
+    let (_, rx) = car.coordinator.subscribe(sub).await.expect("subscribed");
+    TestWorker {
+        id,
+        rx,
+        items: Vec::new(),
+        events: Vec::new(),
+    }
+}
+
+/// Waits for the next event matching `pick`.
+async fn next_matching<T>(w: &mut TestWorker, mut pick: impl FnMut(&Event) -> Option<T>) -> T {
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(10);
+    loop {
+        let event = tokio::time::timeout_at(deadline, w.rx.recv())
+            .await
+            .expect("event in time")
+            .expect("stream open")
+            .expect("not an error");
+        let event = event.event.expect("an event");
+        if let Event::Assignment(a) = &event {
+            w.items = a.items.iter().map(|i| i.item).collect();
+        }
+        if let Some(found) = pick(&event) {
+            return found;
+        }
+    }
+}
+
+fn trigger(e: &Event) -> Option<crate::proto::Trigger> {
+    match e {
+        Event::Trigger(t) => Some(t.clone()),
+        _ => None,
+    }
+}
+
+#[tokio::test]
+async fn trigger_once_runs_now_and_complete_clears_running() {
+    let store = MemoryStore::new();
+    let a = car(&store, "10.0.0.1");
+    let mut config = JobConfiguration::new("once", 2);
+    config.cron = None;
+    let mut w = subscribe_with(&a, config, JobExtras::default(), 1).await;
+    settle(std::slice::from_mut(&mut w), 2).await;
+    let admin = store.session();
+    admin.ensure_path("/once/trigger").await.unwrap();
+    admin
+        .create(
+            &format!("/once/trigger/{}", w.id),
+            b"",
+            crate::registry::CreateMode::Persistent,
+        )
+        .await
+        .unwrap();
+    let t = next_matching(&mut w, trigger).await;
+    assert_eq!(t.source, crate::proto::TriggerSource::Manual as i32);
+    assert_eq!(t.items.len(), 2);
+    assert!(admin
+        .exists("/once/sharding/0/running")
+        .await
+        .unwrap()
+        .is_some());
+    assert!(
+        admin
+            .exists(&format!("/once/trigger/{}", w.id))
+            .await
+            .unwrap()
+            .is_none(),
+        "request consumed"
+    );
+    // Fencing tokens are the running nodes' czxids.
+    let czxid = admin
+        .exists("/once/sharding/1/running")
+        .await
+        .unwrap()
+        .unwrap()
+        .czxid;
+    assert_eq!(t.fencing_tokens[&1], czxid);
+    a.coordinator
+        .answer(
+            &w.id,
+            &t.execution_id,
+            vec![(0, ItemOutcome::Completed), (1, ItemOutcome::Completed)],
+        )
+        .await
+        .unwrap();
+    assert!(admin
+        .exists("/once/sharding/0/running")
+        .await
+        .unwrap()
+        .is_none());
+    assert!(admin
+        .exists("/once/sharding/1/running")
+        .await
+        .unwrap()
+        .is_none());
+}
+
+#[tokio::test]
+async fn an_unanswered_item_times_out_is_revoked_and_its_late_answer_refused() {
+    let store = MemoryStore::new();
+    let a = car(&store, "10.0.0.1");
+    let mut config = JobConfiguration::new("slow", 1);
+    config.cron = None;
+    let mut w = subscribe_with(
+        &a,
+        config,
+        JobExtras {
+            execution_timeout_seconds: 1,
+        },
+        1,
+    )
+    .await;
+    settle(std::slice::from_mut(&mut w), 1).await;
+    let admin = store.session();
+    admin.ensure_path("/slow/trigger").await.unwrap();
+    admin
+        .create(
+            &format!("/slow/trigger/{}", w.id),
+            b"",
+            crate::registry::CreateMode::Persistent,
+        )
+        .await
+        .unwrap();
+    let t = next_matching(&mut w, trigger).await;
+    let revoke = next_matching(&mut w, |e| match e {
+        Event::Revoke(r) => Some(r.clone()),
+        _ => None,
+    })
+    .await;
+    assert_eq!(revoke.items, vec![0]);
+    assert!(revoke.reason.contains("timeout"), "{}", revoke.reason);
+    assert!(
+        admin
+            .exists("/slow/sharding/0/running")
+            .await
+            .unwrap()
+            .is_none(),
+        "running removed"
+    );
+    let late = a
+        .coordinator
+        .answer(&w.id, &t.execution_id, vec![(0, ItemOutcome::Completed)])
+        .await;
+    assert!(
+        matches!(late, Err(CoordError::FailedPrecondition(_))),
+        "{late:?}"
+    );
+}
+
+#[tokio::test]
+async fn a_fire_while_busy_flags_misfire_and_one_catch_up_run_follows() {
+    let store = MemoryStore::new();
+    let a = car(&store, "10.0.0.1");
+    let mut config = JobConfiguration::new("busy", 1);
+    config.cron = Some("* * * * * ?".into());
+    let mut w = subscribe_with(&a, config, JobExtras::default(), 1).await;
+    let first = next_matching(&mut w, trigger).await;
+    let admin = store.session();
+    // Stay busy across the next fire: the item is flagged misfire.
+    for _ in 0..40 {
+        if admin
+            .exists("/busy/sharding/0/misfire")
+            .await
+            .unwrap()
+            .is_some()
+        {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    assert!(admin
+        .exists("/busy/sharding/0/misfire")
+        .await
+        .unwrap()
+        .is_some());
+    a.coordinator
+        .answer(
+            &w.id,
+            &first.execution_id,
+            vec![(0, ItemOutcome::Completed)],
+        )
+        .await
+        .unwrap();
+    let catch_up = next_matching(&mut w, trigger).await;
+    assert_eq!(catch_up.source, crate::proto::TriggerSource::Misfire as i32);
+    assert!(
+        admin
+            .exists("/busy/sharding/0/misfire")
+            .await
+            .unwrap()
+            .is_none(),
+        "misfire cleared"
+    );
 }

@@ -7,6 +7,7 @@
 use std::collections::BTreeMap;
 
 use crate::elasticjob::config::JobConfiguration;
+use crate::elasticjob::extras::JobExtras;
 use crate::elasticjob::instance::{ip_of, parse_instance_yaml};
 use crate::elasticjob::paths::{server_enabled, sort_descending, JobPaths};
 use crate::registry::{Stat, TreeCache};
@@ -32,6 +33,8 @@ pub struct JobView {
     /// `None` when `config` is absent or unreadable (see `config_error`).
     pub config: Option<JobConfiguration>,
     pub config_error: Option<String>,
+    /// `/{job}/shardcar`: settings beyond ElasticJob's (defaults when absent or unreadable).
+    pub extras: JobExtras,
     /// Live instances: id → the server IP from its YAML (or from the id).
     pub instances: BTreeMap<String, String>,
     /// `servers/{ip}` → enabled.
@@ -64,6 +67,10 @@ impl JobView {
             },
             None => view.config_error = Some("the job has no config node".to_string()),
         }
+        view.extras = cache
+            .data(&paths.shardcar())
+            .and_then(|d| JobExtras::from_yaml(d).ok())
+            .unwrap_or_default();
         for id in cache.children(&paths.instances()) {
             let ip = cache
                 .data(&paths.instance(&id))

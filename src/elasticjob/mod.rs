@@ -5,6 +5,7 @@
 //! Reference: `shared/elasticjob-layout.md` §1–§3; ground truth: `tests/vectors/`.
 
 pub mod config;
+pub mod extras;
 pub mod hash;
 pub mod instance;
 pub mod paths;
