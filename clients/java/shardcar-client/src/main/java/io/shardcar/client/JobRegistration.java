@@ -301,14 +301,18 @@ public final class JobRegistration implements AutoCloseable {
         backoff.reset();
         LOG.log(System.Logger.Level.INFO, "job {0}: registered as {1} (stream {2})", jobName, instanceId, gen);
         notify(() -> listener.onRegistered(jobName, instanceId, effectiveConfig));
-        firstRegistration.complete(null);
       }
       case ASSIGNMENT -> {
         assignment = ProtoMapping.fromProto(event.getAssignment());
         Assignment a = assignment;
         notify(() -> listener.onAssignment(jobName, a));
+        // register() returns once the current assignment is known (it follows Registered).
+        firstRegistration.complete(null);
       }
-      case LEASE -> onLease(gen, event.getLease(), receivedAt);
+      case LEASE -> {
+        onLease(gen, event.getLease(), receivedAt);
+        firstRegistration.complete(null);
+      }
       case TRIGGER -> onTrigger(gen, event.getTrigger());
       case REVOKE -> onRevoke(new HashSet<>(event.getRevoke().getItemsList()), event.getRevoke().getReason());
       case SHUTDOWN -> {

@@ -3,6 +3,7 @@ package io.shardcar.client;
 import io.grpc.Grpc;
 import io.grpc.InsecureChannelCredentials;
 import io.grpc.ManagedChannel;
+import io.grpc.ManagedChannelBuilder;
 import java.time.Duration;
 import java.util.ArrayList;
 import java.util.LinkedHashMap;
@@ -13,6 +14,8 @@ import java.util.concurrent.CopyOnWriteArrayList;
 import java.util.concurrent.CountDownLatch;
 import java.util.concurrent.TimeUnit;
 import java.util.function.Function;
+import java.util.logging.Level;
+import java.util.logging.Logger;
 
 /**
  * A worker process's connection to its local shardcar sidecar. Register one handler per job; the
@@ -34,6 +37,10 @@ public final class ShardcarWorker implements AutoCloseable {
   /** Environment variable naming the sidecar when the builder sets no target. */
   public static final String TARGET_ENV = "SHARDCAR_TARGET";
 
+  /** Held so that the level set on it is not lost to garbage collection. */
+  private static final Logger NETTY_BOOTSTRAP_LOG =
+      Logger.getLogger("io.grpc.netty.shaded.io.netty.bootstrap.Bootstrap");
+
   private final Settings settings;
   private final ManagedChannel channel;
   private final List<JobRegistration> registrations = new CopyOnWriteArrayList<>();
@@ -42,13 +49,24 @@ public final class ShardcarWorker implements AutoCloseable {
 
   private ShardcarWorker(Settings settings) {
     this.settings = settings;
-    this.channel = Grpc.newChannelBuilder(settings.target(), InsecureChannelCredentials.create())
-        .userAgent("shardcar-java")
-        .build();
+    ManagedChannelBuilder<?> builder = Grpc.newChannelBuilder(settings.target(), InsecureChannelCredentials.create())
+        .userAgent("shardcar-java");
+    if (isUnixSocket(settings.target())) {
+      // grpc-java would send the socket path as :authority, which the sidecar's HTTP/2 stack
+      // refuses (PROTOCOL_ERROR); any valid host name will do over a local socket.
+      builder.overrideAuthority("localhost");
+      // Netty warns on every connection that a domain socket has no SO_KEEPALIVE; it is harmless.
+      NETTY_BOOTSTRAP_LOG.setLevel(Level.SEVERE);
+    }
+    this.channel = builder.build();
   }
 
   public static Builder builder() {
     return new Builder();
+  }
+
+  static boolean isUnixSocket(String target) {
+    return target.startsWith("unix:");
   }
 
   /** The gRPC target this worker dials. */

@@ -36,6 +36,15 @@ public final class Processes {
     }
   }
 
+  /** Whether something accepts connections on the Unix domain socket {@code path}. */
+  public static boolean accepts(Path path) {
+    try (java.nio.channels.SocketChannel ch = java.nio.channels.SocketChannel.open(java.net.StandardProtocolFamily.UNIX)) {
+      return ch.connect(java.net.UnixDomainSocketAddress.of(path));
+    } catch (IOException e) {
+      return false;
+    }
+  }
+
   /** Sends a ZooKeeper four-letter command and returns the answer ("" when it cannot). */
   public static String fourLetter(int port, String command) {
     try (Socket s = new Socket()) {

@@ -19,12 +19,14 @@ public final class SidecarProcess implements AutoCloseable {
   private final Path binary;
   private final List<String> extraArgs;
   private final int port;
+  private final Path socket;
   private Process process;
   private Path log;
 
-  private SidecarProcess(Path binary, int port, List<String> extraArgs) {
+  private SidecarProcess(Path binary, int port, Path socket, List<String> extraArgs) {
     this.binary = binary;
     this.port = port;
+    this.socket = socket;
     this.extraArgs = List.copyOf(extraArgs);
   }
 
@@ -40,7 +42,14 @@ public final class SidecarProcess implements AutoCloseable {
 
   /** {@code shardcar run --listen 127.0.0.1:PORT} plus {@code extraArgs}, waiting until the port accepts connections. */
   public static SidecarProcess start(List<String> extraArgs) {
-    SidecarProcess sidecar = new SidecarProcess(findBinary(), Processes.freePort(), extraArgs);
+    SidecarProcess sidecar = new SidecarProcess(findBinary(), Processes.freePort(), null, extraArgs);
+    sidecar.launch();
+    return sidecar;
+  }
+
+  /** Standalone mode listening on a Unix domain socket ({@code --listen unix:///...}) instead of TCP. */
+  public static SidecarProcess startOnUnixSocket(Path socket) {
+    SidecarProcess sidecar = new SidecarProcess(findBinary(), -1, socket.toAbsolutePath(), List.of());
     sidecar.launch();
     return sidecar;
   }
@@ -83,9 +92,9 @@ public final class SidecarProcess implements AutoCloseable {
   }
 
   private void launch() {
-    List<String> cmd = new ArrayList<>(List.of(binary.toString(), "run", "--listen", "127.0.0.1:" + port));
+    List<String> cmd = new ArrayList<>(List.of(binary.toString(), "run", "--listen", listenAddress()));
     cmd.addAll(extraArgs);
-    log = Processes.logDir().resolve("sidecar-" + port + "-" + STARTS.incrementAndGet() + ".log");
+    log = Processes.logDir().resolve("sidecar-" + (socket == null ? port : "uds") + "-" + STARTS.incrementAndGet() + ".log");
     try {
       ProcessBuilder pb = new ProcessBuilder(cmd).redirectErrorStream(true).redirectOutput(log.toFile());
       pb.environment().putIfAbsent("RUST_LOG", "info");
@@ -96,12 +105,16 @@ public final class SidecarProcess implements AutoCloseable {
       throw new IllegalStateException("cannot start " + cmd, e);
     }
     Processes.await(process, log, Duration.ofSeconds(30), "shardcar " + String.join(" ", cmd),
-        () -> Processes.accepts(port));
+        () -> socket == null ? Processes.accepts(port) : Processes.accepts(socket));
   }
 
-  /** {@code 127.0.0.1:PORT}, for {@code ShardcarWorker.builder().target(...)}. */
+  private String listenAddress() {
+    return socket == null ? "127.0.0.1:" + port : "unix://" + socket;
+  }
+
+  /** {@code 127.0.0.1:PORT} or {@code unix:///path}, for {@code ShardcarWorker.builder().target(...)}. */
   public String target() {
-    return "127.0.0.1:" + port;
+    return listenAddress();
   }
 
   public int port() {
