@@ -405,33 +405,31 @@ impl Timer {
 
 async fn run(shared: Arc<Shared>) {
     loop {
-        let (due, deadline) = {
+        let deadline = {
+            // Held without an await: taking due fires and sending them (`try_send` never
+            // waits) under the lock means that once `cancel` returns, nothing more is sent.
             let mut state = shared.lock();
             if state.closed {
                 return;
             }
-            let due = state.take_due(Utc::now());
-            (due, state.next_deadline())
-        };
-        for (tx, fire) in due {
-            match tx.try_send(fire) {
-                Ok(()) => {}
-                Err(mpsc::error::TrySendError::Full(fire)) => {
-                    tracing::warn!(key = %fire.key, fire_time = %fire.fire_time, "fire dropped: the job's fire queue is full");
-                }
-                Err(mpsc::error::TrySendError::Closed(fire)) => {
-                    tracing::debug!(key = %fire.key, "fire receiver gone; cancelling its schedule");
-                    let mut state = shared.lock();
-                    if state
-                        .entries
-                        .get(&fire.key)
-                        .is_some_and(|e| e.tx.is_closed())
-                    {
-                        state.cancel(&fire.key);
+            let mut gone = Vec::new();
+            for (tx, fire) in state.take_due(Utc::now()) {
+                match tx.try_send(fire) {
+                    Ok(()) => {}
+                    Err(mpsc::error::TrySendError::Full(fire)) => {
+                        tracing::warn!(key = %fire.key, fire_time = %fire.fire_time, "fire dropped: the job's fire queue is full");
                     }
+                    Err(mpsc::error::TrySendError::Closed(fire)) => gone.push(fire.key),
                 }
             }
-        }
+            for key in gone {
+                if state.entries.get(&key).is_some_and(|e| e.tx.is_closed()) {
+                    tracing::debug!(%key, "fire receiver gone; cancelling its schedule");
+                    state.cancel(&key);
+                }
+            }
+            state.next_deadline()
+        };
         match deadline {
             None => shared.wake.notified().await,
             Some(at) => {
