@@ -112,6 +112,8 @@ pub struct Execution {
     pub monitored: bool,
     /// Unanswered items fail after this long (`execution_timeout_seconds`).
     pub timeout: Option<std::time::Duration>,
+    /// The worker's lease lapse count when the execution started (see `Leases::lapses`).
+    pub lease_lapses: u64,
 }
 
 impl Execution {

@@ -81,6 +81,17 @@ struct Local {
     seen: bool,
 }
 
+/// What becomes of the nodes of revoked items.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Release {
+    /// The items failed (timeout): remove `running`, as after a failure.
+    Failed,
+    /// The worker stopped without finishing: fail the items over (failover on) or free them.
+    Abandoned,
+    /// The registry cannot be written now; the reconcile after reconnecting releases them.
+    Later,
+}
+
 /// Remembered outcome of a finished execution.
 struct Finished {
     instance_id: String,
@@ -809,9 +820,34 @@ impl JobActor {
             );
             let ids: Vec<String> = self.executions.keys().cloned().collect();
             for id in ids {
-                self.revoke(&id, &reason, false).await;
+                self.revoke(&id, &reason, Release::Later).await;
             }
             return;
+        }
+        // A worker whose lease ran out stopped its work by contract: its execution is void.
+        let lapsed: Vec<String> = self
+            .executions
+            .values()
+            .filter(|e| {
+                self.locals
+                    .get(&e.instance_id)
+                    .is_some_and(|l| self.shared.leases.lapses(l.stream_key) > e.lease_lapses)
+            })
+            .map(|e| e.id.clone())
+            .collect();
+        let connected = self.shared.leases.may_grant();
+        for id in lapsed {
+            let release = if connected {
+                Release::Abandoned
+            } else {
+                Release::Later
+            };
+            self.revoke(
+                &id,
+                "the worker's lease ran out before the execution was answered",
+                release,
+            )
+            .await;
         }
         let expired: Vec<(String, Duration)> = self
             .executions
@@ -827,14 +863,13 @@ impl JobActor {
                 "execution timeout: not answered within {} s",
                 timeout.as_secs()
             );
-            self.revoke(&id, &reason, true).await;
+            self.revoke(&id, &reason, Release::Failed).await;
         }
     }
 
     /// Takes back the unanswered items of an execution: the worker gets `Revoke`, later
-    /// answers are refused. With `release`, their `running` nodes are removed now (else the
-    /// next reconcile does it, once the registry answers again).
-    async fn revoke(&mut self, execution_id: &str, reason: &str, release: bool) {
+    /// answers are refused, and their nodes are released as `release` says.
+    async fn revoke(&mut self, execution_id: &str, reason: &str, release: Release) {
         let Some(exec) = self.executions.get_mut(execution_id) else {
             return;
         };
@@ -853,11 +888,16 @@ impl JobActor {
         }
         warn!(job = %self.name, execution = %execution_id, instance = %instance_id, items = ?pending, reason,
               "items revoked");
-        if release {
-            let ops =
-                failover::finish_ops(&self.view, &self.paths, &instance_id, &pending, monitored);
-            self.commit_or_each(ops).await;
-        }
+        let ops = match release {
+            Release::Failed => {
+                failover::finish_ops(&self.view, &self.paths, &instance_id, &pending, monitored)
+            }
+            Release::Abandoned => {
+                failover::release_ops(&self.view, &self.paths, &instance_id, &pending)
+            }
+            Release::Later => Vec::new(),
+        };
+        self.commit_or_each(ops).await;
         self.finish(execution_id).await;
     }
 
@@ -1099,7 +1139,12 @@ impl JobActor {
             0 => None,
             s => Some(Duration::from_secs(u64::from(s))),
         };
+        let lease_lapses = self
+            .locals
+            .get(instance_id)
+            .map_or(0, |l| self.shared.leases.lapses(l.stream_key));
         let exec = Execution {
+            lease_lapses,
             timeout,
             id: execution_id.clone(),
             instance_id: instance_id.to_string(),

@@ -6,7 +6,7 @@
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use tokio_util::sync::CancellationToken;
 
@@ -28,8 +28,28 @@ struct Inner {
     /// A renewal is only sent when the registry answered within this long.
     max_reply_age: Duration,
     sequence: AtomicU64,
-    /// Stream key → sender. Locked only to copy or edit the map, never across an await.
-    streams: Mutex<HashMap<u64, EventSender>>,
+    /// Stream key → its lease. Locked only for short sections without an await (sends are
+    /// `try_send`).
+    streams: Mutex<HashMap<u64, StreamLease>>,
+}
+
+struct StreamLease {
+    sender: EventSender,
+    /// When the latest lease was sent.
+    granted: Option<Instant>,
+    /// How many times the lease ran out before a renewal.
+    lapses: u64,
+}
+
+/// Slack over `valid_for` before the sidecar counts a lease as run out: the worker counts
+/// from receipt, a little after the send.
+const LAPSE_MARGIN: Duration = Duration::from_millis(250);
+
+impl StreamLease {
+    fn lapsed(&self, valid_for: Duration) -> bool {
+        self.granted
+            .is_none_or(|g| g.elapsed() > valid_for + LAPSE_MARGIN)
+    }
 }
 
 impl Leases {
@@ -80,53 +100,60 @@ impl Leases {
 
     /// Adds a stream and grants its first lease at once (if one may be granted).
     pub fn add(&self, key: u64, sender: EventSender) {
+        let mut stream = StreamLease {
+            sender,
+            granted: None,
+            lapses: 0,
+        };
         if self.may_grant() {
-            self.send(&sender);
+            self.grant(&mut stream);
         }
-        self.inner
-            .streams
-            .lock()
-            .expect("lease map poisoned")
-            .insert(key, sender);
+        self.streams().insert(key, stream);
     }
 
     /// Stops renewing a stream's lease.
     pub fn remove(&self, key: u64) {
-        self.inner
-            .streams
-            .lock()
-            .expect("lease map poisoned")
-            .remove(&key);
+        self.streams().remove(&key);
+    }
+
+    /// How many times the stream's lease has run out, counting a lease that is out now.
+    /// Work started under a count lower than the current one was stopped by its worker.
+    pub fn lapses(&self, key: u64) -> u64 {
+        let valid_for = self.inner.valid_for;
+        self.streams()
+            .get(&key)
+            .map_or(u64::MAX, |s| s.lapses + u64::from(s.lapsed(valid_for)))
+    }
+
+    fn streams(&self) -> std::sync::MutexGuard<'_, HashMap<u64, StreamLease>> {
+        self.inner.streams.lock().expect("lease map poisoned")
     }
 
     fn renew_all(&self) {
         if !self.may_grant() {
             return;
         }
-        // Copy the senders so the lock is not held while sending.
-        let senders: Vec<EventSender> = self
-            .inner
-            .streams
-            .lock()
-            .expect("lease map poisoned")
-            .values()
-            .cloned()
-            .collect();
-        for sender in &senders {
-            self.send(sender);
+        for stream in self.streams().values_mut() {
+            self.grant(stream);
         }
     }
 
-    fn send(&self, sender: &EventSender) {
+    fn grant(&self, stream: &mut StreamLease) {
+        if stream.granted.is_some() && stream.lapsed(self.inner.valid_for) {
+            stream.lapses += 1;
+        }
         let lease = Lease {
             valid_for: Some(
                 prost_types::Duration::try_from(self.inner.valid_for).unwrap_or_default(),
             ),
             sequence: self.inner.sequence.fetch_add(1, Ordering::Relaxed) + 1,
         };
-        // A full stream is a slow worker; its job actor releases it on the next event it sends.
-        let _ = sender.try_send(Ok(WorkerEvent {
+        // A full stream is a slow worker: no renewal for it, so its lease runs out.
+        let sent = stream.sender.try_send(Ok(WorkerEvent {
             event: Some(Event::Lease(lease)),
         }));
+        if sent.is_ok() {
+            stream.granted = Some(Instant::now());
+        }
     }
 }
