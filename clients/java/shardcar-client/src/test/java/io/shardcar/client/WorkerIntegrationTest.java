@@ -161,6 +161,35 @@ class WorkerIntegrationTest {
   }
 
   @Test
+  void aRevokeInterruptsTheHandlerAndItsAnswerIsNeverSent() throws Exception {
+    CountDownLatch interrupted = new CountDownLatch(1);
+    List<String> executions = new CopyOnWriteArrayList<>();
+    // An item still running after executionTimeoutSeconds is taken back with a Revoke.
+    worker.register(JobConfig.newBuilder("revoke-job", 1).cron(EVERY_SECOND).executionTimeoutSeconds(1).build(),
+        ctx -> {
+          executions.add(ctx.getExecutionId());
+          if (executions.size() > 1) {
+            return;
+          }
+          try {
+            Thread.sleep(120_000);
+          } catch (InterruptedException e) {
+            assertTrue(ctx.isCancelled());
+            interrupted.countDown();
+          }
+        });
+    assertTrue(interrupted.await(30, TimeUnit.SECONDS), "the handler was interrupted; recorded: " + recorder.events());
+    Recorder.Event cancelled = recorder.await("the revoked item", WAIT,
+        e -> e.kind().equals("Cancelled") && e.executionId().equals(executions.get(0)));
+    assertTrue(cancelled.text().startsWith("revoked: "), cancelled.toString());
+    // The item was released: later executions run and are answered.
+    recorder.await("a later execution answered", WAIT,
+        e -> e.kind().equals("Answered") && !e.executionId().equals(executions.get(0)) && e.error() == null);
+    assertTrue(recorder.events("Answered").stream().noneMatch(e -> e.executionId().equals(executions.get(0))),
+        "the revoked execution was never answered: " + recorder.events());
+  }
+
+  @Test
   void theWorkerReconnectsAfterTheSidecarRestartsAndNeverAnswersForTheOldStream() throws Exception {
     CountDownLatch started = new CountDownLatch(1);
     CountDownLatch interrupted = new CountDownLatch(1);
