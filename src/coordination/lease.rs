@@ -41,14 +41,13 @@ struct StreamLease {
     lapses: u64,
 }
 
-/// Slack over `valid_for` before the sidecar counts a lease as run out: the worker counts
-/// from receipt, a little after the send.
-const LAPSE_MARGIN: Duration = Duration::from_millis(250);
-
 impl StreamLease {
+    /// Whether the worker may have stopped: a lease is counted as run out a little before
+    /// `valid_for` has passed since the send, since a renewal sent at the last moment could
+    /// reach the worker after its own deadline. Healthy renewals come every third of it.
     fn lapsed(&self, valid_for: Duration) -> bool {
         self.granted
-            .is_none_or(|g| g.elapsed() > valid_for + LAPSE_MARGIN)
+            .is_none_or(|g| g.elapsed() > valid_for * 9 / 10)
     }
 }
 

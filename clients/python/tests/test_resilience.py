@@ -68,11 +68,6 @@ def test_lease_expiry_while_sidecar_is_stopped_cancels_the_handler(make_sidecar,
     assert any("answer not sent (lease expired" in r.getMessage() for r in caplog.records)
 
 
-@pytest.mark.xfail(strict=True, reason=(
-    "sidecar gap: after a SIGSTOP longer than the lease but shorter than the session, the "
-    "sidecar renews the lease but keeps the lapsed stream's execution running (never revoked "
-    "or abandoned); the client dropped it per the lease rule, so the item is never triggered again"
-))
 def test_work_resumes_after_the_lease_is_renewed(make_sidecar):
     sidecar = make_sidecar(session_timeout="4s")
     worker = Worker(sidecar.target, connect_timeout=5)
