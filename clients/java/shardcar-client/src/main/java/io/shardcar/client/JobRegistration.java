@@ -3,12 +3,7 @@ package io.shardcar.client;
 import io.grpc.ManagedChannel;
 import io.grpc.stub.ClientCallStreamObserver;
 import io.grpc.stub.ClientResponseObserver;
-import io.grpc.stub.StreamObserver;
-import io.shardcar.v1.CompleteRequest;
-import io.shardcar.v1.CompleteResponse;
 import io.shardcar.v1.Lease;
-import io.shardcar.v1.ReportFailureRequest;
-import io.shardcar.v1.ReportFailureResponse;
 import io.shardcar.v1.SubscribeRequest;
 import io.shardcar.v1.Trigger;
 import io.shardcar.v1.WorkerEvent;
@@ -24,7 +19,6 @@ import java.util.Set;
 import java.util.concurrent.CompletableFuture;
 import java.util.concurrent.ExecutionException;
 import java.util.concurrent.Executors;
-import java.util.concurrent.Future;
 import java.util.concurrent.LinkedBlockingQueue;
 import java.util.concurrent.RejectedExecutionException;
 import java.util.concurrent.ScheduledExecutorService;
@@ -66,6 +60,7 @@ public final class JobRegistration implements AutoCloseable {
   private final Settings settings;
   private final ManagedChannel channel;
   private final WorkerGrpc.WorkerStub stub;
+  private final Answers answers;
   private final String jobName;
   private final JobConfig config;
   private final JobHandler handler;
@@ -110,6 +105,7 @@ public final class JobRegistration implements AutoCloseable {
     this.settings = settings;
     this.channel = channel;
     this.stub = WorkerGrpc.newStub(channel);
+    this.answers = new Answers(stub, settings);
     this.jobName = jobName;
     this.config = config;
     this.effectiveConfig = config;
@@ -440,50 +436,12 @@ public final class JobRegistration implements AutoCloseable {
     answersInFlight++;
     String execution = run.ctx.getExecutionId();
     int item = run.ctx.getShardingItem();
-    WorkerGrpc.WorkerStub s = stub.withDeadlineAfter(settings.answerTimeout().toMillis(), TimeUnit.MILLISECONDS);
-    if (failure == null) {
-      s.complete(
-          CompleteRequest.newBuilder().setInstanceId(instanceId).setExecutionId(execution).addItems(item).build(),
-          new AnswerObserver<CompleteResponse>(execution, item, null));
-    } else {
-      s.reportFailure(
-          ReportFailureRequest.newBuilder()
-              .setInstanceId(instanceId)
-              .setExecutionId(execution)
-              .setItem(item)
-              .setError(failure)
-              .build(),
-          new AnswerObserver<ReportFailureResponse>(execution, item, failure));
-    }
-  }
-
-  private final class AnswerObserver<T> implements StreamObserver<T> {
-    private final String execution;
-    private final int item;
-    private final String failure;
-
-    AnswerObserver(String execution, int item, String failure) {
-      this.execution = execution;
-      this.item = item;
-      this.failure = failure;
-    }
-
-    @Override
-    public void onNext(T value) {}
-
-    @Override
-    public void onError(Throwable t) {
-      ShardcarException refused = Errors.fromThrowable(
-          settings.target(), (failure == null ? "complete" : "report failure of") + " item " + item
-              + " of execution " + execution, t);
-      LOG.log(System.Logger.Level.WARNING, "job {0}: {1}", jobName, refused.getMessage());
+    answers.send(instanceId, execution, item, failure, refused -> {
+      if (refused != null) {
+        LOG.log(System.Logger.Level.WARNING, "job {0}: {1}", jobName, refused.getMessage());
+      }
       post(() -> answered(execution, item, failure, refused));
-    }
-
-    @Override
-    public void onCompleted() {
-      post(() -> answered(execution, item, failure, null));
-    }
+    });
   }
 
   private void answered(String execution, int item, String failure, ShardcarException refused) {
@@ -655,20 +613,5 @@ public final class JobRegistration implements AutoCloseable {
       t.setDaemon(true);
       return t;
     };
-  }
-
-  /** One item of one execution handed to the handler. Fields other than key/ctx: event thread only. */
-  private static final class ItemRun {
-    final int generation;
-    final ShardingContext ctx;
-    final String key;
-    Future<?> future;
-    boolean cancelled;
-
-    ItemRun(int generation, ShardingContext ctx) {
-      this.generation = generation;
-      this.ctx = ctx;
-      this.key = generation + "/" + ctx.getExecutionId() + "/" + ctx.getShardingItem();
-    }
   }
 }
