@@ -87,6 +87,7 @@ pub async fn run(
         settings.advertise_ip.clone(),
         leases,
         settings.session_timeout,
+        std::sync::Arc::new(crate::coordination::NoObserver),
     );
 
     let (health, health_service) = tonic_health::server::health_reporter();

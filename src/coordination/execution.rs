@@ -108,6 +108,8 @@ pub struct Execution {
     pub outcomes: BTreeMap<i32, ItemOutcome>,
     pub fencing_tokens: BTreeMap<i32, i64>,
     pub started: Instant,
+    /// Wall-clock start, for the execution history.
+    pub started_at: std::time::SystemTime,
     /// Created `running` nodes (monitorExecution on when the execution started).
     pub monitored: bool,
     /// Unanswered items fail after this long (`execution_timeout_seconds`).

@@ -19,7 +19,7 @@ use tracing::{debug, info, warn};
 use super::execution::{self, Execution, ItemOutcome};
 use super::lease::EventSender;
 use super::view::JobView;
-use super::{election, failover, sharding, CoordError, Shared};
+use super::{election, failover, sharding, CoordError, ExecutionRecord, Shared};
 use crate::elasticjob::config::JobConfiguration;
 use crate::elasticjob::extras::JobExtras;
 use crate::elasticjob::instance::{instance_yaml, task_id};
@@ -117,6 +117,8 @@ pub(super) struct JobActor {
     schedule: Option<(String, String)>,
     generation: u64,
     retry_at: Option<Instant>,
+    /// Whether one of the local instances leads the job (as last told to the observer).
+    leading: bool,
 }
 
 fn event(e: Event) -> Result<WorkerEvent, tonic::Status> {
@@ -158,6 +160,7 @@ impl JobActor {
             schedule: None,
             generation: 0,
             retry_at: None,
+            leading: false,
         }
     }
 
@@ -402,6 +405,7 @@ impl JobActor {
         self.push_assignment(&instance_id);
         self.shared.leases.add(stream_key, sink);
         info!(job = %self.name, instance = %instance_id, "worker subscribed");
+        self.shared.observer.worker(&self.name, true);
         Ok(effective)
     }
 
@@ -547,6 +551,8 @@ impl JobActor {
         }
         self.commit_or_each(ops).await;
         info!(job = %self.name, instance = %instance_id, reason, "worker left");
+        self.shared.observer.worker(&self.name, false);
+        self.observe_leadership();
     }
 
     /// Commits `ops` atomically; if that fails (the cache was stale), applies each on its own,
@@ -642,6 +648,20 @@ impl JobActor {
         let ids: Vec<String> = self.locals.keys().cloned().collect();
         for id in ids {
             self.push_assignment(&id);
+        }
+        self.observe_leadership();
+    }
+
+    /// Tells the observer when leadership of the job moves to or away from this sidecar.
+    fn observe_leadership(&mut self) {
+        let leading = self
+            .view
+            .leader
+            .as_ref()
+            .is_some_and(|(id, _)| self.locals.contains_key(id));
+        if leading != self.leading {
+            self.leading = leading;
+            self.shared.observer.leadership(&self.name, leading);
         }
     }
 
@@ -888,6 +908,7 @@ impl JobActor {
         }
         warn!(job = %self.name, execution = %execution_id, instance = %instance_id, items = ?pending, reason,
               "items revoked");
+        self.shared.observer.revoked(&self.name, &pending, reason);
         let ops = match release {
             Release::Failed => {
                 failover::finish_ops(&self.view, &self.paths, &instance_id, &pending, monitored)
@@ -1003,6 +1024,7 @@ impl JobActor {
             let plan = execution::plan_fire(&self.view, &id, &ip, busy);
             if !plan.misfire.is_empty() {
                 debug!(job = %self.name, instance = %id, items = ?plan.misfire, "still running: misfire");
+                self.shared.observer.misfired(&self.name, &plan.misfire);
                 let ops: Vec<Op> = plan
                     .misfire
                     .iter()
@@ -1143,7 +1165,14 @@ impl JobActor {
             .locals
             .get(instance_id)
             .map_or(0, |l| self.shared.leases.lapses(l.stream_key));
+        let latency = (chrono::Utc::now() - fire_time)
+            .to_std()
+            .unwrap_or_default();
+        self.shared
+            .observer
+            .trigger_sent(&self.name, source, &items, latency);
         let exec = Execution {
+            started_at: std::time::SystemTime::now(),
             lease_lapses,
             timeout,
             id: execution_id.clone(),
@@ -1251,6 +1280,15 @@ impl JobActor {
         info!(job = %self.name, execution = %execution_id, instance = %exec.instance_id, items = ?exec.items,
               source = exec.source.as_str_name(), failed, elapsed_ms = exec.started.elapsed().as_millis() as u64,
               "execution finished");
+        self.shared.observer.execution_finished(&ExecutionRecord {
+            job: self.name.clone(),
+            execution_id: exec.id.clone(),
+            instance_id: exec.instance_id.clone(),
+            source: exec.source,
+            started_at: exec.started_at,
+            duration: exec.started.elapsed(),
+            items: exec.outcomes.clone(),
+        });
         let revoked = exec.outcomes.values().find_map(|o| match o {
             ItemOutcome::Revoked(reason) => Some(reason.clone()),
             _ => None,
@@ -1341,6 +1379,7 @@ impl JobActor {
             match failover::claim(&reg, &self.paths, &id).await {
                 Ok(Some(item)) => {
                     info!(job = %self.name, instance = %id, item, "took over a failed item");
+                    self.shared.observer.failover_taken(&self.name, item);
                     let ops = failover::claim_events(&self.paths, item);
                     self.apply_ops(&ops).await;
                     self.view = self.current_view();

@@ -10,6 +10,7 @@ pub mod execution;
 pub mod failover;
 mod job;
 pub mod lease;
+pub mod observer;
 pub mod sharding;
 pub mod strategy;
 pub mod view;
@@ -34,6 +35,7 @@ use crate::schedule::Timer;
 pub use execution::ItemOutcome;
 use job::{JobActor, JobCmd};
 pub use lease::{EventSender, Leases};
+pub use observer::{ExecutionRecord, NoObserver, Observer};
 
 /// Capacity of each worker's event stream; a worker this far behind is released.
 pub const WORKER_STREAM_CAPACITY: usize = 256;
@@ -80,6 +82,8 @@ pub(crate) struct Shared {
     pub leases: Leases,
     /// The registry session timeout: self-fencing starts after 2/3 of it without a reply.
     pub session_timeout: Duration,
+    /// Told about executions, misfires, failovers, revokes, workers and leadership.
+    pub observer: Arc<dyn Observer>,
     /// Job name → its actor. Locked only to look up, insert or remove; never across an await.
     pub jobs: Mutex<HashMap<String, mpsc::Sender<JobCmd>>>,
     /// Execution id → job name, to route answers. Same locking rule.
@@ -117,6 +121,7 @@ impl Coordinator {
         ip: String,
         leases: Leases,
         session_timeout: Duration,
+        observer: Arc<dyn Observer>,
     ) -> Coordinator {
         Coordinator {
             shared: Arc::new(Shared {
@@ -125,6 +130,7 @@ impl Coordinator {
                 ip,
                 leases,
                 session_timeout,
+                observer,
                 jobs: Mutex::new(HashMap::new()),
                 executions: Mutex::new(HashMap::new()),
                 keys: AtomicU64::new(0),

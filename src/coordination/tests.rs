@@ -3,6 +3,7 @@
 //! receivers of `Coordinator::subscribe`. No gRPC, no ZooKeeper.
 
 use std::collections::{BTreeMap, BTreeSet};
+use std::sync::Arc;
 use std::time::Duration;
 
 use tokio::sync::mpsc;
@@ -35,6 +36,7 @@ fn car(store: &MemoryStore, ip: &str) -> TestCar {
         ip.to_string(),
         leases,
         Duration::from_secs(10),
+        Arc::new(NoObserver),
     );
     TestCar {
         coordinator,

@@ -1,0 +1,74 @@
+//! What the coordinator reports as it works, for execution history, metrics and logs.
+//! The job actors call an [`Observer`]; implementations must return quickly and never block
+//! (they run on the actor's task).
+
+use std::collections::BTreeMap;
+use std::time::{Duration, SystemTime};
+
+pub use crate::coordination::execution::ItemOutcome;
+use crate::proto::TriggerSource;
+
+/// A finished execution.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ExecutionRecord {
+    pub job: String,
+    pub execution_id: String,
+    pub instance_id: String,
+    pub source: TriggerSource,
+    pub started_at: SystemTime,
+    pub duration: Duration,
+    pub items: BTreeMap<i32, ItemOutcome>,
+}
+
+impl ExecutionRecord {
+    /// `completed`, `failed` (some item failed) or `revoked` (some item was taken back).
+    pub fn outcome(&self) -> &'static str {
+        if self
+            .items
+            .values()
+            .any(|r| matches!(r, ItemOutcome::Revoked(_)))
+        {
+            "revoked"
+        } else if self
+            .items
+            .values()
+            .any(|r| matches!(r, ItemOutcome::Failed(_)))
+        {
+            "failed"
+        } else {
+            "completed"
+        }
+    }
+
+    /// The first error text, if any item failed or was revoked.
+    pub fn error(&self) -> Option<&str> {
+        self.items.values().find_map(|r| match r {
+            ItemOutcome::Failed(e) | ItemOutcome::Revoked(e) => Some(e.as_str()),
+            ItemOutcome::Completed => None,
+        })
+    }
+}
+
+/// Receives the coordinator's events. Every method has an empty default.
+pub trait Observer: Send + Sync {
+    /// A `Trigger` was sent; `latency` is from the fire instant to the send.
+    fn trigger_sent(&self, _job: &str, _source: TriggerSource, _items: &[i32], _latency: Duration) {
+    }
+    /// An execution ended (every item answered or taken back).
+    fn execution_finished(&self, _record: &ExecutionRecord) {}
+    /// Items were flagged `misfire`.
+    fn misfired(&self, _job: &str, _items: &[i32]) {}
+    /// This sidecar took over a failed item.
+    fn failover_taken(&self, _job: &str, _item: i32) {}
+    /// Items were revoked from a worker.
+    fn revoked(&self, _job: &str, _items: &[i32], _reason: &str) {}
+    /// A worker stream joined (`true`) or left (`false`) a job.
+    fn worker(&self, _job: &str, _joined: bool) {}
+    /// One of this sidecar's instances became (`true`) or stopped being (`false`) the job's leader.
+    fn leadership(&self, _job: &str, _leader: bool) {}
+}
+
+/// An observer that ignores everything.
+pub struct NoObserver;
+
+impl Observer for NoObserver {}
