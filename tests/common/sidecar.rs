@@ -25,7 +25,7 @@ pub fn binary() -> PathBuf {
 pub const READY_TIMEOUT: Duration = Duration::from_secs(30);
 
 /// How to run a sidecar. `Default` is standalone (no ZooKeeper), namespace `shardcar-test`,
-/// advertised IP 127.0.0.2, 4 s session timeout, log level `debug`.
+/// advertised IP 127.0.0.2, 4 s session timeout, log level `info,shardcar=debug`.
 #[derive(Clone, Debug)]
 pub struct SidecarOptions {
     /// ZooKeeper connect string; `None` runs the in-memory standalone mode.
@@ -49,7 +49,7 @@ impl Default for SidecarOptions {
             namespace: "shardcar-test".into(),
             advertise_ip: "127.0.0.2".into(),
             session_timeout: Duration::from_secs(4),
-            log_level: "debug".into(),
+            log_level: "info,shardcar=debug".into(),
             extra_args: Vec::new(),
             env: Vec::new(),
         }
@@ -140,6 +140,8 @@ impl Sidecar {
         command
             .args(self.args())
             .env("RUST_BACKTRACE", "1")
+            // Plain text in the log file.
+            .env("NO_COLOR", "1")
             .envs(self.options.env.iter().map(|(k, v)| (k, v)));
         self.process = Some(Process::spawn(
             &format!("shardcar {}", self.options.advertise_ip),

@@ -1,0 +1,105 @@
+#!/usr/bin/env bash
+# The shardcar demo (README quickstart #1): builds shardcar, starts a sidecar — standalone
+# (in-memory) unless SHARDCAR_ZK names a ZooKeeper (e.g. after `scripts/zk.sh start`) — and
+# DEMO_WORKERS example workers of one job, prints their output for DEMO_SECONDS, then stops one
+# worker half-way so you see its items move, and stops everything on exit (also on Ctrl-C).
+#
+# Environment:
+#   SHARDCAR_ZK      ZooKeeper connect string (default: none, standalone)
+#   DEMO_SECONDS     how long to run (default 20)
+#   DEMO_WORKERS     how many workers (default 2)
+#   DEMO_LISTEN      sidecar address (default 127.0.0.1:50071)
+#   DEMO_WORKER      rust (examples/demo_worker.rs, default) or python (examples/python)
+set -euo pipefail
+
+ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
+cd "$ROOT"
+
+DEMO_SECONDS="${DEMO_SECONDS:-20}"
+DEMO_WORKERS="${DEMO_WORKERS:-2}"
+DEMO_LISTEN="${DEMO_LISTEN:-127.0.0.1:50071}"
+DEMO_WORKER="${DEMO_WORKER:-rust}"
+TARGET_DIR="${CARGO_TARGET_DIR:-$ROOT/target}"
+case "$TARGET_DIR" in /*) ;; *) TARGET_DIR="$ROOT/$TARGET_DIR" ;; esac
+for n in "$DEMO_SECONDS" "$DEMO_WORKERS"; do
+    case "$n" in ''|*[!0-9]*) echo "demo.sh: DEMO_SECONDS and DEMO_WORKERS must be numbers" >&2; exit 64 ;; esac
+done
+
+if [ -t 1 ]; then BOLD=$'\e[1m'; RESET=$'\e[0m'; else BOLD=''; RESET=''; fi
+say() { printf '%s[demo] %s%s\n' "$BOLD" "$*" "$RESET"; }
+
+PIDS=()
+LOGDIR="$(mktemp -d "${TMPDIR:-/tmp}/shardcar-demo.XXXXXX")"
+cleanup() {
+    local pid
+    trap - EXIT INT TERM
+    for pid in "${PIDS[@]}"; do kill -TERM "$pid" 2>/dev/null || true; done
+    for pid in "${PIDS[@]}"; do
+        for _ in $(seq 50); do kill -0 "$pid" 2>/dev/null || break; sleep 0.1; done
+        kill -KILL "$pid" 2>/dev/null || true
+    done
+    wait 2>/dev/null || true
+    say "stopped; sidecar log: $LOGDIR/sidecar.log"
+}
+trap cleanup EXIT
+trap 'exit 130' INT TERM
+
+say "building shardcar and the demo worker"
+cargo build --quiet --bin shardcar --example demo_worker
+
+SIDECAR_ARGS=(run --listen "$DEMO_LISTEN")
+if [ -n "${SHARDCAR_ZK:-}" ]; then
+    SIDECAR_ARGS+=(--zk "$SHARDCAR_ZK")
+    say "starting the sidecar on $DEMO_LISTEN with ZooKeeper $SHARDCAR_ZK"
+else
+    say "starting the sidecar on $DEMO_LISTEN, standalone (set SHARDCAR_ZK for ZooKeeper)"
+fi
+env -u SHARDCAR_ZK "$TARGET_DIR/debug/shardcar" "${SIDECAR_ARGS[@]}" >"$LOGDIR/sidecar.log" 2>&1 &
+SIDECAR_PID=$!
+PIDS+=("$SIDECAR_PID")
+
+HOST="${DEMO_LISTEN%:*}"
+PORT="${DEMO_LISTEN##*:}"
+for _ in $(seq 300); do
+    if (exec 3<>"/dev/tcp/$HOST/$PORT") 2>/dev/null; then break; fi
+    if ! kill -0 "$SIDECAR_PID" 2>/dev/null; then
+        tail -n 20 "$LOGDIR/sidecar.log" >&2
+        echo "demo.sh: the sidecar exited (log above)" >&2
+        exit 1
+    fi
+    sleep 0.1
+done
+(exec 3<>"/dev/tcp/$HOST/$PORT") 2>/dev/null || { echo "demo.sh: the sidecar did not listen within 30 s" >&2; exit 1; }
+
+start_worker() {
+    local name="$1"
+    case "$DEMO_WORKER" in
+        rust)
+            "$TARGET_DIR/debug/examples/demo_worker" "http://$DEMO_LISTEN" "$name" &
+            ;;
+        python)
+            [ -x "$ROOT/.venv/bin/python" ] || scripts/install-deps.sh --no-java
+            # Process substitution keeps $! the worker's pid (not a pipeline's last command).
+            PYTHONUNBUFFERED=1 "$ROOT/.venv/bin/python" examples/python/orders_worker.py \
+                --target "$DEMO_LISTEN" > >(sed -u "s/^/[$name] /") 2>&1 &
+            ;;
+        *) echo "demo.sh: DEMO_WORKER must be rust or python" >&2; exit 64 ;;
+    esac
+    PIDS+=("$!")
+}
+
+for i in $(seq "$DEMO_WORKERS"); do
+    start_worker "worker-$i"
+    sleep 0.3
+done
+say "running for ${DEMO_SECONDS}s (Ctrl-C to stop)"
+
+HALF=$((DEMO_SECONDS / 2))
+sleep "$HALF"
+if [ "$DEMO_WORKERS" -gt 1 ]; then
+    LAST=$((${#PIDS[@]} - 1))
+    say "stopping worker-$DEMO_WORKERS: the others take its items over"
+    kill -INT "${PIDS[$LAST]}" 2>/dev/null || true
+fi
+sleep $((DEMO_SECONDS - HALF))
+say "time is up"

@@ -1,0 +1,122 @@
+#!/usr/bin/env bash
+# Installs what shardcar's tests and demo need on Debian/Ubuntu (bookworm tested):
+# ZooKeeper's jars (package `zookeeper`, which brings a Java runtime), procps, and — when the
+# client directories exist — the Python venv (.venv) and the Java build tools.
+#
+# Idempotent: `apt-get update` runs only when a package is missing, the venv is refreshed only
+# when clients/python/pyproject.toml changed. Runs as root, or through sudo when available.
+# The Rust toolchain (cargo, rustfmt, clippy) is expected to be installed already (rustup).
+#
+# Usage: scripts/install-deps.sh [--no-python] [--no-java]
+set -euo pipefail
+
+ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
+WITH_PYTHON=1
+WITH_JAVA=1
+for arg in "$@"; do
+    case "$arg" in
+        --no-python) WITH_PYTHON=0 ;;
+        --no-java) WITH_JAVA=0 ;;
+        -h|--help) sed -n '2,10p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
+        *) echo "install-deps.sh: unknown argument: $arg" >&2; exit 64 ;;
+    esac
+done
+
+log() { printf '[install-deps] %s\n' "$*"; }
+die() { printf '[install-deps] error: %s\n' "$*" >&2; exit 1; }
+
+# Root or sudo, decided once.
+SUDO=()
+if [ "$(id -u)" -ne 0 ]; then
+    if command -v sudo >/dev/null 2>&1; then
+        SUDO=(sudo)
+    fi
+fi
+
+package_installed() {
+    dpkg-query -W -f='${Status}' "$1" 2>/dev/null | grep -q 'install ok installed'
+}
+
+APT_UPDATED=0
+# apt_install PKG...: installs the packages that are missing; `apt-get update` once, only if needed.
+apt_install() {
+    local missing=() pkg
+    for pkg in "$@"; do
+        package_installed "$pkg" || missing+=("$pkg")
+    done
+    [ "${#missing[@]}" -eq 0 ] && return 0
+    command -v apt-get >/dev/null 2>&1 ||
+        die "missing packages (${missing[*]}) and no apt-get here: install them by hand"
+    if [ "$(id -u)" -ne 0 ] && [ "${#SUDO[@]}" -eq 0 ]; then
+        die "missing packages (${missing[*]}): run as root or install sudo"
+    fi
+    export DEBIAN_FRONTEND=noninteractive
+    if [ "$APT_UPDATED" -eq 0 ]; then
+        log "apt-get update"
+        "${SUDO[@]}" apt-get update -qq
+        APT_UPDATED=1
+    fi
+    log "apt-get install ${missing[*]}"
+    "${SUDO[@]}" apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null
+}
+
+install_system_deps() {
+    if command -v dpkg-query >/dev/null 2>&1; then
+        # zookeeper: /usr/share/java/zookeeper.jar and its dependencies (and a JRE);
+        # procps: ps/pgrep used when debugging; ca-certificates: crates, pip and Maven downloads.
+        apt_install zookeeper procps ca-certificates
+    fi
+    [ -r /usr/share/java/zookeeper.jar ] ||
+        die "/usr/share/java/zookeeper.jar not found: install Debian's 'zookeeper' package"
+    command -v java >/dev/null 2>&1 || die "no java on PATH (it comes with the 'zookeeper' package)"
+}
+
+install_rust_components() {
+    command -v cargo >/dev/null 2>&1 ||
+        die "cargo not found: install Rust (https://rustup.rs), 1.88 or newer"
+    local component
+    for component in rustfmt clippy; do
+        if ! cargo "${component/rustfmt/fmt}" --version >/dev/null 2>&1; then
+            command -v rustup >/dev/null 2>&1 || die "cargo $component is missing and there is no rustup"
+            log "rustup component add $component"
+            rustup component add "$component"
+        fi
+    done
+}
+
+# Hook for the Python client: a venv in .venv with clients/python installed editable, with its
+# test extras. Does nothing without clients/python.
+install_python_deps() {
+    local project="$ROOT/clients/python" venv="$ROOT/.venv"
+    [ -d "$project" ] || return 0
+    if ! command -v python3 >/dev/null 2>&1 || ! python3 -c 'import venv, ensurepip' >/dev/null 2>&1; then
+        apt_install python3 python3-venv python3-pip
+    fi
+    python3 -c 'import sys; sys.exit(sys.version_info < (3, 9))' ||
+        die "python3 is $(python3 -V 2>&1); the Python client needs 3.9 or newer"
+    local stamp="$venv/.shardcar-deps"
+    if [ -x "$venv/bin/python" ] && [ -f "$stamp" ] &&
+        [ "$stamp" -nt "$project/pyproject.toml" ]; then
+        return 0
+    fi
+    if [ ! -x "$venv/bin/python" ]; then
+        log "python3 -m venv .venv"
+        python3 -m venv "$venv"
+    fi
+    log "pip install -e clients/python[test]"
+    "$venv/bin/python" -m pip install -q --disable-pip-version-check -e "${project}[test]"
+    touch "$stamp"
+}
+
+# Hook for the Java client: a JDK (javac) and Maven. Does nothing without clients/java.
+install_java_deps() {
+    [ -d "$ROOT/clients/java" ] || return 0
+    command -v javac >/dev/null 2>&1 || apt_install default-jdk-headless
+    command -v mvn >/dev/null 2>&1 || apt_install maven
+}
+
+install_system_deps
+install_rust_components
+if [ "$WITH_PYTHON" -eq 1 ]; then install_python_deps; fi
+if [ "$WITH_JAVA" -eq 1 ]; then install_java_deps; fi
+log "ok"

@@ -1,0 +1,145 @@
+#!/usr/bin/env bash
+# shellcheck disable=SC2317 # the step functions are run indirectly, through run_step
+# THE test command of shardcar (also run by CI through .ci/run):
+#   dependencies → cargo fmt --check → cargo clippy (all targets, -D warnings) → cargo test (all
+#   targets; the integration tests start real ZooKeeper and sidecar processes) → the Python
+#   client's pytest suite → the Java client's `mvn verify`, each client suite against the
+#   sidecar binary that `cargo test` built. Every step runs even after a failure; a summary
+#   comes last and the exit status is non-zero if any step failed.
+#
+# Usage: scripts/test.sh [--no-deps] [--fail-fast] [STEP...]
+#   STEP: deps fmt clippy rust python java (default: all of them; `--no-deps` drops `deps`)
+# Environment: CARGO_TARGET_DIR is honoured; CARGO_TEST_ARGS are passed to `cargo test`
+# (e.g. CARGO_TEST_ARGS="-- --test-threads=1"), PYTEST_ARGS to pytest, MVN_ARGS to Maven.
+set -euo pipefail
+
+ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
+cd "$ROOT"
+
+ALL_STEPS=(deps fmt clippy rust python java)
+STEPS=()
+FAIL_FAST=0
+NO_DEPS=0
+for arg in "$@"; do
+    case "$arg" in
+        --no-deps) NO_DEPS=1 ;;
+        --fail-fast) FAIL_FAST=1 ;;
+        -h|--help) sed -n '3,13p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
+        deps|fmt|clippy|rust|python|java) STEPS+=("$arg") ;;
+        *) echo "test.sh: unknown argument: $arg (try --help)" >&2; exit 64 ;;
+    esac
+done
+[ "${#STEPS[@]}" -eq 0 ] && STEPS=("${ALL_STEPS[@]}")
+if [ "$NO_DEPS" -eq 1 ]; then
+    kept=()
+    for step in "${STEPS[@]}"; do [ "$step" = deps ] || kept+=("$step"); done
+    STEPS=("${kept[@]}")
+fi
+
+TARGET_DIR="${CARGO_TARGET_DIR:-$ROOT/target}"
+case "$TARGET_DIR" in /*) ;; *) TARGET_DIR="$ROOT/$TARGET_DIR" ;; esac
+SHARDCAR_BIN_PATH="$TARGET_DIR/debug/shardcar"
+VENV="$ROOT/.venv"
+
+if [ -t 1 ]; then BOLD=$'\e[1m'; RED=$'\e[31m'; GREEN=$'\e[32m'; YELLOW=$'\e[33m'; RESET=$'\e[0m'
+else BOLD=""; RED=""; GREEN=""; YELLOW=""; RESET=""; fi
+
+RESULTS=()   # "name|status|seconds|note"
+FAILED=0
+want() { local s; for s in "${STEPS[@]}"; do [ "$s" = "$1" ] && return 0; done; return 1; }
+banner() { printf '\n%s==> %s%s\n' "$BOLD" "$*" "$RESET"; }
+record() { RESULTS+=("$1|$2|$3|${4:-}"); }
+
+# run_step NAME DESCRIPTION COMMAND...: runs a step, records PASS/FAIL and its duration.
+run_step() {
+    local name="$1" description="$2" start rc
+    shift 2
+    banner "$description"
+    start=$SECONDS
+    set +e
+    "$@"
+    rc=$?
+    set -e
+    if [ "$rc" -eq 0 ]; then
+        record "$name" PASS $((SECONDS - start))
+    else
+        record "$name" FAIL $((SECONDS - start)) "exit $rc"
+        FAILED=1
+        if [ "$FAIL_FAST" -eq 1 ]; then summary; fi
+    fi
+    return 0
+}
+
+skip() { record "$1" SKIP 0 "$2"; printf '\n%s==> skipped %s: %s%s\n' "$YELLOW" "$1" "$2" "$RESET"; }
+
+summary() {
+    printf '\n%s==== summary ====%s\n' "$BOLD" "$RESET"
+    local line name status secs note colour
+    for line in "${RESULTS[@]}"; do
+        IFS='|' read -r name status secs note <<<"$line"
+        case "$status" in PASS) colour=$GREEN ;; FAIL) colour=$RED ;; *) colour=$YELLOW ;; esac
+        printf '  %-8s %s%-4s%s %5ss  %s\n' "$name" "$colour" "$status" "$RESET" "$secs" "$note"
+    done
+    if [ "$FAILED" -eq 0 ]; then
+        printf '%sall steps passed%s\n' "$GREEN$BOLD" "$RESET"
+        exit 0
+    fi
+    printf '%sSOME STEPS FAILED%s\n' "$RED$BOLD" "$RESET"
+    exit 1
+}
+
+python_tests() {
+    [ -x "$VENV/bin/python" ] || { echo "no $VENV: run scripts/install-deps.sh" >&2; return 1; }
+    local rc
+    set +e
+    # shellcheck disable=SC2086 # PYTEST_ARGS is a list of words
+    (cd clients/python && SHARDCAR_BIN="$SHARDCAR_BIN_PATH" CARGO_TARGET_DIR="$TARGET_DIR" \
+        "$VENV/bin/python" -m pytest -q ${PYTEST_ARGS:-})
+    rc=$?
+    set -e
+    if [ "$rc" -eq 5 ]; then
+        echo "pytest collected no tests in clients/python: that is a failure, the client must be tested" >&2
+    fi
+    return "$rc"
+}
+
+java_tests() {
+    # shellcheck disable=SC2086 # MVN_ARGS is a list of words
+    (cd clients/java && SHARDCAR_BIN="$SHARDCAR_BIN_PATH" mvn -B -q ${MVN_ARGS:-} verify)
+}
+
+if want deps; then
+    run_step deps "installing dependencies (scripts/install-deps.sh)" scripts/install-deps.sh
+fi
+if want fmt; then
+    run_step fmt "cargo fmt --check" cargo fmt --all -- --check
+fi
+if want clippy; then
+    run_step clippy "cargo clippy --all-targets -- -D warnings" \
+        cargo clippy --all-targets -- -D warnings
+fi
+if want rust; then
+    # One build for everything: the test binaries and the `shardcar` binary the clients use.
+    # shellcheck disable=SC2086 # CARGO_TEST_ARGS is a list of words
+    run_step rust "cargo test --all-targets" cargo test --all-targets ${CARGO_TEST_ARGS:-}
+fi
+if want python || want java; then
+    if [ ! -x "$SHARDCAR_BIN_PATH" ]; then
+        run_step build "cargo build --bin shardcar (for the client tests)" cargo build --bin shardcar
+    fi
+fi
+if want python; then
+    if [ -d clients/python ]; then
+        run_step python "Python client: pytest (clients/python)" python_tests
+    else
+        skip python "no clients/python"
+    fi
+fi
+if want java; then
+    if [ -d clients/java ]; then
+        run_step java "Java client: mvn verify (clients/java)" java_tests
+    else
+        skip java "no clients/java"
+    fi
+fi
+summary
