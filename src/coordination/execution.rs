@@ -229,3 +229,111 @@ mod tests {
         assert_eq!(plan_fire(&v, ME, "10.0.0.1", false).run, vec![0, 2]);
     }
 }
+
+/// How a finished execution is remembered.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Finished {
+    pub instance_id: String,
+    /// Why its items were taken back, if they were: later answers are refused.
+    pub revoked: Option<String>,
+}
+
+/// The sidecar's memory of recently finished executions (bounded, oldest forgotten first),
+/// so a repeated answer is idempotent and a late one gets a precise refusal — also after
+/// the job's actor has retired.
+#[derive(Debug)]
+pub struct FinishedExecutions {
+    map: std::collections::HashMap<String, Finished>,
+    order: std::collections::VecDeque<String>,
+    capacity: usize,
+}
+
+impl FinishedExecutions {
+    pub fn new(capacity: usize) -> Self {
+        FinishedExecutions {
+            map: Default::default(),
+            order: Default::default(),
+            capacity,
+        }
+    }
+
+    pub fn insert(&mut self, execution_id: &str, finished: Finished) {
+        if self
+            .map
+            .insert(execution_id.to_string(), finished)
+            .is_none()
+        {
+            self.order.push_back(execution_id.to_string());
+        }
+        while self.order.len() > self.capacity {
+            if let Some(old) = self.order.pop_front() {
+                self.map.remove(&old);
+            }
+        }
+    }
+
+    /// The reply to an answer for a finished execution, or `None` if it is not remembered.
+    pub fn reply(
+        &self,
+        execution_id: &str,
+        instance_id: &str,
+    ) -> Option<Result<(), super::CoordError>> {
+        use super::CoordError;
+        let finished = self.map.get(execution_id)?;
+        Some(if finished.instance_id != instance_id {
+            Err(CoordError::PermissionDenied(format!(
+                "execution {execution_id} belongs to instance {}, not {instance_id}",
+                finished.instance_id
+            )))
+        } else if let Some(reason) = &finished.revoked {
+            Err(CoordError::FailedPrecondition(format!(
+                "execution {execution_id} was taken back ({reason}); its answers are refused"
+            )))
+        } else {
+            Ok(())
+        })
+    }
+}
+
+#[cfg(test)]
+mod finished_tests {
+    use super::*;
+    use crate::coordination::CoordError;
+
+    #[test]
+    fn replies_and_forgets_the_oldest() {
+        let mut f = FinishedExecutions::new(2);
+        f.insert(
+            "a",
+            Finished {
+                instance_id: "i".into(),
+                revoked: None,
+            },
+        );
+        f.insert(
+            "b",
+            Finished {
+                instance_id: "i".into(),
+                revoked: Some("timeout".into()),
+            },
+        );
+        assert!(matches!(f.reply("a", "i"), Some(Ok(()))));
+        assert!(matches!(
+            f.reply("a", "j"),
+            Some(Err(CoordError::PermissionDenied(_)))
+        ));
+        assert!(matches!(
+            f.reply("b", "i"),
+            Some(Err(CoordError::FailedPrecondition(_)))
+        ));
+        f.insert(
+            "c",
+            Finished {
+                instance_id: "i".into(),
+                revoked: None,
+            },
+        );
+        assert!(f.reply("a", "i").is_none(), "the oldest is forgotten");
+        assert!(f.reply("c", "i").is_some());
+    }
+}

@@ -7,7 +7,7 @@
 //! `election` decide. Being level-triggered, it needs no per-event logic and recovers from
 //! lost events by reloading the cache (`WatchEvent::Resync`).
 
-use std::collections::{BTreeMap, HashMap, VecDeque};
+use std::collections::{BTreeMap, HashMap};
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -16,7 +16,7 @@ use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 use tracing::{debug, info, warn};
 
-use super::execution::{self, Execution, ItemOutcome};
+use super::execution::{self, Execution, Finished, ItemOutcome};
 use super::lease::EventSender;
 use super::view::JobView;
 use super::{election, failover, sharding, CoordError, ExecutionRecord, Shared};
@@ -32,9 +32,6 @@ use crate::schedule::{CronSchedule, Fire};
 
 /// How often executions are checked for timeouts and self-fencing.
 const TICK: Duration = Duration::from_millis(100);
-
-/// How many finished executions are remembered, so a repeated answer is idempotent.
-const FINISHED_MEMORY: usize = 4096;
 
 /// A command for a job actor.
 pub enum JobCmd {
@@ -92,12 +89,6 @@ enum Release {
     Later,
 }
 
-/// Remembered outcome of a finished execution.
-struct Finished {
-    instance_id: String,
-    revoked: Option<String>,
-}
-
 pub(super) struct JobActor {
     name: String,
     paths: JobPaths,
@@ -112,8 +103,6 @@ pub(super) struct JobActor {
     view: JobView,
     locals: BTreeMap<String, Local>,
     executions: HashMap<String, Execution>,
-    finished: HashMap<String, Finished>,
-    finished_order: VecDeque<String>,
     schedule: Option<(String, String)>,
     generation: u64,
     retry_at: Option<Instant>,
@@ -155,8 +144,6 @@ impl JobActor {
             view: JobView::default(),
             locals: BTreeMap::new(),
             executions: HashMap::new(),
-            finished: HashMap::new(),
-            finished_order: VecDeque::new(),
             schedule: None,
             generation: 0,
             retry_at: None,
@@ -216,7 +203,7 @@ impl JobActor {
             .executions
             .lock()
             .expect("execution table poisoned");
-        for id in self.finished_order.iter().chain(self.executions.keys()) {
+        for id in self.executions.keys() {
             executions.remove(id);
         }
         drop(executions);
@@ -1203,19 +1190,13 @@ impl JobActor {
         outcomes: Vec<(i32, ItemOutcome)>,
     ) -> Result<(), CoordError> {
         let Some(exec) = self.executions.get(execution_id) else {
-            return match self.finished.get(execution_id) {
-                Some(f) if f.instance_id != instance_id => Err(CoordError::PermissionDenied(format!(
-                    "execution {execution_id} belongs to instance {}, not {instance_id}",
-                    f.instance_id
-                ))),
-                Some(Finished { revoked: Some(reason), .. }) => Err(CoordError::FailedPrecondition(format!(
-                    "execution {execution_id} was taken back ({reason}); its answers are refused"
-                ))),
-                Some(_) => Ok(()),
-                None => Err(CoordError::NotFound(format!(
-                    "execution {execution_id} is not known to this sidecar (it never existed here, or the sidecar restarted)"
-                ))),
-            };
+            let remembered = self
+                .shared
+                .finished
+                .lock()
+                .expect("finished table poisoned")
+                .reply(execution_id, instance_id);
+            return remembered.unwrap_or_else(|| Err(CoordError::unknown_execution(execution_id)));
         };
         if exec.instance_id != instance_id {
             return Err(CoordError::PermissionDenied(format!(
@@ -1328,27 +1309,22 @@ impl JobActor {
         self.take_failover().await;
     }
 
-    /// Remembers a finished execution so later answers get a precise reply; it stays routable
-    /// in the sidecar's execution table until it is forgotten here.
+    /// Remembers a finished execution in the sidecar, so later answers get a precise reply.
     fn remember(&mut self, execution_id: &str, instance_id: &str, revoked: Option<String>) {
-        self.finished.insert(
-            execution_id.to_string(),
-            Finished {
-                instance_id: instance_id.to_string(),
-                revoked,
-            },
-        );
-        self.finished_order.push_back(execution_id.to_string());
-        while self.finished_order.len() > FINISHED_MEMORY {
-            if let Some(old) = self.finished_order.pop_front() {
-                self.finished.remove(&old);
-                self.shared
-                    .executions
-                    .lock()
-                    .expect("execution table poisoned")
-                    .remove(&old);
-            }
-        }
+        self.shared
+            .executions
+            .lock()
+            .expect("execution table poisoned")
+            .remove(execution_id);
+        let finished = Finished {
+            instance_id: instance_id.to_string(),
+            revoked,
+        };
+        self.shared
+            .finished
+            .lock()
+            .expect("finished table poisoned")
+            .insert(execution_id, finished);
     }
 
     /// ElasticJob's `failoverIfNecessary` for every idle local instance: take one flagged

@@ -32,10 +32,14 @@ use crate::elasticjob::extras::JobExtras;
 use crate::proto::WorkerEvent;
 use crate::registry::{self, Registry};
 use crate::schedule::Timer;
+use execution::FinishedExecutions;
 pub use execution::ItemOutcome;
 use job::{JobActor, JobCmd};
 pub use lease::{EventSender, Leases};
 pub use observer::{ExecutionRecord, NoObserver, Observer};
+
+/// How many finished executions the sidecar remembers for late or repeated answers.
+pub const FINISHED_MEMORY: usize = 16_384;
 
 /// Capacity of each worker's event stream; a worker this far behind is released.
 pub const WORKER_STREAM_CAPACITY: usize = 256;
@@ -57,6 +61,15 @@ pub enum CoordError {
     Registry(#[from] registry::Error),
     #[error("{0}")]
     Unavailable(String),
+}
+
+impl CoordError {
+    /// The error for an answer naming an execution this sidecar does not know.
+    pub fn unknown_execution(execution_id: &str) -> CoordError {
+        CoordError::NotFound(format!(
+            "execution {execution_id} is not known to this sidecar (it never existed here, was forgotten long ago, or the sidecar restarted)"
+        ))
+    }
 }
 
 impl From<CoordError> for Status {
@@ -86,8 +99,10 @@ pub(crate) struct Shared {
     pub observer: Arc<dyn Observer>,
     /// Job name → its actor. Locked only to look up, insert or remove; never across an await.
     pub jobs: Mutex<HashMap<String, mpsc::Sender<JobCmd>>>,
-    /// Execution id → job name, to route answers. Same locking rule.
+    /// Execution id → job name of executions in flight, to route answers. Same locking rule.
     pub executions: Mutex<HashMap<String, String>>,
+    /// Recently finished executions of every job. Same locking rule.
+    pub finished: Mutex<FinishedExecutions>,
     keys: AtomicU64,
 }
 
@@ -133,6 +148,7 @@ impl Coordinator {
                 observer,
                 jobs: Mutex::new(HashMap::new()),
                 executions: Mutex::new(HashMap::new()),
+                finished: Mutex::new(FinishedExecutions::new(FINISHED_MEMORY)),
                 keys: AtomicU64::new(0),
             }),
         }
@@ -209,20 +225,24 @@ impl Coordinator {
             .expect("execution table poisoned")
             .get(execution_id)
             .cloned();
-        let not_found = || {
-            CoordError::NotFound(format!(
-                "execution {execution_id} is not known to this sidecar (it never existed here, or the sidecar restarted)"
-            ))
+        let remembered = || {
+            self.shared
+                .finished
+                .lock()
+                .expect("finished table poisoned")
+                .reply(execution_id, instance_id)
+                .unwrap_or_else(|| Err(CoordError::unknown_execution(execution_id)))
         };
-        let job = job.ok_or_else(not_found)?;
-        let actor = self
-            .shared
-            .jobs
-            .lock()
-            .expect("job table poisoned")
-            .get(&job)
-            .cloned()
-            .ok_or_else(not_found)?;
+        let Some(actor) = job.and_then(|job| {
+            self.shared
+                .jobs
+                .lock()
+                .expect("job table poisoned")
+                .get(&job)
+                .cloned()
+        }) else {
+            return remembered();
+        };
         let (reply_tx, reply_rx) = oneshot::channel();
         let cmd = JobCmd::Answer {
             instance_id: instance_id.to_string(),
@@ -230,8 +250,10 @@ impl Coordinator {
             outcomes,
             reply: reply_tx,
         };
-        actor.send(cmd).await.map_err(|_| not_found())?;
-        reply_rx.await.map_err(|_| not_found())?
+        if actor.send(cmd).await.is_err() {
+            return remembered();
+        }
+        reply_rx.await.unwrap_or_else(|_| remembered())
     }
 
     /// Graceful shutdown of every job: each local worker gets `Shutdown`, its instance is

@@ -1,0 +1,483 @@
+//! Correct under failure: real ZooKeeper, real sidecars, workers that are killed, frozen or cut
+//! off at the worst moment. Every scenario checks the invariant that matters: no item is run
+//! by two workers at overlapping times, and every interrupted item runs again (FAILOVER).
+
+mod child;
+#[path = "../common/mod.rs"]
+mod common;
+
+use std::time::{Duration, Instant};
+
+use child::ChildWorker;
+use common::{
+    job_config, subscribe_request, zk_tree, Sidecar, SidecarOptions, TestWorker, ZooKeeper,
+};
+use shardcar::proto::worker_event::Event;
+use shardcar::proto::{JobConfig, Trigger, TriggerSource};
+use tonic::Code;
+use zookeeper_client::{Acls, Client, CreateMode};
+
+const WAIT: Duration = Duration::from_secs(40);
+const NEVER: &str = "0 0 0 1 1 ? 2099";
+/// The harness's session timeout (4 s) makes leases 2 s long.
+const LEASE: Duration = Duration::from_secs(2);
+
+/// Entry point of the child worker processes (see `child.rs`); idle when run directly.
+#[test]
+#[ignore = "entry point of child worker processes started by the other tests"]
+fn child_worker_entry() {
+    child::main_if_child();
+}
+
+fn failover_job(name: &str, total: i32) -> JobConfig {
+    JobConfig {
+        failover: true,
+        ..job_config(name, NEVER, total)
+    }
+}
+
+async fn car(zk: &ZooKeeper, ns: &str, ip: &str) -> Sidecar {
+    Sidecar::start(SidecarOptions {
+        namespace: ns.into(),
+        ..SidecarOptions::zk(zk.connect_string(), ip)
+    })
+    .await
+}
+
+async fn zk_client(zk: &ZooKeeper, ns: &str) -> Client {
+    let client = Client::connect(&zk.connect_string())
+        .await
+        .expect("zookeeper");
+    client
+        .chroot(format!("/{ns}"))
+        .unwrap_or_else(|_| panic!("chroot"))
+}
+
+/// Asks one instance to run now, as ElasticJob's trigger-once does.
+async fn trigger_once(zk: &Client, job: &str, instance: &str) {
+    let mode = CreateMode::Persistent.with_acls(Acls::anyone_all());
+    let _ = zk.create(&format!("/{job}/trigger"), b"", &mode).await;
+    zk.create(&format!("/{job}/trigger/{instance}"), b"", &mode)
+        .await
+        .expect("trigger node");
+}
+
+/// Waits until `w` holds exactly `n` items.
+async fn wait_n_items(w: &TestWorker, n: usize) -> Vec<i32> {
+    w.wait_items(|items| items.len() == n, WAIT)
+        .await
+        .unwrap_or_else(|e| panic!("{e}"))
+}
+
+/// Waits for a FAILOVER trigger naming `item` at `w`.
+async fn wait_failover(w: &TestWorker, item: i32) -> (Instant, Trigger) {
+    let found = common::eventually(WAIT, || async {
+        w.triggers().into_iter().find(|(_, t)| {
+            t.source == TriggerSource::Failover as i32 && t.items.iter().any(|i| i.item == item)
+        })
+    })
+    .await;
+    found.unwrap_or_else(|| panic!("no FAILOVER trigger for item {item}:\n{}", w.summary()))
+}
+
+fn items_of(t: &Trigger) -> Vec<i32> {
+    t.items.iter().map(|i| i.item).collect()
+}
+
+/// The last lease a worker received before `before`, and when its validity ended.
+fn lease_end(events: &[(Instant, shardcar::proto::WorkerEvent)], before: Instant) -> Instant {
+    events
+        .iter()
+        .filter(|(at, _)| *at <= before)
+        .filter_map(|(at, e)| match &e.event {
+            Some(Event::Lease(l)) => {
+                let d = l.valid_for.clone().unwrap_or_default();
+                Some(*at + Duration::new(d.seconds as u64, d.nanos as u32))
+            }
+            _ => None,
+        })
+        .max()
+        .expect("the worker received a lease")
+}
+
+/// The invariant: an item's two executions never overlap in time.
+fn assert_no_overlap(item: i32, first: (Instant, Instant), second_start: Instant) {
+    assert!(
+        first.1 < second_start,
+        "item {item} ran twice at once: the first run lasted until {:?} after its start, the second began {:?} after it",
+        first.1 - first.0,
+        second_start.saturating_duration_since(first.0)
+    );
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_worker_killed_mid_execution_has_its_item_rerun_as_failover() {
+    let zk = ZooKeeper::start().await;
+    let ns = "fail-kill-worker";
+    let (a, b) = (
+        car(&zk, ns, "127.0.0.2").await,
+        car(&zk, ns, "127.0.0.3").await,
+    );
+    let config = failover_job("kill", 2);
+    let mut doomed = ChildWorker::spawn(&a.endpoint(), subscribe_request(config.clone())).await;
+    let survivor = TestWorker::subscribe(&b.endpoint(), subscribe_request(config))
+        .await
+        .unwrap();
+    survivor.set_auto_complete(true);
+    wait_n_items(&survivor, 1).await;
+    let zk_ns = zk_client(&zk, ns).await;
+    trigger_once(&zk_ns, "kill", &doomed.instance_id()).await;
+    let (started, trigger) = doomed.first_trigger(WAIT).await;
+    let item = items_of(&trigger)[0];
+    let killed = Instant::now();
+    doomed.kill();
+    let (at, failover) = wait_failover(&survivor, item).await;
+    assert_eq!(items_of(&failover), vec![item]);
+    assert_no_overlap(item, (started, killed), at);
+    eprintln!("worker SIGKILL -> FAILOVER trigger: {:?}", at - killed);
+    // The taker's answer clears every failover node.
+    let cleared = common::eventually(WAIT, || async {
+        let tree = zk_tree(&zk.connect_string(), ns).await;
+        let stuck: Vec<_> = tree
+            .keys()
+            .filter(|p| p.contains("failover") && p.contains("/sharding/"))
+            .cloned()
+            .collect();
+        stuck.is_empty().then_some(())
+    })
+    .await;
+    assert!(cleared.is_some(), "failover nodes stayed");
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_killed_sidecars_items_fail_over_after_its_session_times_out() {
+    let zk = ZooKeeper::start().await;
+    let ns = "fail-kill-sidecar";
+    let (mut a, b) = (
+        car(&zk, ns, "127.0.0.2").await,
+        car(&zk, ns, "127.0.0.3").await,
+    );
+    let config = failover_job("crash", 2);
+    let doomed = TestWorker::subscribe(&a.endpoint(), subscribe_request(config.clone()))
+        .await
+        .unwrap();
+    let survivor = TestWorker::subscribe(&b.endpoint(), subscribe_request(config))
+        .await
+        .unwrap();
+    survivor.set_auto_complete(true);
+    wait_n_items(&survivor, 1).await;
+    let zk_ns = zk_client(&zk, ns).await;
+    trigger_once(&zk_ns, "crash", doomed.instance_id()).await;
+    let trigger = doomed.next_trigger(WAIT).await.unwrap();
+    let item = items_of(&trigger)[0];
+    let killed = Instant::now();
+    a.kill();
+    let (at, _) = wait_failover(&survivor, item).await;
+    eprintln!(
+        "sidecar SIGKILL -> FAILOVER trigger: {:?} (session timeout 4 s)",
+        at - killed
+    );
+    // The dead worker's lease ran out before anyone else got the item.
+    assert_no_overlap(item, (killed, lease_end(&doomed.events(), killed)), at);
+    wait_n_items(&survivor, 2).await;
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_frozen_sidecars_workers_stop_before_their_items_move_and_it_rejoins_after() {
+    let zk = ZooKeeper::start().await;
+    let ns = "fail-freeze-sidecar";
+    let (mut a, b) = (
+        car(&zk, ns, "127.0.0.2").await,
+        car(&zk, ns, "127.0.0.3").await,
+    );
+    let config = failover_job("freeze", 2);
+    let frozen = TestWorker::subscribe(&a.endpoint(), subscribe_request(config.clone()))
+        .await
+        .unwrap();
+    let other = TestWorker::subscribe(&b.endpoint(), subscribe_request(config))
+        .await
+        .unwrap();
+    other.set_auto_complete(true);
+    wait_n_items(&other, 1).await;
+    let zk_ns = zk_client(&zk, ns).await;
+    trigger_once(&zk_ns, "freeze", frozen.instance_id()).await;
+    let trigger = frozen.next_trigger(WAIT).await.unwrap();
+    let item = items_of(&trigger)[0];
+    let paused = Instant::now();
+    a.pause();
+    let (at, _) = wait_failover(&other, item).await;
+    // The frozen sidecar could not revoke anything; its worker's lease did it in time.
+    let stopped = lease_end(&frozen.events(), at);
+    assert!(
+        stopped < at,
+        "lease ran out {:?} after the failover trigger",
+        stopped - at
+    );
+    assert!(stopped <= paused + LEASE + Duration::from_millis(100));
+    tokio::time::sleep(Duration::from_secs(2)).await;
+    a.resume();
+    // After resuming: the old execution is taken back, its answer refused, and the sidecar
+    // registers its worker again in a new session.
+    frozen
+        .wait_for(
+            |events| {
+                events.iter().any(
+                    |(_, e)| matches!(&e.event, Some(Event::Revoke(r)) if r.items.contains(&item)),
+                )
+            },
+            WAIT,
+        )
+        .await
+        .unwrap_or_else(|e| panic!("{e}"));
+    let late = frozen
+        .complete(&trigger.execution_id, &[item])
+        .await
+        .unwrap_err();
+    assert_eq!(late.code(), Code::FailedPrecondition, "{late:?}");
+    let back = common::eventually(WAIT, || async {
+        let tree = zk_tree(&zk.connect_string(), ns).await;
+        tree.contains_key(&format!("/{ns}/freeze/instances/{}", frozen.instance_id()))
+            .then_some(())
+    })
+    .await;
+    assert!(
+        back.is_some(),
+        "the resumed sidecar did not register its worker again\n{}",
+        a.log_tail(40)
+    );
+    let shared = common::eventually(WAIT, || async {
+        (frozen.current_items().len() == 1 && other.current_items().len() == 1).then_some(())
+    })
+    .await;
+    assert!(
+        shared.is_some(),
+        "items not shared again:\n{}\n{}",
+        frozen.summary(),
+        other.summary()
+    );
+    assert!(
+        !frozen.stream_ended(),
+        "expiry is not shutdown: the worker's stream stays"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_frozen_worker_is_found_by_keepalive_and_its_late_answer_is_refused() {
+    let zk = ZooKeeper::start().await;
+    let ns = "fail-freeze-worker";
+    let (a, b) = (
+        car(&zk, ns, "127.0.0.2").await,
+        car(&zk, ns, "127.0.0.3").await,
+    );
+    let config = failover_job("stuck", 2);
+    let mut frozen = ChildWorker::spawn(&a.endpoint(), subscribe_request(config.clone())).await;
+    let other = TestWorker::subscribe(&b.endpoint(), subscribe_request(config))
+        .await
+        .unwrap();
+    other.set_auto_complete(true);
+    wait_n_items(&other, 1).await;
+    let zk_ns = zk_client(&zk, ns).await;
+    trigger_once(&zk_ns, "stuck", &frozen.instance_id()).await;
+    let (_, trigger) = frozen.first_trigger(WAIT).await;
+    let item = items_of(&trigger)[0];
+    let paused = Instant::now();
+    frozen.pause();
+    let (at, _) = wait_failover(&other, item).await;
+    eprintln!(
+        "worker SIGSTOP -> FAILOVER trigger: {:?} (keepalive 1 s / 3 s)",
+        at - paused
+    );
+    let stopped = lease_end(&frozen.events(), paused);
+    assert!(
+        stopped < at,
+        "the frozen worker's lease outlived the failover by {:?}",
+        stopped - at
+    );
+    frozen.resume();
+    let code = frozen.complete(&trigger.execution_id, &[item]).await;
+    assert_eq!(
+        code,
+        Code::FailedPrecondition as i32,
+        "late Complete must be refused"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn losing_the_zookeeper_node_a_sidecar_uses_keeps_its_workers() {
+    let mut zk = ZooKeeper::ensemble(3).await;
+    let ns = "fail-ensemble";
+    let a = car(&zk, ns, "127.0.0.2").await;
+    let config = job_config("steady", NEVER, 4);
+    let w1 = TestWorker::subscribe(&a.endpoint(), subscribe_request(config.clone()))
+        .await
+        .unwrap();
+    let w2 = TestWorker::subscribe(&a.endpoint(), subscribe_request(config))
+        .await
+        .unwrap();
+    wait_n_items(&w1, 2).await;
+    wait_n_items(&w2, 2).await;
+    // Stop each node in turn: whichever the sidecar is connected to, it moves to another.
+    for i in 0..3 {
+        zk.stop(i).await;
+        tokio::time::sleep(Duration::from_secs(5)).await;
+        let tree = zk_tree(&zk.connect_string(), ns).await;
+        for w in [&w1, &w2] {
+            assert!(
+                !w.stream_ended(),
+                "node {i} stopped: a worker was dropped\n{}",
+                a.log_tail(30)
+            );
+            assert!(
+                tree.contains_key(&format!("/{ns}/steady/instances/{}", w.instance_id())),
+                "node {i} stopped: instance gone"
+            );
+        }
+        zk.start_node(i).await;
+    }
+    for w in [&w1, &w2] {
+        let events = w.events();
+        assert!(
+            events.iter().all(|(_, e)| !matches!(
+                e.event,
+                Some(Event::Revoke(_)) | Some(Event::Shutdown(_))
+            )),
+            "{}",
+            w.summary()
+        );
+        assert_eq!(w.current_items().len(), 2);
+    }
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn remote_operations_through_zookeeper() {
+    let zk = ZooKeeper::start().await;
+    let ns = "fail-remote";
+    let a = car(&zk, ns, "127.0.0.2").await;
+    let b = car(&zk, ns, "127.0.0.3").await;
+    let zk_ns = zk_client(&zk, ns).await;
+    let config = job_config("ops", NEVER, 2);
+    let wa = TestWorker::subscribe(&a.endpoint(), subscribe_request(config.clone()))
+        .await
+        .unwrap();
+    let wb = TestWorker::subscribe(&b.endpoint(), subscribe_request(config.clone()))
+        .await
+        .unwrap();
+    wait_n_items(&wa, 1).await;
+    wait_n_items(&wb, 1).await;
+
+    // Disable a server: its worker loses its items, the other takes them; enable: shared again.
+    zk_ns
+        .set_data("/ops/servers/127.0.0.2", b"DISABLED", None)
+        .await
+        .unwrap();
+    wait_n_items(&wa, 0).await;
+    wait_n_items(&wb, 2).await;
+    zk_ns
+        .set_data("/ops/servers/127.0.0.2", b"ENABLED", None)
+        .await
+        .unwrap();
+    wait_n_items(&wa, 1).await;
+
+    // Disable an item: a trigger-once skips it; enable: it runs again.
+    let item = wa.current_items()[0];
+    let mode = CreateMode::Persistent.with_acls(Acls::anyone_all());
+    zk_ns
+        .create(&format!("/ops/sharding/{item}/disabled"), b"", &mode)
+        .await
+        .unwrap();
+    trigger_once(&zk_ns, "ops", wa.instance_id()).await;
+    tokio::time::sleep(Duration::from_secs(1)).await;
+    assert!(
+        wa.triggers().is_empty(),
+        "a disabled item must not run: {}",
+        wa.summary()
+    );
+    zk_ns
+        .delete(&format!("/ops/sharding/{item}/disabled"), None)
+        .await
+        .unwrap();
+    trigger_once(&zk_ns, "ops", wa.instance_id()).await;
+    let t = wa.next_trigger(WAIT).await.unwrap();
+    assert_eq!(t.source, TriggerSource::Manual as i32);
+    assert_eq!(items_of(&t), vec![item]);
+    wa.complete(&t.execution_id, &[item]).await.unwrap();
+
+    // Remote shutdown: deleting the instance node ends that worker's stream with Shutdown.
+    zk_ns
+        .delete(&format!("/ops/instances/{}", wb.instance_id()), None)
+        .await
+        .unwrap();
+    wb.wait_stream_end(WAIT)
+        .await
+        .unwrap_or_else(|e| panic!("{e}"));
+    assert!(
+        wb.shutdown().is_some(),
+        "Shutdown event before the end: {}",
+        wb.summary()
+    );
+    wait_n_items(&wa, 2).await;
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn sigterm_drains_workers_and_peers_take_over_at_once() {
+    let zk = ZooKeeper::start().await;
+    let ns = "fail-drain";
+    let mut a = car(&zk, ns, "127.0.0.2").await;
+    let b = car(&zk, ns, "127.0.0.3").await;
+    let config = job_config("drain", NEVER, 2);
+    let wa = TestWorker::subscribe(&a.endpoint(), subscribe_request(config.clone()))
+        .await
+        .unwrap();
+    let wb = TestWorker::subscribe(&b.endpoint(), subscribe_request(config))
+        .await
+        .unwrap();
+    wait_n_items(&wa, 1).await;
+    wait_n_items(&wb, 1).await;
+    let started = Instant::now();
+    a.terminate();
+    wa.wait_stream_end(WAIT)
+        .await
+        .unwrap_or_else(|e| panic!("{e}"));
+    assert!(wa.shutdown().is_some(), "{}", wa.summary());
+    wait_n_items(&wb, 2).await;
+    let moved = started.elapsed();
+    assert!(
+        moved < Duration::from_secs(4),
+        "peers took over after {moved:?}, not at once (the session timeout is 4 s)"
+    );
+    let status = a
+        .wait_exit(Duration::from_secs(15))
+        .await
+        .expect("the sidecar exits within its grace period");
+    assert!(status.success(), "exit status {status:?}");
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_fire_during_a_long_run_is_caught_up_once_as_misfire() {
+    let zk = ZooKeeper::start().await;
+    let ns = "fail-misfire";
+    let a = car(&zk, ns, "127.0.0.2").await;
+    let w = TestWorker::subscribe(
+        &a.endpoint(),
+        subscribe_request(job_config("long", "* * * * * ?", 1)),
+    )
+    .await
+    .unwrap();
+    let first = w.next_trigger(WAIT).await.unwrap();
+    tokio::time::sleep(Duration::from_millis(2500)).await;
+    let tree = zk_tree(&zk.connect_string(), ns).await;
+    assert!(
+        tree.contains_key(&format!("/{ns}/long/sharding/0/misfire")),
+        "fires during the run flag misfire"
+    );
+    w.complete(&first.execution_id, &[0]).await.unwrap();
+    let catch_up = w.next_trigger(WAIT).await.unwrap();
+    assert_eq!(catch_up.source, TriggerSource::Misfire as i32);
+    w.complete(&catch_up.execution_id, &[0]).await.unwrap();
+    let next = w.next_trigger(WAIT).await.unwrap();
+    assert_eq!(
+        next.source,
+        TriggerSource::Cron as i32,
+        "exactly one catch-up run"
+    );
+}
