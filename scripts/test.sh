@@ -104,8 +104,18 @@ python_tests() {
 }
 
 java_tests() {
+    local rc
+    rm -rf clients/java/*/target/surefire-reports
+    set +e
     # shellcheck disable=SC2086 # MVN_ARGS is a list of words
     (cd clients/java && SHARDCAR_BIN="$SHARDCAR_BIN_PATH" mvn -B -q ${MVN_ARGS:-} verify)
+    rc=$?
+    set -e
+    # `-q` hides Surefire's totals: add them up from its reports (one line per test class).
+    cat clients/java/*/target/surefire-reports/*.txt 2>/dev/null | awk -F'[:,]' '
+        /^Tests run:/ { run += $2; failed += $4 + $6; skipped += $8 }
+        END { printf "java: %d passed, %d failed, %d skipped\n", run - failed - skipped, failed, skipped }'
+    return "$rc"
 }
 
 if want deps; then
