@@ -9,7 +9,7 @@
 #   DEMO_SECONDS     how long to run (default 20)
 #   DEMO_WORKERS     how many workers (default 2)
 #   DEMO_LISTEN      sidecar address (default 127.0.0.1:50071)
-#   DEMO_WORKER      rust (examples/demo_worker.rs, default) or python (examples/python)
+#   DEMO_WORKER      python (examples/python/orders_worker.py, default) or rust (examples/demo_worker.rs)
 set -euo pipefail
 
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
@@ -18,7 +18,7 @@ cd "$ROOT"
 DEMO_SECONDS="${DEMO_SECONDS:-20}"
 DEMO_WORKERS="${DEMO_WORKERS:-2}"
 DEMO_LISTEN="${DEMO_LISTEN:-127.0.0.1:50071}"
-DEMO_WORKER="${DEMO_WORKER:-rust}"
+DEMO_WORKER="${DEMO_WORKER:-python}"
 TARGET_DIR="${CARGO_TARGET_DIR:-$ROOT/target}"
 case "$TARGET_DIR" in /*) ;; *) TARGET_DIR="$ROOT/$TARGET_DIR" ;; esac
 for n in "$DEMO_SECONDS" "$DEMO_WORKERS"; do
@@ -44,6 +44,10 @@ cleanup() {
 trap cleanup EXIT
 trap 'exit 130' INT TERM
 
+if [ "$DEMO_WORKER" = python ]; then
+    say "installing what the demo needs (idempotent: apt packages, the Python client in .venv)"
+    scripts/install-deps.sh --no-java
+fi
 say "building shardcar and the demo worker"
 cargo build --quiet --bin shardcar --example demo_worker
 
@@ -78,7 +82,6 @@ start_worker() {
             "$TARGET_DIR/debug/examples/demo_worker" "http://$DEMO_LISTEN" "$name" &
             ;;
         python)
-            [ -x "$ROOT/.venv/bin/python" ] || scripts/install-deps.sh --no-java
             # Process substitution keeps $! the worker's pid (not a pipeline's last command).
             PYTHONUNBUFFERED=1 "$ROOT/.venv/bin/python" examples/python/orders_worker.py \
                 --target "$DEMO_LISTEN" > >(sed -u "s/^/[$name] /") 2>&1 &
