@@ -186,7 +186,8 @@ impl ZooKeeper {
         }
     }
 
-    /// Starts node `i` again (after `stop`/`kill`) and waits until it serves. In an ensemble a
+    /// Starts node `i` again (after `stop`/`kill`) and waits until it serves. (Named
+    /// `start_node` because `ZooKeeper::start()` is the constructor.) In an ensemble a
     /// node serves only with a quorum, so start enough nodes for one (see
     /// [`ZooKeeper::start_no_wait`]).
     ///
@@ -195,11 +196,6 @@ impl ZooKeeper {
     pub async fn start_node(&mut self, i: usize) {
         self.start_no_wait(i);
         self.wait_ready(i, READY_TIMEOUT).await;
-    }
-
-    /// Alias of [`ZooKeeper::start_node`], as in `zk.stop(1); zk.start(1)`.
-    pub async fn start_again(&mut self, i: usize) {
-        self.start_node(i).await;
     }
 
     /// Starts node `i` again without waiting for it to serve.
