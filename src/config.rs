@@ -1,8 +1,10 @@
-//! Sidecar settings: parsed from flags, then `SHARDCAR_*` environment variables, and
-//! validated before anything binds. The environment is passed in as a map so tests never
-//! mutate the process environment.
+//! Sidecar settings: each one taken from its flag, else its `SHARDCAR_*` environment variable,
+//! else the TOML file given by `--config` (or `SHARDCAR_CONFIG`), else its default; all validated
+//! before anything binds, an error naming the setting where it came from (`--listen`,
+//! `SHARDCAR_LISTEN`, `listen in /etc/shardcar.toml`). The environment is passed in as a map so
+//! tests never mutate the process environment.
 
-use std::collections::HashMap;
+use std::collections::{BTreeMap, HashMap};
 use std::net::Ipv4Addr;
 use std::time::Duration;
 
@@ -25,6 +27,12 @@ pub struct Settings {
     pub keepalive_timeout: Duration,
     pub log_level: String,
     pub log_format: LogFormat,
+    /// `host:port` for the Prometheus `/metrics` endpoint; `None`: no endpoint.
+    pub metrics_listen: Option<std::net::SocketAddr>,
+    /// Finished executions kept in memory for `ListExecutions`.
+    pub history_size: usize,
+    /// Where finished executions are appended as JSON lines, if anywhere.
+    pub history_file: Option<std::path::PathBuf>,
 }
 
 /// How log lines are written.
@@ -75,9 +83,15 @@ pub fn parse_duration(text: &str) -> Result<Duration, String> {
     Ok(Duration::from_secs_f64(seconds))
 }
 
+/// The default number of finished executions kept in memory.
+pub const DEFAULT_HISTORY_SIZE: usize = 1000;
+/// The largest `history_size` accepted.
+pub const MAX_HISTORY_SIZE: usize = 1_000_000;
+
 /// Raw values as given by flags (each `None` when the flag was absent).
 #[derive(Debug, Default, Clone)]
 pub struct Flags {
+    pub config: Option<String>,
     pub zk: Option<String>,
     pub namespace: Option<String>,
     pub listen: Option<String>,
@@ -90,44 +104,191 @@ pub struct Flags {
     pub keepalive_timeout: Option<String>,
     pub log_level: Option<String>,
     pub log_format: Option<String>,
+    pub metrics_listen: Option<String>,
+    pub history_size: Option<String>,
+    pub history_file: Option<String>,
+}
+
+/// Every setting: its TOML key (the flag is the key with `-`, the variable `SHARDCAR_` + the
+/// key in upper case), the default, and what it means. The README's table is this list.
+pub const SETTINGS: &[(&str, &str, &str)] = &[
+    ("zk", "(none: standalone)", "ZooKeeper connect string host:port[,host:port...]; without it the sidecar runs standalone (in-memory, one host)"),
+    ("namespace", "shardcar", "ZooKeeper namespace (ElasticJob's registry-center namespace), may contain '/'"),
+    ("listen", DEFAULT_LISTEN, "gRPC listen address: host:port or unix:///path"),
+    ("advertise_ip", "(detected)", "IPv4 address this sidecar registers as its server (servers/{ip}, instance ids)"),
+    ("session_timeout", "10s", "ZooKeeper session timeout (2s to 120s)"),
+    ("connection_timeout", "15s", "how long to wait for ZooKeeper at start"),
+    ("digest", "(none)", "ZooKeeper digest credentials user:password; nodes then get creator-only ACLs"),
+    ("lease", "half the session timeout", "worker lease length (capped at half the session timeout)"),
+    ("keepalive_interval", "1s", "HTTP/2 keepalive ping interval on worker connections"),
+    ("keepalive_timeout", "3s", "a worker that does not answer a ping within this long is dead"),
+    ("log_level", "info", "log filter in RUST_LOG syntax (RUST_LOG is used when neither the flag is given)"),
+    ("log_format", "text", "text or json"),
+    ("metrics_listen", "(none: no endpoint)", "host:port of the Prometheus endpoint (GET /metrics)"),
+    ("history_size", "1000", "finished executions kept in memory for ListExecutions (0 to 1000000)"),
+    ("history_file", "(none)", "file to append finished executions to, one JSON object per line"),
+];
+
+/// Where a raw value came from, as it is named in errors.
+type Origin = String;
+
+/// The settings read from a TOML file, by key, as text.
+#[derive(Debug, Default, Clone, PartialEq, Eq)]
+pub struct FileSettings {
+    path: String,
+    values: BTreeMap<String, String>,
+}
+
+impl FileSettings {
+    /// Parses a TOML settings file's text; `path` is only used in messages.
+    ///
+    /// # Errors
+    /// Invalid TOML (named as `setting`), an unknown key, or a value that is not a string or a
+    /// number (named as `key in path`).
+    pub fn parse(path: &str, text: &str, setting: &str) -> Result<FileSettings, SettingsError> {
+        let table: toml::Table = text.parse().map_err(|e: toml::de::Error| {
+            let message = e.message().to_string();
+            let at = e
+                .span()
+                .map(|s| {
+                    let line = text[..s.start.min(text.len())].matches('\n').count() + 1;
+                    format!(" (line {line})")
+                })
+                .unwrap_or_default();
+            bad(setting, format!("{path} is not valid TOML{at}: {message}"))
+        })?;
+        let mut values = BTreeMap::new();
+        for (key, value) in table {
+            let origin = format!("{key} in {path}");
+            if !SETTINGS.iter().any(|(k, _, _)| *k == key) {
+                let hint = if SETTINGS.iter().any(|(k, _, _)| *k == key.replace('-', "_")) {
+                    format!("; write it as {}", key.replace('-', "_"))
+                } else {
+                    let known: Vec<&str> = SETTINGS.iter().map(|(k, _, _)| *k).collect();
+                    format!("; known settings: {}", known.join(", "))
+                };
+                return Err(bad(&origin, format!("is not a setting{hint}")));
+            }
+            let text = match value {
+                toml::Value::String(s) => s,
+                toml::Value::Integer(i) => i.to_string(),
+                toml::Value::Float(f) => f.to_string(),
+                other => {
+                    return Err(bad(
+                        &origin,
+                        format!("must be a string or a number, not {}", other.type_str()),
+                    ))
+                }
+            };
+            values.insert(key, text);
+        }
+        Ok(FileSettings {
+            path: path.to_string(),
+            values,
+        })
+    }
+
+    /// Reads and parses a settings file.
+    ///
+    /// # Errors
+    /// As [`FileSettings::parse`], or the file cannot be read (named as `setting`).
+    pub fn load(path: &str, setting: &str) -> Result<FileSettings, SettingsError> {
+        let text = std::fs::read_to_string(path)
+            .map_err(|e| bad(setting, format!("cannot read {path}: {e}")))?;
+        FileSettings::parse(path, &text, setting)
+    }
+
+    fn get(&self, key: &str) -> Option<(String, Origin)> {
+        self.values
+            .get(key)
+            .map(|v| (v.clone(), format!("{key} in {}", self.path)))
+    }
+}
+
+/// Picks each setting from its flag, its variable, the file, in that order.
+struct Layers<'a> {
+    env: &'a HashMap<String, String>,
+    file: Option<FileSettings>,
+}
+
+impl Layers<'_> {
+    fn pick(&self, flag: Option<String>, key: &str) -> Option<(String, Origin)> {
+        let var = format!("SHARDCAR_{}", key.to_ascii_uppercase());
+        flag.map(|v| (v, format!("--{}", key.replace('_', "-"))))
+            .or_else(|| {
+                self.env
+                    .get(&var)
+                    .filter(|v| !v.is_empty())
+                    .map(|v| (v.clone(), var))
+            })
+            .or_else(|| self.file.as_ref().and_then(|f| f.get(key)))
+    }
+
+    fn duration(
+        &self,
+        flag: Option<String>,
+        key: &str,
+        default: Duration,
+    ) -> Result<(Duration, Origin), SettingsError> {
+        match self.pick(flag, key) {
+            Some((v, origin)) => parse_duration(&v)
+                .map(|d| (d, origin.clone()))
+                .map_err(|m| bad(&origin, m)),
+            None => Ok((default, format!("--{}", key.replace('_', "-")))),
+        }
+    }
 }
 
 impl Settings {
-    /// Resolves flags over environment variables over defaults, and validates the result.
+    /// Resolves flags over environment variables over the settings file (`--config` or
+    /// `SHARDCAR_CONFIG`) over defaults, and validates the result.
     ///
     /// # Errors
-    /// The first setting that cannot be used, named as `--flag` (or the variable it came from).
+    /// The first setting that cannot be used, named where it came from.
     pub fn resolve(flags: Flags, env: &HashMap<String, String>) -> Result<Settings, SettingsError> {
-        let pick = |flag: Option<String>, name: &str, var: &str| -> Option<(String, String)> {
-            flag.map(|v| (v, format!("--{name}"))).or_else(|| {
-                env.get(var)
+        let config = flags
+            .config
+            .clone()
+            .map(|v| (v, "--config".to_string()))
+            .or_else(|| {
+                env.get("SHARDCAR_CONFIG")
                     .filter(|v| !v.is_empty())
-                    .map(|v| (v.clone(), var.to_string()))
-            })
-        };
-        let duration = |value: Option<(String, String)>,
-                        default: Duration|
-         -> Result<Duration, SettingsError> {
-            match value {
-                Some((v, origin)) => parse_duration(&v).map_err(|m| bad(&origin, m)),
-                None => Ok(default),
+                    .map(|v| (v.clone(), "SHARDCAR_CONFIG".to_string()))
+            });
+        let file = config
+            .map(|(path, origin)| FileSettings::load(&path, &origin))
+            .transpose()?;
+        Settings::resolve_layers(flags, env, file)
+    }
+
+    /// [`Settings::resolve`] with the file already read.
+    ///
+    /// # Errors
+    /// The first setting that cannot be used, named where it came from.
+    pub fn resolve_layers(
+        flags: Flags,
+        env: &HashMap<String, String>,
+        file: Option<FileSettings>,
+    ) -> Result<Settings, SettingsError> {
+        let layers = Layers { env, file };
+        let zk = match layers.pick(flags.zk, "zk") {
+            Some((v, origin)) => {
+                let v = v.trim().to_string();
+                if v.split(',')
+                    .any(|h| h.trim().is_empty() || !h.contains(':'))
+                {
+                    return Err(bad(
+                        &origin,
+                        format!(
+                            "{v:?} must be ZooKeeper's connect string, host:port[,host:port...]"
+                        ),
+                    ));
+                }
+                Some(v)
             }
+            None => None,
         };
-        let zk = pick(flags.zk, "zk", "SHARDCAR_ZK").map(|(v, origin)| {
-            let v = v.trim().to_string();
-            if v.split(',')
-                .any(|h| h.trim().is_empty() || !h.contains(':'))
-            {
-                Err(bad(
-                    &origin,
-                    format!("{v:?} must be ZooKeeper's connect string, host:port[,host:port...]"),
-                ))
-            } else {
-                Ok(v)
-            }
-        });
-        let zk = zk.transpose()?;
-        let namespace = match pick(flags.namespace, "namespace", "SHARDCAR_NAMESPACE") {
+        let namespace = match layers.pick(flags.namespace, "namespace") {
             Some((v, origin)) => {
                 let v = v.trim_matches('/').to_string();
                 if v.is_empty() || v.split('/').any(|s| s.is_empty() || s == "." || s == "..") {
@@ -140,28 +301,17 @@ impl Settings {
             }
             None => "shardcar".to_string(),
         };
-        let listen = match pick(flags.listen, "listen", "SHARDCAR_LISTEN") {
+        let listen = match layers.pick(flags.listen, "listen") {
             Some((v, origin)) => {
-                if let Some(path) = v.strip_prefix("unix://") {
-                    if path.is_empty() {
-                        return Err(bad(
-                            &origin,
-                            "unix:// needs a socket path, e.g. unix:///run/shardcar.sock",
-                        ));
-                    }
-                } else if v.parse::<std::net::SocketAddr>().is_err() {
-                    return Err(bad(
-                        &origin,
-                        format!("{v:?} must be host:port (e.g. 127.0.0.1:50061) or unix:///path"),
-                    ));
-                }
+                check_listen(&v).map_err(|m| bad(&origin, m))?;
                 v
             }
             None => DEFAULT_LISTEN.to_string(),
         };
-        let advertise_ip = match pick(flags.advertise_ip, "advertise-ip", "SHARDCAR_ADVERTISE_IP") {
+        let advertise_ip = match layers.pick(flags.advertise_ip, "advertise_ip") {
             Some((v, origin)) => {
                 let ip: Ipv4Addr = v
+                    .trim()
                     .parse()
                     .map_err(|_| bad(&origin, format!("{v:?} must be an IPv4 address")))?;
                 if ip.is_unspecified() {
@@ -174,65 +324,118 @@ impl Settings {
             }
             None => crate::net::detect_ip(),
         };
-        let session_timeout = duration(
-            pick(
-                flags.session_timeout,
-                "session-timeout",
-                "SHARDCAR_SESSION_TIMEOUT",
-            ),
+        let (session_timeout, origin) = layers.duration(
+            flags.session_timeout,
+            "session_timeout",
             Duration::from_secs(10),
         )?;
         if session_timeout < Duration::from_secs(2) || session_timeout > Duration::from_secs(120) {
-            return Err(bad("--session-timeout", "must be between 2s and 120s"));
+            return Err(bad(&origin, "must be between 2s and 120s"));
         }
-        let connection_timeout = duration(
-            pick(
-                flags.connection_timeout,
-                "connection-timeout",
-                "SHARDCAR_CONNECTION_TIMEOUT",
-            ),
+        let (connection_timeout, origin) = layers.duration(
+            flags.connection_timeout,
+            "connection_timeout",
             Duration::from_secs(15),
         )?;
-        let digest = pick(flags.digest, "digest", "SHARDCAR_DIGEST")
-            .map(|(v, origin)| {
-                if v.contains(':') {
-                    Ok(v)
-                } else {
-                    Err(bad(&origin, "must be user:password"))
-                }
-            })
-            .transpose()?;
-        let lease = duration(
-            pick(flags.lease, "lease", "SHARDCAR_LEASE"),
-            session_timeout / 2,
-        )?;
-        if lease.is_zero() {
-            return Err(bad("--lease", "must be longer than zero"));
+        if connection_timeout.is_zero() {
+            return Err(bad(&origin, "must be longer than zero"));
         }
-        let keepalive_interval = duration(
-            pick(
-                flags.keepalive_interval,
-                "keepalive-interval",
-                "SHARDCAR_KEEPALIVE_INTERVAL",
-            ),
+        let digest = match layers.pick(flags.digest, "digest") {
+            Some((v, _)) if v.contains(':') => Some(v),
+            Some((_, origin)) => return Err(bad(&origin, "must be user:password")),
+            None => None,
+        };
+        let (lease, origin) = layers.duration(flags.lease, "lease", session_timeout / 2)?;
+        if lease.is_zero() {
+            return Err(bad(&origin, "must be longer than zero"));
+        }
+        let (keepalive_interval, origin) = layers.duration(
+            flags.keepalive_interval,
+            "keepalive_interval",
             Duration::from_secs(1),
         )?;
-        let keepalive_timeout = duration(
-            pick(
-                flags.keepalive_timeout,
-                "keepalive-timeout",
-                "SHARDCAR_KEEPALIVE_TIMEOUT",
-            ),
+        if keepalive_interval.is_zero() {
+            return Err(bad(&origin, "must be longer than zero"));
+        }
+        let (keepalive_timeout, origin) = layers.duration(
+            flags.keepalive_timeout,
+            "keepalive_timeout",
             Duration::from_secs(3),
         )?;
-        let log_level = pick(flags.log_level, "log-level", "SHARDCAR_LOG_LEVEL")
-            .map(|(v, _)| v)
-            .unwrap_or_else(|| "info".into());
-        let log_format = match pick(flags.log_format, "log-format", "SHARDCAR_LOG_FORMAT") {
+        if keepalive_timeout.is_zero() {
+            return Err(bad(&origin, "must be longer than zero"));
+        }
+        let log_level = match flags
+            .log_level
+            .map(|v| (v, "--log-level".to_string()))
+            .or_else(|| {
+                env.get("RUST_LOG")
+                    .filter(|v| !v.is_empty())
+                    .map(|v| (v.clone(), "RUST_LOG".to_string()))
+            }) {
+            Some(picked) => Some(picked),
+            None => layers.pick(None, "log_level"),
+        };
+        let log_level = match log_level {
+            Some((v, origin)) => {
+                tracing_subscriber::EnvFilter::try_new(&v).map_err(|e| {
+                    bad(
+                        &origin,
+                        format!("{v:?} is not a log filter like info or shardcar=debug,info: {e}"),
+                    )
+                })?;
+                v
+            }
+            None => "info".to_string(),
+        };
+        let log_format = match layers.pick(flags.log_format, "log_format") {
             None => LogFormat::Text,
             Some((v, _)) if v == "text" => LogFormat::Text,
             Some((v, _)) if v == "json" => LogFormat::Json,
             Some((v, origin)) => return Err(bad(&origin, format!("{v:?} must be text or json"))),
+        };
+        let metrics_listen = match layers.pick(flags.metrics_listen, "metrics_listen") {
+            Some((v, origin)) => Some(v.trim().parse().map_err(|_| {
+                bad(
+                    &origin,
+                    format!("{v:?} must be host:port, e.g. 127.0.0.1:9090"),
+                )
+            })?),
+            None => None,
+        };
+        let history_size = match layers.pick(flags.history_size, "history_size") {
+            Some((v, origin)) => v
+                .trim()
+                .parse::<usize>()
+                .ok()
+                .filter(|n| *n <= MAX_HISTORY_SIZE)
+                .ok_or_else(|| {
+                    bad(
+                        &origin,
+                        format!("{v:?} must be a number from 0 to {MAX_HISTORY_SIZE}"),
+                    )
+                })?,
+            None => DEFAULT_HISTORY_SIZE,
+        };
+        let history_file = match layers.pick(flags.history_file, "history_file") {
+            Some((v, origin)) => {
+                let path = std::path::PathBuf::from(&v);
+                let dir = match path.parent() {
+                    Some(p) if !p.as_os_str().is_empty() => p.to_path_buf(),
+                    _ => std::path::PathBuf::from("."),
+                };
+                if v.is_empty() || path.is_dir() {
+                    return Err(bad(&origin, format!("{v:?} must be a file path")));
+                }
+                if !dir.is_dir() {
+                    return Err(bad(
+                        &origin,
+                        format!("the directory {} does not exist", dir.display()),
+                    ));
+                }
+                Some(path)
+            }
+            None => None,
         };
         Ok(Settings {
             zk,
@@ -247,7 +450,26 @@ impl Settings {
             keepalive_timeout,
             log_level,
             log_format,
+            metrics_listen,
+            history_size,
+            history_file,
         })
+    }
+}
+
+/// Checks a gRPC listen address: `host:port` or `unix:///path`.
+fn check_listen(v: &str) -> Result<(), String> {
+    if let Some(path) = v.strip_prefix("unix://") {
+        if path.is_empty() {
+            return Err("unix:// needs a socket path, e.g. unix:///run/shardcar.sock".into());
+        }
+        Ok(())
+    } else if v.parse::<std::net::SocketAddr>().is_err() {
+        Err(format!(
+            "{v:?} must be host:port (e.g. 127.0.0.1:50061) or unix:///path"
+        ))
+    } else {
+        Ok(())
     }
 }
 
@@ -318,7 +540,7 @@ mod tests {
                     ..Flags::default()
                 },
                 env(&[("SHARDCAR_SESSION_TIMEOUT", "1s")]),
-                "--session-timeout",
+                "SHARDCAR_SESSION_TIMEOUT",
             ),
             (
                 Flags {
@@ -341,5 +563,106 @@ mod tests {
         for (flags, env, setting) in cases {
             assert_eq!(Settings::resolve(flags, &env).unwrap_err().setting, setting);
         }
+    }
+
+    fn file(text: &str) -> Result<FileSettings, SettingsError> {
+        FileSettings::parse("/etc/shardcar.toml", text, "--config")
+    }
+
+    #[test]
+    fn file_is_the_last_layer() {
+        let f = file(
+            "zk = \"f:1\"\nnamespace = \"fromfile\"\nsession_timeout = 6\nmetrics_listen = \"127.0.0.1:9100\"\nhistory_size = 5\nadvertise_ip = \"10.0.0.9\"\n",
+        )
+        .unwrap();
+        let flags = Flags {
+            namespace: Some("fromflag".into()),
+            ..Flags::default()
+        };
+        let s = Settings::resolve_layers(flags, &env(&[("SHARDCAR_ZK", "e:2")]), Some(f)).unwrap();
+        assert_eq!(s.zk.as_deref(), Some("e:2"));
+        assert_eq!(s.namespace, "fromflag");
+        assert_eq!(s.session_timeout, Duration::from_secs(6));
+        assert_eq!(s.lease, Duration::from_secs(3));
+        assert_eq!(s.metrics_listen, Some("127.0.0.1:9100".parse().unwrap()));
+        assert_eq!(s.history_size, 5);
+        assert_eq!(s.advertise_ip, "10.0.0.9");
+        assert_eq!(s.log_level, "info");
+    }
+
+    #[test]
+    fn bad_files_are_named() {
+        let msg = |r: Result<FileSettings, SettingsError>| r.unwrap_err().to_string();
+        assert_eq!(
+            msg(file("zk = \"a:1\"\nlisten = [1]\n")),
+            "invalid setting listen in /etc/shardcar.toml: must be a string or a number, not array"
+        );
+        assert_eq!(
+            msg(file("session-timeout = \"3s\"\n")),
+            "invalid setting session-timeout in /etc/shardcar.toml: is not a setting; write it as session_timeout"
+        );
+        assert!(
+            msg(file("color = 1\n")).contains("is not a setting; known settings: zk, namespace")
+        );
+        assert!(msg(file("zk = \n")).starts_with(
+            "invalid setting --config: /etc/shardcar.toml is not valid TOML (line 1)"
+        ));
+        let f = file("session_timeout = \"1s\"\n").unwrap();
+        let ip = Flags {
+            advertise_ip: Some("10.0.0.5".into()),
+            ..Flags::default()
+        };
+        assert_eq!(
+            Settings::resolve_layers(ip.clone(), &env(&[]), Some(f))
+                .unwrap_err()
+                .to_string(),
+            "invalid setting session_timeout in /etc/shardcar.toml: must be between 2s and 120s"
+        );
+        let missing = Flags {
+            config: Some("/nonexistent/shardcar.toml".into()),
+            ..ip.clone()
+        };
+        assert!(Settings::resolve(missing, &env(&[]))
+            .unwrap_err()
+            .to_string()
+            .starts_with("invalid setting --config: cannot read /nonexistent/shardcar.toml"));
+        let metrics = Flags {
+            metrics_listen: Some("9090".into()),
+            ..ip.clone()
+        };
+        assert_eq!(
+            Settings::resolve(metrics, &env(&[])).unwrap_err().setting,
+            "--metrics-listen"
+        );
+        let history = Flags {
+            history_file: Some("/nonexistent/dir/h.jsonl".into()),
+            ..ip.clone()
+        };
+        assert_eq!(
+            Settings::resolve(history, &env(&[]))
+                .unwrap_err()
+                .to_string(),
+            "invalid setting --history-file: the directory /nonexistent/dir does not exist"
+        );
+        let level = Flags {
+            log_level: Some("shardcar=loud".into()),
+            ..ip
+        };
+        assert_eq!(
+            Settings::resolve(level, &env(&[])).unwrap_err().setting,
+            "--log-level"
+        );
+        assert_eq!(
+            Settings::resolve(
+                Flags::default(),
+                &env(&[
+                    ("SHARDCAR_HISTORY_SIZE", "-1"),
+                    ("SHARDCAR_ADVERTISE_IP", "10.0.0.1")
+                ])
+            )
+            .unwrap_err()
+            .setting,
+            "SHARDCAR_HISTORY_SIZE"
+        );
     }
 }

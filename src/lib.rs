@@ -5,6 +5,8 @@
 //! - [`coordination`]: per-job election, sharding, executions and failover.
 //! - [`schedule`]: Quartz cron and the one timer that drives every job.
 //! - [`api`]: the gRPC services. [`sidecar`]: the process. [`config`]: its settings.
+//! - [`ops`]: execution history, metrics and the namespace operations of the Admin API;
+//!   [`ctl`]: `shardcar ctl`, the Admin API's command line.
 #![forbid(unsafe_code)]
 
 pub mod api;
@@ -12,6 +14,7 @@ pub mod config;
 pub mod coordination;
 pub mod elasticjob;
 pub mod net;
+pub mod ops;
 pub mod registry;
 pub mod schedule;
 pub mod sidecar;

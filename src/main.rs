@@ -28,6 +28,9 @@ enum Command {
 
 #[derive(Args)]
 struct RunArgs {
+    /// TOML settings file; flags and SHARDCAR_* variables override it
+    #[arg(long, value_name = "FILE")]
+    config: Option<String>,
     /// ZooKeeper connect string (h1:2181,h2:2181); without it the sidecar runs standalone.
     #[arg(long, value_name = "HOSTS")]
     zk: Option<String>,
@@ -64,6 +67,15 @@ struct RunArgs {
     /// text or json [default: text]
     #[arg(long, value_name = "FORMAT")]
     log_format: Option<String>,
+    /// Serve Prometheus metrics at http://ADDR/metrics (host:port)
+    #[arg(long, value_name = "ADDR")]
+    metrics_listen: Option<String>,
+    /// Finished executions kept in memory for `ctl executions` [default: 1000]
+    #[arg(long, value_name = "N")]
+    history_size: Option<String>,
+    /// Append finished executions to FILE as JSON lines
+    #[arg(long, value_name = "FILE")]
+    history_file: Option<String>,
 }
 
 fn main() -> ExitCode {
@@ -80,6 +92,7 @@ fn main() -> ExitCode {
     };
     let Command::Run(args) = cli.command;
     let flags = Flags {
+        config: args.config,
         zk: args.zk,
         namespace: args.namespace,
         listen: args.listen,
@@ -92,6 +105,9 @@ fn main() -> ExitCode {
         keepalive_timeout: args.keepalive_timeout,
         log_level: args.log_level,
         log_format: args.log_format,
+        metrics_listen: args.metrics_listen,
+        history_size: args.history_size,
+        history_file: args.history_file,
     };
     let env: HashMap<String, String> = std::env::vars().collect();
     let settings = match Settings::resolve(flags, &env) {
@@ -101,7 +117,7 @@ fn main() -> ExitCode {
             return ExitCode::from(EXIT_USAGE);
         }
     };
-    init_logging(&settings, &env);
+    init_logging(&settings);
     let runtime = match tokio::runtime::Builder::new_multi_thread()
         .enable_all()
         .build()
@@ -122,12 +138,9 @@ fn main() -> ExitCode {
     }
 }
 
-fn init_logging(settings: &Settings, env: &HashMap<String, String>) {
-    let filter = env
-        .get("RUST_LOG")
-        .cloned()
-        .unwrap_or_else(|| settings.log_level.clone());
-    let filter = tracing_subscriber::EnvFilter::try_new(&filter)
+fn init_logging(settings: &Settings) {
+    // `Settings` already chose between --log-level, RUST_LOG and the rest, and checked it.
+    let filter = tracing_subscriber::EnvFilter::try_new(&settings.log_level)
         .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info"));
     let builder = tracing_subscriber::fmt()
         .with_env_filter(filter)

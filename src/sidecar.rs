@@ -8,9 +8,16 @@ use tokio_util::sync::CancellationToken;
 use tonic::transport::Server;
 use tracing::{info, warn};
 
+use std::sync::Arc;
+
+use crate::api::admin::AdminService;
 use crate::api::worker::WorkerService;
 use crate::config::Settings;
 use crate::coordination::{Coordinator, Leases};
+use crate::ops::history::{History, HistoryFileError};
+use crate::ops::metrics::Metrics;
+use crate::ops::OpsObserver;
+use crate::proto::admin_server::AdminServer;
 use crate::proto::worker_server::WorkerServer;
 use crate::registry::{Registry, SessionState, ZkSettings};
 use crate::schedule::Timer;
@@ -33,6 +40,8 @@ pub enum RunError {
     },
     #[error("gRPC server failed: {0}")]
     Serve(#[from] tonic::transport::Error),
+    #[error(transparent)]
+    History(#[from] HistoryFileError),
     #[error("cannot build the reflection service: {0}")]
     Reflection(#[from] tonic_reflection::server::Error),
 }
@@ -73,7 +82,36 @@ pub async fn run(
             Registry::standalone()
         }
     };
+    let history = Arc::new(match &settings.history_file {
+        Some(path) => History::with_file(settings.history_size, path)?,
+        None => History::new(settings.history_size),
+    });
+    let metrics = Arc::new(Metrics::new());
+    let metrics_listener = match settings.metrics_listen {
+        Some(addr) => Some(
+            tokio::net::TcpListener::bind(addr)
+                .await
+                .map_err(|source| RunError::Listen {
+                    addr: addr.to_string(),
+                    source,
+                })?,
+        ),
+        None => None,
+    };
     let cancel = CancellationToken::new();
+    if let Some(listener) = metrics_listener {
+        info!(metrics = %settings.metrics_listen.map(|a| a.to_string()).unwrap_or_default(), "serving Prometheus metrics at /metrics");
+        tokio::spawn(crate::ops::http::serve(
+            listener,
+            metrics.clone(),
+            cancel.clone(),
+        ));
+    }
+    tokio::spawn(crate::ops::metrics::track_session(
+        registry.clone(),
+        metrics.clone(),
+        cancel.clone(),
+    ));
     let timer = Timer::spawn();
     let leases = Leases::spawn(
         registry.clone(),
@@ -87,14 +125,20 @@ pub async fn run(
         settings.advertise_ip.clone(),
         leases,
         settings.session_timeout,
-        std::sync::Arc::new(crate::coordination::NoObserver),
+        Arc::new(OpsObserver {
+            history: history.clone(),
+            metrics: metrics.clone(),
+        }),
     );
 
     let (health, health_service) = tonic_health::server::health_reporter();
     health.set_serving::<WorkerServer<WorkerService>>().await;
+    health.set_serving::<AdminServer<AdminService>>().await;
+    let draining = CancellationToken::new();
     tokio::spawn(track_health(
         registry.clone(),
         health.clone(),
+        draining.clone(),
         cancel.clone(),
     ));
     let reflection_v1 = tonic_reflection::server::Builder::configure()
@@ -112,14 +156,21 @@ pub async fn run(
         .add_service(health_service)
         .add_service(reflection_v1)
         .add_service(reflection_v1alpha)
-        .add_service(WorkerServer::new(WorkerService::new(coordinator.clone())));
+        .add_service(WorkerServer::new(WorkerService::new(coordinator.clone())))
+        .add_service(AdminServer::new(AdminService::new(
+            registry.clone(),
+            history.clone(),
+        )));
 
     let drained = CancellationToken::new();
     let signal = {
         let (coordinator, health, drained) = (coordinator.clone(), health.clone(), drained.clone());
+        let draining = draining.clone();
         async move {
             shutdown.await;
             info!("shutting down: draining workers");
+            draining.cancel();
+            health.set_not_serving::<AdminServer<AdminService>>().await;
             health
                 .set_not_serving::<WorkerServer<WorkerService>>()
                 .await;
@@ -170,16 +221,17 @@ pub async fn run(
     result
 }
 
-/// NOT_SERVING while the registry session is not connected.
+/// NOT_SERVING while the registry session is not connected, and for good once draining.
 async fn track_health(
     registry: Registry,
     health: tonic_health::server::HealthReporter,
+    draining: CancellationToken,
     cancel: CancellationToken,
 ) {
     let mut session = registry.session();
     loop {
         let connected = matches!(*session.borrow_and_update(), SessionState::Connected { .. });
-        let status = if connected {
+        let status = if connected && !draining.is_cancelled() {
             tonic_health::ServingStatus::Serving
         } else {
             tonic_health::ServingStatus::NotServing
@@ -188,8 +240,13 @@ async fn track_health(
         health
             .set_service_status("shardcar.v1.Worker", status)
             .await;
+        health.set_service_status("shardcar.v1.Admin", status).await;
+        if draining.is_cancelled() {
+            return;
+        }
         tokio::select! {
             _ = cancel.cancelled() => return,
+            _ = draining.cancelled() => {}
             changed = session.changed() => if changed.is_err() { return },
         }
     }

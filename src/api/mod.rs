@@ -1,4 +1,6 @@
-//! The gRPC services: [`worker`] (the worker contract) and the wire conversions in [`convert`].
+//! The gRPC services: [`worker`] (the worker contract), [`admin`] (operations) and the wire
+//! conversions in [`convert`].
 
+pub mod admin;
 pub mod convert;
 pub mod worker;

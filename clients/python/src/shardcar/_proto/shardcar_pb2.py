@@ -16,7 +16,7 @@ from google.protobuf import duration_pb2 as google_dot_protobuf_dot_duration__pb
 from google.protobuf import timestamp_pb2 as google_dot_protobuf_dot_timestamp__pb2
 
 
-DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\x1ashardcar/v1/shardcar.proto\x12\x0bshardcar.v1\x1a\x1egoogle/protobuf/duration.proto\x1a\x1fgoogle/protobuf/timestamp.proto\"\xeb\x01\n\x10SubscribeRequest\x12\x10\n\x08job_name\x18\x01 \x01(\t\x12&\n\x06\x63onfig\x18\x02 \x01(\x0b\x32\x16.shardcar.v1.JobConfig\x12\x11\n\toverwrite\x18\x03 \x01(\x08\x12\x0b\n\x03pid\x18\x04 \x01(\r\x12\x13\n\x0binstance_id\x18\x05 \x01(\t\x12\x39\n\x06labels\x18\x06 \x03(\x0b\x32).shardcar.v1.SubscribeRequest.LabelsEntry\x1a-\n\x0bLabelsEntry\x12\x0b\n\x03key\x18\x01 \x01(\t\x12\r\n\x05value\x18\x02 \x01(\t:\x02\x38\x01\"\xdc\x05\n\tJobConfig\x12\x10\n\x08job_name\x18\x01 \x01(\t\x12\x0c\n\x04\x63ron\x18\x02 \x01(\t\x12\x11\n\ttime_zone\x18\x03 \x01(\t\x12\x1c\n\x14sharding_total_count\x18\x04 \x01(\x05\x12T\n\x18sharding_item_parameters\x18\x05 \x03(\x0b\x32\x32.shardcar.v1.JobConfig.ShardingItemParametersEntry\x12\x15\n\rjob_parameter\x18\x06 \x01(\t\x12\x10\n\x08\x66\x61ilover\x18\x07 \x01(\x08\x12\x14\n\x07misfire\x18\x08 \x01(\x08H\x00\x88\x01\x01\x12\x1e\n\x11monitor_execution\x18\t \x01(\x08H\x01\x88\x01\x01\x12\x38\n\x11sharding_strategy\x18\n \x01(\x0e\x32\x1d.shardcar.v1.ShardingStrategy\x12\"\n\x15max_time_diff_seconds\x18\x0b \x01(\x05H\x02\x88\x01\x01\x12\'\n\x1areconcile_interval_minutes\x18\x0c \x01(\x05H\x03\x88\x01\x01\x12\x13\n\x0b\x64\x65scription\x18\r \x01(\t\x12\x10\n\x08\x64isabled\x18\x0e \x01(\x08\x12\x30\n\x05props\x18\x0f \x03(\x0b\x32!.shardcar.v1.JobConfig.PropsEntry\x12!\n\x19\x65xecution_timeout_seconds\x18\x10 \x01(\r\x1a=\n\x1bShardingItemParametersEntry\x12\x0b\n\x03key\x18\x01 \x01(\x05\x12\r\n\x05value\x18\x02 \x01(\t:\x02\x38\x01\x1a,\n\nPropsEntry\x12\x0b\n\x03key\x18\x01 \x01(\t\x12\r\n\x05value\x18\x02 \x01(\t:\x02\x38\x01\x42\n\n\x08_misfireB\x14\n\x12_monitor_executionB\x18\n\x16_max_time_diff_secondsB\x1d\n\x1b_reconcile_interval_minutes\"\x94\x02\n\x0bWorkerEvent\x12-\n\nregistered\x18\x01 \x01(\x0b\x32\x17.shardcar.v1.RegisteredH\x00\x12-\n\nassignment\x18\x02 \x01(\x0b\x32\x17.shardcar.v1.AssignmentH\x00\x12\'\n\x07trigger\x18\x03 \x01(\x0b\x32\x14.shardcar.v1.TriggerH\x00\x12%\n\x06revoke\x18\x04 \x01(\x0b\x32\x13.shardcar.v1.RevokeH\x00\x12)\n\x08shutdown\x18\x05 \x01(\x0b\x32\x15.shardcar.v1.ShutdownH\x00\x12#\n\x05lease\x18\x06 \x01(\x0b\x32\x12.shardcar.v1.LeaseH\x00\x42\x07\n\x05\x65vent\"G\n\x05Lease\x12,\n\tvalid_for\x18\x01 \x01(\x0b\x32\x19.google.protobuf.Duration\x12\x10\n\x08sequence\x18\x02 \x01(\x04\"I\n\nRegistered\x12\x13\n\x0binstance_id\x18\x01 \x01(\t\x12&\n\x06\x63onfig\x18\x02 \x01(\x0b\x32\x16.shardcar.v1.JobConfig\",\n\tShardItem\x12\x0c\n\x04item\x18\x01 \x01(\x05\x12\x11\n\tparameter\x18\x02 \x01(\t\"R\n\nAssignment\x12%\n\x05items\x18\x01 \x03(\x0b\x32\x16.shardcar.v1.ShardItem\x12\x0e\n\x06leader\x18\x02 \x01(\x08\x12\r\n\x05\x65poch\x18\x03 \x01(\x03\"\xde\x02\n\x07Trigger\x12\x14\n\x0c\x65xecution_id\x18\x01 \x01(\t\x12\x0f\n\x07task_id\x18\x02 \x01(\t\x12%\n\x05items\x18\x03 \x03(\x0b\x32\x16.shardcar.v1.ShardItem\x12\x15\n\rjob_parameter\x18\x04 \x01(\t\x12\x1c\n\x14sharding_total_count\x18\x05 \x01(\x05\x12*\n\x06source\x18\x06 \x01(\x0e\x32\x1a.shardcar.v1.TriggerSource\x12-\n\tfire_time\x18\x07 \x01(\x0b\x32\x1a.google.protobuf.Timestamp\x12?\n\x0e\x66\x65ncing_tokens\x18\x08 \x03(\x0b\x32\'.shardcar.v1.Trigger.FencingTokensEntry\x1a\x34\n\x12\x46\x65ncingTokensEntry\x12\x0b\n\x03key\x18\x01 \x01(\x05\x12\r\n\x05value\x18\x02 \x01(\x03:\x02\x38\x01\"\'\n\x06Revoke\x12\r\n\x05items\x18\x01 \x03(\x05\x12\x0e\n\x06reason\x18\x02 \x01(\t\"\x1a\n\x08Shutdown\x12\x0e\n\x06reason\x18\x01 \x01(\t\"K\n\x0f\x43ompleteRequest\x12\x13\n\x0binstance_id\x18\x01 \x01(\t\x12\x14\n\x0c\x65xecution_id\x18\x02 \x01(\t\x12\r\n\x05items\x18\x03 \x03(\x05\"\x12\n\x10\x43ompleteResponse\"^\n\x14ReportFailureRequest\x12\x13\n\x0binstance_id\x18\x01 \x01(\t\x12\x14\n\x0c\x65xecution_id\x18\x02 \x01(\t\x12\x0c\n\x04item\x18\x03 \x01(\x05\x12\r\n\x05\x65rror\x18\x04 \x01(\t\"\x17\n\x15ReportFailureResponse*D\n\x10ShardingStrategy\x12\x12\n\x0e\x41VG_ALLOCATION\x10\x00\x12\x0b\n\x07ODEVITY\x10\x01\x12\x0f\n\x0bROUND_ROBIN\x10\x02*@\n\rTriggerSource\x12\x08\n\x04\x43RON\x10\x00\x12\x0b\n\x07MISFIRE\x10\x01\x12\x0c\n\x08\x46\x41ILOVER\x10\x02\x12\n\n\x06MANUAL\x10\x03\x32\xf1\x01\n\x06Worker\x12\x46\n\tSubscribe\x12\x1d.shardcar.v1.SubscribeRequest\x1a\x18.shardcar.v1.WorkerEvent0\x01\x12G\n\x08\x43omplete\x12\x1c.shardcar.v1.CompleteRequest\x1a\x1d.shardcar.v1.CompleteResponse\x12V\n\rReportFailure\x12!.shardcar.v1.ReportFailureRequest\x1a\".shardcar.v1.ReportFailureResponseB!\n\x0eio.shardcar.v1B\rShardcarProtoP\x01\x62\x06proto3')
+DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\x1ashardcar/v1/shardcar.proto\x12\x0bshardcar.v1\x1a\x1egoogle/protobuf/duration.proto\x1a\x1fgoogle/protobuf/timestamp.proto\"\xeb\x01\n\x10SubscribeRequest\x12\x10\n\x08job_name\x18\x01 \x01(\t\x12&\n\x06\x63onfig\x18\x02 \x01(\x0b\x32\x16.shardcar.v1.JobConfig\x12\x11\n\toverwrite\x18\x03 \x01(\x08\x12\x0b\n\x03pid\x18\x04 \x01(\r\x12\x13\n\x0binstance_id\x18\x05 \x01(\t\x12\x39\n\x06labels\x18\x06 \x03(\x0b\x32).shardcar.v1.SubscribeRequest.LabelsEntry\x1a-\n\x0bLabelsEntry\x12\x0b\n\x03key\x18\x01 \x01(\t\x12\r\n\x05value\x18\x02 \x01(\t:\x02\x38\x01\"\xdc\x05\n\tJobConfig\x12\x10\n\x08job_name\x18\x01 \x01(\t\x12\x0c\n\x04\x63ron\x18\x02 \x01(\t\x12\x11\n\ttime_zone\x18\x03 \x01(\t\x12\x1c\n\x14sharding_total_count\x18\x04 \x01(\x05\x12T\n\x18sharding_item_parameters\x18\x05 \x03(\x0b\x32\x32.shardcar.v1.JobConfig.ShardingItemParametersEntry\x12\x15\n\rjob_parameter\x18\x06 \x01(\t\x12\x10\n\x08\x66\x61ilover\x18\x07 \x01(\x08\x12\x14\n\x07misfire\x18\x08 \x01(\x08H\x00\x88\x01\x01\x12\x1e\n\x11monitor_execution\x18\t \x01(\x08H\x01\x88\x01\x01\x12\x38\n\x11sharding_strategy\x18\n \x01(\x0e\x32\x1d.shardcar.v1.ShardingStrategy\x12\"\n\x15max_time_diff_seconds\x18\x0b \x01(\x05H\x02\x88\x01\x01\x12\'\n\x1areconcile_interval_minutes\x18\x0c \x01(\x05H\x03\x88\x01\x01\x12\x13\n\x0b\x64\x65scription\x18\r \x01(\t\x12\x10\n\x08\x64isabled\x18\x0e \x01(\x08\x12\x30\n\x05props\x18\x0f \x03(\x0b\x32!.shardcar.v1.JobConfig.PropsEntry\x12!\n\x19\x65xecution_timeout_seconds\x18\x10 \x01(\r\x1a=\n\x1bShardingItemParametersEntry\x12\x0b\n\x03key\x18\x01 \x01(\x05\x12\r\n\x05value\x18\x02 \x01(\t:\x02\x38\x01\x1a,\n\nPropsEntry\x12\x0b\n\x03key\x18\x01 \x01(\t\x12\r\n\x05value\x18\x02 \x01(\t:\x02\x38\x01\x42\n\n\x08_misfireB\x14\n\x12_monitor_executionB\x18\n\x16_max_time_diff_secondsB\x1d\n\x1b_reconcile_interval_minutes\"\x94\x02\n\x0bWorkerEvent\x12-\n\nregistered\x18\x01 \x01(\x0b\x32\x17.shardcar.v1.RegisteredH\x00\x12-\n\nassignment\x18\x02 \x01(\x0b\x32\x17.shardcar.v1.AssignmentH\x00\x12\'\n\x07trigger\x18\x03 \x01(\x0b\x32\x14.shardcar.v1.TriggerH\x00\x12%\n\x06revoke\x18\x04 \x01(\x0b\x32\x13.shardcar.v1.RevokeH\x00\x12)\n\x08shutdown\x18\x05 \x01(\x0b\x32\x15.shardcar.v1.ShutdownH\x00\x12#\n\x05lease\x18\x06 \x01(\x0b\x32\x12.shardcar.v1.LeaseH\x00\x42\x07\n\x05\x65vent\"G\n\x05Lease\x12,\n\tvalid_for\x18\x01 \x01(\x0b\x32\x19.google.protobuf.Duration\x12\x10\n\x08sequence\x18\x02 \x01(\x04\"I\n\nRegistered\x12\x13\n\x0binstance_id\x18\x01 \x01(\t\x12&\n\x06\x63onfig\x18\x02 \x01(\x0b\x32\x16.shardcar.v1.JobConfig\",\n\tShardItem\x12\x0c\n\x04item\x18\x01 \x01(\x05\x12\x11\n\tparameter\x18\x02 \x01(\t\"R\n\nAssignment\x12%\n\x05items\x18\x01 \x03(\x0b\x32\x16.shardcar.v1.ShardItem\x12\x0e\n\x06leader\x18\x02 \x01(\x08\x12\r\n\x05\x65poch\x18\x03 \x01(\x03\"\xde\x02\n\x07Trigger\x12\x14\n\x0c\x65xecution_id\x18\x01 \x01(\t\x12\x0f\n\x07task_id\x18\x02 \x01(\t\x12%\n\x05items\x18\x03 \x03(\x0b\x32\x16.shardcar.v1.ShardItem\x12\x15\n\rjob_parameter\x18\x04 \x01(\t\x12\x1c\n\x14sharding_total_count\x18\x05 \x01(\x05\x12*\n\x06source\x18\x06 \x01(\x0e\x32\x1a.shardcar.v1.TriggerSource\x12-\n\tfire_time\x18\x07 \x01(\x0b\x32\x1a.google.protobuf.Timestamp\x12?\n\x0e\x66\x65ncing_tokens\x18\x08 \x03(\x0b\x32\'.shardcar.v1.Trigger.FencingTokensEntry\x1a\x34\n\x12\x46\x65ncingTokensEntry\x12\x0b\n\x03key\x18\x01 \x01(\x05\x12\r\n\x05value\x18\x02 \x01(\x03:\x02\x38\x01\"\'\n\x06Revoke\x12\r\n\x05items\x18\x01 \x03(\x05\x12\x0e\n\x06reason\x18\x02 \x01(\t\"\x1a\n\x08Shutdown\x12\x0e\n\x06reason\x18\x01 \x01(\t\"K\n\x0f\x43ompleteRequest\x12\x13\n\x0binstance_id\x18\x01 \x01(\t\x12\x14\n\x0c\x65xecution_id\x18\x02 \x01(\t\x12\r\n\x05items\x18\x03 \x03(\x05\"\x12\n\x10\x43ompleteResponse\"^\n\x14ReportFailureRequest\x12\x13\n\x0binstance_id\x18\x01 \x01(\t\x12\x14\n\x0c\x65xecution_id\x18\x02 \x01(\t\x12\x0c\n\x04item\x18\x03 \x01(\x05\x12\r\n\x05\x65rror\x18\x04 \x01(\t\"\x17\n\x15ReportFailureResponse\"\x11\n\x0fListJobsRequest\"9\n\x10ListJobsResponse\x12%\n\x04jobs\x18\x01 \x03(\x0b\x32\x17.shardcar.v1.JobSummary\"\xc3\x01\n\nJobSummary\x12\x10\n\x08job_name\x18\x01 \x01(\t\x12\x0c\n\x04\x63ron\x18\x02 \x01(\t\x12\x1c\n\x14sharding_total_count\x18\x03 \x01(\x05\x12\x13\n\x0b\x64\x65scription\x18\x04 \x01(\t\x12$\n\x05state\x18\x05 \x01(\x0e\x32\x15.shardcar.v1.JobState\x12\x16\n\x0einstance_count\x18\x06 \x01(\r\x12\x14\n\x0cserver_count\x18\x07 \x01(\r\x12\x0e\n\x06leader\x18\x08 \x01(\t\"!\n\rGetJobRequest\x12\x10\n\x08job_name\x18\x01 \x01(\t\"\x88\x02\n\x0eGetJobResponse\x12&\n\x06\x63onfig\x18\x01 \x01(\x0b\x32\x16.shardcar.v1.JobConfig\x12$\n\x05state\x18\x02 \x01(\x0e\x32\x15.shardcar.v1.JobState\x12\x0e\n\x06leader\x18\x03 \x01(\t\x12(\n\x07servers\x18\x04 \x03(\x0b\x32\x17.shardcar.v1.ServerInfo\x12,\n\tinstances\x18\x05 \x03(\x0b\x32\x19.shardcar.v1.InstanceInfo\x12$\n\x05items\x18\x06 \x03(\x0b\x32\x15.shardcar.v1.ItemInfo\x12\x1a\n\x12sharding_necessary\x18\x07 \x01(\x08\"B\n\nServerInfo\x12\n\n\x02ip\x18\x01 \x01(\t\x12\x10\n\x08\x64isabled\x18\x02 \x01(\x08\x12\x16\n\x0einstance_count\x18\x03 \x01(\r\"U\n\x0cInstanceInfo\x12\x13\n\x0binstance_id\x18\x01 \x01(\t\x12\x11\n\tserver_ip\x18\x02 \x01(\t\x12\x0e\n\x06leader\x18\x03 \x01(\x08\x12\r\n\x05items\x18\x04 \x03(\x05\"\xbd\x01\n\x08ItemInfo\x12\x0c\n\x04item\x18\x01 \x01(\x05\x12\x11\n\tparameter\x18\x02 \x01(\t\x12\r\n\x05owner\x18\x03 \x01(\t\x12\x0f\n\x07running\x18\x04 \x01(\x08\x12\x18\n\x10running_instance\x18\x05 \x01(\t\x12\x0f\n\x07misfire\x18\x06 \x01(\x08\x12\x10\n\x08\x64isabled\x18\x07 \x01(\x08\x12\x19\n\x11\x66\x61ilover_instance\x18\x08 \x01(\t\x12\x18\n\x10\x66\x61ilover_pending\x18\t \x01(\x08\"7\n\rPutJobRequest\x12&\n\x06\x63onfig\x18\x01 \x01(\x0b\x32\x16.shardcar.v1.JobConfig\"!\n\x0ePutJobResponse\x12\x0f\n\x07\x63reated\x18\x01 \x01(\x08\"$\n\x10RemoveJobRequest\x12\x10\n\x08job_name\x18\x01 \x01(\t\")\n\x11RemoveJobResponse\x12\x14\n\x0cinstance_ids\x18\x01 \x03(\t\"%\n\x11TriggerJobRequest\x12\x10\n\x08job_name\x18\x01 \x01(\t\"*\n\x12TriggerJobResponse\x12\x14\n\x0cinstance_ids\x18\x01 \x03(\t\"%\n\x11\x44isableJobRequest\x12\x10\n\x08job_name\x18\x01 \x01(\t\"(\n\x12\x44isableJobResponse\x12\x12\n\nserver_ips\x18\x01 \x03(\t\"$\n\x10\x45nableJobRequest\x12\x10\n\x08job_name\x18\x01 \x01(\t\"\'\n\x11\x45nableJobResponse\x12\x12\n\nserver_ips\x18\x01 \x03(\t\"5\n\x12\x44isableItemRequest\x12\x10\n\x08job_name\x18\x01 \x01(\t\x12\r\n\x05items\x18\x02 \x03(\x05\"\x15\n\x13\x44isableItemResponse\"4\n\x11\x45nableItemRequest\x12\x10\n\x08job_name\x18\x01 \x01(\t\x12\r\n\x05items\x18\x02 \x03(\x05\"\x14\n\x12\x45nableItemResponse\";\n\x14\x44isableServerRequest\x12\x10\n\x08job_name\x18\x01 \x01(\t\x12\x11\n\tserver_ip\x18\x02 \x01(\t\"*\n\x15\x44isableServerResponse\x12\x11\n\tjob_names\x18\x01 \x03(\t\":\n\x13\x45nableServerRequest\x12\x10\n\x08job_name\x18\x01 \x01(\t\x12\x11\n\tserver_ip\x18\x02 \x01(\t\")\n\x14\x45nableServerResponse\x12\x11\n\tjob_names\x18\x01 \x03(\t\"@\n\x17ShutdownInstanceRequest\x12\x10\n\x08job_name\x18\x01 \x01(\t\x12\x13\n\x0binstance_id\x18\x02 \x01(\t\"-\n\x18ShutdownInstanceResponse\x12\x11\n\tjob_names\x18\x01 \x03(\t\"8\n\x15ListExecutionsRequest\x12\x10\n\x08job_name\x18\x01 \x01(\t\x12\r\n\x05limit\x18\x02 \x01(\r\"H\n\x16ListExecutionsResponse\x12.\n\nexecutions\x18\x01 \x03(\x0b\x32\x1a.shardcar.v1.ExecutionInfo\"Y\n\nItemResult\x12\x0c\n\x04item\x18\x01 \x01(\x05\x12.\n\x07outcome\x18\x02 \x01(\x0e\x32\x1d.shardcar.v1.ExecutionOutcome\x12\r\n\x05\x65rror\x18\x03 \x01(\t\"\xd2\x02\n\rExecutionInfo\x12\x10\n\x08job_name\x18\x01 \x01(\t\x12\x14\n\x0c\x65xecution_id\x18\x02 \x01(\t\x12\x13\n\x0binstance_id\x18\x03 \x01(\t\x12*\n\x06source\x18\x04 \x01(\x0e\x32\x1a.shardcar.v1.TriggerSource\x12\r\n\x05items\x18\x05 \x03(\x05\x12.\n\nstarted_at\x18\x06 \x01(\x0b\x32\x1a.google.protobuf.Timestamp\x12+\n\x08\x64uration\x18\x07 \x01(\x0b\x32\x19.google.protobuf.Duration\x12.\n\x07outcome\x18\x08 \x01(\x0e\x32\x1d.shardcar.v1.ExecutionOutcome\x12\r\n\x05\x65rror\x18\t \x01(\t\x12-\n\x0citem_results\x18\n \x03(\x0b\x32\x17.shardcar.v1.ItemResult\"#\n\x0fWatchJobRequest\x12\x10\n\x08job_name\x18\x01 \x01(\t\"\x7f\n\tJobChange\x12&\n\x02\x61t\x18\x01 \x01(\x0b\x32\x1a.google.protobuf.Timestamp\x12\x0f\n\x07\x63hanges\x18\x02 \x03(\t\x12(\n\x03job\x18\x03 \x01(\x0b\x32\x1b.shardcar.v1.GetJobResponse\x12\x0f\n\x07removed\x18\x04 \x01(\x08*D\n\x10ShardingStrategy\x12\x12\n\x0e\x41VG_ALLOCATION\x10\x00\x12\x0b\n\x07ODEVITY\x10\x01\x12\x0f\n\x0bROUND_ROBIN\x10\x02*@\n\rTriggerSource\x12\x08\n\x04\x43RON\x10\x00\x12\x0b\n\x07MISFIRE\x10\x01\x12\x0c\n\x08\x46\x41ILOVER\x10\x02\x12\n\n\x06MANUAL\x10\x03*h\n\x08JobState\x12\x10\n\x0cJOB_STATE_OK\x10\x00\x12\x15\n\x11JOB_STATE_CRASHED\x10\x01\x12\x16\n\x12JOB_STATE_DISABLED\x10\x02\x12\x1b\n\x17JOB_STATE_SHARDING_FLAG\x10\x03*\x93\x01\n\x10\x45xecutionOutcome\x12!\n\x1d\x45XECUTION_OUTCOME_UNSPECIFIED\x10\x00\x12\x1f\n\x1b\x45XECUTION_OUTCOME_COMPLETED\x10\x01\x12\x1c\n\x18\x45XECUTION_OUTCOME_FAILED\x10\x02\x12\x1d\n\x19\x45XECUTION_OUTCOME_REVOKED\x10\x03\x32\xf1\x01\n\x06Worker\x12\x46\n\tSubscribe\x12\x1d.shardcar.v1.SubscribeRequest\x1a\x18.shardcar.v1.WorkerEvent0\x01\x12G\n\x08\x43omplete\x12\x1c.shardcar.v1.CompleteRequest\x1a\x1d.shardcar.v1.CompleteResponse\x12V\n\rReportFailure\x12!.shardcar.v1.ReportFailureRequest\x1a\".shardcar.v1.ReportFailureResponse2\xda\x08\n\x05\x41\x64min\x12G\n\x08ListJobs\x12\x1c.shardcar.v1.ListJobsRequest\x1a\x1d.shardcar.v1.ListJobsResponse\x12\x41\n\x06GetJob\x12\x1a.shardcar.v1.GetJobRequest\x1a\x1b.shardcar.v1.GetJobResponse\x12\x41\n\x06PutJob\x12\x1a.shardcar.v1.PutJobRequest\x1a\x1b.shardcar.v1.PutJobResponse\x12J\n\tRemoveJob\x12\x1d.shardcar.v1.RemoveJobRequest\x1a\x1e.shardcar.v1.RemoveJobResponse\x12M\n\nTriggerJob\x12\x1e.shardcar.v1.TriggerJobRequest\x1a\x1f.shardcar.v1.TriggerJobResponse\x12M\n\nDisableJob\x12\x1e.shardcar.v1.DisableJobRequest\x1a\x1f.shardcar.v1.DisableJobResponse\x12J\n\tEnableJob\x12\x1d.shardcar.v1.EnableJobRequest\x1a\x1e.shardcar.v1.EnableJobResponse\x12P\n\x0b\x44isableItem\x12\x1f.shardcar.v1.DisableItemRequest\x1a .shardcar.v1.DisableItemResponse\x12M\n\nEnableItem\x12\x1e.shardcar.v1.EnableItemRequest\x1a\x1f.shardcar.v1.EnableItemResponse\x12V\n\rDisableServer\x12!.shardcar.v1.DisableServerRequest\x1a\".shardcar.v1.DisableServerResponse\x12S\n\x0c\x45nableServer\x12 .shardcar.v1.EnableServerRequest\x1a!.shardcar.v1.EnableServerResponse\x12_\n\x10ShutdownInstance\x12$.shardcar.v1.ShutdownInstanceRequest\x1a%.shardcar.v1.ShutdownInstanceResponse\x12Y\n\x0eListExecutions\x12\".shardcar.v1.ListExecutionsRequest\x1a#.shardcar.v1.ListExecutionsResponse\x12\x42\n\x08WatchJob\x12\x1c.shardcar.v1.WatchJobRequest\x1a\x16.shardcar.v1.JobChange0\x01\x42!\n\x0eio.shardcar.v1B\rShardcarProtoP\x01\x62\x06proto3')
 
 _globals = globals()
 _builder.BuildMessageAndEnumDescriptors(DESCRIPTOR, _globals)
@@ -32,10 +32,14 @@ if _descriptor._USE_C_DESCRIPTORS == False:
   _globals['_JOBCONFIG_PROPSENTRY']._serialized_options = b'8\001'
   _globals['_TRIGGER_FENCINGTOKENSENTRY']._options = None
   _globals['_TRIGGER_FENCINGTOKENSENTRY']._serialized_options = b'8\001'
-  _globals['_SHARDINGSTRATEGY']._serialized_start=2278
-  _globals['_SHARDINGSTRATEGY']._serialized_end=2346
-  _globals['_TRIGGERSOURCE']._serialized_start=2348
-  _globals['_TRIGGERSOURCE']._serialized_end=2412
+  _globals['_SHARDINGSTRATEGY']._serialized_start=4824
+  _globals['_SHARDINGSTRATEGY']._serialized_end=4892
+  _globals['_TRIGGERSOURCE']._serialized_start=4894
+  _globals['_TRIGGERSOURCE']._serialized_end=4958
+  _globals['_JOBSTATE']._serialized_start=4960
+  _globals['_JOBSTATE']._serialized_end=5064
+  _globals['_EXECUTIONOUTCOME']._serialized_start=5067
+  _globals['_EXECUTIONOUTCOME']._serialized_end=5214
   _globals['_SUBSCRIBEREQUEST']._serialized_start=109
   _globals['_SUBSCRIBEREQUEST']._serialized_end=344
   _globals['_SUBSCRIBEREQUEST_LABELSENTRY']._serialized_start=299
@@ -72,6 +76,76 @@ if _descriptor._USE_C_DESCRIPTORS == False:
   _globals['_REPORTFAILUREREQUEST']._serialized_end=2251
   _globals['_REPORTFAILURERESPONSE']._serialized_start=2253
   _globals['_REPORTFAILURERESPONSE']._serialized_end=2276
-  _globals['_WORKER']._serialized_start=2415
-  _globals['_WORKER']._serialized_end=2656
+  _globals['_LISTJOBSREQUEST']._serialized_start=2278
+  _globals['_LISTJOBSREQUEST']._serialized_end=2295
+  _globals['_LISTJOBSRESPONSE']._serialized_start=2297
+  _globals['_LISTJOBSRESPONSE']._serialized_end=2354
+  _globals['_JOBSUMMARY']._serialized_start=2357
+  _globals['_JOBSUMMARY']._serialized_end=2552
+  _globals['_GETJOBREQUEST']._serialized_start=2554
+  _globals['_GETJOBREQUEST']._serialized_end=2587
+  _globals['_GETJOBRESPONSE']._serialized_start=2590
+  _globals['_GETJOBRESPONSE']._serialized_end=2854
+  _globals['_SERVERINFO']._serialized_start=2856
+  _globals['_SERVERINFO']._serialized_end=2922
+  _globals['_INSTANCEINFO']._serialized_start=2924
+  _globals['_INSTANCEINFO']._serialized_end=3009
+  _globals['_ITEMINFO']._serialized_start=3012
+  _globals['_ITEMINFO']._serialized_end=3201
+  _globals['_PUTJOBREQUEST']._serialized_start=3203
+  _globals['_PUTJOBREQUEST']._serialized_end=3258
+  _globals['_PUTJOBRESPONSE']._serialized_start=3260
+  _globals['_PUTJOBRESPONSE']._serialized_end=3293
+  _globals['_REMOVEJOBREQUEST']._serialized_start=3295
+  _globals['_REMOVEJOBREQUEST']._serialized_end=3331
+  _globals['_REMOVEJOBRESPONSE']._serialized_start=3333
+  _globals['_REMOVEJOBRESPONSE']._serialized_end=3374
+  _globals['_TRIGGERJOBREQUEST']._serialized_start=3376
+  _globals['_TRIGGERJOBREQUEST']._serialized_end=3413
+  _globals['_TRIGGERJOBRESPONSE']._serialized_start=3415
+  _globals['_TRIGGERJOBRESPONSE']._serialized_end=3457
+  _globals['_DISABLEJOBREQUEST']._serialized_start=3459
+  _globals['_DISABLEJOBREQUEST']._serialized_end=3496
+  _globals['_DISABLEJOBRESPONSE']._serialized_start=3498
+  _globals['_DISABLEJOBRESPONSE']._serialized_end=3538
+  _globals['_ENABLEJOBREQUEST']._serialized_start=3540
+  _globals['_ENABLEJOBREQUEST']._serialized_end=3576
+  _globals['_ENABLEJOBRESPONSE']._serialized_start=3578
+  _globals['_ENABLEJOBRESPONSE']._serialized_end=3617
+  _globals['_DISABLEITEMREQUEST']._serialized_start=3619
+  _globals['_DISABLEITEMREQUEST']._serialized_end=3672
+  _globals['_DISABLEITEMRESPONSE']._serialized_start=3674
+  _globals['_DISABLEITEMRESPONSE']._serialized_end=3695
+  _globals['_ENABLEITEMREQUEST']._serialized_start=3697
+  _globals['_ENABLEITEMREQUEST']._serialized_end=3749
+  _globals['_ENABLEITEMRESPONSE']._serialized_start=3751
+  _globals['_ENABLEITEMRESPONSE']._serialized_end=3771
+  _globals['_DISABLESERVERREQUEST']._serialized_start=3773
+  _globals['_DISABLESERVERREQUEST']._serialized_end=3832
+  _globals['_DISABLESERVERRESPONSE']._serialized_start=3834
+  _globals['_DISABLESERVERRESPONSE']._serialized_end=3876
+  _globals['_ENABLESERVERREQUEST']._serialized_start=3878
+  _globals['_ENABLESERVERREQUEST']._serialized_end=3936
+  _globals['_ENABLESERVERRESPONSE']._serialized_start=3938
+  _globals['_ENABLESERVERRESPONSE']._serialized_end=3979
+  _globals['_SHUTDOWNINSTANCEREQUEST']._serialized_start=3981
+  _globals['_SHUTDOWNINSTANCEREQUEST']._serialized_end=4045
+  _globals['_SHUTDOWNINSTANCERESPONSE']._serialized_start=4047
+  _globals['_SHUTDOWNINSTANCERESPONSE']._serialized_end=4092
+  _globals['_LISTEXECUTIONSREQUEST']._serialized_start=4094
+  _globals['_LISTEXECUTIONSREQUEST']._serialized_end=4150
+  _globals['_LISTEXECUTIONSRESPONSE']._serialized_start=4152
+  _globals['_LISTEXECUTIONSRESPONSE']._serialized_end=4224
+  _globals['_ITEMRESULT']._serialized_start=4226
+  _globals['_ITEMRESULT']._serialized_end=4315
+  _globals['_EXECUTIONINFO']._serialized_start=4318
+  _globals['_EXECUTIONINFO']._serialized_end=4656
+  _globals['_WATCHJOBREQUEST']._serialized_start=4658
+  _globals['_WATCHJOBREQUEST']._serialized_end=4693
+  _globals['_JOBCHANGE']._serialized_start=4695
+  _globals['_JOBCHANGE']._serialized_end=4822
+  _globals['_WORKER']._serialized_start=5217
+  _globals['_WORKER']._serialized_end=5458
+  _globals['_ADMIN']._serialized_start=5461
+  _globals['_ADMIN']._serialized_end=6575
 # @@protoc_insertion_point(module_scope)

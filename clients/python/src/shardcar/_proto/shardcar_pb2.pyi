@@ -20,6 +20,20 @@ class TriggerSource(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
     MISFIRE: _ClassVar[TriggerSource]
     FAILOVER: _ClassVar[TriggerSource]
     MANUAL: _ClassVar[TriggerSource]
+
+class JobState(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
+    __slots__ = ()
+    JOB_STATE_OK: _ClassVar[JobState]
+    JOB_STATE_CRASHED: _ClassVar[JobState]
+    JOB_STATE_DISABLED: _ClassVar[JobState]
+    JOB_STATE_SHARDING_FLAG: _ClassVar[JobState]
+
+class ExecutionOutcome(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
+    __slots__ = ()
+    EXECUTION_OUTCOME_UNSPECIFIED: _ClassVar[ExecutionOutcome]
+    EXECUTION_OUTCOME_COMPLETED: _ClassVar[ExecutionOutcome]
+    EXECUTION_OUTCOME_FAILED: _ClassVar[ExecutionOutcome]
+    EXECUTION_OUTCOME_REVOKED: _ClassVar[ExecutionOutcome]
 AVG_ALLOCATION: ShardingStrategy
 ODEVITY: ShardingStrategy
 ROUND_ROBIN: ShardingStrategy
@@ -27,6 +41,14 @@ CRON: TriggerSource
 MISFIRE: TriggerSource
 FAILOVER: TriggerSource
 MANUAL: TriggerSource
+JOB_STATE_OK: JobState
+JOB_STATE_CRASHED: JobState
+JOB_STATE_DISABLED: JobState
+JOB_STATE_SHARDING_FLAG: JobState
+EXECUTION_OUTCOME_UNSPECIFIED: ExecutionOutcome
+EXECUTION_OUTCOME_COMPLETED: ExecutionOutcome
+EXECUTION_OUTCOME_FAILED: ExecutionOutcome
+EXECUTION_OUTCOME_REVOKED: ExecutionOutcome
 
 class SubscribeRequest(_message.Message):
     __slots__ = ("job_name", "config", "overwrite", "pid", "instance_id", "labels")
@@ -221,3 +243,293 @@ class ReportFailureRequest(_message.Message):
 class ReportFailureResponse(_message.Message):
     __slots__ = ()
     def __init__(self) -> None: ...
+
+class ListJobsRequest(_message.Message):
+    __slots__ = ()
+    def __init__(self) -> None: ...
+
+class ListJobsResponse(_message.Message):
+    __slots__ = ("jobs",)
+    JOBS_FIELD_NUMBER: _ClassVar[int]
+    jobs: _containers.RepeatedCompositeFieldContainer[JobSummary]
+    def __init__(self, jobs: _Optional[_Iterable[_Union[JobSummary, _Mapping]]] = ...) -> None: ...
+
+class JobSummary(_message.Message):
+    __slots__ = ("job_name", "cron", "sharding_total_count", "description", "state", "instance_count", "server_count", "leader")
+    JOB_NAME_FIELD_NUMBER: _ClassVar[int]
+    CRON_FIELD_NUMBER: _ClassVar[int]
+    SHARDING_TOTAL_COUNT_FIELD_NUMBER: _ClassVar[int]
+    DESCRIPTION_FIELD_NUMBER: _ClassVar[int]
+    STATE_FIELD_NUMBER: _ClassVar[int]
+    INSTANCE_COUNT_FIELD_NUMBER: _ClassVar[int]
+    SERVER_COUNT_FIELD_NUMBER: _ClassVar[int]
+    LEADER_FIELD_NUMBER: _ClassVar[int]
+    job_name: str
+    cron: str
+    sharding_total_count: int
+    description: str
+    state: JobState
+    instance_count: int
+    server_count: int
+    leader: str
+    def __init__(self, job_name: _Optional[str] = ..., cron: _Optional[str] = ..., sharding_total_count: _Optional[int] = ..., description: _Optional[str] = ..., state: _Optional[_Union[JobState, str]] = ..., instance_count: _Optional[int] = ..., server_count: _Optional[int] = ..., leader: _Optional[str] = ...) -> None: ...
+
+class GetJobRequest(_message.Message):
+    __slots__ = ("job_name",)
+    JOB_NAME_FIELD_NUMBER: _ClassVar[int]
+    job_name: str
+    def __init__(self, job_name: _Optional[str] = ...) -> None: ...
+
+class GetJobResponse(_message.Message):
+    __slots__ = ("config", "state", "leader", "servers", "instances", "items", "sharding_necessary")
+    CONFIG_FIELD_NUMBER: _ClassVar[int]
+    STATE_FIELD_NUMBER: _ClassVar[int]
+    LEADER_FIELD_NUMBER: _ClassVar[int]
+    SERVERS_FIELD_NUMBER: _ClassVar[int]
+    INSTANCES_FIELD_NUMBER: _ClassVar[int]
+    ITEMS_FIELD_NUMBER: _ClassVar[int]
+    SHARDING_NECESSARY_FIELD_NUMBER: _ClassVar[int]
+    config: JobConfig
+    state: JobState
+    leader: str
+    servers: _containers.RepeatedCompositeFieldContainer[ServerInfo]
+    instances: _containers.RepeatedCompositeFieldContainer[InstanceInfo]
+    items: _containers.RepeatedCompositeFieldContainer[ItemInfo]
+    sharding_necessary: bool
+    def __init__(self, config: _Optional[_Union[JobConfig, _Mapping]] = ..., state: _Optional[_Union[JobState, str]] = ..., leader: _Optional[str] = ..., servers: _Optional[_Iterable[_Union[ServerInfo, _Mapping]]] = ..., instances: _Optional[_Iterable[_Union[InstanceInfo, _Mapping]]] = ..., items: _Optional[_Iterable[_Union[ItemInfo, _Mapping]]] = ..., sharding_necessary: bool = ...) -> None: ...
+
+class ServerInfo(_message.Message):
+    __slots__ = ("ip", "disabled", "instance_count")
+    IP_FIELD_NUMBER: _ClassVar[int]
+    DISABLED_FIELD_NUMBER: _ClassVar[int]
+    INSTANCE_COUNT_FIELD_NUMBER: _ClassVar[int]
+    ip: str
+    disabled: bool
+    instance_count: int
+    def __init__(self, ip: _Optional[str] = ..., disabled: bool = ..., instance_count: _Optional[int] = ...) -> None: ...
+
+class InstanceInfo(_message.Message):
+    __slots__ = ("instance_id", "server_ip", "leader", "items")
+    INSTANCE_ID_FIELD_NUMBER: _ClassVar[int]
+    SERVER_IP_FIELD_NUMBER: _ClassVar[int]
+    LEADER_FIELD_NUMBER: _ClassVar[int]
+    ITEMS_FIELD_NUMBER: _ClassVar[int]
+    instance_id: str
+    server_ip: str
+    leader: bool
+    items: _containers.RepeatedScalarFieldContainer[int]
+    def __init__(self, instance_id: _Optional[str] = ..., server_ip: _Optional[str] = ..., leader: bool = ..., items: _Optional[_Iterable[int]] = ...) -> None: ...
+
+class ItemInfo(_message.Message):
+    __slots__ = ("item", "parameter", "owner", "running", "running_instance", "misfire", "disabled", "failover_instance", "failover_pending")
+    ITEM_FIELD_NUMBER: _ClassVar[int]
+    PARAMETER_FIELD_NUMBER: _ClassVar[int]
+    OWNER_FIELD_NUMBER: _ClassVar[int]
+    RUNNING_FIELD_NUMBER: _ClassVar[int]
+    RUNNING_INSTANCE_FIELD_NUMBER: _ClassVar[int]
+    MISFIRE_FIELD_NUMBER: _ClassVar[int]
+    DISABLED_FIELD_NUMBER: _ClassVar[int]
+    FAILOVER_INSTANCE_FIELD_NUMBER: _ClassVar[int]
+    FAILOVER_PENDING_FIELD_NUMBER: _ClassVar[int]
+    item: int
+    parameter: str
+    owner: str
+    running: bool
+    running_instance: str
+    misfire: bool
+    disabled: bool
+    failover_instance: str
+    failover_pending: bool
+    def __init__(self, item: _Optional[int] = ..., parameter: _Optional[str] = ..., owner: _Optional[str] = ..., running: bool = ..., running_instance: _Optional[str] = ..., misfire: bool = ..., disabled: bool = ..., failover_instance: _Optional[str] = ..., failover_pending: bool = ...) -> None: ...
+
+class PutJobRequest(_message.Message):
+    __slots__ = ("config",)
+    CONFIG_FIELD_NUMBER: _ClassVar[int]
+    config: JobConfig
+    def __init__(self, config: _Optional[_Union[JobConfig, _Mapping]] = ...) -> None: ...
+
+class PutJobResponse(_message.Message):
+    __slots__ = ("created",)
+    CREATED_FIELD_NUMBER: _ClassVar[int]
+    created: bool
+    def __init__(self, created: bool = ...) -> None: ...
+
+class RemoveJobRequest(_message.Message):
+    __slots__ = ("job_name",)
+    JOB_NAME_FIELD_NUMBER: _ClassVar[int]
+    job_name: str
+    def __init__(self, job_name: _Optional[str] = ...) -> None: ...
+
+class RemoveJobResponse(_message.Message):
+    __slots__ = ("instance_ids",)
+    INSTANCE_IDS_FIELD_NUMBER: _ClassVar[int]
+    instance_ids: _containers.RepeatedScalarFieldContainer[str]
+    def __init__(self, instance_ids: _Optional[_Iterable[str]] = ...) -> None: ...
+
+class TriggerJobRequest(_message.Message):
+    __slots__ = ("job_name",)
+    JOB_NAME_FIELD_NUMBER: _ClassVar[int]
+    job_name: str
+    def __init__(self, job_name: _Optional[str] = ...) -> None: ...
+
+class TriggerJobResponse(_message.Message):
+    __slots__ = ("instance_ids",)
+    INSTANCE_IDS_FIELD_NUMBER: _ClassVar[int]
+    instance_ids: _containers.RepeatedScalarFieldContainer[str]
+    def __init__(self, instance_ids: _Optional[_Iterable[str]] = ...) -> None: ...
+
+class DisableJobRequest(_message.Message):
+    __slots__ = ("job_name",)
+    JOB_NAME_FIELD_NUMBER: _ClassVar[int]
+    job_name: str
+    def __init__(self, job_name: _Optional[str] = ...) -> None: ...
+
+class DisableJobResponse(_message.Message):
+    __slots__ = ("server_ips",)
+    SERVER_IPS_FIELD_NUMBER: _ClassVar[int]
+    server_ips: _containers.RepeatedScalarFieldContainer[str]
+    def __init__(self, server_ips: _Optional[_Iterable[str]] = ...) -> None: ...
+
+class EnableJobRequest(_message.Message):
+    __slots__ = ("job_name",)
+    JOB_NAME_FIELD_NUMBER: _ClassVar[int]
+    job_name: str
+    def __init__(self, job_name: _Optional[str] = ...) -> None: ...
+
+class EnableJobResponse(_message.Message):
+    __slots__ = ("server_ips",)
+    SERVER_IPS_FIELD_NUMBER: _ClassVar[int]
+    server_ips: _containers.RepeatedScalarFieldContainer[str]
+    def __init__(self, server_ips: _Optional[_Iterable[str]] = ...) -> None: ...
+
+class DisableItemRequest(_message.Message):
+    __slots__ = ("job_name", "items")
+    JOB_NAME_FIELD_NUMBER: _ClassVar[int]
+    ITEMS_FIELD_NUMBER: _ClassVar[int]
+    job_name: str
+    items: _containers.RepeatedScalarFieldContainer[int]
+    def __init__(self, job_name: _Optional[str] = ..., items: _Optional[_Iterable[int]] = ...) -> None: ...
+
+class DisableItemResponse(_message.Message):
+    __slots__ = ()
+    def __init__(self) -> None: ...
+
+class EnableItemRequest(_message.Message):
+    __slots__ = ("job_name", "items")
+    JOB_NAME_FIELD_NUMBER: _ClassVar[int]
+    ITEMS_FIELD_NUMBER: _ClassVar[int]
+    job_name: str
+    items: _containers.RepeatedScalarFieldContainer[int]
+    def __init__(self, job_name: _Optional[str] = ..., items: _Optional[_Iterable[int]] = ...) -> None: ...
+
+class EnableItemResponse(_message.Message):
+    __slots__ = ()
+    def __init__(self) -> None: ...
+
+class DisableServerRequest(_message.Message):
+    __slots__ = ("job_name", "server_ip")
+    JOB_NAME_FIELD_NUMBER: _ClassVar[int]
+    SERVER_IP_FIELD_NUMBER: _ClassVar[int]
+    job_name: str
+    server_ip: str
+    def __init__(self, job_name: _Optional[str] = ..., server_ip: _Optional[str] = ...) -> None: ...
+
+class DisableServerResponse(_message.Message):
+    __slots__ = ("job_names",)
+    JOB_NAMES_FIELD_NUMBER: _ClassVar[int]
+    job_names: _containers.RepeatedScalarFieldContainer[str]
+    def __init__(self, job_names: _Optional[_Iterable[str]] = ...) -> None: ...
+
+class EnableServerRequest(_message.Message):
+    __slots__ = ("job_name", "server_ip")
+    JOB_NAME_FIELD_NUMBER: _ClassVar[int]
+    SERVER_IP_FIELD_NUMBER: _ClassVar[int]
+    job_name: str
+    server_ip: str
+    def __init__(self, job_name: _Optional[str] = ..., server_ip: _Optional[str] = ...) -> None: ...
+
+class EnableServerResponse(_message.Message):
+    __slots__ = ("job_names",)
+    JOB_NAMES_FIELD_NUMBER: _ClassVar[int]
+    job_names: _containers.RepeatedScalarFieldContainer[str]
+    def __init__(self, job_names: _Optional[_Iterable[str]] = ...) -> None: ...
+
+class ShutdownInstanceRequest(_message.Message):
+    __slots__ = ("job_name", "instance_id")
+    JOB_NAME_FIELD_NUMBER: _ClassVar[int]
+    INSTANCE_ID_FIELD_NUMBER: _ClassVar[int]
+    job_name: str
+    instance_id: str
+    def __init__(self, job_name: _Optional[str] = ..., instance_id: _Optional[str] = ...) -> None: ...
+
+class ShutdownInstanceResponse(_message.Message):
+    __slots__ = ("job_names",)
+    JOB_NAMES_FIELD_NUMBER: _ClassVar[int]
+    job_names: _containers.RepeatedScalarFieldContainer[str]
+    def __init__(self, job_names: _Optional[_Iterable[str]] = ...) -> None: ...
+
+class ListExecutionsRequest(_message.Message):
+    __slots__ = ("job_name", "limit")
+    JOB_NAME_FIELD_NUMBER: _ClassVar[int]
+    LIMIT_FIELD_NUMBER: _ClassVar[int]
+    job_name: str
+    limit: int
+    def __init__(self, job_name: _Optional[str] = ..., limit: _Optional[int] = ...) -> None: ...
+
+class ListExecutionsResponse(_message.Message):
+    __slots__ = ("executions",)
+    EXECUTIONS_FIELD_NUMBER: _ClassVar[int]
+    executions: _containers.RepeatedCompositeFieldContainer[ExecutionInfo]
+    def __init__(self, executions: _Optional[_Iterable[_Union[ExecutionInfo, _Mapping]]] = ...) -> None: ...
+
+class ItemResult(_message.Message):
+    __slots__ = ("item", "outcome", "error")
+    ITEM_FIELD_NUMBER: _ClassVar[int]
+    OUTCOME_FIELD_NUMBER: _ClassVar[int]
+    ERROR_FIELD_NUMBER: _ClassVar[int]
+    item: int
+    outcome: ExecutionOutcome
+    error: str
+    def __init__(self, item: _Optional[int] = ..., outcome: _Optional[_Union[ExecutionOutcome, str]] = ..., error: _Optional[str] = ...) -> None: ...
+
+class ExecutionInfo(_message.Message):
+    __slots__ = ("job_name", "execution_id", "instance_id", "source", "items", "started_at", "duration", "outcome", "error", "item_results")
+    JOB_NAME_FIELD_NUMBER: _ClassVar[int]
+    EXECUTION_ID_FIELD_NUMBER: _ClassVar[int]
+    INSTANCE_ID_FIELD_NUMBER: _ClassVar[int]
+    SOURCE_FIELD_NUMBER: _ClassVar[int]
+    ITEMS_FIELD_NUMBER: _ClassVar[int]
+    STARTED_AT_FIELD_NUMBER: _ClassVar[int]
+    DURATION_FIELD_NUMBER: _ClassVar[int]
+    OUTCOME_FIELD_NUMBER: _ClassVar[int]
+    ERROR_FIELD_NUMBER: _ClassVar[int]
+    ITEM_RESULTS_FIELD_NUMBER: _ClassVar[int]
+    job_name: str
+    execution_id: str
+    instance_id: str
+    source: TriggerSource
+    items: _containers.RepeatedScalarFieldContainer[int]
+    started_at: _timestamp_pb2.Timestamp
+    duration: _duration_pb2.Duration
+    outcome: ExecutionOutcome
+    error: str
+    item_results: _containers.RepeatedCompositeFieldContainer[ItemResult]
+    def __init__(self, job_name: _Optional[str] = ..., execution_id: _Optional[str] = ..., instance_id: _Optional[str] = ..., source: _Optional[_Union[TriggerSource, str]] = ..., items: _Optional[_Iterable[int]] = ..., started_at: _Optional[_Union[_timestamp_pb2.Timestamp, _Mapping]] = ..., duration: _Optional[_Union[_duration_pb2.Duration, _Mapping]] = ..., outcome: _Optional[_Union[ExecutionOutcome, str]] = ..., error: _Optional[str] = ..., item_results: _Optional[_Iterable[_Union[ItemResult, _Mapping]]] = ...) -> None: ...
+
+class WatchJobRequest(_message.Message):
+    __slots__ = ("job_name",)
+    JOB_NAME_FIELD_NUMBER: _ClassVar[int]
+    job_name: str
+    def __init__(self, job_name: _Optional[str] = ...) -> None: ...
+
+class JobChange(_message.Message):
+    __slots__ = ("at", "changes", "job", "removed")
+    AT_FIELD_NUMBER: _ClassVar[int]
+    CHANGES_FIELD_NUMBER: _ClassVar[int]
+    JOB_FIELD_NUMBER: _ClassVar[int]
+    REMOVED_FIELD_NUMBER: _ClassVar[int]
+    at: _timestamp_pb2.Timestamp
+    changes: _containers.RepeatedScalarFieldContainer[str]
+    job: GetJobResponse
+    removed: bool
+    def __init__(self, at: _Optional[_Union[_timestamp_pb2.Timestamp, _Mapping]] = ..., changes: _Optional[_Iterable[str]] = ..., job: _Optional[_Union[GetJobResponse, _Mapping]] = ..., removed: bool = ...) -> None: ...

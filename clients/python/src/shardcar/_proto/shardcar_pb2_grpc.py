@@ -134,3 +134,525 @@ class Worker(object):
             shardcar_dot_v1_dot_shardcar__pb2.ReportFailureResponse.FromString,
             options, channel_credentials,
             insecure, call_credentials, compression, wait_for_ready, timeout, metadata)
+
+
+class AdminStub(object):
+    """---------------------------------------------------------------------------------------------
+    Operations. `Admin` reads and writes ElasticJob's namespace layout exactly as ElasticJob's own
+    console and lifecycle API do, so the running coordinators (shardcar and Java alike) react
+    through their watches, and changes made by ElasticJob's console show up here.
+    Errors: INVALID_ARGUMENT naming the field, NOT_FOUND for an unknown job or instance,
+    UNAVAILABLE when ZooKeeper cannot be reached.
+
+    """
+
+    def __init__(self, channel):
+        """Constructor.
+
+        Args:
+            channel: A grpc.Channel.
+        """
+        self.ListJobs = channel.unary_unary(
+                '/shardcar.v1.Admin/ListJobs',
+                request_serializer=shardcar_dot_v1_dot_shardcar__pb2.ListJobsRequest.SerializeToString,
+                response_deserializer=shardcar_dot_v1_dot_shardcar__pb2.ListJobsResponse.FromString,
+                )
+        self.GetJob = channel.unary_unary(
+                '/shardcar.v1.Admin/GetJob',
+                request_serializer=shardcar_dot_v1_dot_shardcar__pb2.GetJobRequest.SerializeToString,
+                response_deserializer=shardcar_dot_v1_dot_shardcar__pb2.GetJobResponse.FromString,
+                )
+        self.PutJob = channel.unary_unary(
+                '/shardcar.v1.Admin/PutJob',
+                request_serializer=shardcar_dot_v1_dot_shardcar__pb2.PutJobRequest.SerializeToString,
+                response_deserializer=shardcar_dot_v1_dot_shardcar__pb2.PutJobResponse.FromString,
+                )
+        self.RemoveJob = channel.unary_unary(
+                '/shardcar.v1.Admin/RemoveJob',
+                request_serializer=shardcar_dot_v1_dot_shardcar__pb2.RemoveJobRequest.SerializeToString,
+                response_deserializer=shardcar_dot_v1_dot_shardcar__pb2.RemoveJobResponse.FromString,
+                )
+        self.TriggerJob = channel.unary_unary(
+                '/shardcar.v1.Admin/TriggerJob',
+                request_serializer=shardcar_dot_v1_dot_shardcar__pb2.TriggerJobRequest.SerializeToString,
+                response_deserializer=shardcar_dot_v1_dot_shardcar__pb2.TriggerJobResponse.FromString,
+                )
+        self.DisableJob = channel.unary_unary(
+                '/shardcar.v1.Admin/DisableJob',
+                request_serializer=shardcar_dot_v1_dot_shardcar__pb2.DisableJobRequest.SerializeToString,
+                response_deserializer=shardcar_dot_v1_dot_shardcar__pb2.DisableJobResponse.FromString,
+                )
+        self.EnableJob = channel.unary_unary(
+                '/shardcar.v1.Admin/EnableJob',
+                request_serializer=shardcar_dot_v1_dot_shardcar__pb2.EnableJobRequest.SerializeToString,
+                response_deserializer=shardcar_dot_v1_dot_shardcar__pb2.EnableJobResponse.FromString,
+                )
+        self.DisableItem = channel.unary_unary(
+                '/shardcar.v1.Admin/DisableItem',
+                request_serializer=shardcar_dot_v1_dot_shardcar__pb2.DisableItemRequest.SerializeToString,
+                response_deserializer=shardcar_dot_v1_dot_shardcar__pb2.DisableItemResponse.FromString,
+                )
+        self.EnableItem = channel.unary_unary(
+                '/shardcar.v1.Admin/EnableItem',
+                request_serializer=shardcar_dot_v1_dot_shardcar__pb2.EnableItemRequest.SerializeToString,
+                response_deserializer=shardcar_dot_v1_dot_shardcar__pb2.EnableItemResponse.FromString,
+                )
+        self.DisableServer = channel.unary_unary(
+                '/shardcar.v1.Admin/DisableServer',
+                request_serializer=shardcar_dot_v1_dot_shardcar__pb2.DisableServerRequest.SerializeToString,
+                response_deserializer=shardcar_dot_v1_dot_shardcar__pb2.DisableServerResponse.FromString,
+                )
+        self.EnableServer = channel.unary_unary(
+                '/shardcar.v1.Admin/EnableServer',
+                request_serializer=shardcar_dot_v1_dot_shardcar__pb2.EnableServerRequest.SerializeToString,
+                response_deserializer=shardcar_dot_v1_dot_shardcar__pb2.EnableServerResponse.FromString,
+                )
+        self.ShutdownInstance = channel.unary_unary(
+                '/shardcar.v1.Admin/ShutdownInstance',
+                request_serializer=shardcar_dot_v1_dot_shardcar__pb2.ShutdownInstanceRequest.SerializeToString,
+                response_deserializer=shardcar_dot_v1_dot_shardcar__pb2.ShutdownInstanceResponse.FromString,
+                )
+        self.ListExecutions = channel.unary_unary(
+                '/shardcar.v1.Admin/ListExecutions',
+                request_serializer=shardcar_dot_v1_dot_shardcar__pb2.ListExecutionsRequest.SerializeToString,
+                response_deserializer=shardcar_dot_v1_dot_shardcar__pb2.ListExecutionsResponse.FromString,
+                )
+        self.WatchJob = channel.unary_stream(
+                '/shardcar.v1.Admin/WatchJob',
+                request_serializer=shardcar_dot_v1_dot_shardcar__pb2.WatchJobRequest.SerializeToString,
+                response_deserializer=shardcar_dot_v1_dot_shardcar__pb2.JobChange.FromString,
+                )
+
+
+class AdminServicer(object):
+    """---------------------------------------------------------------------------------------------
+    Operations. `Admin` reads and writes ElasticJob's namespace layout exactly as ElasticJob's own
+    console and lifecycle API do, so the running coordinators (shardcar and Java alike) react
+    through their watches, and changes made by ElasticJob's console show up here.
+    Errors: INVALID_ARGUMENT naming the field, NOT_FOUND for an unknown job or instance,
+    UNAVAILABLE when ZooKeeper cannot be reached.
+
+    """
+
+    def ListJobs(self, request, context):
+        """Every job of the namespace, with a one-line summary.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def GetJob(self, request, context):
+        """One job: configuration, leader, servers, instances and the state of each item.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def PutJob(self, request, context):
+        """Creates a job or replaces its configuration (keys shardcar does not model are kept).
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def RemoveJob(self, request, context):
+        """Shuts down the job's instances, then removes its servers and the whole job.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def TriggerJob(self, request, context):
+        """Runs the job once now on every live instance (ElasticJob's trigger nodes).
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def DisableJob(self, request, context):
+        """Marks every server of the job DISABLED (their instances get no items), or ENABLED again.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def EnableJob(self, request, context):
+        """Missing associated documentation comment in .proto file."""
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def DisableItem(self, request, context):
+        """Skips items (they stay assigned but are not triggered), or stops skipping them.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def EnableItem(self, request, context):
+        """Missing associated documentation comment in .proto file."""
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def DisableServer(self, request, context):
+        """Marks one server DISABLED in one job (or in every job), or ENABLED again.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def EnableServer(self, request, context):
+        """Missing associated documentation comment in .proto file."""
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def ShutdownInstance(self, request, context):
+        """Remote shutdown of a worker instance: its worker gets `Shutdown` and its stream ends.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def ListExecutions(self, request, context):
+        """Recent executions run by this sidecar's workers, newest first.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def WatchJob(self, request, context):
+        """The job's state now, then again after every change, until the client goes away.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+
+def add_AdminServicer_to_server(servicer, server):
+    rpc_method_handlers = {
+            'ListJobs': grpc.unary_unary_rpc_method_handler(
+                    servicer.ListJobs,
+                    request_deserializer=shardcar_dot_v1_dot_shardcar__pb2.ListJobsRequest.FromString,
+                    response_serializer=shardcar_dot_v1_dot_shardcar__pb2.ListJobsResponse.SerializeToString,
+            ),
+            'GetJob': grpc.unary_unary_rpc_method_handler(
+                    servicer.GetJob,
+                    request_deserializer=shardcar_dot_v1_dot_shardcar__pb2.GetJobRequest.FromString,
+                    response_serializer=shardcar_dot_v1_dot_shardcar__pb2.GetJobResponse.SerializeToString,
+            ),
+            'PutJob': grpc.unary_unary_rpc_method_handler(
+                    servicer.PutJob,
+                    request_deserializer=shardcar_dot_v1_dot_shardcar__pb2.PutJobRequest.FromString,
+                    response_serializer=shardcar_dot_v1_dot_shardcar__pb2.PutJobResponse.SerializeToString,
+            ),
+            'RemoveJob': grpc.unary_unary_rpc_method_handler(
+                    servicer.RemoveJob,
+                    request_deserializer=shardcar_dot_v1_dot_shardcar__pb2.RemoveJobRequest.FromString,
+                    response_serializer=shardcar_dot_v1_dot_shardcar__pb2.RemoveJobResponse.SerializeToString,
+            ),
+            'TriggerJob': grpc.unary_unary_rpc_method_handler(
+                    servicer.TriggerJob,
+                    request_deserializer=shardcar_dot_v1_dot_shardcar__pb2.TriggerJobRequest.FromString,
+                    response_serializer=shardcar_dot_v1_dot_shardcar__pb2.TriggerJobResponse.SerializeToString,
+            ),
+            'DisableJob': grpc.unary_unary_rpc_method_handler(
+                    servicer.DisableJob,
+                    request_deserializer=shardcar_dot_v1_dot_shardcar__pb2.DisableJobRequest.FromString,
+                    response_serializer=shardcar_dot_v1_dot_shardcar__pb2.DisableJobResponse.SerializeToString,
+            ),
+            'EnableJob': grpc.unary_unary_rpc_method_handler(
+                    servicer.EnableJob,
+                    request_deserializer=shardcar_dot_v1_dot_shardcar__pb2.EnableJobRequest.FromString,
+                    response_serializer=shardcar_dot_v1_dot_shardcar__pb2.EnableJobResponse.SerializeToString,
+            ),
+            'DisableItem': grpc.unary_unary_rpc_method_handler(
+                    servicer.DisableItem,
+                    request_deserializer=shardcar_dot_v1_dot_shardcar__pb2.DisableItemRequest.FromString,
+                    response_serializer=shardcar_dot_v1_dot_shardcar__pb2.DisableItemResponse.SerializeToString,
+            ),
+            'EnableItem': grpc.unary_unary_rpc_method_handler(
+                    servicer.EnableItem,
+                    request_deserializer=shardcar_dot_v1_dot_shardcar__pb2.EnableItemRequest.FromString,
+                    response_serializer=shardcar_dot_v1_dot_shardcar__pb2.EnableItemResponse.SerializeToString,
+            ),
+            'DisableServer': grpc.unary_unary_rpc_method_handler(
+                    servicer.DisableServer,
+                    request_deserializer=shardcar_dot_v1_dot_shardcar__pb2.DisableServerRequest.FromString,
+                    response_serializer=shardcar_dot_v1_dot_shardcar__pb2.DisableServerResponse.SerializeToString,
+            ),
+            'EnableServer': grpc.unary_unary_rpc_method_handler(
+                    servicer.EnableServer,
+                    request_deserializer=shardcar_dot_v1_dot_shardcar__pb2.EnableServerRequest.FromString,
+                    response_serializer=shardcar_dot_v1_dot_shardcar__pb2.EnableServerResponse.SerializeToString,
+            ),
+            'ShutdownInstance': grpc.unary_unary_rpc_method_handler(
+                    servicer.ShutdownInstance,
+                    request_deserializer=shardcar_dot_v1_dot_shardcar__pb2.ShutdownInstanceRequest.FromString,
+                    response_serializer=shardcar_dot_v1_dot_shardcar__pb2.ShutdownInstanceResponse.SerializeToString,
+            ),
+            'ListExecutions': grpc.unary_unary_rpc_method_handler(
+                    servicer.ListExecutions,
+                    request_deserializer=shardcar_dot_v1_dot_shardcar__pb2.ListExecutionsRequest.FromString,
+                    response_serializer=shardcar_dot_v1_dot_shardcar__pb2.ListExecutionsResponse.SerializeToString,
+            ),
+            'WatchJob': grpc.unary_stream_rpc_method_handler(
+                    servicer.WatchJob,
+                    request_deserializer=shardcar_dot_v1_dot_shardcar__pb2.WatchJobRequest.FromString,
+                    response_serializer=shardcar_dot_v1_dot_shardcar__pb2.JobChange.SerializeToString,
+            ),
+    }
+    generic_handler = grpc.method_handlers_generic_handler(
+            'shardcar.v1.Admin', rpc_method_handlers)
+    server.add_generic_rpc_handlers((generic_handler,))
+
+
+ # This class is part of an EXPERIMENTAL API.
+class Admin(object):
+    """---------------------------------------------------------------------------------------------
+    Operations. `Admin` reads and writes ElasticJob's namespace layout exactly as ElasticJob's own
+    console and lifecycle API do, so the running coordinators (shardcar and Java alike) react
+    through their watches, and changes made by ElasticJob's console show up here.
+    Errors: INVALID_ARGUMENT naming the field, NOT_FOUND for an unknown job or instance,
+    UNAVAILABLE when ZooKeeper cannot be reached.
+
+    """
+
+    @staticmethod
+    def ListJobs(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(request, target, '/shardcar.v1.Admin/ListJobs',
+            shardcar_dot_v1_dot_shardcar__pb2.ListJobsRequest.SerializeToString,
+            shardcar_dot_v1_dot_shardcar__pb2.ListJobsResponse.FromString,
+            options, channel_credentials,
+            insecure, call_credentials, compression, wait_for_ready, timeout, metadata)
+
+    @staticmethod
+    def GetJob(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(request, target, '/shardcar.v1.Admin/GetJob',
+            shardcar_dot_v1_dot_shardcar__pb2.GetJobRequest.SerializeToString,
+            shardcar_dot_v1_dot_shardcar__pb2.GetJobResponse.FromString,
+            options, channel_credentials,
+            insecure, call_credentials, compression, wait_for_ready, timeout, metadata)
+
+    @staticmethod
+    def PutJob(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(request, target, '/shardcar.v1.Admin/PutJob',
+            shardcar_dot_v1_dot_shardcar__pb2.PutJobRequest.SerializeToString,
+            shardcar_dot_v1_dot_shardcar__pb2.PutJobResponse.FromString,
+            options, channel_credentials,
+            insecure, call_credentials, compression, wait_for_ready, timeout, metadata)
+
+    @staticmethod
+    def RemoveJob(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(request, target, '/shardcar.v1.Admin/RemoveJob',
+            shardcar_dot_v1_dot_shardcar__pb2.RemoveJobRequest.SerializeToString,
+            shardcar_dot_v1_dot_shardcar__pb2.RemoveJobResponse.FromString,
+            options, channel_credentials,
+            insecure, call_credentials, compression, wait_for_ready, timeout, metadata)
+
+    @staticmethod
+    def TriggerJob(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(request, target, '/shardcar.v1.Admin/TriggerJob',
+            shardcar_dot_v1_dot_shardcar__pb2.TriggerJobRequest.SerializeToString,
+            shardcar_dot_v1_dot_shardcar__pb2.TriggerJobResponse.FromString,
+            options, channel_credentials,
+            insecure, call_credentials, compression, wait_for_ready, timeout, metadata)
+
+    @staticmethod
+    def DisableJob(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(request, target, '/shardcar.v1.Admin/DisableJob',
+            shardcar_dot_v1_dot_shardcar__pb2.DisableJobRequest.SerializeToString,
+            shardcar_dot_v1_dot_shardcar__pb2.DisableJobResponse.FromString,
+            options, channel_credentials,
+            insecure, call_credentials, compression, wait_for_ready, timeout, metadata)
+
+    @staticmethod
+    def EnableJob(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(request, target, '/shardcar.v1.Admin/EnableJob',
+            shardcar_dot_v1_dot_shardcar__pb2.EnableJobRequest.SerializeToString,
+            shardcar_dot_v1_dot_shardcar__pb2.EnableJobResponse.FromString,
+            options, channel_credentials,
+            insecure, call_credentials, compression, wait_for_ready, timeout, metadata)
+
+    @staticmethod
+    def DisableItem(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(request, target, '/shardcar.v1.Admin/DisableItem',
+            shardcar_dot_v1_dot_shardcar__pb2.DisableItemRequest.SerializeToString,
+            shardcar_dot_v1_dot_shardcar__pb2.DisableItemResponse.FromString,
+            options, channel_credentials,
+            insecure, call_credentials, compression, wait_for_ready, timeout, metadata)
+
+    @staticmethod
+    def EnableItem(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(request, target, '/shardcar.v1.Admin/EnableItem',
+            shardcar_dot_v1_dot_shardcar__pb2.EnableItemRequest.SerializeToString,
+            shardcar_dot_v1_dot_shardcar__pb2.EnableItemResponse.FromString,
+            options, channel_credentials,
+            insecure, call_credentials, compression, wait_for_ready, timeout, metadata)
+
+    @staticmethod
+    def DisableServer(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(request, target, '/shardcar.v1.Admin/DisableServer',
+            shardcar_dot_v1_dot_shardcar__pb2.DisableServerRequest.SerializeToString,
+            shardcar_dot_v1_dot_shardcar__pb2.DisableServerResponse.FromString,
+            options, channel_credentials,
+            insecure, call_credentials, compression, wait_for_ready, timeout, metadata)
+
+    @staticmethod
+    def EnableServer(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(request, target, '/shardcar.v1.Admin/EnableServer',
+            shardcar_dot_v1_dot_shardcar__pb2.EnableServerRequest.SerializeToString,
+            shardcar_dot_v1_dot_shardcar__pb2.EnableServerResponse.FromString,
+            options, channel_credentials,
+            insecure, call_credentials, compression, wait_for_ready, timeout, metadata)
+
+    @staticmethod
+    def ShutdownInstance(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(request, target, '/shardcar.v1.Admin/ShutdownInstance',
+            shardcar_dot_v1_dot_shardcar__pb2.ShutdownInstanceRequest.SerializeToString,
+            shardcar_dot_v1_dot_shardcar__pb2.ShutdownInstanceResponse.FromString,
+            options, channel_credentials,
+            insecure, call_credentials, compression, wait_for_ready, timeout, metadata)
+
+    @staticmethod
+    def ListExecutions(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(request, target, '/shardcar.v1.Admin/ListExecutions',
+            shardcar_dot_v1_dot_shardcar__pb2.ListExecutionsRequest.SerializeToString,
+            shardcar_dot_v1_dot_shardcar__pb2.ListExecutionsResponse.FromString,
+            options, channel_credentials,
+            insecure, call_credentials, compression, wait_for_ready, timeout, metadata)
+
+    @staticmethod
+    def WatchJob(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_stream(request, target, '/shardcar.v1.Admin/WatchJob',
+            shardcar_dot_v1_dot_shardcar__pb2.WatchJobRequest.SerializeToString,
+            shardcar_dot_v1_dot_shardcar__pb2.JobChange.FromString,
+            options, channel_credentials,
+            insecure, call_credentials, compression, wait_for_ready, timeout, metadata)

@@ -1,0 +1,271 @@
+//! Admin operations against the in-memory registry, checked node by node against ElasticJob's
+//! layout (elasticjob-layout.md §2, §5.6).
+
+use super::*;
+use crate::registry::MemoryStore;
+
+async fn job(reg: &Registry, name: &str, total: i32) {
+    let wire = proto::JobConfig {
+        job_name: name.into(),
+        cron: "0 0 0 1 1 ? 2099".into(),
+        sharding_total_count: total,
+        sharding_item_parameters: [(0, "a".to_string())].into(),
+        ..Default::default()
+    };
+    assert!(put_job(reg, &wire).await.unwrap());
+}
+
+async fn online(reg: &Registry, name: &str, ip: &str, pid: u32) -> String {
+    let paths = JobPaths::new(name);
+    let id = crate::elasticjob::instance_id(ip, pid);
+    reg.ensure_path(&paths.servers()).await.unwrap();
+    let _ = reg
+        .create(&paths.server(ip), b"ENABLED", CreateMode::Persistent)
+        .await;
+    reg.ensure_path(&paths.instances()).await.unwrap();
+    let data = crate::elasticjob::instance_yaml(&id, ip);
+    reg.create(&paths.instance(&id), data.as_bytes(), CreateMode::Ephemeral)
+        .await
+        .unwrap();
+    id
+}
+
+fn data(tree: &BTreeMap<String, Node>, path: &str) -> Option<String> {
+    tree.get(path).map(text)
+}
+
+#[tokio::test]
+async fn put_get_and_list() {
+    let reg = MemoryStore::new().session();
+    job(&reg, "orders", 3).await;
+    let paths = JobPaths::new("orders");
+    let tree = reg.read_tree("/orders").await.unwrap();
+    assert_eq!(data(&tree, "/orders").as_deref(), Some(""));
+    assert!(data(&tree, &paths.config())
+        .unwrap()
+        .contains("shardingTotalCount: 3\n"));
+    assert_eq!(
+        data(&tree, &paths.shardcar()).as_deref(),
+        Some("executionTimeoutSeconds: 0\n")
+    );
+
+    let a = online(&reg, "orders", "10.0.0.1", 1).await;
+    let b = online(&reg, "orders", "10.0.0.2", 2).await;
+    reg.ensure_path(&paths.item(0)).await.unwrap();
+    reg.ensure_path(&paths.item(1)).await.unwrap();
+    reg.create(
+        &paths.item_instance(0),
+        a.as_bytes(),
+        CreateMode::Persistent,
+    )
+    .await
+    .unwrap();
+    reg.create(
+        &paths.item_instance(1),
+        b.as_bytes(),
+        CreateMode::Persistent,
+    )
+    .await
+    .unwrap();
+    reg.create(&paths.item_running(1), b.as_bytes(), CreateMode::Persistent)
+        .await
+        .unwrap();
+    reg.create(&paths.item_misfire(1), b"", CreateMode::Persistent)
+        .await
+        .unwrap();
+    reg.ensure_path(&paths.failover_item(0)).await.unwrap();
+    reg.ensure_path(&paths.leader_election_latch())
+        .await
+        .unwrap();
+    reg.create(
+        &paths.leader_election_instance(),
+        a.as_bytes(),
+        CreateMode::Ephemeral,
+    )
+    .await
+    .unwrap();
+
+    let got = get_job(&reg, "orders").await.unwrap();
+    assert_eq!(got.state, proto::JobState::Ok as i32);
+    assert_eq!(got.leader, a);
+    assert_eq!(got.config.as_ref().unwrap().sharding_total_count, 3);
+    assert_eq!(got.servers.len(), 2);
+    assert_eq!(got.servers[0].instance_count, 1);
+    assert_eq!(got.instances[0].instance_id, a);
+    assert!(got.instances[0].leader);
+    assert_eq!(got.instances[0].items, [0]);
+    assert_eq!(got.instances[1].items, [1]);
+    assert_eq!(got.items.len(), 3);
+    assert_eq!(got.items[0].parameter, "a");
+    assert!(got.items[0].failover_pending);
+    assert!(got.items[1].running && got.items[1].misfire);
+    assert_eq!(got.items[1].running_instance, b);
+    assert_eq!(got.items[2].owner, "");
+
+    let jobs = list_jobs(&reg).await.unwrap();
+    assert_eq!(jobs.len(), 1);
+    assert_eq!(jobs[0].instance_count, 2);
+    assert_eq!(jobs[0].leader, a);
+
+    // A job whose owner is gone needs resharding; one with no instance is crashed.
+    reg.delete(&paths.instance(&b), None).await.unwrap();
+    assert_eq!(
+        get_job(&reg, "orders").await.unwrap().state,
+        proto::JobState::ShardingFlag as i32
+    );
+    reg.delete(&paths.instance(&a), None).await.unwrap();
+    assert_eq!(
+        get_job(&reg, "orders").await.unwrap().state,
+        proto::JobState::Crashed as i32
+    );
+}
+
+#[tokio::test]
+async fn put_keeps_java_only_settings_and_validates() {
+    let reg = MemoryStore::new().session();
+    let paths = JobPaths::new("j");
+    reg.create("/j", b"com.example.MyJob", CreateMode::Persistent)
+        .await
+        .unwrap();
+    let java = "cron: 0/5 * * * * ?\njobErrorHandlerType: THROW\njobName: j\nshardingTotalCount: 1\nstaticSharding: true\n";
+    reg.create(&paths.config(), java.as_bytes(), CreateMode::Persistent)
+        .await
+        .unwrap();
+    let wire = proto::JobConfig {
+        job_name: "j".into(),
+        cron: "0/10 * * * * ?".into(),
+        sharding_total_count: 4,
+        ..Default::default()
+    };
+    assert!(!put_job(&reg, &wire).await.unwrap());
+    let yaml = text(&reg.get(&paths.config()).await.unwrap().unwrap());
+    assert!(yaml.contains("jobErrorHandlerType: THROW\n"), "{yaml}");
+    assert!(yaml.contains("staticSharding: true\n"), "{yaml}");
+    assert!(yaml.contains("shardingTotalCount: 4\n"), "{yaml}");
+    // The root written by Java is left alone.
+    assert_eq!(
+        text(&reg.get("/j").await.unwrap().unwrap()),
+        "com.example.MyJob"
+    );
+
+    let field = |e: AdminError| match e {
+        AdminError::InvalidArgument { field, .. } => field,
+        other => panic!("{other:?}"),
+    };
+    let mut bad = wire.clone();
+    bad.cron = "nonsense".into();
+    assert_eq!(field(put_job(&reg, &bad).await.unwrap_err()), "config.cron");
+    bad = wire.clone();
+    bad.job_name = String::new();
+    assert_eq!(
+        field(put_job(&reg, &bad).await.unwrap_err()),
+        "config.job_name"
+    );
+    bad.job_name = "a/b".into();
+    assert_eq!(
+        field(put_job(&reg, &bad).await.unwrap_err()),
+        "config.job_name"
+    );
+}
+
+#[tokio::test]
+async fn operations_write_elasticjob_nodes() {
+    let reg = MemoryStore::new().session();
+    job(&reg, "orders", 3).await;
+    let paths = JobPaths::new("orders");
+    let a = online(&reg, "orders", "10.0.0.1", 1).await;
+    let b = online(&reg, "orders", "10.0.0.2", 2).await;
+
+    // Trigger: the old trigger nodes go, one per live instance is created.
+    reg.ensure_path(&paths.trigger("stale@-@9")).await.unwrap();
+    let triggered = trigger_job(&reg, "orders").await.unwrap();
+    assert_eq!(triggered, [a.clone(), b.clone()]);
+    assert_eq!(
+        reg.children(&paths.triggers()).await.unwrap(),
+        [a.clone(), b.clone()]
+    );
+
+    // Disable/enable the job: every server.
+    assert_eq!(
+        set_job_servers(&reg, "orders", ServerStatus::Disabled)
+            .await
+            .unwrap()
+            .len(),
+        2
+    );
+    assert_eq!(
+        text(&reg.get(&paths.server("10.0.0.2")).await.unwrap().unwrap()),
+        "DISABLED"
+    );
+    assert_eq!(
+        get_job(&reg, "orders").await.unwrap().state,
+        proto::JobState::Disabled as i32
+    );
+    set_job_servers(&reg, "orders", ServerStatus::Enabled)
+        .await
+        .unwrap();
+    assert_eq!(
+        text(&reg.get(&paths.server("10.0.0.2")).await.unwrap().unwrap()),
+        "ENABLED"
+    );
+
+    // One server, in every job.
+    assert_eq!(
+        set_server(&reg, None, "10.0.0.1", ServerStatus::Disabled)
+            .await
+            .unwrap(),
+        ["orders"]
+    );
+    assert_eq!(
+        text(&reg.get(&paths.server("10.0.0.1")).await.unwrap().unwrap()),
+        "DISABLED"
+    );
+    assert!(matches!(
+        set_server(&reg, Some("orders"), "10.9.9.9", ServerStatus::Disabled).await,
+        Err(AdminError::NotFound(_))
+    ));
+
+    // Items.
+    set_items_disabled(&reg, "orders", &[2, 0], true)
+        .await
+        .unwrap();
+    assert!(reg.exists(&paths.item_disabled(2)).await.unwrap().is_some());
+    assert!(get_job(&reg, "orders").await.unwrap().items[0].disabled);
+    set_items_disabled(&reg, "orders", &[2], false)
+        .await
+        .unwrap();
+    assert!(reg.exists(&paths.item_disabled(2)).await.unwrap().is_none());
+    assert!(
+        matches!(set_items_disabled(&reg, "orders", &[3], true).await,
+        Err(AdminError::InvalidArgument { field, .. }) if field == "items")
+    );
+
+    // Remote shutdown.
+    assert_eq!(shutdown_instance(&reg, None, &a).await.unwrap(), ["orders"]);
+    assert!(reg.exists(&paths.instance(&a)).await.unwrap().is_none());
+    assert!(matches!(
+        shutdown_instance(&reg, Some("orders"), &a).await,
+        Err(AdminError::NotFound(_))
+    ));
+
+    // Remove: everything goes.
+    assert_eq!(remove_job(&reg, "orders").await.unwrap(), [b]);
+    assert!(reg.exists("/orders").await.unwrap().is_none());
+    assert!(list_jobs(&reg).await.unwrap().is_empty());
+    assert!(matches!(
+        get_job(&reg, "orders").await,
+        Err(AdminError::JobNotFound(_))
+    ));
+    assert!(matches!(
+        trigger_job(&reg, "orders").await,
+        Err(AdminError::JobNotFound(_))
+    ));
+}
+
+#[tokio::test]
+async fn trigger_without_instances_is_refused() {
+    let reg = MemoryStore::new().session();
+    job(&reg, "idle", 1).await;
+    let err = trigger_job(&reg, "idle").await.unwrap_err();
+    assert_eq!(Status::from(err).code(), Code::FailedPrecondition);
+}

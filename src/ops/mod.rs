@@ -1,0 +1,63 @@
+//! Operating a sidecar: the execution [`history`], Prometheus [`metrics`] and their [`http`]
+//! endpoint, the [`OpsObserver`] that feeds both from the coordinator, and the namespace
+//! operations behind the Admin API ([`jobs`]).
+
+pub mod history;
+pub mod http;
+pub mod jobs;
+pub mod metrics;
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use crate::coordination::{ExecutionRecord, ItemOutcome, Observer};
+use crate::proto::TriggerSource;
+use history::History;
+use metrics::Metrics;
+
+/// Records what the coordinator reports into the history and the metrics.
+pub struct OpsObserver {
+    pub history: Arc<History>,
+    pub metrics: Arc<Metrics>,
+}
+
+impl Observer for OpsObserver {
+    fn trigger_sent(&self, job: &str, source: TriggerSource, _items: &[i32], latency: Duration) {
+        self.metrics
+            .trigger_sent(job, source.as_str_name(), latency);
+    }
+
+    fn execution_finished(&self, record: &ExecutionRecord) {
+        let count = |want: fn(&ItemOutcome) -> bool| {
+            record.items.values().filter(|o| want(o)).count() as u64
+        };
+        self.metrics.execution_finished(
+            &record.job,
+            record.outcome(),
+            record.duration,
+            count(|o| matches!(o, ItemOutcome::Completed)),
+            count(|o| matches!(o, ItemOutcome::Failed(_))),
+        );
+        self.history.record(record);
+    }
+
+    fn misfired(&self, job: &str, items: &[i32]) {
+        self.metrics.misfired(job, items.len());
+    }
+
+    fn failover_taken(&self, job: &str, _item: i32) {
+        self.metrics.failover_taken(job);
+    }
+
+    fn revoked(&self, job: &str, items: &[i32], _reason: &str) {
+        self.metrics.revoked(job, items.len());
+    }
+
+    fn worker(&self, job: &str, joined: bool) {
+        self.metrics.worker(job, joined);
+    }
+
+    fn leadership(&self, job: &str, leader: bool) {
+        self.metrics.leadership(job, leader);
+    }
+}
