@@ -360,7 +360,6 @@ async fn test_worker_records_events_answers_and_closes() {
 
 /// A real standalone sidecar and a worker subscribed to it.
 /// Ignored until `shardcar run` is implemented (the lead un-ignores it).
-#[ignore = "needs a working `shardcar run`"]
 #[tokio::test(flavor = "multi_thread")]
 async fn standalone_sidecar_registers_a_worker() {
     let mut sidecar = common::Sidecar::start(common::SidecarOptions::standalone()).await;

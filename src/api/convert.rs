@@ -208,7 +208,8 @@ mod tests {
 
     #[test]
     fn invalid_fields_are_named() {
-        let cases: Vec<(fn(&mut proto::JobConfig), &str)> = vec![
+        type Mutation = fn(&mut proto::JobConfig);
+        let cases: Vec<(Mutation, &str)> = vec![
             (
                 |c| c.sharding_total_count = 0,
                 "config.sharding_total_count",

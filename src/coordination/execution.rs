@@ -67,9 +67,9 @@ pub fn runnable(view: &JobView, items: Vec<i32>, failover: bool, monitor: bool) 
             let Some(item) = view.items.get(i) else {
                 return true;
             };
-            !item.disabled
-                && !(failover && item.failover.is_some())
-                && !(monitor && item.running.is_some())
+            let taken = failover && item.failover.is_some();
+            let running = monitor && item.running.is_some();
+            !(item.disabled || taken || running)
         })
         .collect()
 }

@@ -16,44 +16,25 @@ fn failover_on(view: &JobView) -> bool {
 }
 
 /// Operations that release the in-flight `items` of `instance_id`, whose worker is gone:
-/// with failover on, flag each running item for failover; otherwise just delete `running`.
+/// with failover on, flag each running item for failover; then end them as [`finish_ops`].
 pub fn release_ops(view: &JobView, paths: &JobPaths, instance_id: &str, items: &[i32]) -> Vec<Op> {
-    let mut ops = Vec::new();
-    for i in items {
-        let Some(item) = view.items.get(i) else {
-            continue;
-        };
-        let running_here = item
-            .running
-            .as_ref()
-            .is_some_and(|(id, _)| id == instance_id);
-        if failover_on(view) && running_here && !view.failover_items.contains(i) {
-            ops.push(Op::Create {
-                path: paths.failover_item(*i),
-                data: Vec::new(),
-                mode: CreateMode::Persistent,
-            });
-        }
-        if running_here {
-            ops.push(Op::Delete {
-                path: paths.item_running(*i),
-                version: None,
-            });
-        }
-        if item.failover.as_deref() == Some(instance_id) {
-            ops.push(Op::Delete {
-                path: paths.item_failover(*i),
-                version: None,
-            });
-        }
-        if item.failovering.as_deref() == Some(instance_id) {
-            ops.push(Op::Delete {
-                path: paths.item_failovering(*i),
-                version: None,
-            });
-        }
-    }
+    let mut ops: Vec<Op> = items
+        .iter()
+        .filter(|i| {
+            failover_on(view) && runs(view, **i, instance_id) && !view.failover_items.contains(i)
+        })
+        .map(|i| Op::create(paths.failover_item(*i), Vec::new(), CreateMode::Persistent))
+        .collect();
+    ops.extend(finish_ops(view, paths, instance_id, items, true));
     ops
+}
+
+/// Whether `instance_id` holds item `i`'s `running` node.
+fn runs(view: &JobView, i: i32, instance_id: &str) -> bool {
+    view.items
+        .get(&i)
+        .and_then(|it| it.running.as_ref())
+        .is_some_and(|(id, _)| id == instance_id)
 }
 
 /// Operations that end items of `instance_id`'s execution: delete its `running` (when the
@@ -70,28 +51,14 @@ pub fn finish_ops(
         let Some(item) = view.items.get(i) else {
             continue;
         };
-        if monitored
-            && item
-                .running
-                .as_ref()
-                .is_some_and(|(id, _)| id == instance_id)
-        {
-            ops.push(Op::Delete {
-                path: paths.item_running(*i),
-                version: None,
-            });
+        if monitored && runs(view, *i, instance_id) {
+            ops.push(Op::delete(paths.item_running(*i)));
         }
         if item.failover.as_deref() == Some(instance_id) {
-            ops.push(Op::Delete {
-                path: paths.item_failover(*i),
-                version: None,
-            });
+            ops.push(Op::delete(paths.item_failover(*i)));
         }
         if item.failovering.as_deref() == Some(instance_id) {
-            ops.push(Op::Delete {
-                path: paths.item_failovering(*i),
-                version: None,
-            });
+            ops.push(Op::delete(paths.item_failovering(*i)));
         }
     }
     ops
@@ -110,28 +77,19 @@ pub fn cleanup_ops(view: &JobView, paths: &JobPaths) -> Vec<Op> {
         if dead_runner {
             let taken = item.failover.as_deref().is_some_and(live);
             if failover_on(view) && !taken && !view.failover_items.contains(i) {
-                ops.push(Op::Create {
-                    path: paths.failover_item(*i),
-                    data: Vec::new(),
-                    mode: CreateMode::Persistent,
-                });
+                ops.push(Op::create(
+                    paths.failover_item(*i),
+                    Vec::new(),
+                    CreateMode::Persistent,
+                ));
             }
-            ops.push(Op::Delete {
-                path: paths.item_running(*i),
-                version: None,
-            });
+            ops.push(Op::delete(paths.item_running(*i)));
         }
         if item.failover.as_deref().is_some_and(|id| !live(id)) {
-            ops.push(Op::Delete {
-                path: paths.item_failover(*i),
-                version: None,
-            });
+            ops.push(Op::delete(paths.item_failover(*i)));
         }
         if item.failovering.as_deref().is_some_and(|id| !live(id)) {
-            ops.push(Op::Delete {
-                path: paths.item_failovering(*i),
-                version: None,
-            });
+            ops.push(Op::delete(paths.item_failovering(*i)));
         }
     }
     ops
@@ -186,19 +144,12 @@ pub async fn claim(
 /// The writes of a claim of `item` (data left empty: for applying to a cache).
 pub fn claim_events(paths: &JobPaths, item: i32) -> Vec<Op> {
     vec![
-        Op::Create {
-            path: paths.item_failover(item),
-            data: Vec::new(),
-            mode: CreateMode::Ephemeral,
-        },
-        Op::Create {
-            path: paths.item_failovering(item),
-            data: Vec::new(),
-            mode: CreateMode::Persistent,
-        },
-        Op::Delete {
-            path: paths.failover_item(item),
-            version: None,
-        },
+        Op::create(paths.item_failover(item), Vec::new(), CreateMode::Ephemeral),
+        Op::create(
+            paths.item_failovering(item),
+            Vec::new(),
+            CreateMode::Persistent,
+        ),
+        Op::delete(paths.failover_item(item)),
     ]
 }

@@ -37,7 +37,8 @@ const TICK: Duration = Duration::from_millis(100);
 pub enum JobCmd {
     Join {
         instance_id: String,
-        config: Option<(JobConfiguration, JobExtras)>,
+        /// Boxed: the config is large and most commands carry none.
+        config: Option<Box<(JobConfiguration, JobExtras)>>,
         overwrite: bool,
         sink: EventSender,
         stream_key: u64,
@@ -224,7 +225,14 @@ impl JobActor {
                 reply,
             } => {
                 let result = self
-                    .join(instance_id, config, overwrite, sink, stream_key, stop)
+                    .join(
+                        instance_id,
+                        config.map(|c| *c),
+                        overwrite,
+                        sink,
+                        stream_key,
+                        stop,
+                    )
                     .await;
                 let _ = reply.send(result);
                 self.reconcile().await;
@@ -503,10 +511,7 @@ impl JobActor {
         };
         self.shared.leases.remove(local.stream_key);
         local.stop.cancel();
-        let mut ops = vec![Op::Delete {
-            path: self.paths.instance(instance_id),
-            version: None,
-        }];
+        let mut ops = vec![Op::delete(self.paths.instance(instance_id))];
         if let Some(exec_id) = local.busy {
             if let Some(exec) = self.executions.remove(&exec_id) {
                 let pending = exec.pending();
@@ -531,10 +536,7 @@ impl JobActor {
             .as_ref()
             .is_some_and(|(id, _)| id == instance_id)
         {
-            ops.push(Op::Delete {
-                path: self.paths.leader_election_instance(),
-                version: None,
-            });
+            ops.push(Op::delete(self.paths.leader_election_instance()));
         }
         self.commit_or_each(ops).await;
         info!(job = %self.name, instance = %instance_id, reason, "worker left");
@@ -1015,10 +1017,12 @@ impl JobActor {
                 let ops: Vec<Op> = plan
                     .misfire
                     .iter()
-                    .map(|i| Op::Create {
-                        path: self.paths.item_misfire(*i),
-                        data: Vec::new(),
-                        mode: CreateMode::Persistent,
+                    .map(|i| {
+                        Op::create(
+                            self.paths.item_misfire(*i),
+                            Vec::new(),
+                            CreateMode::Persistent,
+                        )
                     })
                     .collect();
                 self.commit_or_each(ops).await;
@@ -1132,10 +1136,7 @@ impl JobActor {
             if monitored {
                 let ops = items
                     .iter()
-                    .map(|i| Op::Delete {
-                        path: self.paths.item_running(*i),
-                        version: None,
-                    })
+                    .map(|i| Op::delete(self.paths.item_running(*i)))
                     .collect();
                 self.commit_or_each(ops).await;
             }
@@ -1286,10 +1287,7 @@ impl JobActor {
         if !catch_up.is_empty() {
             let ops: Vec<Op> = catch_up
                 .iter()
-                .map(|i| Op::Delete {
-                    path: self.paths.item_misfire(*i),
-                    version: None,
-                })
+                .map(|i| Op::delete(self.paths.item_misfire(*i)))
                 .collect();
             self.commit_or_each(ops).await;
             self.view = self.current_view();

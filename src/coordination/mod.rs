@@ -182,7 +182,7 @@ impl Coordinator {
         let stop = CancellationToken::new();
         let cmd = JobCmd::Join {
             instance_id: sub.instance_id.clone(),
-            config: sub.config,
+            config: sub.config.map(Box::new),
             overwrite: sub.overwrite,
             sink: tx.clone(),
             stream_key,

@@ -75,20 +75,20 @@ pub fn commit_ops(
         version: leader_version,
     }];
     if !view.has_sharding_root {
-        ops.push(Op::Create {
-            path: paths.sharding(),
-            data: Vec::new(),
-            mode: CreateMode::Persistent,
-        });
+        ops.push(Op::create(
+            paths.sharding(),
+            Vec::new(),
+            CreateMode::Persistent,
+        ));
     }
     for (i, owner) in &plan.owners {
         let item = view.items.get(i);
         if item.is_none() {
-            ops.push(Op::Create {
-                path: paths.item(*i),
-                data: Vec::new(),
-                mode: CreateMode::Persistent,
-            });
+            ops.push(Op::create(
+                paths.item(*i),
+                Vec::new(),
+                CreateMode::Persistent,
+            ));
         }
         match item.and_then(|it| it.owner.as_ref()) {
             Some((current, _)) if current == owner => {}
@@ -122,16 +122,10 @@ pub fn commit_ops(
                 });
             }
         }
-        ops.push(Op::Delete {
-            path: paths.item(*i),
-            version: None,
-        });
+        ops.push(Op::delete(paths.item(*i)));
     }
     if view.necessary {
-        ops.push(Op::Delete {
-            path: paths.sharding_necessary(),
-            version: None,
-        });
+        ops.push(Op::delete(paths.sharding_necessary()));
     }
     ops
 }
@@ -236,22 +230,10 @@ mod tests {
                 data: A.as_bytes().to_vec(),
                 version: None,
             },
-            Op::Delete {
-                path: "/demoJob/sharding/2/instance".into(),
-                version: None,
-            },
-            Op::Delete {
-                path: "/demoJob/sharding/2/misfire".into(),
-                version: None,
-            },
-            Op::Delete {
-                path: "/demoJob/sharding/2".into(),
-                version: None,
-            },
-            Op::Delete {
-                path: "/demoJob/leader/sharding/necessary".into(),
-                version: None,
-            },
+            Op::delete("/demoJob/sharding/2/instance".into()),
+            Op::delete("/demoJob/sharding/2/misfire".into()),
+            Op::delete("/demoJob/sharding/2".into()),
+            Op::delete("/demoJob/leader/sharding/necessary".into()),
         ];
         assert_eq!(format!("{ops:?}"), format!("{expected:?}"));
     }

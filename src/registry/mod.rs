@@ -191,6 +191,25 @@ pub enum Op {
     },
 }
 
+impl Op {
+    /// Create `path` with `data`.
+    pub fn create(path: String, data: impl Into<Vec<u8>>, mode: CreateMode) -> Op {
+        Op::Create {
+            path,
+            data: data.into(),
+            mode,
+        }
+    }
+
+    /// Delete `path`, whatever its version.
+    pub fn delete(path: String) -> Op {
+        Op::Delete {
+            path,
+            version: None,
+        }
+    }
+}
+
 /// A change seen by a recursive [`Watch`].
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum WatchEvent {

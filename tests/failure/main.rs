@@ -91,7 +91,7 @@ fn lease_end(events: &[(Instant, shardcar::proto::WorkerEvent)], before: Instant
         .filter(|(at, _)| *at <= before)
         .filter_map(|(at, e)| match &e.event {
             Some(Event::Lease(l)) => {
-                let d = l.valid_for.clone().unwrap_or_default();
+                let d = l.valid_for.unwrap_or_default();
                 Some(*at + Duration::new(d.seconds as u64, d.nanos as u32))
             }
             _ => None,
