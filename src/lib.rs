@@ -11,6 +11,7 @@
 
 pub mod api;
 pub mod config;
+pub mod ctl;
 pub mod coordination;
 pub mod elasticjob;
 pub mod net;

@@ -23,7 +23,9 @@ struct Cli {
 #[derive(Subcommand)]
 enum Command {
     /// Run the sidecar.
-    Run(RunArgs),
+    Run(Box<RunArgs>),
+    /// Operate jobs through a running sidecar's Admin API.
+    Ctl(shardcar::ctl::CtlArgs),
 }
 
 #[derive(Args)]
@@ -90,7 +92,10 @@ fn main() -> ExitCode {
             return ExitCode::SUCCESS;
         }
     };
-    let Command::Run(args) = cli.command;
+    let args = match cli.command {
+        Command::Run(args) => *args,
+        Command::Ctl(args) => return ctl(args),
+    };
     let flags = Flags {
         config: args.config,
         zk: args.zk,
@@ -134,6 +139,28 @@ fn main() -> ExitCode {
             tracing::error!("{e}");
             eprintln!("shardcar: {e}");
             ExitCode::FAILURE
+        }
+    }
+}
+
+/// `shardcar ctl`: one Admin call, on a small runtime, no logging.
+fn ctl(args: shardcar::ctl::CtlArgs) -> ExitCode {
+    let env: HashMap<String, String> = std::env::vars().collect();
+    let runtime = match tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+    {
+        Ok(rt) => rt,
+        Err(e) => {
+            eprintln!("shardcar ctl: cannot start the runtime: {e}");
+            return ExitCode::FAILURE;
+        }
+    };
+    match runtime.block_on(shardcar::ctl::run(args, &env)) {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(e) => {
+            eprintln!("shardcar ctl: {e}");
+            ExitCode::from(e.exit_code())
         }
     }
 }

@@ -1,0 +1,273 @@
+//! Job files for `shardcar ctl job put FILE`: YAML or JSON (JSON is YAML), with the wire
+//! `JobConfig`'s field names (`sharding_total_count`) or ElasticJob's (`shardingTotalCount`), so
+//! a `config` node copied from ZooKeeper or the ElasticJob console can be put as it is.
+//! ElasticJob keys shardcar does not model are ignored (and kept in the registry); any other
+//! unknown key is an error, so a typo never passes silently.
+
+use std::collections::BTreeMap;
+
+use serde::Deserialize;
+
+use crate::proto;
+
+/// ElasticJob `config` keys that shardcar accepts in a job file but does not set: `PutJob`
+/// keeps the values already in the registry.
+const ELASTICJOB_ONLY: &[&str] = &[
+    "overwrite",
+    "staticSharding",
+    "jobExecutorServiceHandlerType",
+    "jobExecutorThreadPoolSizeProviderType",
+    "jobErrorHandlerType",
+    "jobListenerTypes",
+    "jobExtraConfigurations",
+    "label",
+];
+
+/// A job file that cannot be used.
+#[derive(Debug, thiserror::Error, PartialEq, Eq)]
+pub enum JobFileError {
+    #[error("{0} is not YAML or JSON job configuration: {1}")]
+    Syntax(String, String),
+    #[error("{file}: unknown key {key:?} (see `shardcar ctl job put --help` for the keys)")]
+    UnknownKey { file: String, key: String },
+    #[error("{file}: {key}: {message}")]
+    Value {
+        file: String,
+        key: &'static str,
+        message: String,
+    },
+}
+
+#[derive(Deserialize)]
+#[serde(untagged)]
+enum ItemParameters {
+    Map(BTreeMap<i32, serde_yaml::Value>),
+    /// ElasticJob's `0=a,1=b`.
+    Text(String),
+}
+
+#[derive(Deserialize)]
+struct RawJob {
+    #[serde(alias = "jobName")]
+    job_name: Option<String>,
+    cron: Option<String>,
+    #[serde(alias = "timeZone")]
+    time_zone: Option<String>,
+    #[serde(alias = "shardingTotalCount")]
+    sharding_total_count: Option<i32>,
+    #[serde(alias = "shardingItemParameters")]
+    sharding_item_parameters: Option<ItemParameters>,
+    #[serde(alias = "jobParameter")]
+    job_parameter: Option<String>,
+    failover: Option<bool>,
+    misfire: Option<bool>,
+    #[serde(alias = "monitorExecution")]
+    monitor_execution: Option<bool>,
+    #[serde(alias = "shardingStrategy", alias = "jobShardingStrategyType")]
+    sharding_strategy: Option<String>,
+    #[serde(alias = "maxTimeDiffSeconds")]
+    max_time_diff_seconds: Option<i32>,
+    #[serde(alias = "reconcileIntervalMinutes")]
+    reconcile_interval_minutes: Option<i32>,
+    description: Option<String>,
+    disabled: Option<bool>,
+    props: Option<BTreeMap<String, serde_yaml::Value>>,
+    #[serde(alias = "executionTimeoutSeconds")]
+    execution_timeout_seconds: Option<u32>,
+    #[serde(flatten)]
+    other: BTreeMap<String, serde_yaml::Value>,
+}
+
+fn scalar(v: &serde_yaml::Value) -> Option<String> {
+    match v {
+        serde_yaml::Value::String(s) => Some(s.clone()),
+        serde_yaml::Value::Number(n) => Some(n.to_string()),
+        serde_yaml::Value::Bool(b) => Some(b.to_string()),
+        _ => None,
+    }
+}
+
+/// Parses a job file's text (`file` names it in messages).
+///
+/// # Errors
+/// Syntax errors, unknown keys, and values of the wrong kind, each naming the key. The values
+/// themselves (cron, counts...) are checked by the sidecar, which names the field.
+pub fn parse(file: &str, text: &str) -> Result<proto::JobConfig, JobFileError> {
+    let raw: RawJob = serde_yaml::from_str(text)
+        .map_err(|e| JobFileError::Syntax(file.to_string(), e.to_string()))?;
+    if let Some(key) = raw
+        .other
+        .keys()
+        .find(|k| !ELASTICJOB_ONLY.contains(&k.as_str()))
+    {
+        return Err(JobFileError::UnknownKey {
+            file: file.to_string(),
+            key: key.clone(),
+        });
+    }
+    let value_error = |key: &'static str, message: String| JobFileError::Value {
+        file: file.to_string(),
+        key,
+        message,
+    };
+    let job_name = raw
+        .job_name
+        .filter(|n| !n.is_empty())
+        .ok_or_else(|| value_error("job_name", "is required".into()))?;
+    let sharding_total_count = raw
+        .sharding_total_count
+        .ok_or_else(|| value_error("sharding_total_count", "is required".into()))?;
+    let sharding_item_parameters = match raw.sharding_item_parameters {
+        None => Default::default(),
+        Some(ItemParameters::Map(map)) => map
+            .into_iter()
+            .map(|(i, v)| {
+                scalar(&v).map(|s| (i, s)).ok_or_else(|| {
+                    value_error(
+                        "sharding_item_parameters",
+                        format!("item {i} needs a text value"),
+                    )
+                })
+            })
+            .collect::<Result<_, _>>()?,
+        Some(ItemParameters::Text(text)) => text
+            .split(',')
+            .map(str::trim)
+            .filter(|e| !e.is_empty())
+            .map(|entry| {
+                let (i, v) = entry.split_once('=').ok_or_else(|| {
+                    value_error(
+                        "sharding_item_parameters",
+                        format!("{entry:?} is not item=text"),
+                    )
+                })?;
+                let i = i.trim().parse::<i32>().map_err(|_| {
+                    value_error(
+                        "sharding_item_parameters",
+                        format!("{entry:?} does not start with an item number"),
+                    )
+                })?;
+                Ok((i, v.trim().to_string()))
+            })
+            .collect::<Result<_, _>>()?,
+    };
+    let sharding_strategy = match raw.sharding_strategy.as_deref().map(str::trim) {
+        None | Some("") => proto::ShardingStrategy::AvgAllocation,
+        Some(name) => proto::ShardingStrategy::from_str_name(&name.to_ascii_uppercase())
+            .ok_or_else(|| {
+                value_error(
+                    "sharding_strategy",
+                    format!("{name:?} is not AVG_ALLOCATION, ODEVITY or ROUND_ROBIN"),
+                )
+            })?,
+    };
+    let props = raw
+        .props
+        .unwrap_or_default()
+        .into_iter()
+        .map(|(k, v)| {
+            scalar(&v)
+                .map(|s| (k.clone(), s))
+                .ok_or_else(|| value_error("props", format!("{k} needs a text value")))
+        })
+        .collect::<Result<_, _>>()?;
+    Ok(proto::JobConfig {
+        job_name,
+        cron: raw.cron.unwrap_or_default(),
+        time_zone: raw.time_zone.unwrap_or_default(),
+        sharding_total_count,
+        sharding_item_parameters,
+        job_parameter: raw.job_parameter.unwrap_or_default(),
+        failover: raw.failover.unwrap_or(false),
+        misfire: raw.misfire,
+        monitor_execution: raw.monitor_execution,
+        sharding_strategy: sharding_strategy as i32,
+        max_time_diff_seconds: raw.max_time_diff_seconds,
+        reconcile_interval_minutes: raw.reconcile_interval_minutes,
+        description: raw.description.unwrap_or_default(),
+        disabled: raw.disabled.unwrap_or(false),
+        props,
+        execution_timeout_seconds: raw.execution_timeout_seconds.unwrap_or(0),
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn wire_names_in_yaml() {
+        let c = parse(
+            "job.yaml",
+            "job_name: orders\ncron: 0/5 * * * * ?\nsharding_total_count: 3\nsharding_item_parameters: {0: a, 2: 7}\nsharding_strategy: round_robin\nmisfire: false\nprops: {batch: 100}\nexecution_timeout_seconds: 30\n",
+        )
+        .unwrap();
+        assert_eq!(c.job_name, "orders");
+        assert_eq!(c.sharding_total_count, 3);
+        assert_eq!(c.sharding_item_parameters[&2], "7");
+        assert_eq!(
+            c.sharding_strategy,
+            proto::ShardingStrategy::RoundRobin as i32
+        );
+        assert_eq!(c.misfire, Some(false));
+        assert_eq!(c.monitor_execution, None);
+        assert_eq!(c.props["batch"], "100");
+        assert_eq!(c.execution_timeout_seconds, 30);
+    }
+
+    #[test]
+    fn elasticjob_config_node_and_json() {
+        let java = "cron: 0/5 * * * * ?\ndescription: ''\ndisabled: false\nfailover: true\njobErrorHandlerType: LOG\njobName: demoJob\njobParameter: ''\nmaxTimeDiffSeconds: -1\nmisfire: true\nmonitorExecution: true\noverwrite: false\nreconcileIntervalMinutes: 10\nshardingItemParameters: 0=Beijing,1=Shanghai\nshardingTotalCount: 2\nstaticSharding: false\n";
+        let c = parse("config", java).unwrap();
+        assert_eq!(c.job_name, "demoJob");
+        assert!(c.failover);
+        assert_eq!(c.sharding_item_parameters[&1], "Shanghai");
+        assert_eq!(c.max_time_diff_seconds, Some(-1));
+        let j = parse(
+            "job.json",
+            r#"{"jobName": "j", "shardingTotalCount": 1, "cron": ""}"#,
+        )
+        .unwrap();
+        assert_eq!(j.job_name, "j");
+        assert_eq!(j.cron, "");
+    }
+
+    #[test]
+    fn mistakes_are_named() {
+        assert_eq!(
+            parse("f", "job_name: j\nsharding_total_cont: 3\n").unwrap_err(),
+            JobFileError::UnknownKey {
+                file: "f".into(),
+                key: "sharding_total_cont".into()
+            }
+        );
+        assert_eq!(
+            parse("f", "job_name: j\n").unwrap_err().to_string(),
+            "f: sharding_total_count: is required"
+        );
+        assert_eq!(
+            parse("f", "sharding_total_count: 1\n")
+                .unwrap_err()
+                .to_string(),
+            "f: job_name: is required"
+        );
+        assert!(parse(
+            "f",
+            "job_name: j\nsharding_total_count: 1\nsharding_strategy: RANDOM\n"
+        )
+        .unwrap_err()
+        .to_string()
+        .contains("sharding_strategy"));
+        assert!(matches!(
+            parse("f", "[1, 2").unwrap_err(),
+            JobFileError::Syntax(..)
+        ));
+        assert!(parse(
+            "f",
+            "job_name: j\nsharding_total_count: 1\nshardingItemParameters: 0a\n"
+        )
+        .unwrap_err()
+        .to_string()
+        .contains("sharding_item_parameters"));
+    }
+}

@@ -1,0 +1,476 @@
+//! How `shardcar ctl` shows Admin answers: aligned tables for people, JSON for scripts (field
+//! names as in the proto, enums by name, times in RFC 3339, durations in seconds).
+
+use serde_json::{json, Value};
+
+use crate::proto;
+
+/// Aligns `rows` under `headers`, two spaces between columns, no trailing spaces.
+pub fn table(headers: &[&str], rows: &[Vec<String>]) -> String {
+    let mut widths: Vec<usize> = headers.iter().map(|h| h.chars().count()).collect();
+    for row in rows {
+        for (i, cell) in row.iter().enumerate() {
+            if i < widths.len() {
+                widths[i] = widths[i].max(cell.chars().count());
+            }
+        }
+    }
+    let line = |cells: Vec<&str>| {
+        let mut out = String::new();
+        for (i, cell) in cells.iter().enumerate() {
+            if i + 1 == cells.len() {
+                out.push_str(cell);
+            } else {
+                out.push_str(&format!("{cell:<w$}  ", w = widths[i]));
+            }
+        }
+        out.trim_end().to_string() + "\n"
+    };
+    let mut out = line(headers.to_vec());
+    for row in rows {
+        out.push_str(&line(row.iter().map(String::as_str).collect()));
+    }
+    out
+}
+
+fn or_dash(s: &str) -> String {
+    if s.is_empty() {
+        "-".into()
+    } else {
+        s.to_string()
+    }
+}
+
+fn yes(b: bool) -> String {
+    if b { "yes" } else { "-" }.to_string()
+}
+
+fn on(b: bool) -> &'static str {
+    if b {
+        "on"
+    } else {
+        "off"
+    }
+}
+
+/// `OK`, `CRASHED`, `DISABLED`, `SHARDING_FLAG`.
+pub fn state_name(state: i32) -> &'static str {
+    match proto::JobState::try_from(state) {
+        Ok(proto::JobState::Ok) => "OK",
+        Ok(proto::JobState::Crashed) => "CRASHED",
+        Ok(proto::JobState::Disabled) => "DISABLED",
+        Ok(proto::JobState::ShardingFlag) => "SHARDING_FLAG",
+        Err(_) => "UNKNOWN",
+    }
+}
+
+fn source_name(source: i32) -> &'static str {
+    proto::TriggerSource::try_from(source).map_or("UNKNOWN", |s| s.as_str_name())
+}
+
+fn outcome_name(outcome: i32) -> &'static str {
+    match proto::ExecutionOutcome::try_from(outcome) {
+        Ok(proto::ExecutionOutcome::Completed) => "completed",
+        Ok(proto::ExecutionOutcome::Failed) => "failed",
+        Ok(proto::ExecutionOutcome::Revoked) => "revoked",
+        _ => "unknown",
+    }
+}
+
+fn strategy_name(strategy: i32) -> &'static str {
+    proto::ShardingStrategy::try_from(strategy).map_or("UNKNOWN", |s| s.as_str_name())
+}
+
+fn timestamp(t: &Option<prost_types::Timestamp>) -> String {
+    t.as_ref()
+        .and_then(|t| chrono::DateTime::from_timestamp(t.seconds, t.nanos.max(0) as u32))
+        .map(|d| d.to_rfc3339_opts(chrono::SecondsFormat::Millis, true))
+        .unwrap_or_default()
+}
+
+fn seconds(d: &Option<prost_types::Duration>) -> f64 {
+    d.as_ref()
+        .map_or(0.0, |d| d.seconds as f64 + f64::from(d.nanos) / 1e9)
+}
+
+fn items_text(items: &[i32]) -> String {
+    if items.is_empty() {
+        return "-".into();
+    }
+    items
+        .iter()
+        .map(i32::to_string)
+        .collect::<Vec<_>>()
+        .join(",")
+}
+
+/// `ctl jobs`.
+pub fn jobs(jobs: &[proto::JobSummary]) -> String {
+    if jobs.is_empty() {
+        return "no jobs in this namespace\n".into();
+    }
+    let rows: Vec<Vec<String>> = jobs
+        .iter()
+        .map(|j| {
+            vec![
+                j.job_name.clone(),
+                state_name(j.state).into(),
+                or_dash(&j.cron),
+                j.sharding_total_count.to_string(),
+                j.instance_count.to_string(),
+                j.server_count.to_string(),
+                or_dash(&j.leader),
+            ]
+        })
+        .collect();
+    table(
+        &[
+            "NAME",
+            "STATE",
+            "CRON",
+            "ITEMS",
+            "INSTANCES",
+            "SERVERS",
+            "LEADER",
+        ],
+        &rows,
+    )
+}
+
+pub fn jobs_json(jobs: &[proto::JobSummary]) -> Value {
+    Value::Array(
+        jobs.iter()
+            .map(|j| {
+                json!({
+                    "job_name": j.job_name, "state": state_name(j.state), "cron": j.cron,
+                    "sharding_total_count": j.sharding_total_count, "description": j.description,
+                    "instance_count": j.instance_count, "server_count": j.server_count,
+                    "leader": j.leader,
+                })
+            })
+            .collect(),
+    )
+}
+
+pub fn config_json(c: &proto::JobConfig) -> Value {
+    json!({
+        "job_name": c.job_name, "cron": c.cron, "time_zone": c.time_zone,
+        "sharding_total_count": c.sharding_total_count,
+        "sharding_item_parameters": c.sharding_item_parameters.iter()
+            .map(|(k, v)| (k.to_string(), Value::from(v.clone()))).collect::<serde_json::Map<_, _>>(),
+        "job_parameter": c.job_parameter, "failover": c.failover,
+        "misfire": c.misfire.unwrap_or(true), "monitor_execution": c.monitor_execution.unwrap_or(true),
+        "sharding_strategy": strategy_name(c.sharding_strategy),
+        "max_time_diff_seconds": c.max_time_diff_seconds.unwrap_or(-1),
+        "reconcile_interval_minutes": c.reconcile_interval_minutes.unwrap_or(10),
+        "description": c.description, "disabled": c.disabled, "props": c.props,
+        "execution_timeout_seconds": c.execution_timeout_seconds,
+    })
+}
+
+pub fn job_json(j: &proto::GetJobResponse) -> Value {
+    json!({
+        "config": j.config.as_ref().map(config_json),
+        "state": state_name(j.state),
+        "leader": j.leader,
+        "sharding_necessary": j.sharding_necessary,
+        "servers": j.servers.iter().map(|s| json!({
+            "ip": s.ip, "disabled": s.disabled, "instance_count": s.instance_count,
+        })).collect::<Vec<_>>(),
+        "instances": j.instances.iter().map(|i| json!({
+            "instance_id": i.instance_id, "server_ip": i.server_ip, "leader": i.leader, "items": i.items,
+        })).collect::<Vec<_>>(),
+        "items": j.items.iter().map(|i| json!({
+            "item": i.item, "parameter": i.parameter, "owner": i.owner, "running": i.running,
+            "running_instance": i.running_instance, "misfire": i.misfire, "disabled": i.disabled,
+            "failover_instance": i.failover_instance, "failover_pending": i.failover_pending,
+        })).collect::<Vec<_>>(),
+    })
+}
+
+/// The per-item table of `ctl job show` and `ctl watch`.
+pub fn items(items: &[proto::ItemInfo]) -> String {
+    let rows: Vec<Vec<String>> = items
+        .iter()
+        .map(|i| {
+            let failover = if !i.failover_instance.is_empty() {
+                i.failover_instance.clone()
+            } else if i.failover_pending {
+                "pending".into()
+            } else {
+                "-".into()
+            };
+            vec![
+                i.item.to_string(),
+                or_dash(&i.owner),
+                match (i.running, i.running_instance.is_empty()) {
+                    (false, _) => "-".into(),
+                    (true, true) => "yes".into(),
+                    (true, false) => i.running_instance.clone(),
+                },
+                yes(i.misfire),
+                yes(i.disabled),
+                failover,
+                or_dash(&i.parameter),
+            ]
+        })
+        .collect();
+    table(
+        &[
+            "ITEM",
+            "OWNER",
+            "RUNNING",
+            "MISFIRE",
+            "DISABLED",
+            "FAILOVER",
+            "PARAMETER",
+        ],
+        &rows,
+    )
+}
+
+/// `ctl job show NAME`.
+pub fn job(j: &proto::GetJobResponse) -> String {
+    let c = j.config.clone().unwrap_or_default();
+    let mut out = format!("Job {}  [{}]\n", c.job_name, state_name(j.state));
+    let schedule = if c.cron.is_empty() {
+        "none (runs on trigger only)".to_string()
+    } else if c.time_zone.is_empty() {
+        c.cron.clone()
+    } else {
+        format!("{} ({})", c.cron, c.time_zone)
+    };
+    out.push_str(&format!("  cron:        {schedule}\n"));
+    out.push_str(&format!(
+        "  items:       {}   strategy: {}   failover: {}   misfire: {}   monitor execution: {}\n",
+        c.sharding_total_count,
+        strategy_name(c.sharding_strategy),
+        on(c.failover),
+        on(c.misfire.unwrap_or(true)),
+        on(c.monitor_execution.unwrap_or(true)),
+    ));
+    if !c.job_parameter.is_empty() {
+        out.push_str(&format!("  parameter:   {}\n", c.job_parameter));
+    }
+    if c.execution_timeout_seconds > 0 {
+        out.push_str(&format!(
+            "  timeout:     {}s per execution\n",
+            c.execution_timeout_seconds
+        ));
+    }
+    if !c.description.is_empty() {
+        out.push_str(&format!("  description: {}\n", c.description));
+    }
+    out.push_str(&format!("  leader:      {}\n", or_dash(&j.leader)));
+    if j.sharding_necessary {
+        out.push_str("  resharding pending\n");
+    }
+    out.push_str("\nServers\n");
+    if j.servers.is_empty() {
+        out.push_str("  (none)\n");
+    } else {
+        let rows: Vec<Vec<String>> = j
+            .servers
+            .iter()
+            .map(|s| {
+                let status = if s.disabled { "DISABLED" } else { "ENABLED" };
+                vec![s.ip.clone(), status.into(), s.instance_count.to_string()]
+            })
+            .collect();
+        out.push_str(&indent(&table(&["IP", "STATUS", "INSTANCES"], &rows)));
+    }
+    out.push_str("\nInstances\n");
+    if j.instances.is_empty() {
+        out.push_str("  (none online)\n");
+    } else {
+        let rows: Vec<Vec<String>> = j
+            .instances
+            .iter()
+            .map(|i| {
+                vec![
+                    i.instance_id.clone(),
+                    i.server_ip.clone(),
+                    yes(i.leader),
+                    items_text(&i.items),
+                ]
+            })
+            .collect();
+        out.push_str(&indent(&table(
+            &["INSTANCE", "SERVER", "LEADER", "ITEMS"],
+            &rows,
+        )));
+    }
+    out.push_str("\nItems\n");
+    out.push_str(&indent(&items(&j.items)));
+    out
+}
+
+fn indent(text: &str) -> String {
+    text.lines().map(|l| format!("  {l}\n")).collect()
+}
+
+/// `ctl executions`.
+pub fn executions(list: &[proto::ExecutionInfo]) -> String {
+    if list.is_empty() {
+        return "no executions recorded by this sidecar yet\n".into();
+    }
+    let rows: Vec<Vec<String>> = list
+        .iter()
+        .map(|e| {
+            vec![
+                timestamp(&e.started_at),
+                e.job_name.clone(),
+                e.execution_id.clone(),
+                e.instance_id.clone(),
+                source_name(e.source).into(),
+                items_text(&e.items),
+                outcome_name(e.outcome).into(),
+                format!("{:.3}s", seconds(&e.duration)),
+                or_dash(&e.error),
+            ]
+        })
+        .collect();
+    table(
+        &[
+            "STARTED",
+            "JOB",
+            "EXECUTION",
+            "INSTANCE",
+            "SOURCE",
+            "ITEMS",
+            "OUTCOME",
+            "DURATION",
+            "ERROR",
+        ],
+        &rows,
+    )
+}
+
+pub fn executions_json(list: &[proto::ExecutionInfo]) -> Value {
+    Value::Array(
+        list.iter()
+            .map(|e| {
+                json!({
+                    "job_name": e.job_name, "execution_id": e.execution_id,
+                    "instance_id": e.instance_id, "source": source_name(e.source),
+                    "items": e.items, "started_at": timestamp(&e.started_at),
+                    "duration_seconds": seconds(&e.duration), "outcome": outcome_name(e.outcome),
+                    "error": e.error,
+                    "item_results": e.item_results.iter().map(|r| json!({
+                        "item": r.item, "outcome": outcome_name(r.outcome), "error": r.error,
+                    })).collect::<Vec<_>>(),
+                })
+            })
+            .collect(),
+    )
+}
+
+/// One message of `ctl watch`.
+pub fn change(c: &proto::JobChange) -> String {
+    let at = timestamp(&c.at);
+    let mut out = String::new();
+    if c.changes.is_empty() {
+        out.push_str(&format!("{at}  watching\n"));
+    }
+    for line in &c.changes {
+        out.push_str(&format!("{at}  {line}\n"));
+    }
+    match &c.job {
+        Some(job) => {
+            out.push_str(&format!(
+                "  state {}   leader {}   instances {}\n",
+                state_name(job.state),
+                or_dash(&job.leader),
+                job.instances.len()
+            ));
+            out.push_str(&indent(&items(&job.items)));
+        }
+        None if c.removed => out.push_str("  the job was removed\n"),
+        None => {}
+    }
+    out
+}
+
+pub fn change_json(c: &proto::JobChange) -> Value {
+    json!({
+        "at": timestamp(&c.at),
+        "changes": c.changes,
+        "removed": c.removed,
+        "job": c.job.as_ref().map(job_json),
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn tables_align() {
+        let t = table(
+            &["A", "LONGER"],
+            &[vec!["xyz".into(), "1".into()], vec!["q".into(), "".into()]],
+        );
+        assert_eq!(t, "A    LONGER\nxyz  1\nq\n");
+    }
+
+    #[test]
+    fn job_view_shows_items_and_servers() {
+        let state = proto::GetJobResponse {
+            config: Some(proto::JobConfig {
+                job_name: "orders".into(),
+                cron: "0/5 * * * * ?".into(),
+                sharding_total_count: 2,
+                ..Default::default()
+            }),
+            state: proto::JobState::Ok as i32,
+            leader: "10.0.0.1@-@1".into(),
+            servers: vec![proto::ServerInfo {
+                ip: "10.0.0.1".into(),
+                disabled: true,
+                instance_count: 1,
+            }],
+            instances: vec![proto::InstanceInfo {
+                instance_id: "10.0.0.1@-@1".into(),
+                server_ip: "10.0.0.1".into(),
+                leader: true,
+                items: vec![0, 1],
+            }],
+            items: vec![
+                proto::ItemInfo {
+                    item: 0,
+                    owner: "10.0.0.1@-@1".into(),
+                    running: true,
+                    running_instance: "10.0.0.1@-@1".into(),
+                    ..Default::default()
+                },
+                proto::ItemInfo {
+                    item: 1,
+                    owner: "10.0.0.1@-@1".into(),
+                    disabled: true,
+                    failover_pending: true,
+                    ..Default::default()
+                },
+            ],
+            sharding_necessary: false,
+        };
+        let text = job(&state);
+        assert!(text.starts_with("Job orders  [OK]\n"), "{text}");
+        assert!(text.contains("  10.0.0.1  DISABLED  1\n"), "{text}");
+        assert!(
+            text.contains("  10.0.0.1@-@1  10.0.0.1  yes     0,1\n"),
+            "{text}"
+        );
+        assert!(
+            text.contains("  0     10.0.0.1@-@1  10.0.0.1@-@1  -        -         -         -\n"),
+            "{text}"
+        );
+        assert!(
+            text.contains("  1     10.0.0.1@-@1  -             -        yes       pending   -\n"),
+            "{text}"
+        );
+        let j = job_json(&state);
+        assert_eq!(j["state"], "OK");
+        assert_eq!(j["items"][1]["failover_pending"], true);
+        assert_eq!(j["config"]["sharding_strategy"], "AVG_ALLOCATION");
+    }
+}
