@@ -109,6 +109,8 @@ pub(super) struct JobActor {
     retry_at: Option<Instant>,
     /// Whether one of the local instances leads the job (as last told to the observer).
     leading: bool,
+    /// When the job's subtree was last read whole.
+    last_reload: Instant,
 }
 
 fn event(e: Event) -> Result<WorkerEvent, tonic::Status> {
@@ -149,6 +151,7 @@ impl JobActor {
             generation: 0,
             retry_at: None,
             leading: false,
+            last_reload: Instant::now(),
         }
     }
 
@@ -816,8 +819,19 @@ impl JobActor {
         }
     }
 
-    /// Self-fencing and execution timeouts.
+    /// Periodic reconcile, self-fencing and execution timeouts.
     async fn on_tick(&mut self) {
+        let interval = self
+            .view
+            .config
+            .as_ref()
+            .map_or(0, |c| c.reconcile_interval_minutes);
+        if interval > 0 && self.last_reload.elapsed() >= Duration::from_secs(60 * interval as u64) {
+            // ElasticJob's reconcile, as a safety net: reload the whole subtree (in case a
+            // watch event was ever lost) and act on it.
+            self.last_reload = Instant::now();
+            self.resync().await;
+        }
         if self.executions.is_empty() {
             return;
         }

@@ -400,3 +400,22 @@ async fn a_fire_while_busy_flags_misfire_and_one_catch_up_run_follows() {
         "misfire cleared"
     );
 }
+
+#[tokio::test]
+async fn a_cron_changed_in_the_registry_reschedules_the_job() {
+    let store = MemoryStore::new();
+    let a = car(&store, "10.0.0.1");
+    let mut config = JobConfiguration::new("resched", 1);
+    config.cron = Some("0 0 0 1 1 ? 2099".into());
+    let mut w = subscribe_with(&a, config.clone(), JobExtras::default(), 1).await;
+    settle(std::slice::from_mut(&mut w), 1).await;
+    // Another process (the console, a Java peer) rewrites the config with a new cron.
+    config.cron = Some("* * * * * ?".into());
+    let admin = store.session();
+    admin
+        .set("/resched/config", config.to_yaml().as_bytes(), None)
+        .await
+        .unwrap();
+    let t = next_matching(&mut w, trigger).await;
+    assert_eq!(t.source, crate::proto::TriggerSource::Cron as i32);
+}
