@@ -11,8 +11,8 @@
 
 pub mod api;
 pub mod config;
-pub mod ctl;
 pub mod coordination;
+pub mod ctl;
 pub mod elasticjob;
 pub mod net;
 pub mod ops;
