@@ -1106,18 +1106,16 @@ impl JobActor {
                 self.retry_at = Some(Instant::now() + Duration::from_millis(100));
                 return;
             }
-            let stats = futures::future::join_all(items.iter().map(|i| {
-                let path = self.paths.item_running(*i);
-                let reg = reg.clone();
-                async move { reg.exists(&path).await }
-            }))
-            .await;
-            for (i, stat) in items.iter().zip(stats) {
-                if let Ok(Some(stat)) = stat {
-                    tokens.insert(*i, stat.czxid);
+            // Reading our writes back into the cache gives each `running` node's czxid: the
+            // fencing token (one multi-op, so one zxid for all its items).
+            self.apply_ops(&ops).await;
+            if let Some(cache) = self.cache.as_ref() {
+                for i in &items {
+                    if let Some(node) = cache.get(&self.paths.item_running(*i)) {
+                        tokens.insert(*i, node.stat.czxid);
+                    }
                 }
             }
-            self.apply_ops(&ops).await;
         } else {
             for i in &items {
                 if let Some((_, stat)) = self.view.items.get(i).and_then(|it| it.owner.as_ref()) {
