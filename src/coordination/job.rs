@@ -111,6 +111,8 @@ pub(super) struct JobActor {
     leading: bool,
     /// When the job's subtree was last read whole.
     last_reload: Instant,
+    /// Whether the cache changed since `view` was built.
+    view_stale: bool,
 }
 
 fn event(e: Event) -> Result<WorkerEvent, tonic::Status> {
@@ -152,6 +154,7 @@ impl JobActor {
             retry_at: None,
             leading: false,
             last_reload: Instant::now(),
+            view_stale: true,
         }
     }
 
@@ -294,6 +297,7 @@ impl JobActor {
     /// Applies a registry event to the cache (also used for our own writes, so the cache
     /// reads them back at once).
     async fn apply(&mut self, ev: &WatchEvent) -> Result<(), RegError> {
+        self.view_stale = true;
         match self.cache.as_mut() {
             Some(cache) => cache.apply(&self.shared.registry, ev).await,
             None => Ok(()),
@@ -375,7 +379,7 @@ impl JobActor {
             Err(e) => return Err(e.into()),
         }
         self.apply(&WatchEvent::Created(path)).await?;
-        self.view = self.current_view();
+        self.refresh_view();
         let effective = self.view.config.clone().ok_or_else(|| {
             CoordError::FailedPrecondition(format!(
                 "the config of job {} in the registry is unreadable: {}",
@@ -457,7 +461,7 @@ impl JobActor {
         self.watch = Some(watch);
         self.cache = Some(cache);
         self.generation = current_generation(&reg.session().borrow()).unwrap_or(0);
-        self.view = self.current_view();
+        self.refresh_view();
         self.update_schedule();
         Ok(())
     }
@@ -607,13 +611,17 @@ impl JobActor {
 
     // ----- reconcile ----------------------------------------------------------------------
 
-    fn current_view(&self) -> JobView {
-        self.cache
-            .as_ref()
-            .map(|c| JobView::from_cache(c, &self.paths))
-            .unwrap_or_default()
+    /// Rebuilds the view from the cache, if the cache changed since the last build (a view
+    /// build parses the config YAML: not something to repeat for every step of a fire).
+    fn refresh_view(&mut self) {
+        if !self.view_stale {
+            return;
+        }
+        if let Some(cache) = self.cache.as_ref() {
+            self.view = JobView::from_cache(cache, &self.paths);
+        }
+        self.view_stale = false;
     }
-
     /// Rebuilds the view and acts on it: re-registration after a new session, election,
     /// resharding, failover, trigger-once requests, remote shutdown, assignments.
     async fn reconcile(&mut self) {
@@ -627,7 +635,7 @@ impl JobActor {
         if generation != self.generation {
             self.reregister(generation).await;
         }
-        self.view = self.current_view();
+        self.refresh_view();
         self.update_schedule();
         self.detect_remote_shutdown().await;
         if self.locals.is_empty() {
@@ -740,7 +748,7 @@ impl JobActor {
                     self.apply(&WatchEvent::Created(self.paths.leader_election_instance()))
                         .await
                         .ok();
-                    self.view = self.current_view();
+                    self.refresh_view();
                 }
                 Ok(false) => {}
                 Err(e) => {
@@ -771,7 +779,7 @@ impl JobActor {
         if !cleanup.is_empty() {
             info!(job = %self.name, ops = cleanup.len(), "clearing execution nodes of instances that are gone");
             self.commit_or_each(cleanup).await;
-            self.view = self.current_view();
+            self.refresh_view();
         }
         if let Some(plan) = sharding::plan(&self.view, &self.name) {
             let ops = sharding::commit_ops(&self.view, &self.paths, &plan, version);
@@ -779,7 +787,7 @@ impl JobActor {
                 Ok(()) => {
                     info!(job = %self.name, reason = plan.reason, owners = ?plan.owners, "resharded");
                     self.apply_ops(&ops).await;
-                    self.view = self.current_view();
+                    self.refresh_view();
                 }
                 Err(e) => {
                     debug!(job = %self.name, error = %e, "reshard did not commit; reloading");
@@ -815,7 +823,7 @@ impl JobActor {
         if !ops.is_empty() {
             info!(job = %self.name, ops = ops.len(), "releasing items left running by revoked executions");
             self.commit_or_each(ops).await;
-            self.view = self.current_view();
+            self.refresh_view();
         }
     }
 
@@ -1008,7 +1016,7 @@ impl JobActor {
             warn!(job = %self.name, "fire skipped: the registry session is not healthy");
             return;
         }
-        self.view = self.current_view();
+        self.refresh_view();
         let max_diff = self
             .view
             .config
@@ -1294,7 +1302,7 @@ impl JobActor {
         if !self.shared.leases.may_grant() {
             return; // no registry writes while cut off; reconcile catches up later
         }
-        self.view = self.current_view();
+        self.refresh_view();
         let catch_up = execution::catch_up(&self.view, &exec.items);
         if !catch_up.is_empty() {
             let ops: Vec<Op> = catch_up
@@ -1302,7 +1310,7 @@ impl JobActor {
                 .map(|i| Op::delete(self.paths.item_misfire(*i)))
                 .collect();
             self.commit_or_each(ops).await;
-            self.view = self.current_view();
+            self.refresh_view();
             let ip = self.shared.ip.clone();
             let plan = execution::plan_fire(&self.view, &exec.instance_id, &ip, false);
             if !plan.run.is_empty() && self.shared.leases.may_grant() {
@@ -1368,7 +1376,7 @@ impl JobActor {
                     self.shared.observer.failover_taken(&self.name, item);
                     let ops = failover::claim_events(&self.paths, item);
                     self.apply_ops(&ops).await;
-                    self.view = self.current_view();
+                    self.refresh_view();
                     self.start_execution(
                         &id,
                         vec![item],
@@ -1412,7 +1420,7 @@ impl JobActor {
                 }
             }
             self.apply(&WatchEvent::Deleted(path)).await.ok();
-            self.view = self.current_view();
+            self.refresh_view();
             if self.locals.get(&id).is_some_and(|l| l.busy.is_some()) {
                 info!(job = %self.name, instance = %id, "trigger request dropped: the instance is busy");
                 continue;
