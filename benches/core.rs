@@ -156,17 +156,17 @@ async fn bench_resharding(zk: &ZooKeeper) {
     );
 }
 
-async fn bench_triggers(zk: &ZooKeeper) {
-    let ns = "bench-trigger";
+async fn bench_triggers(zk: &ZooKeeper, jobs: usize) {
+    let ns = format!("bench-trigger-{jobs}");
     let options = SidecarOptions {
-        namespace: ns.into(),
+        namespace: ns.clone(),
         log_level: "warn".into(),
         ..SidecarOptions::zk(zk.connect_string(), "127.0.0.2")
     };
     let car = Sidecar::start(options).await;
     let rss_idle = rss_kib(car.pid());
     let mut workers = Vec::new();
-    for j in 0..100 {
+    for j in 0..jobs {
         let w = TestWorker::subscribe(
             &car.endpoint(),
             subscribe_request(job_config(&format!("job{j}"), "* * * * * ?", 2)),
@@ -205,7 +205,9 @@ async fn bench_triggers(zk: &ZooKeeper) {
         }
     }
     report(
-        "trigger: cron fire instant -> Trigger received (100 jobs every second, 1 sidecar)",
+        &format!(
+            "trigger: cron fire instant -> Trigger received ({jobs} jobs every second, 1 sidecar)"
+        ),
         "ms",
         samples,
     );
@@ -216,7 +218,7 @@ async fn bench_triggers(zk: &ZooKeeper) {
         txns as f64 / executions.max(1) as f64
     );
     println!(
-        "memory: sidecar RSS {} KiB idle, {} KiB with 100 jobs and 100 workers",
+        "memory: sidecar RSS {} KiB idle, {} KiB with {jobs} jobs and {jobs} workers",
         rss_idle,
         rss_kib(car.pid())
     );
@@ -226,5 +228,6 @@ async fn bench_triggers(zk: &ZooKeeper) {
 async fn main() {
     let zk = ZooKeeper::start().await;
     bench_resharding(&zk).await;
-    bench_triggers(&zk).await;
+    bench_triggers(&zk, 1).await;
+    bench_triggers(&zk, 100).await;
 }
