@@ -169,6 +169,20 @@ async fn a_joining_worker_updates_every_assignment_without_a_fire() {
         .await
         .unwrap();
     wait_partition(&[&a, &b, &c], 6).await;
+    // Assignments arrive one by one; wait for the final one of each worker.
+    let settled = common::eventually(WAIT, || async {
+        (partition(&[&a, &b, &c], 6).is_ok()
+            && [&a, &b, &c].iter().all(|w| w.current_items().len() == 2))
+        .then_some(())
+    })
+    .await;
+    assert!(
+        settled.is_some(),
+        "{}\n{}\n{}",
+        a.summary(),
+        b.summary(),
+        c.summary()
+    );
     for w in [&a, &b, &c] {
         assert_eq!(
             w.current_items().len(),

@@ -621,7 +621,7 @@ async fn bad_settings_are_refused_with_the_setting_named() {
     let unknown = write_file(
         &dir,
         "unknown.toml",
-        "zk = \"127.0.0.1:2181\"\nsession-timeout = \"5s\"\n",
+        "zk = \"zk1.example:2181\"\nsession-timeout = \"5s\"\n",
     );
     let bad_listen = write_file(&dir, "listen.toml", "listen = \"nowhere\"\n");
     let not_toml = write_file(&dir, "broken.toml", "listen = \n");
