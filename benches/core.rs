@@ -9,8 +9,12 @@
 //! 2. trigger latency: cron fire instant → `Trigger` received (1 sidecar, 100 jobs firing
 //!    every second, workers answering at once);
 //! 3. ZooKeeper transactions per execution per instance (from the server's zxid);
-//! 4. the sidecar's resident memory with 100 jobs.
+//! 4. the sidecar's resident memory with 100 jobs;
+//! 5. failover: a worker process SIGKILLed mid-execution → its item's FAILOVER trigger at a
+//!    worker on another sidecar; and the same for a sidecar SIGKILLed (default 10 s session).
 
+#[path = "../tests/failure/child.rs"]
+mod child;
 #[path = "../tests/common/mod.rs"]
 mod common;
 
@@ -224,10 +228,132 @@ async fn bench_triggers(zk: &ZooKeeper, jobs: usize) {
     );
 }
 
-#[tokio::main(flavor = "multi_thread")]
-async fn main() {
-    let zk = ZooKeeper::start().await;
-    bench_resharding(&zk).await;
-    bench_triggers(&zk, 1).await;
-    bench_triggers(&zk, 100).await;
+const FAILOVER_NEVER: &str = "0 0 0 1 1 ? 2099";
+
+/// Starts a run of `instance` now (ElasticJob's trigger-once node).
+async fn trigger_once(zk: &ZooKeeper, ns: &str, job: &str, instance: &str) {
+    use zookeeper_client::{Acls, Client, CreateMode};
+    let client = Client::connect(&zk.connect_string()).await.unwrap();
+    let mode = CreateMode::Persistent.with_acls(Acls::anyone_all());
+    let _ = client
+        .create(&format!("/{ns}/{job}/trigger"), b"", &mode)
+        .await;
+    client
+        .create(&format!("/{ns}/{job}/trigger/{instance}"), b"", &mode)
+        .await
+        .unwrap();
+}
+
+/// Waits for a FAILOVER trigger naming `item` at `w`; returns when it arrived.
+async fn failover_arrival(w: &TestWorker, item: i32) -> Instant {
+    let deadline = Instant::now() + Duration::from_secs(60);
+    loop {
+        let found = w.triggers().into_iter().find(|(_, t)| {
+            t.source == shardcar::proto::TriggerSource::Failover as i32
+                && t.items.iter().any(|i| i.item == item)
+        });
+        if let Some((at, _)) = found {
+            return at;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "no FAILOVER trigger for item {item}"
+        );
+        tokio::time::sleep(Duration::from_millis(2)).await;
+    }
+}
+
+async fn bench_failover(zk: &ZooKeeper) {
+    let mut worker_kill = Vec::new();
+    for round in 0..10 {
+        let ns = format!("bench-fo-worker-{round}");
+        let mut cars = Vec::new();
+        for ip in ["127.0.0.2", "127.0.0.3"] {
+            let options = SidecarOptions {
+                namespace: ns.clone(),
+                log_level: "warn".into(),
+                ..SidecarOptions::zk(zk.connect_string(), ip)
+            };
+            cars.push(Sidecar::start(options).await);
+        }
+        let config = shardcar::proto::JobConfig {
+            failover: true,
+            ..job_config("fo", FAILOVER_NEVER, 2)
+        };
+        let mut doomed =
+            child::ChildWorker::spawn(&cars[0].endpoint(), subscribe_request(config.clone())).await;
+        let survivor = TestWorker::subscribe(&cars[1].endpoint(), subscribe_request(config))
+            .await
+            .unwrap();
+        survivor.set_auto_complete(true);
+        survivor
+            .wait_items(|items| items.len() == 1, Duration::from_secs(30))
+            .await
+            .unwrap();
+        trigger_once(zk, &ns, "fo", &doomed.instance_id()).await;
+        let (_, trigger) = doomed.first_trigger(Duration::from_secs(30)).await;
+        let killed = Instant::now();
+        doomed.kill();
+        let at = failover_arrival(&survivor, trigger.items[0].item).await;
+        worker_kill.push(at.duration_since(killed).as_secs_f64() * 1000.0);
+    }
+    report(
+        "failover: worker process SIGKILL -> FAILOVER trigger on another sidecar",
+        "ms",
+        worker_kill,
+    );
+
+    let mut sidecar_kill = Vec::new();
+    for round in 0..5 {
+        let ns = format!("bench-fo-sidecar-{round}");
+        let mut cars = Vec::new();
+        for ip in ["127.0.0.2", "127.0.0.3"] {
+            let options = SidecarOptions {
+                namespace: ns.clone(),
+                log_level: "warn".into(),
+                session_timeout: Duration::from_secs(10),
+                ..SidecarOptions::zk(zk.connect_string(), ip)
+            };
+            cars.push(Sidecar::start(options).await);
+        }
+        let config = shardcar::proto::JobConfig {
+            failover: true,
+            ..job_config("fo", FAILOVER_NEVER, 2)
+        };
+        let doomed = TestWorker::subscribe(&cars[0].endpoint(), subscribe_request(config.clone()))
+            .await
+            .unwrap();
+        let survivor = TestWorker::subscribe(&cars[1].endpoint(), subscribe_request(config))
+            .await
+            .unwrap();
+        survivor.set_auto_complete(true);
+        survivor
+            .wait_items(|items| items.len() == 1, Duration::from_secs(30))
+            .await
+            .unwrap();
+        trigger_once(zk, &ns, "fo", doomed.instance_id()).await;
+        let trigger = doomed.next_trigger(Duration::from_secs(30)).await.unwrap();
+        let killed = Instant::now();
+        cars[0].kill();
+        let at = failover_arrival(&survivor, trigger.items[0].item).await;
+        sidecar_kill.push(at.duration_since(killed).as_secs_f64() * 1000.0);
+    }
+    report(
+        "failover: sidecar SIGKILL -> FAILOVER trigger on another sidecar (10 s session)",
+        "ms",
+        sidecar_kill,
+    );
+}
+
+fn main() {
+    // The failover benchmark re-executes this program as a worker process.
+    child::main_if_child();
+    let runtime = tokio::runtime::Runtime::new().expect("a tokio runtime");
+    runtime.block_on(async {
+        let zk = ZooKeeper::start().await;
+        bench_resharding(&zk).await;
+        bench_triggers(&zk, 1).await;
+        bench_triggers(&zk, 100).await;
+        bench_failover(&zk).await;
+    });
 }

@@ -3,6 +3,8 @@
 //! `SHARDCAR_CHILD` set) subscribes and prints every event as `EVENT <hex protobuf>` on stdout;
 //! it answers commands read from stdin (`COMPLETE <execution> <items>`) with
 //! `ANSWER <execution> <grpc code>`.
+// Shared by the failure tests and the benchmark program; each uses part of it.
+#![allow(dead_code)]
 
 use std::io::{BufRead, BufReader, Write};
 use std::process::{Child, ChildStdin, Command, Stdio};
