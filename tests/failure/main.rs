@@ -44,6 +44,25 @@ async fn car(zk: &ZooKeeper, ns: &str, ip: &str) -> Sidecar {
     .await
 }
 
+/// Two sidecars of one namespace, as two hosts.
+async fn pair(zk: &ZooKeeper, ns: &str) -> (Sidecar, Sidecar) {
+    (
+        car(zk, ns, "127.0.0.2").await,
+        car(zk, ns, "127.0.0.3").await,
+    )
+}
+
+/// A worker that answers every trigger at once, once it holds its share (one item) of a
+/// two-item job.
+async fn answering_worker(car: &Sidecar, config: JobConfig) -> TestWorker {
+    let worker = TestWorker::subscribe(&car.endpoint(), subscribe_request(config))
+        .await
+        .unwrap();
+    worker.set_auto_complete(true);
+    wait_n_items(&worker, 1).await;
+    worker
+}
+
 async fn zk_client(zk: &ZooKeeper, ns: &str) -> Client {
     let client = Client::connect(&zk.connect_string())
         .await
@@ -114,17 +133,10 @@ fn assert_no_overlap(item: i32, first: (Instant, Instant), second_start: Instant
 async fn a_worker_killed_mid_execution_has_its_item_rerun_as_failover() {
     let zk = ZooKeeper::start().await;
     let ns = "fail-kill-worker";
-    let (a, b) = (
-        car(&zk, ns, "127.0.0.2").await,
-        car(&zk, ns, "127.0.0.3").await,
-    );
+    let (a, b) = pair(&zk, ns).await;
     let config = failover_job("kill", 2);
     let mut doomed = ChildWorker::spawn(&a.endpoint(), subscribe_request(config.clone())).await;
-    let survivor = TestWorker::subscribe(&b.endpoint(), subscribe_request(config))
-        .await
-        .unwrap();
-    survivor.set_auto_complete(true);
-    wait_n_items(&survivor, 1).await;
+    let survivor = answering_worker(&b, config).await;
     let zk_ns = zk_client(&zk, ns).await;
     trigger_once(&zk_ns, "kill", &doomed.instance_id()).await;
     let (started, trigger) = doomed.first_trigger(WAIT).await;
@@ -153,19 +165,12 @@ async fn a_worker_killed_mid_execution_has_its_item_rerun_as_failover() {
 async fn a_killed_sidecars_items_fail_over_after_its_session_times_out() {
     let zk = ZooKeeper::start().await;
     let ns = "fail-kill-sidecar";
-    let (mut a, b) = (
-        car(&zk, ns, "127.0.0.2").await,
-        car(&zk, ns, "127.0.0.3").await,
-    );
+    let (mut a, b) = pair(&zk, ns).await;
     let config = failover_job("crash", 2);
     let doomed = TestWorker::subscribe(&a.endpoint(), subscribe_request(config.clone()))
         .await
         .unwrap();
-    let survivor = TestWorker::subscribe(&b.endpoint(), subscribe_request(config))
-        .await
-        .unwrap();
-    survivor.set_auto_complete(true);
-    wait_n_items(&survivor, 1).await;
+    let survivor = answering_worker(&b, config).await;
     let zk_ns = zk_client(&zk, ns).await;
     trigger_once(&zk_ns, "crash", doomed.instance_id()).await;
     let trigger = doomed.next_trigger(WAIT).await.unwrap();
@@ -186,19 +191,12 @@ async fn a_killed_sidecars_items_fail_over_after_its_session_times_out() {
 async fn a_frozen_sidecars_workers_stop_before_their_items_move_and_it_rejoins_after() {
     let zk = ZooKeeper::start().await;
     let ns = "fail-freeze-sidecar";
-    let (mut a, b) = (
-        car(&zk, ns, "127.0.0.2").await,
-        car(&zk, ns, "127.0.0.3").await,
-    );
+    let (mut a, b) = pair(&zk, ns).await;
     let config = failover_job("freeze", 2);
     let frozen = TestWorker::subscribe(&a.endpoint(), subscribe_request(config.clone()))
         .await
         .unwrap();
-    let other = TestWorker::subscribe(&b.endpoint(), subscribe_request(config))
-        .await
-        .unwrap();
-    other.set_auto_complete(true);
-    wait_n_items(&other, 1).await;
+    let other = answering_worker(&b, config).await;
     let zk_ns = zk_client(&zk, ns).await;
     trigger_once(&zk_ns, "freeze", frozen.instance_id()).await;
     let trigger = frozen.next_trigger(WAIT).await.unwrap();
@@ -265,17 +263,10 @@ async fn a_frozen_sidecars_workers_stop_before_their_items_move_and_it_rejoins_a
 async fn a_frozen_worker_is_found_by_keepalive_and_its_late_answer_is_refused() {
     let zk = ZooKeeper::start().await;
     let ns = "fail-freeze-worker";
-    let (a, b) = (
-        car(&zk, ns, "127.0.0.2").await,
-        car(&zk, ns, "127.0.0.3").await,
-    );
+    let (a, b) = pair(&zk, ns).await;
     let config = failover_job("stuck", 2);
     let mut frozen = ChildWorker::spawn(&a.endpoint(), subscribe_request(config.clone())).await;
-    let other = TestWorker::subscribe(&b.endpoint(), subscribe_request(config))
-        .await
-        .unwrap();
-    other.set_auto_complete(true);
-    wait_n_items(&other, 1).await;
+    let other = answering_worker(&b, config).await;
     let zk_ns = zk_client(&zk, ns).await;
     trigger_once(&zk_ns, "stuck", &frozen.instance_id()).await;
     let (_, trigger) = frozen.first_trigger(WAIT).await;
