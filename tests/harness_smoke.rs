@@ -385,3 +385,82 @@ async fn standalone_sidecar_registers_a_worker() {
     drop(sidecar);
     assert!(!process_exists(pid));
 }
+
+/// The ledger of the failure scenarios catches what it is there to catch.
+#[test]
+fn ledger_catches_overlaps_and_missing_reruns() {
+    use common::ledger::{Ledger, Stop};
+    use shardcar::proto::worker_event::Event;
+    use shardcar::proto::{ShardItem, Trigger, TriggerSource, WorkerEvent};
+    use std::time::{Duration, Instant};
+
+    let t0 = Instant::now();
+    let at = |ms: u64| t0 + Duration::from_millis(ms);
+    let trigger = |ms: u64, exec: &str, source: TriggerSource| {
+        let t = Trigger {
+            execution_id: exec.into(),
+            items: vec![ShardItem {
+                item: 3,
+                parameter: String::new(),
+            }],
+            source: source as i32,
+            ..Default::default()
+        };
+        (
+            at(ms),
+            WorkerEvent {
+                event: Some(Event::Trigger(t)),
+            },
+        )
+    };
+    let caught = |f: &dyn Fn()| std::panic::catch_unwind(std::panic::AssertUnwindSafe(f)).is_err();
+
+    // A killed worker's run (0..100 ms), then a FAILOVER run elsewhere from 150 ms: fine.
+    let mut good = Ledger::new();
+    good.record(
+        "a",
+        &[trigger(0, "e1", TriggerSource::Cron)],
+        &[],
+        Some(Stop::Worker(at(100))),
+    );
+    good.record(
+        "b",
+        &[trigger(150, "e2", TriggerSource::Failover)],
+        &[("e2".into(), at(200))],
+        None,
+    );
+    good.assert_no_overlap();
+    good.assert_interrupted_reran();
+
+    // The second run starts before the first one stopped: an overlap.
+    let mut overlap = Ledger::new();
+    overlap.record(
+        "a",
+        &[trigger(0, "e1", TriggerSource::Cron)],
+        &[],
+        Some(Stop::Worker(at(100))),
+    );
+    overlap.record(
+        "b",
+        &[trigger(50, "e2", TriggerSource::Failover)],
+        &[("e2".into(), at(200))],
+        None,
+    );
+    assert!(
+        caught(&|| overlap.assert_no_overlap()),
+        "an overlap must be caught"
+    );
+
+    // An interrupted run with no FAILOVER run after it.
+    let mut lost = Ledger::new();
+    lost.record(
+        "a",
+        &[trigger(0, "e1", TriggerSource::Cron)],
+        &[],
+        Some(Stop::Worker(at(100))),
+    );
+    assert!(
+        caught(&|| lost.assert_interrupted_reran()),
+        "a lost item must be caught"
+    );
+}

@@ -10,6 +10,7 @@
 // Each test file compiles this module and uses only part of it.
 #![allow(dead_code, unused_imports)]
 
+pub mod ledger;
 pub mod process;
 pub mod sidecar;
 pub mod tree;

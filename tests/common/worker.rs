@@ -67,6 +67,8 @@ struct Log {
     triggers_taken: usize,
     /// Answers sent by auto-complete: execution id and outcome.
     auto_completed: Vec<(String, Result<(), Status>)>,
+    /// Every answer sent (auto or not): execution id and when it was sent.
+    answered: Vec<(String, Instant)>,
 }
 
 struct Shared {
@@ -339,6 +341,12 @@ impl TestWorker {
         self.shared.lock().auto_completed.clone()
     }
 
+    /// Every answer sent so far (`Complete` or `ReportFailure`, auto or not): execution id and
+    /// when it was sent — the end of that work, for [`crate::common::ledger::Ledger`].
+    pub fn answers(&self) -> Vec<(String, Instant)> {
+        self.shared.lock().answered.clone()
+    }
+
     /// Sends `Complete` for `items` of `execution_id`.
     pub async fn complete(&self, execution_id: &str, items: &[i32]) -> Result<(), Status> {
         let request = CompleteRequest {
@@ -346,6 +354,10 @@ impl TestWorker {
             execution_id: execution_id.to_string(),
             items: items.to_vec(),
         };
+        self.shared
+            .lock()
+            .answered
+            .push((execution_id.to_string(), Instant::now()));
         self.client.clone().complete(request).await.map(|_| ())
     }
 
@@ -362,6 +374,10 @@ impl TestWorker {
             item,
             error: error.to_string(),
         };
+        self.shared
+            .lock()
+            .answered
+            .push((execution_id.to_string(), Instant::now()));
         self.client
             .clone()
             .report_failure(request)
@@ -486,6 +502,10 @@ async fn auto_complete(
         execution_id: trigger.execution_id.clone(),
         items: trigger.items.iter().map(|i| i.item).collect(),
     };
+    shared
+        .lock()
+        .answered
+        .push((trigger.execution_id.clone(), Instant::now()));
     let outcome = client.complete(request).await.map(|_| ());
     shared
         .lock()

@@ -99,6 +99,8 @@ pub fn main_if_child() {
 struct Seen {
     events: Vec<(Instant, WorkerEvent)>,
     answers: Vec<(String, i32)>,
+    /// When each `Complete` was sent.
+    sent: Vec<(String, Instant)>,
     ended: bool,
 }
 
@@ -186,6 +188,11 @@ impl ChildWorker {
         self.seen.lock().unwrap().events.clone()
     }
 
+    /// Every `Complete` sent, and when.
+    pub fn answers(&self) -> Vec<(String, Instant)> {
+        self.seen.lock().unwrap().sent.clone()
+    }
+
     pub fn triggers(&self) -> Vec<(Instant, Trigger)> {
         self.events()
             .into_iter()
@@ -228,6 +235,11 @@ impl ChildWorker {
     /// Sends `Complete` from the child and returns the gRPC code (0 = OK).
     pub async fn complete(&mut self, execution_id: &str, items: &[i32]) -> i32 {
         let items: Vec<String> = items.iter().map(|i| i.to_string()).collect();
+        self.seen
+            .lock()
+            .unwrap()
+            .sent
+            .push((execution_id.to_string(), Instant::now()));
         writeln!(self.stdin, "COMPLETE {execution_id} {}", items.join(","))
             .expect("write to the child");
         self.stdin.flush().expect("flush");

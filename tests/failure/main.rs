@@ -9,8 +9,10 @@ mod common;
 use std::time::{Duration, Instant};
 
 use child::ChildWorker;
+use common::ledger::{self, Ledger, Stop};
 use common::{
-    job_config, subscribe_request, zk_tree, Sidecar, SidecarOptions, TestWorker, ZooKeeper,
+    job_config, subscribe_request, zk_tree, Sidecar, SidecarOptions, TestWorker, TimedEvent,
+    ZooKeeper,
 };
 use shardcar::proto::worker_event::Event;
 use shardcar::proto::{JobConfig, Trigger, TriggerSource};
@@ -103,30 +105,43 @@ fn items_of(t: &Trigger) -> Vec<i32> {
     t.items.iter().map(|i| i.item).collect()
 }
 
-/// The last lease a worker received before `before`, and when its validity ended.
-fn lease_end(events: &[(Instant, shardcar::proto::WorkerEvent)], before: Instant) -> Instant {
-    events
-        .iter()
-        .filter(|(at, _)| *at <= before)
-        .filter_map(|(at, e)| match &e.event {
-            Some(Event::Lease(l)) => {
-                let d = l.valid_for.unwrap_or_default();
-                Some(*at + Duration::new(d.seconds as u64, d.nanos as u32))
-            }
-            _ => None,
-        })
-        .max()
-        .expect("the worker received a lease")
+/// When the lease a worker held at `before` ran out.
+fn lease_end(events: &[TimedEvent], before: Instant) -> Instant {
+    ledger::lease_end(events, before).expect("the worker received a lease")
 }
 
-/// The invariant: an item's two executions never overlap in time.
-fn assert_no_overlap(item: i32, first: (Instant, Instant), second_start: Instant) {
+/// Waits until `w` has answered `execution`.
+async fn wait_answered(w: &TestWorker, execution: &str) {
+    let answered = common::eventually(WAIT, || async {
+        w.answers()
+            .iter()
+            .any(|(e, _)| e == execution)
+            .then_some(())
+    })
+    .await;
     assert!(
-        first.1 < second_start,
-        "item {item} ran twice at once: the first run lasted until {:?} after its start, the second began {:?} after it",
-        first.1 - first.0,
-        second_start.saturating_duration_since(first.0)
+        answered.is_some(),
+        "{execution} never answered:\n{}",
+        w.summary()
     );
+}
+
+/// A worker's record for the ledger: name, events, answers sent, what the test did to it.
+type WorkerRecord<'a> = (
+    &'a str,
+    Vec<TimedEvent>,
+    Vec<(String, Instant)>,
+    Option<Stop>,
+);
+
+/// The invariant checker over every run of every worker of a scenario (see `ledger`).
+fn check_runs(workers: &[WorkerRecord]) {
+    let mut ledger = Ledger::new();
+    for (name, events, answers, stop) in workers {
+        ledger.record(name, events, answers, *stop);
+    }
+    ledger.assert_no_overlap();
+    ledger.assert_interrupted_reran();
 }
 
 #[tokio::test(flavor = "multi_thread")]
@@ -139,13 +154,22 @@ async fn a_worker_killed_mid_execution_has_its_item_rerun_as_failover() {
     let survivor = answering_worker(&b, config).await;
     let zk_ns = zk_client(&zk, ns).await;
     trigger_once(&zk_ns, "kill", &doomed.instance_id()).await;
-    let (started, trigger) = doomed.first_trigger(WAIT).await;
+    let (_, trigger) = doomed.first_trigger(WAIT).await;
     let item = items_of(&trigger)[0];
     let killed = Instant::now();
     doomed.kill();
     let (at, failover) = wait_failover(&survivor, item).await;
     assert_eq!(items_of(&failover), vec![item]);
-    assert_no_overlap(item, (started, killed), at);
+    wait_answered(&survivor, &failover.execution_id).await;
+    check_runs(&[
+        (
+            "doomed",
+            doomed.events(),
+            doomed.answers(),
+            Some(Stop::Worker(killed)),
+        ),
+        ("survivor", survivor.events(), survivor.answers(), None),
+    ]);
     eprintln!("worker SIGKILL -> FAILOVER trigger: {:?}", at - killed);
     // The taker's answer clears every failover node.
     let cleared = common::eventually(WAIT, || async {
@@ -177,13 +201,22 @@ async fn a_killed_sidecars_items_fail_over_after_its_session_times_out() {
     let item = items_of(&trigger)[0];
     let killed = Instant::now();
     a.kill();
-    let (at, _) = wait_failover(&survivor, item).await;
+    let (at, failover) = wait_failover(&survivor, item).await;
     eprintln!(
         "sidecar SIGKILL -> FAILOVER trigger: {:?} (session timeout 4 s)",
         at - killed
     );
-    // The dead worker's lease ran out before anyone else got the item.
-    assert_no_overlap(item, (killed, lease_end(&doomed.events(), killed)), at);
+    // The dead sidecar's worker stopped when its lease ran out, before anyone got the item.
+    wait_answered(&survivor, &failover.execution_id).await;
+    check_runs(&[
+        (
+            "doomed",
+            doomed.events(),
+            doomed.answers(),
+            Some(Stop::Sidecar(killed)),
+        ),
+        ("survivor", survivor.events(), survivor.answers(), None),
+    ]);
     wait_n_items(&survivor, 2).await;
 }
 
@@ -203,7 +236,7 @@ async fn a_frozen_sidecars_workers_stop_before_their_items_move_and_it_rejoins_a
     let item = items_of(&trigger)[0];
     let paused = Instant::now();
     a.pause();
-    let (at, _) = wait_failover(&other, item).await;
+    let (at, failover) = wait_failover(&other, item).await;
     // The frozen sidecar could not revoke anything; its worker's lease did it in time.
     let stopped = lease_end(&frozen.events(), at);
     assert!(
@@ -257,6 +290,16 @@ async fn a_frozen_sidecars_workers_stop_before_their_items_move_and_it_rejoins_a
         !frozen.stream_ended(),
         "expiry is not shutdown: the worker's stream stays"
     );
+    wait_answered(&other, &failover.execution_id).await;
+    check_runs(&[
+        (
+            "frozen",
+            frozen.events(),
+            frozen.answers(),
+            Some(Stop::Sidecar(paused)),
+        ),
+        ("other", other.events(), other.answers(), None),
+    ]);
 }
 
 #[tokio::test(flavor = "multi_thread")]
@@ -273,7 +316,7 @@ async fn a_frozen_worker_is_found_by_keepalive_and_its_late_answer_is_refused() 
     let item = items_of(&trigger)[0];
     let paused = Instant::now();
     frozen.pause();
-    let (at, _) = wait_failover(&other, item).await;
+    let (at, failover) = wait_failover(&other, item).await;
     eprintln!(
         "worker SIGSTOP -> FAILOVER trigger: {:?} (keepalive 1 s / 3 s)",
         at - paused
@@ -291,6 +334,16 @@ async fn a_frozen_worker_is_found_by_keepalive_and_its_late_answer_is_refused() 
         Code::FailedPrecondition as i32,
         "late Complete must be refused"
     );
+    wait_answered(&other, &failover.execution_id).await;
+    check_runs(&[
+        (
+            "frozen",
+            frozen.events(),
+            frozen.answers(),
+            Some(Stop::Worker(paused)),
+        ),
+        ("other", other.events(), other.answers(), None),
+    ]);
 }
 
 #[tokio::test(flavor = "multi_thread")]
