@@ -42,6 +42,11 @@ impl TreeCache {
             WatchEvent::Resync => {
                 self.nodes = reg.read_tree(&self.root).await?;
             }
+            // A creation already in the cache was read after it happened (its owner read its
+            // own write back, or a reload saw it): no need to read it again. Events apply in
+            // order, so a delete-and-create in between arrives as `Deleted` first, and a later
+            // change as `DataChanged`, which is always read.
+            WatchEvent::Created(p) if self.nodes.contains_key(p) => {}
             WatchEvent::Created(p) | WatchEvent::DataChanged(p) if is_within(p, &self.root) => {
                 match reg.get(p).await? {
                     Some(node) => {
