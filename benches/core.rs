@@ -26,6 +26,7 @@ use common::{
     TestWorker, ZooKeeper,
 };
 use shardcar::proto::worker_event::Event;
+use shardcar::proto::JobConfig;
 
 const NEVER: &str = "0 0 0 1 1 ? 2099";
 
@@ -263,33 +264,51 @@ async fn failover_arrival(w: &TestWorker, item: i32) -> Instant {
     }
 }
 
+/// Two sidecars of namespace `ns` (session `session`), a failover job on them, and an
+/// answering worker on the second.
+async fn failover_pair(
+    zk: &ZooKeeper,
+    ns: &str,
+    session: Duration,
+) -> (Vec<Sidecar>, JobConfig, TestWorker) {
+    let mut cars = Vec::new();
+    for ip in ["127.0.0.2", "127.0.0.3"] {
+        let options = SidecarOptions {
+            namespace: ns.to_string(),
+            log_level: "warn".into(),
+            session_timeout: session,
+            ..SidecarOptions::zk(zk.connect_string(), ip)
+        };
+        cars.push(Sidecar::start(options).await);
+    }
+    let config = JobConfig {
+        failover: true,
+        ..job_config("fo", FAILOVER_NEVER, 2)
+    };
+    let survivor = TestWorker::subscribe(&cars[1].endpoint(), subscribe_request(config.clone()))
+        .await
+        .unwrap();
+    survivor.set_auto_complete(true);
+    (cars, config, survivor)
+}
+
+/// Waits until the answering worker holds its share (one item), i.e. the doomed worker has
+/// joined and the leader resharded.
+async fn wait_share(survivor: &TestWorker) {
+    survivor
+        .wait_items(|items| items.len() == 1, Duration::from_secs(30))
+        .await
+        .unwrap();
+}
+
 async fn bench_failover(zk: &ZooKeeper) {
     let mut worker_kill = Vec::new();
     for round in 0..10 {
         let ns = format!("bench-fo-worker-{round}");
-        let mut cars = Vec::new();
-        for ip in ["127.0.0.2", "127.0.0.3"] {
-            let options = SidecarOptions {
-                namespace: ns.clone(),
-                log_level: "warn".into(),
-                ..SidecarOptions::zk(zk.connect_string(), ip)
-            };
-            cars.push(Sidecar::start(options).await);
-        }
-        let config = shardcar::proto::JobConfig {
-            failover: true,
-            ..job_config("fo", FAILOVER_NEVER, 2)
-        };
+        let (cars, config, survivor) = failover_pair(zk, &ns, Duration::from_secs(4)).await;
         let mut doomed =
-            child::ChildWorker::spawn(&cars[0].endpoint(), subscribe_request(config.clone())).await;
-        let survivor = TestWorker::subscribe(&cars[1].endpoint(), subscribe_request(config))
-            .await
-            .unwrap();
-        survivor.set_auto_complete(true);
-        survivor
-            .wait_items(|items| items.len() == 1, Duration::from_secs(30))
-            .await
-            .unwrap();
+            child::ChildWorker::spawn(&cars[0].endpoint(), subscribe_request(config)).await;
+        wait_share(&survivor).await;
         trigger_once(zk, &ns, "fo", &doomed.instance_id()).await;
         let (_, trigger) = doomed.first_trigger(Duration::from_secs(30)).await;
         let killed = Instant::now();
@@ -306,31 +325,11 @@ async fn bench_failover(zk: &ZooKeeper) {
     let mut sidecar_kill = Vec::new();
     for round in 0..5 {
         let ns = format!("bench-fo-sidecar-{round}");
-        let mut cars = Vec::new();
-        for ip in ["127.0.0.2", "127.0.0.3"] {
-            let options = SidecarOptions {
-                namespace: ns.clone(),
-                log_level: "warn".into(),
-                session_timeout: Duration::from_secs(10),
-                ..SidecarOptions::zk(zk.connect_string(), ip)
-            };
-            cars.push(Sidecar::start(options).await);
-        }
-        let config = shardcar::proto::JobConfig {
-            failover: true,
-            ..job_config("fo", FAILOVER_NEVER, 2)
-        };
-        let doomed = TestWorker::subscribe(&cars[0].endpoint(), subscribe_request(config.clone()))
+        let (mut cars, config, survivor) = failover_pair(zk, &ns, Duration::from_secs(10)).await;
+        let doomed = TestWorker::subscribe(&cars[0].endpoint(), subscribe_request(config))
             .await
             .unwrap();
-        let survivor = TestWorker::subscribe(&cars[1].endpoint(), subscribe_request(config))
-            .await
-            .unwrap();
-        survivor.set_auto_complete(true);
-        survivor
-            .wait_items(|items| items.len() == 1, Duration::from_secs(30))
-            .await
-            .unwrap();
+        wait_share(&survivor).await;
         trigger_once(zk, &ns, "fo", doomed.instance_id()).await;
         let trigger = doomed.next_trigger(Duration::from_secs(30)).await.unwrap();
         let killed = Instant::now();
