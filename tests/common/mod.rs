@@ -4,7 +4,8 @@
 //! - [`ZooKeeper`]: a real ZooKeeper (one node or a quorum) run from Debian's jars;
 //! - [`Sidecar`]: a real `shardcar run` process, ready once its gRPC port accepts connections;
 //! - [`TestWorker`]: a real gRPC worker that records every event it is sent;
-//! - [`zk_tree`]: a dump of a namespace for assertions against ElasticJob's layout.
+//! - [`zk_tree`]: a dump of a namespace for assertions against ElasticJob's layout;
+//! - [`proxy::Proxy`]: a TCP proxy that freezes or partitions a connection on demand.
 //!
 //! Every helper that waits takes a timeout and fails with a message that shows what was seen.
 // Each test file compiles this module and uses only part of it.
@@ -12,6 +13,7 @@
 
 pub mod ledger;
 pub mod process;
+pub mod proxy;
 pub mod sidecar;
 pub mod tree;
 pub mod worker;

@@ -2,12 +2,17 @@
 //! re-executes itself running only the ignored test `child_worker_entry`, which (with
 //! `SHARDCAR_CHILD` set) subscribes and prints every event as `EVENT <hex protobuf>` on stdout;
 //! it answers commands read from stdin (`COMPLETE <execution> <items>`) with
-//! `ANSWER <execution> <grpc code>`.
+//! `ANSWER <execution> <grpc code>`, or `ANSWER <execution> VOID` when it did not send it.
+//!
+//! Its answers follow the worker contract: an answer belongs to the stream that delivered the
+//! trigger. While that stream is open a call that fails in transport is sent again (answers are
+//! idempotent); once the stream has ended the answer is void and is not sent at all.
 // Shared by the failure tests and the benchmark program; each uses part of it.
 #![allow(dead_code)]
 
 use std::io::{BufRead, BufReader, Write};
 use std::process::{Child, ChildStdin, Command, Stdio};
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
@@ -47,8 +52,10 @@ pub fn main_if_child() {
             .expect("subscribe")
             .into_inner();
         let instance = Arc::new(Mutex::new(String::new()));
+        let stream_open = Arc::new(AtomicBool::new(true));
         let commands = {
             let (instance, client) = (instance.clone(), client.clone());
+            let stream_open = stream_open.clone();
             tokio::task::spawn_blocking(move || {
                 let handle = tokio::runtime::Handle::current();
                 for line in std::io::stdin().lines() {
@@ -61,23 +68,11 @@ pub fn main_if_child() {
                             execution_id: parts[1].to_string(),
                             items,
                         };
-                        // The first call after the sidecar dropped the connection can fail
-                        // in transport (CANCELLED / UNAVAILABLE): retry as a real client would.
-                        let mut code = 0;
-                        for _ in 0..5 {
-                            let mut client = client.clone();
-                            code = match handle.block_on(client.complete(request.clone())) {
-                                Ok(_) => 0,
-                                Err(status) => status.code() as i32,
-                            };
-                            if code != tonic::Code::Cancelled as i32
-                                && code != tonic::Code::Unavailable as i32
-                            {
-                                break;
-                            }
-                            std::thread::sleep(std::time::Duration::from_millis(200));
+                        let code = answer(&handle, &client, &request, &stream_open);
+                        match code {
+                            Some(code) => println!("ANSWER {} {code}", parts[1]),
+                            None => println!("ANSWER {} VOID", parts[1]),
                         }
-                        println!("ANSWER {} {code}", parts[1]);
                     }
                 }
             })
@@ -88,6 +83,7 @@ pub fn main_if_child() {
             }
             println!("EVENT {}", hex(&event.encode_to_vec()));
         }
+        stream_open.store(false, Ordering::SeqCst);
         println!("END");
         // Keep answering commands (a late Complete, say) until the parent closes stdin.
         let _ = commands.await;
@@ -95,10 +91,47 @@ pub fn main_if_child() {
     std::process::exit(0);
 }
 
+/// Sends one `Complete` as the contract says: again after a transport failure while the stream
+/// is open, never once it has ended. The gRPC code of the sidecar's reply, or `None` (void).
+fn answer(
+    handle: &tokio::runtime::Handle,
+    client: &WorkerClient<tonic::transport::Channel>,
+    request: &CompleteRequest,
+    stream_open: &AtomicBool,
+) -> Option<i32> {
+    for _ in 0..50 {
+        if !stream_open.load(Ordering::SeqCst) {
+            return None;
+        }
+        let mut client = client.clone();
+        match handle.block_on(client.complete(request.clone())) {
+            Ok(_) => return Some(0),
+            Err(status) if is_transport_error(&status) => {
+                std::thread::sleep(std::time::Duration::from_millis(100));
+            }
+            Err(status) => return Some(status.code() as i32),
+        }
+    }
+    None
+}
+
+/// Whether a call failed on its way (so the sidecar may not have seen it) rather than being
+/// answered by the sidecar: the connection was closed or refused the stream.
+pub fn is_transport_error(status: &tonic::Status) -> bool {
+    use tonic::Code;
+    match status.code() {
+        Code::Unavailable | Code::Cancelled | Code::Unknown => true,
+        // A stream the server never accepted (a GOAWAY arrived first) is reported as INTERNAL
+        // with an h2 error; the sidecar itself never answers INTERNAL.
+        Code::Internal => status.message().contains("h2 protocol error"),
+        _ => false,
+    }
+}
+
 #[derive(Default)]
 struct Seen {
     events: Vec<(Instant, WorkerEvent)>,
-    answers: Vec<(String, i32)>,
+    answers: Vec<(String, Option<i32>)>,
     /// When each `Complete` was sent.
     sent: Vec<(String, Instant)>,
     ended: bool,
@@ -148,8 +181,8 @@ impl ChildWorker {
                     seen.events.push((Instant::now(), event));
                 } else if let Some(answer) = line.strip_prefix("ANSWER ") {
                     let (exec, code) = answer.split_once(' ').expect("answer");
-                    seen.answers
-                        .push((exec.to_string(), code.parse().expect("code")));
+                    let code = (code != "VOID").then(|| code.parse().expect("code"));
+                    seen.answers.push((exec.to_string(), code));
                 } else if line == "END" {
                     seen.ended = true;
                 }
@@ -232,8 +265,9 @@ impl ChildWorker {
         self.triggers().remove(0)
     }
 
-    /// Sends `Complete` from the child and returns the gRPC code (0 = OK).
-    pub async fn complete(&mut self, execution_id: &str, items: &[i32]) -> i32 {
+    /// Sends `Complete` from the child and returns the gRPC code (0 = OK), or `None` when the
+    /// child did not send it because its stream had ended (the answer is void).
+    pub async fn complete(&mut self, execution_id: &str, items: &[i32]) -> Option<i32> {
         let items: Vec<String> = items.iter().map(|i| i.to_string()).collect();
         self.seen
             .lock()
@@ -253,6 +287,12 @@ impl ChildWorker {
             .find(|(e, _)| e == execution_id)
             .map(|(_, c)| *c)
             .unwrap()
+    }
+
+    /// Waits until the child has seen its stream end.
+    pub async fn wait_stream_end(&self, timeout: Duration) {
+        self.wait("the end of its stream", timeout, |s| s.ended)
+            .await;
     }
 
     fn signal(&self, signal: &str) {

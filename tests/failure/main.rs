@@ -10,12 +10,13 @@ use std::time::{Duration, Instant};
 
 use child::ChildWorker;
 use common::ledger::{self, Ledger, Stop};
+use common::proxy::Proxy;
 use common::{
     job_config, subscribe_request, zk_tree, Sidecar, SidecarOptions, TestWorker, TimedEvent,
     ZooKeeper,
 };
 use shardcar::proto::worker_event::Event;
-use shardcar::proto::{JobConfig, Trigger, TriggerSource};
+use shardcar::proto::{CompleteRequest, JobConfig, Trigger, TriggerSource};
 use tonic::Code;
 use zookeeper_client::{Acls, Client, CreateMode};
 
@@ -124,6 +125,21 @@ async fn wait_answered(w: &TestWorker, execution: &str) {
         "{execution} never answered:\n{}",
         w.summary()
     );
+}
+
+/// Sends `Complete` for `instance`'s `execution` over a connection of its own and returns the
+/// sidecar's refusal.
+async fn late_complete(car: &Sidecar, instance: &str, execution: &str, item: i32) -> tonic::Status {
+    let request = CompleteRequest {
+        instance_id: instance.to_string(),
+        execution_id: execution.to_string(),
+        items: vec![item],
+    };
+    car.client()
+        .await
+        .complete(request)
+        .await
+        .expect_err("a late Complete must be refused")
 }
 
 /// A worker's record for the ledger: name, events, answers sent, what the test did to it.
@@ -328,11 +344,18 @@ async fn a_frozen_worker_is_found_by_keepalive_and_its_late_answer_is_refused() 
         stopped - at
     );
     frozen.resume();
+    // Its connection was closed by keepalive while it was stopped: once the worker has seen its
+    // stream end, its late answer is void and a worker that follows the contract does not send
+    // it (the other order, a call that goes out on the closed connection, is the proxy test).
+    frozen.wait_stream_end(WAIT).await;
     let code = frozen.complete(&trigger.execution_id, &[item]).await;
+    assert_eq!(code, None, "an answer for an ended stream must not be sent");
+    // Sent anyway, over a new connection, the sidecar refuses it.
+    let late = late_complete(&a, &frozen.instance_id(), &trigger.execution_id, item).await;
     assert_eq!(
-        code,
-        Code::FailedPrecondition as i32,
-        "late Complete must be refused"
+        late.code(),
+        Code::FailedPrecondition,
+        "late Complete must be refused: {late:?}"
     );
     wait_answered(&other, &failover.execution_id).await;
     check_runs(&[
@@ -344,6 +367,59 @@ async fn a_frozen_worker_is_found_by_keepalive_and_its_late_answer_is_refused() 
         ),
         ("other", other.events(), other.answers(), None),
     ]);
+}
+
+/// The other order of the race above, arranged with a proxy instead of waited for: the worker
+/// is cut off (its connection frozen, as a stopped process's would be), keepalive closes it on
+/// the sidecar's side, and the worker's late `Complete` is written to the dead connection before
+/// the worker can read that close. It fails in transport: it never reached the sidecar, it is
+/// not a refusal, and the worker's stream has ended with it. Over a new connection the same
+/// answer is refused.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_late_answer_on_a_connection_the_sidecar_closed_fails_in_transport() {
+    let car = Sidecar::start(SidecarOptions::standalone()).await;
+    let proxy = Proxy::start(car.addr()).await;
+    let config = job_config("late", "* * * * * ?", 1);
+    let worker = TestWorker::subscribe(&proxy.endpoint(), subscribe_request(config))
+        .await
+        .unwrap();
+    let trigger = worker.next_trigger(WAIT).await.unwrap();
+    proxy.freeze();
+    proxy
+        .wait("close by the sidecar (keepalive)", WAIT, |p| {
+            p.upstream_closes_held() > 0
+        })
+        .await;
+    let before = proxy.held_from_client();
+    let request = CompleteRequest {
+        instance_id: worker.instance_id().to_string(),
+        execution_id: trigger.execution_id.clone(),
+        items: items_of(&trigger),
+    };
+    let mut client = worker.client();
+    let call = tokio::spawn(async move { client.complete(request).await });
+    proxy
+        .wait("late Complete from the worker", WAIT, |p| {
+            p.held_from_client() > before
+        })
+        .await;
+    proxy.heal();
+    let status = call.await.unwrap().expect_err("the answer cannot succeed");
+    // The sidecar's GOAWAY arrives after the call's stream was opened: h2 fails that stream,
+    // which tonic reports as INTERNAL "h2 protocol error" (what failed #17 at random).
+    assert!(
+        child::is_transport_error(&status) && status.message().contains("h2 protocol error"),
+        "a call on a connection the sidecar closed fails in transport, not as the sidecar's reply: {status:?}"
+    );
+    worker.wait_stream_end(WAIT).await.unwrap();
+    let late = late_complete(
+        &car,
+        worker.instance_id(),
+        &trigger.execution_id,
+        items_of(&trigger)[0],
+    )
+    .await;
+    assert_eq!(late.code(), Code::FailedPrecondition, "{late:?}");
 }
 
 #[tokio::test(flavor = "multi_thread")]
