@@ -25,6 +25,8 @@ pub struct Settings {
     pub lease: Duration,
     pub keepalive_interval: Duration,
     pub keepalive_timeout: Duration,
+    /// How long a graceful shutdown (SIGTERM) may take before the process exits anyway.
+    pub shutdown_grace: Duration,
     pub log_level: String,
     pub log_format: LogFormat,
     /// `host:port` for the Prometheus `/metrics` endpoint; `None`: no endpoint.
@@ -80,7 +82,8 @@ pub fn parse_duration(text: &str) -> Result<Duration, String> {
     if !seconds.is_finite() || seconds < 0.0 {
         return Err(format!("{text:?} is not a positive duration"));
     }
-    Ok(Duration::from_secs_f64(seconds))
+    Duration::try_from_secs_f64(seconds)
+        .map_err(|_| format!("{text:?} is too long to be a duration"))
 }
 
 /// The default number of finished executions kept in memory.
@@ -102,6 +105,7 @@ pub struct Flags {
     pub lease: Option<String>,
     pub keepalive_interval: Option<String>,
     pub keepalive_timeout: Option<String>,
+    pub shutdown_grace: Option<String>,
     pub log_level: Option<String>,
     pub log_format: Option<String>,
     pub metrics_listen: Option<String>,
@@ -122,6 +126,7 @@ pub const SETTINGS: &[(&str, &str, &str)] = &[
     ("lease", "half the session timeout", "worker lease length (capped at half the session timeout)"),
     ("keepalive_interval", "1s", "HTTP/2 keepalive ping interval on worker connections"),
     ("keepalive_timeout", "3s", "a worker that does not answer a ping within this long is dead"),
+    ("shutdown_grace", "10s", "SIGTERM: how long the drain may take (at least the lease); the process exits by then"),
     ("log_level", "info", "log filter in RUST_LOG syntax (RUST_LOG is used when neither the flag is given)"),
     ("log_format", "text", "text or json"),
     ("metrics_listen", "(none: no endpoint)", "host:port of the Prometheus endpoint (GET /metrics)"),
@@ -365,6 +370,21 @@ impl Settings {
         if keepalive_timeout.is_zero() {
             return Err(bad(&origin, "must be longer than zero"));
         }
+        let (shutdown_grace, origin) = layers.duration(
+            flags.shutdown_grace,
+            "shutdown_grace",
+            Duration::from_secs(10).max(lease.min(session_timeout / 2)),
+        )?;
+        let effective_lease = lease.min(session_timeout / 2);
+        if shutdown_grace < effective_lease {
+            return Err(bad(
+                &origin,
+                format!(
+                    "must be at least the lease ({} ms): a drain waits for its workers' leases to run out",
+                    effective_lease.as_millis()
+                ),
+            ));
+        }
         let log_level = match flags
             .log_level
             .map(|v| (v, "--log-level".to_string()))
@@ -448,6 +468,7 @@ impl Settings {
             lease,
             keepalive_interval,
             keepalive_timeout,
+            shutdown_grace,
             log_level,
             log_format,
             metrics_listen,

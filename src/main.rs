@@ -63,6 +63,9 @@ struct RunArgs {
     /// A worker that does not answer a ping within this long is dead [default: 3s]
     #[arg(long, value_name = "DURATION")]
     keepalive_timeout: Option<String>,
+    /// SIGTERM: the drain ends and the process exits within this long (at least the lease) [default: 10s]
+    #[arg(long, value_name = "DURATION")]
+    shutdown_grace: Option<String>,
     /// Log filter (RUST_LOG syntax) [default: info]
     #[arg(long, value_name = "LEVEL")]
     log_level: Option<String>,
@@ -108,6 +111,7 @@ fn main() -> ExitCode {
         lease: args.lease,
         keepalive_interval: args.keepalive_interval,
         keepalive_timeout: args.keepalive_timeout,
+        shutdown_grace: args.shutdown_grace,
         log_level: args.log_level,
         log_format: args.log_format,
         metrics_listen: args.metrics_listen,
@@ -133,7 +137,11 @@ fn main() -> ExitCode {
             return ExitCode::FAILURE;
         }
     };
-    match runtime.block_on(shardcar::sidecar::run(settings, shutdown_signal())) {
+    let result = runtime.block_on(shardcar::sidecar::run(settings, shutdown_signal()));
+    // Tasks still running (a ZooKeeper client's, a stream's) are not waited for: the drain
+    // already gave back what matters.
+    runtime.shutdown_timeout(std::time::Duration::from_millis(200));
+    match result {
         Ok(()) => ExitCode::SUCCESS,
         Err(e) => {
             tracing::error!("{e}");

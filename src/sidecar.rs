@@ -1,19 +1,26 @@
-//! The sidecar process: connect the registry, serve gRPC, and shut down in order.
+//! The sidecar process: connect the registry, serve gRPC, and shut down in order within the
+//! grace: health NOT_SERVING, every job drained at once (workers told `Shutdown`, their work
+//! answered or their leases run out, instances removed), session closed, exit.
+//!
+//! Every task the sidecar starts is tracked (a [`TaskTracker`]) and cancelled together (a
+//! [`CancellationToken`]), so nothing outlives the shutdown.
 
 use std::future::Future;
+use std::sync::Arc;
 use std::time::Duration;
 
 use tokio_stream::wrappers::{TcpListenerStream, UnixListenerStream};
+use tokio_stream::StreamExt;
 use tokio_util::sync::CancellationToken;
+use tokio_util::task::TaskTracker;
 use tonic::transport::Server;
 use tracing::{info, warn};
 
-use std::sync::Arc;
-
 use crate::api::admin::AdminService;
+use crate::api::connection::TrackedIo;
 use crate::api::worker::WorkerService;
 use crate::config::Settings;
-use crate::coordination::{Coordinator, Leases};
+use crate::coordination::{Coordinator, CoordinatorSettings};
 use crate::ops::history::{History, HistoryFileError};
 use crate::ops::metrics::Metrics;
 use crate::ops::OpsObserver;
@@ -21,9 +28,6 @@ use crate::proto::admin_server::AdminServer;
 use crate::proto::worker_server::WorkerServer;
 use crate::registry::{Registry, SessionState, ZkSettings};
 use crate::schedule::Timer;
-
-/// How long a graceful shutdown may take before the process exits anyway.
-pub const SHUTDOWN_GRACE: Duration = Duration::from_secs(10);
 
 /// Errors that stop the sidecar from starting.
 #[derive(Debug, thiserror::Error)]
@@ -63,7 +67,8 @@ pub async fn run(
                 session_timeout: settings.session_timeout,
                 connection_timeout: settings.connection_timeout,
                 digest: settings.digest.clone(),
-                op_timeout: settings.session_timeout,
+                // Well inside the self-fencing window (2/3 of the session timeout).
+                op_timeout: settings.session_timeout / 4,
             };
             let registry = Registry::zookeeper(zk)
                 .await
@@ -99,43 +104,41 @@ pub async fn run(
         None => None,
     };
     let cancel = CancellationToken::new();
+    let tracker = TaskTracker::new();
     if let Some(listener) = metrics_listener {
         info!(metrics = %settings.metrics_listen.map(|a| a.to_string()).unwrap_or_default(), "serving Prometheus metrics at /metrics");
-        tokio::spawn(crate::ops::http::serve(
+        tracker.spawn(crate::ops::http::serve(
             listener,
             metrics.clone(),
             cancel.clone(),
         ));
     }
-    tokio::spawn(crate::ops::metrics::track_session(
+    tracker.spawn(crate::ops::metrics::track_session(
         registry.clone(),
         metrics.clone(),
         cancel.clone(),
     ));
     let timer = Timer::spawn();
-    let leases = Leases::spawn(
-        registry.clone(),
-        settings.lease,
-        settings.session_timeout,
-        cancel.clone(),
-    );
     let coordinator = Coordinator::new(
         registry.clone(),
         timer,
-        settings.advertise_ip.clone(),
-        leases,
-        settings.session_timeout,
+        CoordinatorSettings {
+            ip: settings.advertise_ip.clone(),
+            lease: settings.lease,
+            session_timeout: settings.session_timeout,
+        },
         Arc::new(OpsObserver {
             history: history.clone(),
             metrics: metrics.clone(),
         }),
+        tracker.clone(),
     );
 
     let (health, health_service) = tonic_health::server::health_reporter();
     health.set_serving::<WorkerServer<WorkerService>>().await;
     health.set_serving::<AdminServer<AdminService>>().await;
     let draining = CancellationToken::new();
-    tokio::spawn(track_health(
+    tracker.spawn(track_health(
         registry.clone(),
         health.clone(),
         draining.clone(),
@@ -163,12 +166,19 @@ pub async fn run(
         )));
 
     let drained = CancellationToken::new();
+    let grace = settings.shutdown_grace;
+    let (hard_deadline_tx, hard_deadline_rx) = tokio::sync::watch::channel(None);
     let signal = {
         let (coordinator, health, drained) = (coordinator.clone(), health.clone(), drained.clone());
         let draining = draining.clone();
         async move {
             shutdown.await;
-            info!("shutting down: draining workers");
+            let started = std::time::Instant::now();
+            let _ = hard_deadline_tx.send(Some(started + grace));
+            info!(
+                grace_ms = grace.as_millis() as u64,
+                "shutting down: draining workers"
+            );
             draining.cancel();
             health.set_not_serving::<AdminServer<AdminService>>().await;
             health
@@ -177,7 +187,9 @@ pub async fn run(
             health
                 .set_service_status("", tonic_health::ServingStatus::NotServing)
                 .await;
-            coordinator.drain("the sidecar is shutting down").await;
+            // Leave room within the grace to close the session and the listener.
+            let margin = (grace / 10).min(Duration::from_secs(1));
+            coordinator.drain(started + grace - margin).await;
             drained.cancel();
         }
     };
@@ -191,8 +203,9 @@ pub async fn run(
                     source,
                 })?;
             info!(listen = %listen, ip = %settings.advertise_ip, "shardcar listening");
+            let incoming = UnixListenerStream::new(listener).map(|c| c.map(TrackedIo::new));
             router
-                .serve_with_incoming_shutdown(UnixListenerStream::new(listener), signal)
+                .serve_with_incoming_shutdown(incoming, signal)
                 .await?;
         } else {
             let listener = tokio::net::TcpListener::bind(&listen)
@@ -202,21 +215,51 @@ pub async fn run(
                     source,
                 })?;
             info!(listen = %listen, ip = %settings.advertise_ip, "shardcar listening");
+            let incoming = TcpListenerStream::new(listener).map(|c| {
+                c.inspect(|s| {
+                    let _ = s.set_nodelay(true);
+                })
+                .map(TrackedIo::new)
+            });
             router
-                .serve_with_incoming_shutdown(TcpListenerStream::new(listener), signal)
+                .serve_with_incoming_shutdown(incoming, signal)
                 .await?;
         }
         Ok::<(), RunError>(())
     };
+    // The listener closes once the drain is over and its connections are done; a connection
+    // that lingers does not hold the process past the grace.
+    let hard_deadline = async move {
+        let mut rx = hard_deadline_rx;
+        let at = loop {
+            if let Some(at) = *rx.borrow_and_update() {
+                break at;
+            }
+            if rx.changed().await.is_err() {
+                std::future::pending::<()>().await;
+            }
+        };
+        tokio::time::sleep_until(at.into()).await;
+    };
     let result = tokio::select! {
         result = serve => result,
-        _ = async { drained.cancelled().await; tokio::time::sleep(SHUTDOWN_GRACE).await } => {
-            warn!("connections did not close within the grace period; exiting anyway");
+        _ = hard_deadline => {
+            warn!("the shutdown grace is over; exiting anyway");
             Ok(())
         }
     };
+    let _ = drained;
     cancel.cancel();
-    registry.close().await;
+    tracker.close();
+    if coordinator.is_empty() {
+        // Every instance left: close the session, so its ephemeral nodes go at once.
+        let _ = tokio::time::timeout(Duration::from_secs(1), registry.close()).await;
+    } else {
+        // Some worker may still hold a lease: leave the session to expire on its own (it
+        // outlives every lease), so no peer takes their items before they have stopped.
+        warn!("not every worker was released within the grace: the ZooKeeper session is left to expire");
+    }
+    let _ = tokio::time::timeout(Duration::from_millis(500), tracker.wait()).await;
     info!("shardcar stopped");
     result
 }

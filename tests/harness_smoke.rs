@@ -6,9 +6,9 @@ mod common;
 use common::{free_port, job_config, subscribe_request, zk_tree, StreamEnd, TestWorker, ZooKeeper};
 use shardcar::proto::worker_server::{Worker, WorkerServer};
 use shardcar::proto::{
-    worker_event::Event, Assignment, CompleteRequest, CompleteResponse, Registered,
-    ReportFailureRequest, ReportFailureResponse, ShardItem, SubscribeRequest, Trigger,
-    TriggerSource, WorkerEvent,
+    worker_event::Event, Assignment, CompleteRequest, CompleteResponse, DeclineRequest,
+    DeclineResponse, Registered, ReportFailureRequest, ReportFailureResponse, ShardItem,
+    SubscribeRequest, Trigger, TriggerSource, WorkerEvent,
 };
 use std::collections::HashSet;
 use std::pin::Pin;
@@ -267,6 +267,13 @@ impl Worker for FakeWorkerService {
             .failures
             .push(request.into_inner());
         Ok(Response::new(ReportFailureResponse {}))
+    }
+
+    async fn decline(
+        &self,
+        _request: Request<DeclineRequest>,
+    ) -> Result<Response<DeclineResponse>, Status> {
+        Ok(Response::new(DeclineResponse {}))
     }
 }
 

@@ -13,7 +13,7 @@ use tokio_stream::Stream;
 use tonic::{Request, Response, Status};
 
 use crate::elasticjob::paths::{JobNode, JobPaths, ServerStatus};
-use crate::ops::history::{self, History};
+use crate::ops::history::History;
 use crate::ops::jobs::{self, check_job_name, AdminError};
 use crate::proto;
 use crate::proto::admin_server::Admin;
@@ -226,7 +226,7 @@ impl Admin for AdminService {
             .history
             .recent(job, req.limit as usize)
             .iter()
-            .map(history::to_proto)
+            .map(crate::api::events::execution_info)
             .collect();
         Ok(Response::new(proto::ListExecutionsResponse { executions }))
     }

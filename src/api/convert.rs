@@ -4,11 +4,11 @@
 
 use std::collections::BTreeMap;
 
-use crate::coordination::strategy::StrategyType;
 use crate::coordination::CoordError;
 use crate::elasticjob::config::{format_item_parameters, JobConfiguration};
 use crate::elasticjob::extras::JobExtras;
 use crate::elasticjob::paths::validate_job_name;
+use crate::elasticjob::strategy::StrategyType;
 use crate::proto;
 use crate::schedule::{validate_time_zone, CronSchedule};
 

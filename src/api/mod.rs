@@ -1,6 +1,10 @@
-//! The gRPC services: [`worker`] (the worker contract), [`admin`] (operations) and the wire
-//! conversions in [`convert`].
+//! The gRPC services: [`worker`] (the worker contract), [`admin`] (operations); the wire
+//! conversions in [`convert`] and [`events`], the status mapping in [`error`], and
+//! [`connection`], which tells the coordinator who closed a worker's connection.
 
 pub mod admin;
+pub mod connection;
 pub mod convert;
+pub mod error;
+pub mod events;
 pub mod worker;

@@ -2,19 +2,27 @@
 //! [`Coordinator`]. Every error names the field or state a client must fix.
 
 use std::pin::Pin;
+use std::sync::Arc;
 
 use tokio_stream::wrappers::ReceiverStream;
-use tokio_stream::Stream;
+use tokio_stream::{Stream, StreamExt};
 use tonic::{Request, Response, Status};
 
+use crate::api::connection::ConnState;
 use crate::api::convert::{check_job_name, from_proto};
-use crate::coordination::{CoordError, Coordinator, ItemOutcome, Subscription};
+use crate::api::events::to_wire;
+use crate::coordination::{
+    Connection, CoordError, Coordinator, InProcess, ItemOutcome, Subscription,
+};
 use crate::elasticjob::instance::instance_id;
 use crate::proto::worker_server::Worker;
 use crate::proto::{
-    CompleteRequest, CompleteResponse, ReportFailureRequest, ReportFailureResponse,
-    SubscribeRequest, WorkerEvent,
+    CompleteRequest, CompleteResponse, DeclineRequest, DeclineResponse, ReportFailureRequest,
+    ReportFailureResponse, SubscribeRequest, WorkerEvent,
 };
+
+/// The longest `ReportFailure.error` and `Decline.reason` accepted, in bytes.
+pub const MAX_ERROR_BYTES: usize = 16 * 1024;
 
 /// The worker service of one sidecar.
 pub struct WorkerService {
@@ -50,6 +58,19 @@ fn check_instance_id(id: &str) -> Result<(), Status> {
     Ok(())
 }
 
+fn check_text(field: &str, text: &str) -> Result<(), Status> {
+    if text.len() > MAX_ERROR_BYTES {
+        return Err(invalid(
+            field,
+            format!(
+                "is {} bytes; at most {MAX_ERROR_BYTES} are accepted: send the first {MAX_ERROR_BYTES} bytes (clients truncate it)",
+                text.len()
+            ),
+        ));
+    }
+    Ok(())
+}
+
 fn check_execution_id(id: &str) -> Result<(), Status> {
     if id.is_empty() {
         return Err(invalid(
@@ -68,6 +89,10 @@ impl Worker for WorkerService {
         &self,
         request: Request<SubscribeRequest>,
     ) -> Result<Response<Self::SubscribeStream>, Status> {
+        let connection: Arc<dyn Connection> = match request.extensions().get::<Arc<ConnState>>() {
+            Some(state) => state.clone(),
+            None => Arc::new(InProcess),
+        };
         let req = request.into_inner();
         check_job_name("job_name", &req.job_name)?;
         let id = if !req.instance_id.is_empty() {
@@ -91,9 +116,11 @@ impl Worker for WorkerService {
             instance_id: id,
             config,
             overwrite: req.overwrite,
+            connection,
         };
         let (_, events) = self.coordinator.subscribe(subscription).await?;
-        Ok(Response::new(Box::pin(ReceiverStream::new(events))))
+        let stream = ReceiverStream::new(events).map(|event| Ok(to_wire(event)));
+        Ok(Response::new(Box::pin(stream)))
     }
 
     async fn complete(
@@ -127,6 +154,7 @@ impl Worker for WorkerService {
         let req = request.into_inner();
         check_instance_id(&req.instance_id)?;
         check_execution_id(&req.execution_id)?;
+        check_text("error", &req.error)?;
         let error = if req.error.is_empty() {
             "no error text given".to_string()
         } else {
@@ -140,5 +168,19 @@ impl Worker for WorkerService {
             )
             .await?;
         Ok(Response::new(ReportFailureResponse {}))
+    }
+
+    async fn decline(
+        &self,
+        request: Request<DeclineRequest>,
+    ) -> Result<Response<DeclineResponse>, Status> {
+        let req = request.into_inner();
+        check_instance_id(&req.instance_id)?;
+        check_execution_id(&req.execution_id)?;
+        check_text("reason", &req.reason)?;
+        self.coordinator
+            .decline(&req.instance_id, &req.execution_id, req.items, &req.reason)
+            .await?;
+        Ok(Response::new(DeclineResponse {}))
     }
 }

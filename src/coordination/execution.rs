@@ -7,10 +7,11 @@
 
 use std::collections::{BTreeMap, BTreeSet};
 
-use tokio::time::Instant;
+use std::time::Instant;
 
+use crate::coordination::events::Source;
+pub use crate::coordination::failover::Release;
 use crate::coordination::view::JobView;
-use crate::proto::TriggerSource;
 
 /// What one fire does for one local instance.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
@@ -94,41 +95,74 @@ pub fn catch_up(view: &JobView, items: &BTreeSet<i32>) -> Vec<i32> {
 pub enum ItemOutcome {
     Completed,
     Failed(String),
-    /// The sidecar took the item back (revoke, timeout, fencing); answers are refused.
+    /// The sidecar took the item back (revoke, timeout, fencing, decline); answers are refused.
     Revoked(String),
 }
 
-/// One execution in flight on a local instance.
+/// Why an execution no longer holds its items, and what becomes of their nodes.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Void {
+    pub reason: String,
+    pub release: Release,
+    /// `Revoke` was sent: the items are released once the worker declines them (or answers)
+    /// or its lease runs out, whichever comes first.
+    pub waiting_ack: bool,
+}
+
+/// One execution on a local instance.
 #[derive(Debug, Clone)]
 pub struct Execution {
     pub id: String,
     pub instance_id: String,
-    pub source: TriggerSource,
+    pub source: Source,
     pub items: BTreeSet<i32>,
-    pub outcomes: BTreeMap<i32, ItemOutcome>,
-    pub fencing_tokens: BTreeMap<i32, i64>,
+    pub fire_time: chrono::DateTime<chrono::Utc>,
     pub started: Instant,
     /// Wall-clock start, for the execution history.
     pub started_at: std::time::SystemTime,
-    /// Created `running` nodes (monitorExecution on when the execution started).
-    pub monitored: bool,
     /// Unanswered items fail after this long (`execution_timeout_seconds`).
     pub timeout: Option<std::time::Duration>,
-    /// The worker's lease lapse count when the execution started (see `Leases::lapses`).
-    pub lease_lapses: u64,
+    /// Created `running` nodes (monitorExecution on when the execution started).
+    pub monitored: bool,
+    /// The registry session it was started in.
+    pub generation: u64,
+    /// The worker's lease epoch when the trigger was sent (see `WorkerLease::epoch`).
+    pub lease_epoch: u64,
+    /// Whether the `Trigger` was sent (false while its `running` nodes are being written).
+    pub delivered: bool,
+    pub fencing_tokens: BTreeMap<i32, i64>,
+    /// Per item: the data version of `sharding/{i}` after this execution started; ending the
+    /// item is conditional on it.
+    pub versions: BTreeMap<i32, i32>,
+    /// Items answered (or released), with how.
+    pub outcomes: BTreeMap<i32, ItemOutcome>,
+    /// Items whose answer is being written.
+    pub committing: BTreeSet<i32>,
+    /// Items whose answer was written with an unknown outcome (no reply from the registry):
+    /// resolved by the next read of the job.
+    pub uncertain: BTreeMap<i32, ItemOutcome>,
+    /// Items whose release is being written.
+    pub releasing: BTreeSet<i32>,
+    /// Set once the execution no longer holds its items.
+    pub void: Option<Void>,
 }
 
 impl Execution {
-    /// Items not answered yet.
-    pub fn pending(&self) -> Vec<i32> {
+    /// Items neither answered, nor being answered or released.
+    pub fn unreleased(&self) -> Vec<i32> {
         self.items
             .iter()
             .copied()
-            .filter(|i| !self.outcomes.contains_key(i))
+            .filter(|i| {
+                !self.outcomes.contains_key(i)
+                    && !self.committing.contains(i)
+                    && !self.uncertain.contains_key(i)
+                    && !self.releasing.contains(i)
+            })
             .collect()
     }
 
-    /// Whether every item is answered.
+    /// Whether every item has an outcome.
     pub fn is_done(&self) -> bool {
         self.outcomes.len() == self.items.len()
     }

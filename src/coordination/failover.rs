@@ -1,32 +1,57 @@
-//! Failover and clean-up of execution nodes (elasticjob-layout.md §5.5).
+//! The writes that start, end and hand over items (elasticjob-layout: `docs/elasticjob-compat.md`,
+//! "Execution nodes and failover"), as pure functions of a [`JobView`].
 //!
-//! Nodes and rules are ElasticJob's: a crashed instance's running items are flagged under
-//! `leader/failover/items/{i}`; an idle instance takes one under the `leader/failover/latch`
-//! mutex (the first in descending string order), writes `sharding/{i}/failover` (ephemeral) and
-//! `failovering` (persistent) with its id, and runs it. shardcar flags the items of a worker
-//! the moment its stream ends (in the same multi-op that deletes its instance), and the
-//! leader clears nodes left by instances that are gone, so none stays stuck (#2429).
+//! Nodes and rules are ElasticJob's: a running item has `sharding/{i}/running` (its runner's
+//! id); an item left by an instance that went away is flagged under `leader/failover/items/{i}`;
+//! an idle instance takes flagged items under the `leader/failover/latch` mutex, writing
+//! `sharding/{i}/failover` (ephemeral) and `failovering` with its id, and runs them.
+//!
+//! What shardcar adds is a fence. Every write here that creates or deletes `running`,
+//! `failover`, `failovering` or a failover flag of item `i` also replaces the (empty) data of
+//! `sharding/{i}` *at the version it was decided from*. That version is the item's execution
+//! epoch: it moves with every start and end of a run, so a write decided on a stale view —
+//! a sidecar back from a pause, a leader racing a live execution — fails as a whole instead of
+//! landing. `sharding/{i}` keeps its empty data, so ElasticJob sees nothing new. Our `running`
+//! nodes are also set once after creation (version 1), so ending one never deletes a node an
+//! ElasticJob process created in its place.
+
+use std::collections::BTreeMap;
 
 use crate::coordination::view::JobView;
 use crate::elasticjob::paths::{sort_descending, JobPaths};
-use crate::registry::{CreateMode, Error, Op, Registry};
+use crate::registry::{CreateMode, Op};
+
+/// The data version shardcar's `running` nodes have: created, then set once.
+pub const RUNNING_VERSION: i32 = 1;
+
+/// What becomes of the nodes of items an execution gives up.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Release {
+    /// The items failed (execution timeout): end them as after a failure.
+    Failed,
+    /// The worker stopped without finishing: flag them for failover (failover on) or free them.
+    Abandoned,
+    /// Nothing to write: the session that held them is gone, and the sidecar that comes back
+    /// (or the leader) releases what is left.
+    None,
+}
 
 fn failover_on(view: &JobView) -> bool {
     view.config.as_ref().is_some_and(|c| c.failover)
 }
 
-/// Operations that release the in-flight `items` of `instance_id`, whose worker is gone:
-/// with failover on, flag each running item for failover; then end them as [`finish_ops`].
-pub fn release_ops(view: &JobView, paths: &JobPaths, instance_id: &str, items: &[i32]) -> Vec<Op> {
-    let mut ops: Vec<Op> = items
-        .iter()
-        .filter(|i| {
-            failover_on(view) && runs(view, **i, instance_id) && !view.failover_items.contains(i)
-        })
-        .map(|i| Op::create(paths.failover_item(*i), Vec::new(), CreateMode::Persistent))
-        .collect();
-    ops.extend(finish_ops(view, paths, instance_id, items, true));
-    ops
+/// Replaces `sharding/{i}`'s data at `version`: the fence of every write about item `i`.
+pub fn bump(paths: &JobPaths, i: i32, version: i32) -> Op {
+    Op::SetData {
+        path: paths.item(i),
+        data: Vec::new(),
+        version: Some(version),
+    }
+}
+
+/// The current execution epoch of item `i` (`None` when `sharding/{i}` is not there).
+pub fn epoch(view: &JobView, i: i32) -> Option<i32> {
+    view.items.get(&i).and_then(|it| it.version)
 }
 
 /// Whether `instance_id` holds item `i`'s `running` node.
@@ -37,119 +62,396 @@ fn runs(view: &JobView, i: i32, instance_id: &str) -> bool {
         .is_some_and(|(id, _)| id == instance_id)
 }
 
-/// Operations that end items of `instance_id`'s execution: delete its `running` (when the
-/// execution was monitored) and its `failover` / `failovering` nodes.
+/// The writes that start `items` on `instance_id` (monitorExecution on): each item's fence,
+/// its `running` node (set once, so its stat tells the fencing token), and a check that the
+/// instance is still registered. `None` if an item has no `sharding/{i}` node.
+pub fn start_ops(
+    view: &JobView,
+    paths: &JobPaths,
+    instance_id: &str,
+    items: &[i32],
+) -> Option<Vec<Op>> {
+    let mode = if failover_on(view) {
+        CreateMode::Persistent
+    } else {
+        CreateMode::Ephemeral
+    };
+    let mut ops = vec![Op::Check {
+        path: paths.instance(instance_id),
+        version: -1,
+    }];
+    for i in items {
+        ops.push(bump(paths, *i, epoch(view, *i)?));
+        ops.push(Op::create(paths.item_running(*i), instance_id, mode));
+        ops.push(Op::SetData {
+            path: paths.item_running(*i),
+            data: instance_id.as_bytes().to_vec(),
+            version: Some(0),
+        });
+    }
+    Some(ops)
+}
+
+/// The writes that end `items` of `instance_id`'s execution (answered, or failed): its
+/// `running` nodes (when `monitored`; only ours, at our version) and its `failover` /
+/// `failovering` nodes, fenced by the epochs the execution left (`versions`). Should an item
+/// have been taken away meanwhile, the write fails.
 pub fn finish_ops(
     view: &JobView,
     paths: &JobPaths,
     instance_id: &str,
     items: &[i32],
+    versions: &BTreeMap<i32, i32>,
     monitored: bool,
 ) -> Vec<Op> {
     let mut ops = Vec::new();
     for i in items {
-        let Some(item) = view.items.get(i) else {
-            continue;
-        };
+        let item = view.items.get(i);
+        let mut item_ops = Vec::new();
         if monitored && runs(view, *i, instance_id) {
-            ops.push(Op::delete(paths.item_running(*i)));
+            item_ops.push(Op::Delete {
+                path: paths.item_running(*i),
+                version: Some(RUNNING_VERSION),
+            });
         }
-        if item.failover.as_deref() == Some(instance_id) {
-            ops.push(Op::delete(paths.item_failover(*i)));
+        if item.is_some_and(|it| it.failover.as_deref() == Some(instance_id)) {
+            item_ops.push(Op::delete(paths.item_failover(*i)));
         }
-        if item.failovering.as_deref() == Some(instance_id) {
-            ops.push(Op::delete(paths.item_failovering(*i)));
+        if item.is_some_and(|it| it.failovering.as_deref() == Some(instance_id)) {
+            item_ops.push(Op::delete(paths.item_failovering(*i)));
         }
+        if item_ops.is_empty() {
+            continue;
+        }
+        if let Some(v) = versions.get(i).copied().or_else(|| epoch(view, *i)) {
+            ops.push(bump(paths, *i, v));
+        }
+        ops.extend(item_ops);
     }
     ops
 }
 
-/// The leader's clean-up: execution nodes that name an instance that is no longer live.
-/// A `running` item of a dead instance is flagged for failover (failover on) or freed.
-pub fn cleanup_ops(view: &JobView, paths: &JobPaths) -> Vec<Op> {
+/// The writes that give up `items` of `instance_id`'s execution as `release` says: for
+/// `Abandoned` with failover on, each item it ran is flagged for failover; then they end as
+/// [`finish_ops`].
+pub fn release_ops(
+    view: &JobView,
+    paths: &JobPaths,
+    instance_id: &str,
+    items: &[i32],
+    versions: &BTreeMap<i32, i32>,
+    monitored: bool,
+    release: Release,
+) -> Vec<Op> {
+    if release == Release::None {
+        return Vec::new();
+    }
+    let mut ops = Vec::new();
+    for i in items {
+        let mut item_ops = finish_ops(view, paths, instance_id, &[*i], versions, monitored);
+        let flag = release == Release::Abandoned
+            && failover_on(view)
+            && (monitored || runs(view, *i, instance_id))
+            && !view.failover_items.contains(i);
+        if flag {
+            if item_ops.is_empty() {
+                if let Some(v) = versions.get(i).copied().or_else(|| epoch(view, *i)) {
+                    item_ops.push(bump(paths, *i, v));
+                }
+            }
+            item_ops.push(Op::create(
+                paths.failover_item(*i),
+                Vec::new(),
+                CreateMode::Persistent,
+            ));
+        }
+        ops.extend(item_ops);
+    }
+    ops
+}
+
+/// `running` nodes (and `failover` / `failovering` nodes) of items `0..total` that the caller
+/// may release: those naming an instance for which `release_for(instance, item)` holds. A `running` item is flagged for failover (failover on) or freed. Returns the writes and
+/// the items they touch.
+pub fn stale_ops(
+    view: &JobView,
+    paths: &JobPaths,
+    release_for: impl Fn(&str, i32) -> bool,
+    skip: impl Fn(i32) -> bool,
+) -> (Vec<Op>, Vec<i32>) {
     let live = |id: &str| view.instances.contains_key(id);
     let mut ops = Vec::new();
+    let mut touched = Vec::new();
     for (i, item) in view.items.range(..view.total()) {
+        if skip(*i) {
+            continue;
+        }
+        let mut item_ops = Vec::new();
         let dead_runner = item
             .running
             .as_ref()
-            .is_some_and(|(id, _)| !id.is_empty() && !live(id));
-        if dead_runner {
+            .map(|(id, _)| id.as_str())
+            .filter(|id| !id.is_empty() && release_for(id, *i));
+        if dead_runner.is_some() {
             let taken = item.failover.as_deref().is_some_and(live);
             if failover_on(view) && !taken && !view.failover_items.contains(i) {
-                ops.push(Op::create(
+                item_ops.push(Op::create(
                     paths.failover_item(*i),
                     Vec::new(),
                     CreateMode::Persistent,
                 ));
             }
-            ops.push(Op::delete(paths.item_running(*i)));
+            item_ops.push(Op::delete(paths.item_running(*i)));
         }
-        if item.failover.as_deref().is_some_and(|id| !live(id)) {
-            ops.push(Op::delete(paths.item_failover(*i)));
+        if item
+            .failover
+            .as_deref()
+            .is_some_and(|id| release_for(id, *i))
+        {
+            item_ops.push(Op::delete(paths.item_failover(*i)));
         }
-        if item.failovering.as_deref().is_some_and(|id| !live(id)) {
-            ops.push(Op::delete(paths.item_failovering(*i)));
+        if item
+            .failovering
+            .as_deref()
+            .is_some_and(|id| release_for(id, *i))
+        {
+            item_ops.push(Op::delete(paths.item_failovering(*i)));
         }
+        if item_ops.is_empty() {
+            continue;
+        }
+        let Some(v) = item.version else { continue };
+        ops.push(bump(paths, *i, v));
+        ops.extend(item_ops);
+        touched.push(*i);
     }
-    ops
+    (ops, touched)
 }
 
-/// ElasticJob's `failoverIfNecessary` callback: under the failover latch, take the first
-/// flagged item in descending string order for `instance_id`. Returns the item taken.
-///
-/// # Errors
-/// Registry errors; the latch is released either way.
-pub async fn claim(
-    registry: &Registry,
+/// The flagged items in the order ElasticJob takes them (descending string order: "9" before
+/// "10"), leaving out those `skip` names.
+pub fn flagged(view: &JobView, skip: impl Fn(i32) -> bool) -> Vec<i32> {
+    let mut names: Vec<String> = view.failover_items.iter().map(|i| i.to_string()).collect();
+    sort_descending(&mut names);
+    names
+        .iter()
+        .filter_map(|n| n.parse().ok())
+        .filter(|i| *i < view.total() && !skip(*i))
+        .collect()
+}
+
+/// The writes that claim flagged `items` for `instance_id` and start them: the fence, the flag
+/// removed, `failover` (ephemeral) and `failovering` written with its id (any stale ones
+/// replaced), and, when `monitored`, the `running` nodes as [`start_ops`].
+pub fn claim_ops(
+    view: &JobView,
     paths: &JobPaths,
     instance_id: &str,
-) -> Result<Option<i32>, Error> {
-    let latch = registry.acquire_latch(&paths.failover_latch()).await?;
-    let result = async {
-        let mut flagged = match registry.children(&paths.failover_items()).await {
-            Ok(children) => children,
-            Err(Error::NoNode(_)) => return Ok(None),
-            Err(e) => return Err(e),
-        };
-        sort_descending(&mut flagged);
-        let Some(item) = flagged.iter().find_map(|name| name.parse::<i32>().ok()) else {
-            return Ok(None);
-        };
-        let mut ops = Vec::new();
-        for path in [paths.item_failover(item), paths.item_failovering(item)] {
-            if registry.exists(&path).await?.is_some() {
-                ops.push(Op::Delete {
-                    path,
-                    version: None,
-                });
-            }
+    items: &[i32],
+    monitored: bool,
+) -> Option<Vec<Op>> {
+    let mode = if failover_on(view) {
+        CreateMode::Persistent
+    } else {
+        CreateMode::Ephemeral
+    };
+    let mut ops = vec![Op::Check {
+        path: paths.instance(instance_id),
+        version: -1,
+    }];
+    for i in items {
+        let item = view.items.get(i)?;
+        ops.push(bump(paths, *i, item.version?));
+        ops.push(Op::delete(paths.failover_item(*i)));
+        if item.failover.is_some() {
+            ops.push(Op::delete(paths.item_failover(*i)));
         }
-        ops.extend(claim_events(paths, item).into_iter().map(|op| match op {
-            Op::Create { path, mode, .. } => Op::Create {
-                path,
+        if item.failovering.is_some() {
+            ops.push(Op::delete(paths.item_failovering(*i)));
+        }
+        ops.push(Op::create(
+            paths.item_failover(*i),
+            instance_id,
+            CreateMode::Ephemeral,
+        ));
+        ops.push(Op::create(
+            paths.item_failovering(*i),
+            instance_id,
+            CreateMode::Persistent,
+        ));
+        if monitored {
+            if item.running.is_some() {
+                return None;
+            }
+            ops.push(Op::create(paths.item_running(*i), instance_id, mode));
+            ops.push(Op::SetData {
+                path: paths.item_running(*i),
                 data: instance_id.as_bytes().to_vec(),
-                mode,
-            },
-            other => other,
-        }));
-        registry.multi(ops).await?;
-        Ok(Some(item))
+                version: Some(0),
+            });
+        }
     }
-    .await;
-    latch.release().await?;
-    result
+    Some(ops)
 }
 
-/// The writes of a claim of `item` (data left empty: for applying to a cache).
-pub fn claim_events(paths: &JobPaths, item: i32) -> Vec<Op> {
-    vec![
-        Op::create(paths.item_failover(item), Vec::new(), CreateMode::Ephemeral),
-        Op::create(
-            paths.item_failovering(item),
-            Vec::new(),
-            CreateMode::Persistent,
-        ),
-        Op::delete(paths.failover_item(item)),
-    ]
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::coordination::view::ItemView;
+    use crate::elasticjob::config::JobConfiguration;
+    use crate::registry::Stat;
+
+    const A: &str = "10.0.0.1@-@1";
+    const B: &str = "10.0.0.2@-@1";
+
+    fn view() -> JobView {
+        let mut config = JobConfiguration::new("j", 3);
+        config.failover = true;
+        let mut v = JobView {
+            config: Some(config),
+            ..JobView::default()
+        };
+        v.instances.insert(A.into(), "10.0.0.1".into());
+        for i in 0..3 {
+            v.items.insert(
+                i,
+                ItemView {
+                    version: Some(4),
+                    owner: Some((A.into(), Stat::default())),
+                    ..ItemView::default()
+                },
+            );
+        }
+        v
+    }
+
+    fn paths_of(ops: &[Op]) -> Vec<String> {
+        ops.iter()
+            .map(|op| match op {
+                Op::Create { path, .. } => format!("+{path}"),
+                Op::Delete { path, .. } => format!("-{path}"),
+                Op::SetData { path, version, .. } => format!("={path}@{version:?}"),
+                Op::Check { path, .. } => format!("?{path}"),
+            })
+            .collect()
+    }
+
+    #[test]
+    fn starting_fences_each_item_and_checks_the_instance() {
+        let ops = start_ops(&view(), &JobPaths::new("j"), A, &[1]).unwrap();
+        assert_eq!(
+            paths_of(&ops),
+            [
+                "?/j/instances/10.0.0.1@-@1",
+                "=/j/sharding/1@Some(4)",
+                "+/j/sharding/1/running",
+                "=/j/sharding/1/running@Some(0)"
+            ]
+        );
+        let mut v = view();
+        v.items.get_mut(&2).unwrap().version = None;
+        assert!(start_ops(&v, &JobPaths::new("j"), A, &[2]).is_none());
+    }
+
+    #[test]
+    fn ending_uses_the_epoch_the_execution_left_and_only_our_running_node() {
+        let mut v = view();
+        v.items.get_mut(&0).unwrap().running = Some((A.into(), Stat::default()));
+        let versions = [(0, 5)].into();
+        let ops = finish_ops(&v, &JobPaths::new("j"), A, &[0], &versions, true);
+        assert_eq!(
+            paths_of(&ops),
+            ["=/j/sharding/0@Some(5)", "-/j/sharding/0/running"]
+        );
+        assert!(matches!(
+            ops[1],
+            Op::Delete {
+                version: Some(RUNNING_VERSION),
+                ..
+            }
+        ));
+        let released = release_ops(
+            &v,
+            &JobPaths::new("j"),
+            A,
+            &[0],
+            &versions,
+            true,
+            Release::Abandoned,
+        );
+        assert_eq!(
+            paths_of(&released),
+            [
+                "=/j/sharding/0@Some(5)",
+                "-/j/sharding/0/running",
+                "+/j/leader/failover/items/0"
+            ]
+        );
+        assert!(release_ops(
+            &v,
+            &JobPaths::new("j"),
+            A,
+            &[0],
+            &versions,
+            true,
+            Release::None
+        )
+        .is_empty());
+    }
+
+    #[test]
+    fn stale_nodes_are_left_to_a_live_runners_sidecar() {
+        let mut v = view();
+        v.items.get_mut(&1).unwrap().running = Some((B.into(), Stat::default()));
+        let (ops, items) = stale_ops(&v, &JobPaths::new("j"), |id, _| id == B, |_| false);
+        assert_eq!(items, [1]);
+        assert_eq!(
+            paths_of(&ops),
+            [
+                "=/j/sharding/1@Some(4)",
+                "+/j/leader/failover/items/1",
+                "-/j/sharding/1/running"
+            ]
+        );
+        let (ops, _) = stale_ops(&v, &JobPaths::new("j"), |_, _| false, |_| false);
+        assert!(
+            ops.is_empty(),
+            "nothing released while B's sidecar looks after it"
+        );
+    }
+
+    #[test]
+    fn flagged_items_come_in_elasticjobs_order_and_claims_replace_stale_nodes() {
+        let mut config = JobConfiguration::new("j", 12);
+        config.failover = true;
+        let mut v = JobView {
+            config: Some(config),
+            failover_items: vec![2, 9, 10],
+            ..JobView::default()
+        };
+        assert_eq!(flagged(&v, |_| false), [9, 2, 10]);
+        assert_eq!(flagged(&v, |i| i == 9), [2, 10]);
+        v.items.insert(
+            9,
+            ItemView {
+                version: Some(1),
+                failovering: Some(B.into()),
+                ..ItemView::default()
+            },
+        );
+        let ops = claim_ops(&v, &JobPaths::new("j"), A, &[9], true).unwrap();
+        assert_eq!(
+            paths_of(&ops),
+            [
+                "?/j/instances/10.0.0.1@-@1",
+                "=/j/sharding/9@Some(1)",
+                "-/j/leader/failover/items/9",
+                "-/j/sharding/9/failovering",
+                "+/j/sharding/9/failover",
+                "+/j/sharding/9/failovering",
+                "+/j/sharding/9/running",
+                "=/j/sharding/9/running@Some(0)"
+            ]
+        );
+    }
 }

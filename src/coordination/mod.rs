@@ -1,18 +1,19 @@
-//! Coordination of jobs on this sidecar: one actor per job with local instances
-//! ([`job`]), fed by worker commands and registry events, deciding through pure functions
-//! ([`view`], [`election`], [`sharding`], [`execution`], [`failover`], [`strategy`]).
+//! Coordination of jobs on this sidecar: one [`job`] state machine and driver per job with
+//! local instances, fed by worker commands and registry events, deciding through pure
+//! functions ([`view`], [`election`], [`sharding`], [`execution`], [`failover`], [`lease`]).
+//! It speaks in domain terms ([`events`]); the gRPC layer converts.
 //!
-//! [`Coordinator`] is the handle the gRPC services use: it routes a subscription to its job's
-//! actor (starting it when needed) and an answer to the actor that owns the execution.
+//! [`Coordinator`] is the handle the services use: it routes a subscription to its job's
+//! driver (starting one when needed) and an answer to the driver that owns the execution.
 
 pub mod election;
+pub mod events;
 pub mod execution;
 pub mod failover;
 mod job;
 pub mod lease;
 pub mod observer;
 pub mod sharding;
-pub mod strategy;
 pub mod view;
 
 #[cfg(test)]
@@ -21,21 +22,19 @@ mod tests;
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use tokio::sync::{mpsc, oneshot};
-use tokio_util::sync::CancellationToken;
-use tonic::{Code, Status};
+use tokio_util::task::TaskTracker;
 
 use crate::elasticjob::config::JobConfiguration;
 use crate::elasticjob::extras::JobExtras;
-use crate::proto::WorkerEvent;
 use crate::registry::{self, Registry};
 use crate::schedule::Timer;
+pub use events::{Connection, InProcess, Source, StreamEnd, Trigger, WorkerEvent};
 use execution::FinishedExecutions;
 pub use execution::ItemOutcome;
-use job::{JobActor, JobCmd};
-pub use lease::{EventSender, Leases};
+use job::JobCmd;
 pub use observer::{ExecutionRecord, NoObserver, Observer};
 
 /// How many finished executions the sidecar remembers for late or repeated answers.
@@ -45,7 +44,7 @@ pub const FINISHED_MEMORY: usize = 16_384;
 pub const WORKER_STREAM_CAPACITY: usize = 256;
 
 /// Errors of coordination requests, each mapped to the gRPC status a client can act on.
-#[derive(Debug, thiserror::Error)]
+#[derive(Debug, Clone, thiserror::Error)]
 pub enum CoordError {
     #[error("{0}")]
     NotFound(String),
@@ -72,32 +71,21 @@ impl CoordError {
     }
 }
 
-impl From<CoordError> for Status {
-    fn from(e: CoordError) -> Status {
-        let code = match &e {
-            CoordError::NotFound(_) => Code::NotFound,
-            CoordError::AlreadyExists(_) => Code::AlreadyExists,
-            CoordError::PermissionDenied(_) => Code::PermissionDenied,
-            CoordError::FailedPrecondition(_) => Code::FailedPrecondition,
-            CoordError::InvalidArgument { .. } => Code::InvalidArgument,
-            CoordError::Registry(_) | CoordError::Unavailable(_) => Code::Unavailable,
-        };
-        Status::new(code, e.to_string())
-    }
-}
-
-/// State shared by the coordinator and its job actors.
+/// State shared by the coordinator and its job drivers.
 pub(crate) struct Shared {
     pub registry: Registry,
     pub timer: Timer,
     /// This sidecar's advertised IP: its `servers/{ip}` node.
     pub ip: String,
-    pub leases: Leases,
+    /// How long each worker lease is valid.
+    pub lease: Duration,
     /// The registry session timeout: self-fencing starts after 2/3 of it without a reply.
     pub session_timeout: Duration,
     /// Told about executions, misfires, failovers, revokes, workers and leadership.
     pub observer: Arc<dyn Observer>,
-    /// Job name → its actor. Locked only to look up, insert or remove; never across an await.
+    /// Every task of the coordinator, so a shutdown can wait for them.
+    pub tracker: TaskTracker,
+    /// Job name → its driver. Locked only to look up, insert or remove; never across an await.
     pub jobs: Mutex<HashMap<String, mpsc::Sender<JobCmd>>>,
     /// Execution id → job name of executions in flight, to route answers. Same locking rule.
     pub executions: Mutex<HashMap<String, String>>,
@@ -111,6 +99,55 @@ impl Shared {
     pub fn next_key(&self) -> u64 {
         self.keys.fetch_add(1, Ordering::Relaxed) + 1
     }
+
+    /// What a job's state machine needs to know about this sidecar.
+    pub(crate) fn job_settings(&self) -> job::Settings {
+        job::Settings {
+            ip: self.ip.clone(),
+            session_timeout: self.session_timeout,
+            lease: self.lease,
+        }
+    }
+
+    /// The reply to an answer for an execution no job holds: remembered, or unknown.
+    pub(crate) fn remembered(
+        &self,
+        execution_id: &str,
+        instance_id: &str,
+    ) -> Result<(), CoordError> {
+        self.finished
+            .lock()
+            .expect("finished table poisoned")
+            .reply(execution_id, instance_id)
+            .unwrap_or_else(|| Err(CoordError::unknown_execution(execution_id)))
+    }
+}
+
+/// Sends a command to job `job`'s driver, starting one if the job has none (or its driver
+/// retired meanwhile). Returns the driver's sender.
+pub(crate) async fn route(
+    shared: &Arc<Shared>,
+    job: &str,
+    mut cmd: JobCmd,
+) -> mpsc::Sender<JobCmd> {
+    loop {
+        let driver = {
+            // Held without an await: look up or insert only.
+            let mut jobs = shared.jobs.lock().expect("job table poisoned");
+            match jobs.get(job) {
+                Some(tx) if !tx.is_closed() => tx.clone(),
+                _ => {
+                    let tx = job::spawn(job, shared.clone());
+                    jobs.insert(job.to_string(), tx.clone());
+                    tx
+                }
+            }
+        };
+        match driver.send(cmd).await {
+            Ok(()) => return driver,
+            Err(mpsc::error::SendError(returned)) => cmd = returned,
+        }
+    }
 }
 
 /// A request to register one worker instance for a job.
@@ -120,6 +157,17 @@ pub struct Subscription {
     /// The job's config and shardcar's extra settings, to create (or overwrite) the job.
     pub config: Option<(JobConfiguration, JobExtras)>,
     pub overwrite: bool,
+    /// The transport of the worker's stream, asked who ended it.
+    pub connection: Arc<dyn Connection>,
+}
+
+/// How the coordinator is set up.
+pub struct CoordinatorSettings {
+    /// This sidecar's advertised IP.
+    pub ip: String,
+    /// Worker lease length (capped at half the session timeout).
+    pub lease: Duration,
+    pub session_timeout: Duration,
 }
 
 /// The handle used by the gRPC services.
@@ -129,23 +177,23 @@ pub struct Coordinator {
 }
 
 impl Coordinator {
-    /// A coordinator for the sidecar advertised as `ip`.
+    /// A coordinator whose tasks are tracked by `tracker`.
     pub fn new(
         registry: Registry,
         timer: Timer,
-        ip: String,
-        leases: Leases,
-        session_timeout: Duration,
+        settings: CoordinatorSettings,
         observer: Arc<dyn Observer>,
+        tracker: TaskTracker,
     ) -> Coordinator {
         Coordinator {
             shared: Arc::new(Shared {
                 registry,
                 timer,
-                ip,
-                leases,
-                session_timeout,
+                ip: settings.ip,
+                lease: settings.lease.min(settings.session_timeout / 2),
+                session_timeout: settings.session_timeout,
                 observer,
+                tracker,
                 jobs: Mutex::new(HashMap::new()),
                 executions: Mutex::new(HashMap::new()),
                 finished: Mutex::new(FinishedExecutions::new(FINISHED_MEMORY)),
@@ -159,89 +207,70 @@ impl Coordinator {
         &self.shared.ip
     }
 
-    /// Registers a worker instance and returns its event stream. The instance is removed
-    /// as soon as the returned receiver is dropped (the worker's stream ended).
+    /// How long worker leases are valid.
+    pub fn lease(&self) -> Duration {
+        self.shared.lease
+    }
+
+    /// Registers a worker instance and returns its event stream. The instance leaves as soon
+    /// as the returned receiver is dropped, whenever that happens (even before this returns).
     ///
     /// # Errors
     /// `NotFound` for a job without config and none given, `AlreadyExists` for an instance id
-    /// with a live stream, `FailedPrecondition` for an unreadable config in the registry,
-    /// `Registry` when ZooKeeper cannot be reached.
+    /// with a live stream, `FailedPrecondition` for an unusable config in the registry,
+    /// `Unavailable`/`Registry` when ZooKeeper cannot be reached.
     pub async fn subscribe(
         &self,
         sub: Subscription,
-    ) -> Result<
-        (
-            JobConfiguration,
-            mpsc::Receiver<Result<WorkerEvent, Status>>,
-        ),
-        CoordError,
-    > {
+    ) -> Result<(JobConfiguration, mpsc::Receiver<WorkerEvent>), CoordError> {
         let (tx, rx) = mpsc::channel(WORKER_STREAM_CAPACITY);
-        let stream_key = self.shared.next_key();
         let (reply_tx, reply_rx) = oneshot::channel();
-        let stop = CancellationToken::new();
         let cmd = JobCmd::Join {
-            instance_id: sub.instance_id.clone(),
+            instance_id: sub.instance_id,
             config: sub.config.map(Box::new),
             overwrite: sub.overwrite,
-            sink: tx.clone(),
-            stream_key,
-            stop: stop.clone(),
+            sink: tx,
+            connection: sub.connection,
             reply: reply_tx,
         };
-        let actor = self.send(&sub.job_name, cmd).await?;
+        route(&self.shared, &sub.job_name, cmd).await;
         let config = reply_rx.await.map_err(|_| {
             CoordError::Unavailable(format!("job {} stopped while subscribing", sub.job_name))
         })??;
-        // Watch for the end of the stream: the instance leaves at once. When the sidecar ends
-        // the stream itself (`stop`), this task lets go of its sender so the stream can end.
-        tokio::spawn(async move {
-            tokio::select! {
-                _ = tx.closed() => {
-                    let leave = JobCmd::Leave { instance_id: sub.instance_id, stream_key, reason: "stream closed".into() };
-                    let _ = actor.send(leave).await;
-                }
-                _ = stop.cancelled() => {}
-            }
-        });
         Ok((config, rx))
     }
 
-    /// Records answers for items of an execution.
-    ///
-    /// # Errors
-    /// `NotFound` for an unknown execution, `PermissionDenied` for another instance's,
-    /// `FailedPrecondition` for a revoked (fenced) one, `InvalidArgument` for foreign items.
-    pub async fn answer(
-        &self,
-        instance_id: &str,
-        execution_id: &str,
-        outcomes: Vec<(i32, ItemOutcome)>,
-    ) -> Result<(), CoordError> {
+    /// The driver holding `execution_id`, if any.
+    fn driver_of(&self, execution_id: &str) -> Option<mpsc::Sender<JobCmd>> {
         let job = self
             .shared
             .executions
             .lock()
             .expect("execution table poisoned")
             .get(execution_id)
-            .cloned();
-        let remembered = || {
-            self.shared
-                .finished
-                .lock()
-                .expect("finished table poisoned")
-                .reply(execution_id, instance_id)
-                .unwrap_or_else(|| Err(CoordError::unknown_execution(execution_id)))
-        };
-        let Some(actor) = job.and_then(|job| {
-            self.shared
-                .jobs
-                .lock()
-                .expect("job table poisoned")
-                .get(&job)
-                .cloned()
-        }) else {
-            return remembered();
+            .cloned()?;
+        self.shared
+            .jobs
+            .lock()
+            .expect("job table poisoned")
+            .get(&job)
+            .cloned()
+    }
+
+    /// Records answers for items of an execution.
+    ///
+    /// # Errors
+    /// `NotFound` for an unknown execution, `PermissionDenied` for another instance's,
+    /// `FailedPrecondition` for a revoked (fenced) one, `InvalidArgument` for foreign items,
+    /// `Unavailable` when ZooKeeper did not confirm it (send it again).
+    pub async fn answer(
+        &self,
+        instance_id: &str,
+        execution_id: &str,
+        outcomes: Vec<(i32, ItemOutcome)>,
+    ) -> Result<(), CoordError> {
+        let Some(driver) = self.driver_of(execution_id) else {
+            return self.shared.remembered(execution_id, instance_id);
         };
         let (reply_tx, reply_rx) = oneshot::channel();
         let cmd = JobCmd::Answer {
@@ -250,16 +279,55 @@ impl Coordinator {
             outcomes,
             reply: reply_tx,
         };
-        if actor.send(cmd).await.is_err() {
-            return remembered();
+        if driver.send(cmd).await.is_err() {
+            return self.shared.remembered(execution_id, instance_id);
         }
-        reply_rx.await.unwrap_or_else(|_| remembered())
+        reply_rx
+            .await
+            .unwrap_or_else(|_| self.shared.remembered(execution_id, instance_id))
     }
 
-    /// Graceful shutdown of every job: each local worker gets `Shutdown`, its instance is
-    /// removed (so peers take over at once) and its stream ends.
-    pub async fn drain(&self, reason: &str) {
-        let actors: Vec<mpsc::Sender<JobCmd>> = self
+    /// Gives items of an execution back without an outcome (empty `items`: all of them).
+    ///
+    /// # Errors
+    /// `PermissionDenied` for another instance's execution, `InvalidArgument` for foreign
+    /// items. An execution that is unknown or over is fine: nothing is left to give back.
+    pub async fn decline(
+        &self,
+        instance_id: &str,
+        execution_id: &str,
+        items: Vec<i32>,
+        reason: &str,
+    ) -> Result<(), CoordError> {
+        let settle = |r: Result<(), CoordError>| match r {
+            Err(e @ CoordError::PermissionDenied(_)) => Err(e),
+            _ => Ok(()),
+        };
+        let Some(driver) = self.driver_of(execution_id) else {
+            return settle(self.shared.remembered(execution_id, instance_id));
+        };
+        let (reply_tx, reply_rx) = oneshot::channel();
+        let cmd = JobCmd::Decline {
+            instance_id: instance_id.to_string(),
+            execution_id: execution_id.to_string(),
+            items,
+            reason: reason.to_string(),
+            reply: reply_tx,
+        };
+        if driver.send(cmd).await.is_err() {
+            return settle(self.shared.remembered(execution_id, instance_id));
+        }
+        reply_rx
+            .await
+            .unwrap_or_else(|_| settle(self.shared.remembered(execution_id, instance_id)))
+    }
+
+    /// Graceful shutdown of every job, all at once, by `deadline`: every local worker gets
+    /// `Shutdown`; each instance leaves once its work is answered or its lease (no longer
+    /// renewed one lease before the deadline) has run out. Returns when every job is done or
+    /// the deadline has passed.
+    pub async fn drain(&self, deadline: Instant) {
+        let drivers: Vec<mpsc::Sender<JobCmd>> = self
             .shared
             .jobs
             .lock()
@@ -267,11 +335,11 @@ impl Coordinator {
             .values()
             .cloned()
             .collect();
-        for actor in actors {
+        let drains = drivers.into_iter().map(|driver| async move {
             let (reply_tx, reply_rx) = oneshot::channel();
-            if actor
+            if driver
                 .send(JobCmd::Drain {
-                    reason: reason.to_string(),
+                    deadline,
                     reply: reply_tx,
                 })
                 .await
@@ -279,31 +347,16 @@ impl Coordinator {
             {
                 let _ = reply_rx.await;
             }
-        }
+        });
+        let _ = tokio::time::timeout_at(deadline.into(), futures::future::join_all(drains)).await;
     }
 
-    /// Sends a command to the job's actor, starting one if the job has none (or its actor
-    /// retired meanwhile). Returns the actor's sender.
-    async fn send(&self, job: &str, mut cmd: JobCmd) -> Result<mpsc::Sender<JobCmd>, CoordError> {
-        loop {
-            let actor = {
-                let mut jobs = self.shared.jobs.lock().expect("job table poisoned");
-                match jobs.get(job) {
-                    Some(tx) if !tx.is_closed() => tx.clone(),
-                    _ => {
-                        let (tx, rx) = mpsc::channel(1024);
-                        jobs.insert(job.to_string(), tx.clone());
-                        let actor =
-                            JobActor::new(job.to_string(), self.shared.clone(), tx.clone(), rx);
-                        tokio::spawn(actor.run());
-                        tx
-                    }
-                }
-            };
-            match actor.send(cmd).await {
-                Ok(()) => return Ok(actor),
-                Err(mpsc::error::SendError(returned)) => cmd = returned,
-            }
-        }
+    /// Whether every job's work is given back (no job left with local instances).
+    pub fn is_empty(&self) -> bool {
+        self.shared
+            .jobs
+            .lock()
+            .expect("job table poisoned")
+            .is_empty()
     }
 }

@@ -5,8 +5,8 @@
 use std::collections::BTreeMap;
 use std::time::{Duration, SystemTime};
 
+use crate::coordination::events::Source;
 pub use crate::coordination::execution::ItemOutcome;
-use crate::proto::TriggerSource;
 
 /// A finished execution.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -14,7 +14,7 @@ pub struct ExecutionRecord {
     pub job: String,
     pub execution_id: String,
     pub instance_id: String,
-    pub source: TriggerSource,
+    pub source: Source,
     pub started_at: SystemTime,
     pub duration: Duration,
     pub items: BTreeMap<i32, ItemOutcome>,
@@ -52,8 +52,7 @@ impl ExecutionRecord {
 /// Receives the coordinator's events. Every method has an empty default.
 pub trait Observer: Send + Sync {
     /// A `Trigger` was sent; `latency` is from the fire instant to the send.
-    fn trigger_sent(&self, _job: &str, _source: TriggerSource, _items: &[i32], _latency: Duration) {
-    }
+    fn trigger_sent(&self, _job: &str, _source: Source, _items: &[i32], _latency: Duration) {}
     /// An execution ended (every item answered or taken back).
     fn execution_finished(&self, _record: &ExecutionRecord) {}
     /// Items were flagged `misfire`.

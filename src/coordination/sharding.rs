@@ -8,9 +8,9 @@
 
 use std::collections::BTreeMap;
 
-use crate::coordination::strategy::{shard, StrategyType};
 use crate::coordination::view::JobView;
 use crate::elasticjob::paths::JobPaths;
+use crate::elasticjob::strategy::{shard, StrategyType};
 use crate::registry::{CreateMode, Op};
 
 /// A new assignment decided by the leader.

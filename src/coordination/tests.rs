@@ -1,53 +1,49 @@
-//! Fast tests of the coordination logic: several coordinators ("sidecars" on different
-//! hosts) share one in-memory store, each with its own session, and workers are the event
-//! receivers of `Coordinator::subscribe`. No gRPC, no ZooKeeper.
+//! Fast tests of the coordination logic end to end (state machines and drivers together):
+//! several coordinators ("sidecars" on different hosts) share one in-memory store, each with
+//! its own session, and workers are the event receivers of `Coordinator::subscribe`. No gRPC,
+//! no ZooKeeper. The decisions themselves are tested step by step in `job/tests.rs`.
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::sync::Arc;
 use std::time::Duration;
 
 use tokio::sync::mpsc;
-use tokio_util::sync::CancellationToken;
+use tokio_util::task::TaskTracker;
 
 use super::*;
 use crate::elasticjob::config::JobConfiguration;
 use crate::elasticjob::extras::JobExtras;
-use crate::proto::worker_event::Event;
 use crate::registry::MemoryStore;
+
+type Event = WorkerEvent;
 
 struct TestCar {
     coordinator: Coordinator,
     registry: Registry,
-    _cancel: CancellationToken,
 }
 
 fn car(store: &MemoryStore, ip: &str) -> TestCar {
     let registry = store.session();
-    let cancel = CancellationToken::new();
-    let leases = Leases::spawn(
-        registry.clone(),
-        Duration::from_secs(5),
-        Duration::from_secs(10),
-        cancel.clone(),
-    );
     let coordinator = Coordinator::new(
         registry.clone(),
         Timer::spawn(),
-        ip.to_string(),
-        leases,
-        Duration::from_secs(10),
+        CoordinatorSettings {
+            ip: ip.to_string(),
+            lease: Duration::from_secs(5),
+            session_timeout: Duration::from_secs(10),
+        },
         Arc::new(NoObserver),
+        TaskTracker::new(),
     );
     TestCar {
         coordinator,
         registry,
-        _cancel: cancel,
     }
 }
 
 struct TestWorker {
     id: String,
-    rx: mpsc::Receiver<Result<WorkerEvent, Status>>,
+    rx: mpsc::Receiver<WorkerEvent>,
     items: Vec<i32>,
     events: Vec<Event>,
 }
@@ -55,10 +51,9 @@ struct TestWorker {
 impl TestWorker {
     /// Reads every event already sent.
     fn drain(&mut self) {
-        while let Ok(Ok(event)) = self.rx.try_recv() {
-            let event = event.event.expect("an event");
-            if let Event::Assignment(a) = &event {
-                self.items = a.items.iter().map(|i| i.item).collect();
+        while let Ok(event) = self.rx.try_recv() {
+            if let Event::Assignment { items, .. } = &event {
+                self.items = items.iter().map(|(i, _)| *i).collect();
             }
             self.events.push(event);
         }
@@ -74,6 +69,7 @@ async fn subscribe(car: &TestCar, job: &str, total: i32, pid: u32) -> TestWorker
         instance_id: id.clone(),
         config: Some((config, JobExtras::default())),
         overwrite: false,
+        connection: Arc::new(InProcess),
     };
     let (_, rx) = car.coordinator.subscribe(sub).await.expect("subscribed");
     TestWorker {
@@ -129,7 +125,7 @@ async fn workers_on_three_hosts_share_items_and_follow_joins_and_leaves() {
     }
     for w in &workers {
         assert!(
-            matches!(w.events.first(), Some(Event::Registered(_))),
+            matches!(w.events.first(), Some(Event::Registered { .. })),
             "Registered comes first"
         );
     }
@@ -205,6 +201,7 @@ async fn subscribe_with(
         instance_id: id.clone(),
         config: Some((config, extras)),
         overwrite: false,
+        connection: Arc::new(InProcess),
     };
     let (_, rx) = car.coordinator.subscribe(sub).await.expect("subscribed");
     TestWorker {
@@ -222,11 +219,9 @@ async fn next_matching<T>(w: &mut TestWorker, mut pick: impl FnMut(&Event) -> Op
         let event = tokio::time::timeout_at(deadline, w.rx.recv())
             .await
             .expect("event in time")
-            .expect("stream open")
-            .expect("not an error");
-        let event = event.event.expect("an event");
-        if let Event::Assignment(a) = &event {
-            w.items = a.items.iter().map(|i| i.item).collect();
+            .expect("stream open");
+        if let Event::Assignment { items, .. } = &event {
+            w.items = items.iter().map(|(i, _)| *i).collect();
         }
         if let Some(found) = pick(&event) {
             return found;
@@ -234,7 +229,7 @@ async fn next_matching<T>(w: &mut TestWorker, mut pick: impl FnMut(&Event) -> Op
     }
 }
 
-fn trigger(e: &Event) -> Option<crate::proto::Trigger> {
+fn trigger(e: &Event) -> Option<Trigger> {
     match e {
         Event::Trigger(t) => Some(t.clone()),
         _ => None,
@@ -260,7 +255,7 @@ async fn trigger_once_runs_now_and_complete_clears_running() {
         .await
         .unwrap();
     let t = next_matching(&mut w, trigger).await;
-    assert_eq!(t.source, crate::proto::TriggerSource::Manual as i32);
+    assert_eq!(t.source, Source::Manual);
     assert_eq!(t.items.len(), 2);
     assert!(admin
         .exists("/once/sharding/0/running")
@@ -330,20 +325,43 @@ async fn an_unanswered_item_times_out_is_revoked_and_its_late_answer_refused() {
         .await
         .unwrap();
     let t = next_matching(&mut w, trigger).await;
-    let revoke = next_matching(&mut w, |e| match e {
-        Event::Revoke(r) => Some(r.clone()),
+    let (items, reason) = next_matching(&mut w, |e| match e {
+        Event::Revoke { items, reason } => Some((items.clone(), reason.clone())),
         _ => None,
     })
     .await;
-    assert_eq!(revoke.items, vec![0]);
-    assert!(revoke.reason.contains("timeout"), "{}", revoke.reason);
+    assert_eq!(items, vec![0]);
+    assert!(reason.contains("timeout"), "{reason}");
+    assert!(
+        admin
+            .exists("/slow/sharding/0/running")
+            .await
+            .unwrap()
+            .is_some(),
+        "kept until the worker acknowledges (or its lease runs out)"
+    );
+    a.coordinator
+        .decline(&w.id, &t.execution_id, vec![0], "revoked")
+        .await
+        .unwrap();
+    for _ in 0..100 {
+        if admin
+            .exists("/slow/sharding/0/running")
+            .await
+            .unwrap()
+            .is_none()
+        {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
     assert!(
         admin
             .exists("/slow/sharding/0/running")
             .await
             .unwrap()
             .is_none(),
-        "running removed"
+        "running removed once acknowledged"
     );
     let late = a
         .coordinator
@@ -390,7 +408,7 @@ async fn a_fire_while_busy_flags_misfire_and_one_catch_up_run_follows() {
         .await
         .unwrap();
     let catch_up = next_matching(&mut w, trigger).await;
-    assert_eq!(catch_up.source, crate::proto::TriggerSource::Misfire as i32);
+    assert_eq!(catch_up.source, Source::Misfire);
     assert!(
         admin
             .exists("/busy/sharding/0/misfire")
@@ -417,5 +435,5 @@ async fn a_cron_changed_in_the_registry_reschedules_the_job() {
         .await
         .unwrap();
     let t = next_matching(&mut w, trigger).await;
-    assert_eq!(t.source, crate::proto::TriggerSource::Cron as i32);
+    assert_eq!(t.source, Source::Cron);
 }

@@ -15,6 +15,8 @@ use crate::registry::{Stat, TreeCache};
 /// What the job's subtree says about one sharding item (`sharding/{i}/*`).
 #[derive(Debug, Clone, Default, PartialEq)]
 pub struct ItemView {
+    /// The data version of `sharding/{i}`: the item's execution epoch (see `failover.rs`).
+    pub version: Option<i32>,
     /// `sharding/{i}/instance`: the owner's instance id and the node's stat.
     pub owner: Option<(String, Stat)>,
     /// `sharding/{i}/running`: the running instance's id (empty for ElasticJob < 3.0.2).
@@ -50,6 +52,9 @@ pub struct JobView {
     pub failover_items: Vec<i32>,
     /// `trigger/{id}` children.
     pub triggers: Vec<String>,
+    /// IPs of the shardcar sidecars looking after instances of this job
+    /// (`shardcar/sidecars/{ip}`), with the session that owns each node.
+    pub sidecars: BTreeMap<String, i64>,
 }
 
 fn text(data: &[u8]) -> String {
@@ -97,6 +102,7 @@ impl JobView {
             let Ok(i) = name.parse::<i32>() else { continue };
             let owned = |path: String| cache.get(&path).map(|n| (text(&n.data), n.stat));
             let item = ItemView {
+                version: cache.get(&paths.item(i)).map(|n| n.stat.version),
                 owner: owned(paths.item_instance(i)),
                 running: owned(paths.item_running(i)),
                 misfire: cache.contains(&paths.item_misfire(i)),
@@ -112,6 +118,11 @@ impl JobView {
             .filter_map(|n| n.parse().ok())
             .collect();
         view.triggers = cache.children(&paths.triggers());
+        for ip in cache.children(&paths.sidecars()) {
+            if let Some(node) = cache.get(&paths.sidecar(&ip)) {
+                view.sidecars.insert(ip, node.stat.ephemeral_owner);
+            }
+        }
         view
     }
 

@@ -12,7 +12,7 @@ use serde::Deserialize;
 
 use super::yaml::{self, Text, Value};
 use super::LayoutError;
-use crate::coordination::strategy::StrategyType;
+use crate::elasticjob::strategy::StrategyType;
 
 const NODE: &str = "config";
 

@@ -9,6 +9,7 @@ pub mod extras;
 pub mod hash;
 pub mod instance;
 pub mod paths;
+pub mod strategy;
 #[cfg(test)]
 pub(crate) mod vectors;
 mod yaml;
@@ -48,5 +49,5 @@ pub enum LayoutError {
     ItemParameters { entry: String, reason: &'static str },
     /// `jobShardingStrategyType` names a strategy shardcar does not implement.
     #[error(transparent)]
-    UnknownStrategy(#[from] crate::coordination::strategy::UnknownStrategy),
+    UnknownStrategy(#[from] crate::elasticjob::strategy::UnknownStrategy),
 }

@@ -141,6 +141,16 @@ impl JobPaths {
     pub fn system_time(&self) -> String {
         self.sub("systemTime/current")
     }
+    /// `shardcar/sidecars`: one ephemeral child per sidecar with local instances of the job.
+    pub fn sidecars(&self) -> String {
+        format!("{}/sidecars", self.shardcar())
+    }
+
+    /// `shardcar/sidecars/{ip}`: the sidecar at `ip` looks after the items of its instances.
+    pub fn sidecar(&self, ip: &str) -> String {
+        format!("{}/{ip}", self.sidecars())
+    }
+
     /// `/{job}/shardcar`: shardcar's own sibling node, which Java ignores.
     pub fn shardcar(&self) -> String {
         self.sub("shardcar")

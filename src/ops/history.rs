@@ -11,10 +11,8 @@ use std::io::Write;
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{mpsc, Mutex};
-use std::time::UNIX_EPOCH;
 
 use crate::coordination::{ExecutionRecord, ItemOutcome};
-use crate::proto;
 
 /// Lines waiting for the writer thread before new ones are dropped.
 const FILE_QUEUE: usize = 4096;
@@ -135,7 +133,7 @@ fn write_lines(file: std::fs::File, rx: mpsc::Receiver<String>, path: &str) {
 }
 
 /// `completed`, `failed` or `revoked`.
-fn item_outcome(outcome: &ItemOutcome) -> (&'static str, Option<&str>) {
+pub fn item_outcome(outcome: &ItemOutcome) -> (&'static str, Option<&str>) {
     match outcome {
         ItemOutcome::Completed => ("completed", None),
         ItemOutcome::Failed(e) => ("failed", Some(e.as_str())),
@@ -158,7 +156,7 @@ pub fn to_json(r: &ExecutionRecord) -> serde_json::Value {
         "job": r.job,
         "execution_id": r.execution_id,
         "instance_id": r.instance_id,
-        "source": r.source.as_str_name(),
+        "source": r.source.as_str(),
         "items": r.items.keys().collect::<Vec<_>>(),
         "started_at": started.to_rfc3339_opts(chrono::SecondsFormat::Millis, true),
         "duration_seconds": r.duration.as_secs_f64(),
@@ -168,53 +166,10 @@ pub fn to_json(r: &ExecutionRecord) -> serde_json::Value {
     })
 }
 
-fn outcome_proto(name: &str) -> proto::ExecutionOutcome {
-    match name {
-        "completed" => proto::ExecutionOutcome::Completed,
-        "failed" => proto::ExecutionOutcome::Failed,
-        "revoked" => proto::ExecutionOutcome::Revoked,
-        _ => proto::ExecutionOutcome::Unspecified,
-    }
-}
-
-/// The wire form of a record.
-pub fn to_proto(r: &ExecutionRecord) -> proto::ExecutionInfo {
-    let since_epoch = r.started_at.duration_since(UNIX_EPOCH).unwrap_or_default();
-    proto::ExecutionInfo {
-        job_name: r.job.clone(),
-        execution_id: r.execution_id.clone(),
-        instance_id: r.instance_id.clone(),
-        source: r.source as i32,
-        items: r.items.keys().copied().collect(),
-        started_at: Some(prost_types::Timestamp {
-            seconds: since_epoch.as_secs() as i64,
-            nanos: since_epoch.subsec_nanos() as i32,
-        }),
-        duration: Some(prost_types::Duration {
-            seconds: r.duration.as_secs() as i64,
-            nanos: r.duration.subsec_nanos() as i32,
-        }),
-        outcome: outcome_proto(r.outcome()) as i32,
-        error: r.error().unwrap_or_default().to_string(),
-        item_results: r
-            .items
-            .iter()
-            .map(|(item, outcome)| {
-                let (name, error) = item_outcome(outcome);
-                proto::ItemResult {
-                    item: *item,
-                    outcome: outcome_proto(name) as i32,
-                    error: error.unwrap_or_default().to_string(),
-                }
-            })
-            .collect(),
-    }
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::proto::TriggerSource;
+    use crate::coordination::Source as TriggerSource;
     use std::time::{Duration, SystemTime};
 
     fn record(job: &str, id: &str, outcomes: Vec<(i32, ItemOutcome)>) -> ExecutionRecord {
@@ -258,13 +213,13 @@ mod tests {
                 (2, ItemOutcome::Failed("disk full".into())),
             ],
         );
-        let p = to_proto(&r);
+        let p = crate::api::events::execution_info(&r);
         assert_eq!(p.items, [0, 2]);
-        assert_eq!(p.outcome, proto::ExecutionOutcome::Failed as i32);
+        assert_eq!(p.outcome, crate::proto::ExecutionOutcome::Failed as i32);
         assert_eq!(p.error, "disk full");
         assert_eq!(
             p.item_results[1].outcome,
-            proto::ExecutionOutcome::Failed as i32
+            crate::proto::ExecutionOutcome::Failed as i32
         );
         assert_eq!(p.duration.unwrap().seconds, 1);
         let j = to_json(&r);

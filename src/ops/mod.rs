@@ -10,8 +10,8 @@ pub mod metrics;
 use std::sync::Arc;
 use std::time::Duration;
 
+use crate::coordination::Source;
 use crate::coordination::{ExecutionRecord, ItemOutcome, Observer};
-use crate::proto::TriggerSource;
 use history::History;
 use metrics::Metrics;
 
@@ -22,9 +22,8 @@ pub struct OpsObserver {
 }
 
 impl Observer for OpsObserver {
-    fn trigger_sent(&self, job: &str, source: TriggerSource, _items: &[i32], latency: Duration) {
-        self.metrics
-            .trigger_sent(job, source.as_str_name(), latency);
+    fn trigger_sent(&self, job: &str, source: Source, _items: &[i32], latency: Duration) {
+        self.metrics.trigger_sent(job, source.as_str(), latency);
     }
 
     fn execution_finished(&self, record: &ExecutionRecord) {

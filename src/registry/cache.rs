@@ -18,6 +18,33 @@ pub struct TreeCache {
 }
 
 impl TreeCache {
+    /// A mirror of `root` holding `nodes` (an empty map for a subtree not read yet).
+    pub fn from_nodes(root: &str, nodes: BTreeMap<String, Node>) -> TreeCache {
+        TreeCache {
+            root: root.to_string(),
+            nodes,
+        }
+    }
+
+    /// Replaces everything with a fresh read of the subtree.
+    pub fn replace_all(&mut self, nodes: BTreeMap<String, Node>) {
+        self.nodes = nodes;
+    }
+
+    /// Records what a read of `path` returned: the node, or its absence (which also removes
+    /// its descendants). Paths outside the root are ignored.
+    pub fn put(&mut self, path: &str, node: Option<Node>) {
+        if !is_within(path, &self.root) {
+            return;
+        }
+        match node {
+            Some(node) => {
+                self.nodes.insert(path.to_string(), node);
+            }
+            None => self.remove_subtree(path),
+        }
+    }
+
     /// Reads the subtree at `root` (empty if absent).
     ///
     /// # Errors
@@ -61,7 +88,8 @@ impl TreeCache {
         Ok(())
     }
 
-    fn remove_subtree(&mut self, path: &str) {
+    /// Removes the node at `path` and everything under it.
+    pub fn remove_subtree(&mut self, path: &str) {
         self.nodes.remove(path);
         let prefix = if path == "/" {
             "/".to_string()

@@ -9,10 +9,13 @@ use std::collections::{BTreeMap, HashMap};
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::{Instant, SystemTime, UNIX_EPOCH};
 
-use tokio::sync::{mpsc, watch};
+use tokio::sync::watch;
 
 use super::path::{is_within, join, split, validate};
-use super::{CreateMode, Error, Node, Op, Registry, Result, SessionState, Stat, Watch, WatchEvent};
+use super::{
+    CreateMode, Error, Node, Op, OpResult, Registry, Result, SessionState, Stat, Watch, WatchEvent,
+    WatchSender,
+};
 
 /// Nodes are keyed by (parent path, name) so that a node's children are one contiguous range.
 type Key = (String, String);
@@ -50,7 +53,7 @@ struct WatchEntry {
     handle: u64,
     path: String,
     recursive: bool,
-    events_tx: mpsc::UnboundedSender<WatchEvent>,
+    events_tx: WatchSender,
 }
 
 impl WatchEntry {
@@ -506,27 +509,48 @@ impl MemSession {
         })
     }
 
-    pub(crate) async fn multi(&self, ops: Vec<Op>) -> Result<()> {
+    pub(crate) async fn multi(
+        &self,
+        generation: Option<u64>,
+        ops: Vec<Op>,
+    ) -> Result<Vec<OpResult>> {
+        if let Some(generation) = generation {
+            let t = self.store.lock();
+            if t.handles.get(&self.handle).map(|h| h.generation) != Some(generation) {
+                return Err(Error::SessionExpired);
+            }
+        }
         self.write(|txn, owner| {
+            let mut results = Vec::with_capacity(ops.len());
             for (index, op) in ops.iter().enumerate() {
                 let r = match op {
                     Op::Create { path, data, mode } => {
-                        txn.create(path, data, *mode, owner).map(drop)
+                        txn.create(path, data, *mode, owner)
+                            .map(|(path, stat)| OpResult::Created {
+                                path,
+                                stat: Some(stat),
+                            })
                     }
                     Op::SetData {
                         path,
                         data,
                         version,
-                    } => txn.set(path, data, *version).map(drop),
-                    Op::Delete { path, version } => txn.delete(path, *version),
-                    Op::Check { path, version } => txn.check(path, *version),
+                    } => txn
+                        .set(path, data, *version)
+                        .map(|stat| OpResult::DataSet { stat }),
+                    Op::Delete { path, version } => {
+                        txn.delete(path, *version).map(|()| OpResult::Deleted)
+                    }
+                    Op::Check { path, version } => {
+                        txn.check(path, *version).map(|()| OpResult::Checked)
+                    }
                 };
-                r.map_err(|e| Error::MultiFailed {
+                results.push(r.map_err(|e| Error::MultiFailed {
                     index,
                     source: Box::new(e),
-                })?;
+                })?);
             }
-            Ok(())
+            Ok(results)
         })
     }
 
@@ -551,14 +575,14 @@ impl MemSession {
         validate(path)?;
         let mut t = self.store.lock();
         session_of(&t, self.handle)?;
-        let (events_tx, events_rx) = mpsc::unbounded_channel();
+        let (events_tx, watch) = Watch::channel(None);
         t.watches.push(WatchEntry {
             handle: self.handle,
             path: path.to_string(),
             recursive,
             events_tx,
         });
-        Ok(Watch::new(events_rx, None))
+        Ok(watch)
     }
 
     pub(crate) fn session(&self) -> watch::Receiver<SessionState> {
@@ -569,8 +593,8 @@ impl MemSession {
         }
     }
 
-    pub(crate) fn last_reply(&self) -> Instant {
-        Instant::now()
+    pub(crate) fn last_proof(&self) -> Option<Instant> {
+        Some(Instant::now())
     }
 
     pub(crate) async fn close(&self) {

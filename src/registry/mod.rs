@@ -210,6 +210,25 @@ impl Op {
     }
 }
 
+/// What one operation of a [`Registry::multi_at`] did.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum OpResult {
+    /// The node was created at `path` (with a suffix if sequential). `stat` is `None` when the
+    /// server did not return a usable one (ZooKeeper 3.8 returns none for a create inside a
+    /// multi, ZOOKEEPER-4026); every operation of one multi shares one zxid, so a `SetData` of
+    /// the same multi tells it.
+    Created {
+        path: String,
+        stat: Option<Stat>,
+    },
+    /// The node's data was replaced; its new stat.
+    DataSet {
+        stat: Stat,
+    },
+    Deleted,
+    Checked,
+}
+
 /// A change seen by a recursive [`Watch`].
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum WatchEvent {
@@ -291,21 +310,85 @@ enum Inner {
     ZooKeeper(zookeeper::ZkSession),
 }
 
-/// A recursive watch; events arrive in commit order. Dropping it removes the watch.
+/// How many events a [`Watch`] queues before it falls back to a [`WatchEvent::Resync`].
+pub const WATCH_QUEUE: usize = 4096;
+
+/// The producing end of a [`Watch`]: a bounded queue that, when full, drops events and makes
+/// the consumer resync instead. Watch consumers are level-triggered (they re-read what an
+/// event names), so a full reload loses nothing.
+#[derive(Clone)]
+pub(crate) struct WatchSender {
+    tx: tokio::sync::mpsc::Sender<WatchEvent>,
+    overflowed: std::sync::Arc<std::sync::atomic::AtomicBool>,
+}
+
+/// Why a [`WatchSender`] did not queue an event.
+#[derive(Debug, PartialEq, Eq)]
+pub(crate) enum WatchSendError {
+    /// The watch was dropped.
+    Closed,
+}
+
+impl WatchSender {
+    /// Queues `ev`; when the queue is full, drops it and flags the consumer to resync.
+    pub(crate) fn send(&self, ev: WatchEvent) -> std::result::Result<(), WatchSendError> {
+        use tokio::sync::mpsc::error::TrySendError;
+        match self.tx.try_send(ev) {
+            Ok(()) => Ok(()),
+            Err(TrySendError::Full(_)) => {
+                self.overflowed
+                    .store(true, std::sync::atomic::Ordering::SeqCst);
+                Ok(())
+            }
+            Err(TrySendError::Closed(_)) => Err(WatchSendError::Closed),
+        }
+    }
+
+    pub(crate) fn is_closed(&self) -> bool {
+        self.tx.is_closed()
+    }
+
+    pub(crate) async fn closed(&self) {
+        self.tx.closed().await
+    }
+}
+
+/// A recursive watch; events arrive in commit order. Dropping it removes the watch. Its queue
+/// is bounded ([`WATCH_QUEUE`]): a consumer that falls that far behind gets a
+/// [`WatchEvent::Resync`] in place of the events that did not fit.
 pub struct Watch {
-    events_rx: tokio::sync::mpsc::UnboundedReceiver<WatchEvent>,
+    events_rx: tokio::sync::mpsc::Receiver<WatchEvent>,
+    overflowed: std::sync::Arc<std::sync::atomic::AtomicBool>,
     _guard: Option<Box<dyn Send + Sync>>,
 }
 
 impl Watch {
-    pub(crate) fn new(
-        events_rx: tokio::sync::mpsc::UnboundedReceiver<WatchEvent>,
+    /// A watch and the sender that feeds it.
+    pub(crate) fn channel(guard: Option<Box<dyn Send + Sync>>) -> (WatchSender, Watch) {
+        Watch::with_capacity(WATCH_QUEUE, guard)
+    }
+
+    pub(crate) fn with_capacity(
+        capacity: usize,
         guard: Option<Box<dyn Send + Sync>>,
-    ) -> Watch {
-        Watch {
-            events_rx,
-            _guard: guard,
-        }
+    ) -> (WatchSender, Watch) {
+        let (tx, events_rx) = tokio::sync::mpsc::channel(capacity);
+        let overflowed = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+        (
+            WatchSender {
+                tx,
+                overflowed: overflowed.clone(),
+            },
+            Watch {
+                events_rx,
+                overflowed,
+                _guard: guard,
+            },
+        )
+    }
+
+    pub(crate) fn set_guard(&mut self, guard: Box<dyn Send + Sync>) {
+        self._guard = Some(guard);
     }
 
     /// The next event; `None` once the registry is closed.
@@ -313,12 +396,21 @@ impl Watch {
     /// # Cancellation safety
     /// Cancel-safe: an event is never lost by dropping this future.
     pub async fn next(&mut self) -> Option<WatchEvent> {
+        if let Some(ev) = self.try_next() {
+            return Some(ev);
+        }
         self.events_rx.recv().await
     }
 
-    /// An event if one is already queued.
+    /// An event if one is already queued (a `Resync` once the events queued before an
+    /// overflow have been read).
     pub fn try_next(&mut self) -> Option<WatchEvent> {
-        self.events_rx.try_recv().ok()
+        if let Ok(ev) = self.events_rx.try_recv() {
+            return Some(ev);
+        }
+        self.overflowed
+            .swap(false, std::sync::atomic::Ordering::SeqCst)
+            .then_some(WatchEvent::Resync)
     }
 }
 
@@ -433,7 +525,42 @@ impl Registry {
         if ops.is_empty() {
             return Ok(());
         }
-        dispatch!(self, s => s.multi(ops).await)
+        dispatch!(self, s => s.multi(None, ops).await).map(drop)
+    }
+
+    /// Applies all operations atomically, or none, in session `generation` only: when the
+    /// registry has moved on to another session (the one the caller decided in expired), the
+    /// operations are not sent and the call fails with `SessionExpired`. Returns what each
+    /// operation did.
+    ///
+    /// # Errors
+    /// `SessionExpired` for another generation, `MultiFailed { index, source }` naming the
+    /// first failed operation, connection errors (the outcome is then unknown).
+    pub async fn multi_at(&self, generation: u64, ops: Vec<Op>) -> Result<Vec<OpResult>> {
+        if ops.is_empty() {
+            return Ok(Vec::new());
+        }
+        dispatch!(self, s => s.multi(Some(generation), ops).await)
+    }
+
+    /// ElasticJob's `persist`: replaces the node's data, or creates it (and its missing
+    /// parents) if absent.
+    pub async fn persist(&self, path: &str, data: &[u8]) -> Result<()> {
+        match self.set(path, data, None).await {
+            Ok(_) => return Ok(()),
+            Err(Error::NoNode(_)) => {}
+            Err(e) => return Err(e),
+        }
+        if let Some((parent, _)) = path.rsplit_once('/') {
+            if !parent.is_empty() {
+                self.ensure_path(parent).await?;
+            }
+        }
+        match self.create(path, data, CreateMode::Persistent).await {
+            Ok(_) => Ok(()),
+            Err(Error::NodeExists(_)) => self.set(path, data, None).await.map(drop),
+            Err(e) => Err(e),
+        }
     }
 
     /// The subtree at `path` (including `path`), keyed by absolute path; empty if absent.
@@ -482,9 +609,14 @@ impl Registry {
         dispatch!(self, s => s.session())
     }
 
-    /// Last time the server answered anything (memory store: now).
-    pub fn last_reply(&self) -> Instant {
-        dispatch!(self, s => s.last_reply())
+    /// Proof that the current session is alive: the latest instant at which a request was
+    /// *sent* that the server then answered in this session (memory store: now). The server
+    /// cannot expire the session before this instant plus the session timeout, so a lease that
+    /// ends before that is safe to grant. `None` until a request of the current session has
+    /// been answered (so a new session, or one whose requests are all in flight after a pause
+    /// of this process, proves nothing yet).
+    pub fn last_proof(&self) -> Option<Instant> {
+        dispatch!(self, s => s.last_proof())
     }
 
     /// Closes the session: its ephemeral nodes go at once, watches end, calls fail `Closed`.

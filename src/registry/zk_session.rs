@@ -1,6 +1,10 @@
 //! The ZooKeeper session behind a `Registry`: one task owns it, publishes its state, replaces it
-//! after expiry (generation + 1), keeps `last_reply` fresh with a light heartbeat, and keeps every
-//! live watch attached to whichever session is current.
+//! after expiry (generation + 1), keeps its proof of liveness (`last_proof`) fresh with a light
+//! heartbeat, and keeps every live watch attached to whichever session is current.
+//!
+//! A proof is the instant a request was *sent* that the server answered, never the instant the
+//! answer arrived: after a pause of this process an answer read late (or one the server sent
+//! just before expiring the session) proves nothing about now.
 //!
 //! Rules kept here (see STACK-NOTES): a `PersistentWatcher` is never polled after a terminal
 //! session event (it panics); persistent watches may lose events across a reconnect
@@ -12,10 +16,10 @@ use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard, Weak};
 use std::time::{Duration, Instant};
 
-use tokio::sync::{mpsc, watch};
+use tokio::sync::watch;
 use zookeeper_client as zk;
 
-use super::{Error, Result, SessionState, WatchEvent, ZkSettings};
+use super::{Error, Result, SessionState, Watch, WatchEvent, WatchSender, ZkSettings};
 
 /// Lock a std mutex; a poisoned one still holds consistent data (no section here can panic
 /// half-way through an update).
@@ -27,7 +31,7 @@ pub(super) fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
 pub(super) struct WatchReg {
     pub(super) path: String,
     pub(super) recursive: bool,
-    pub(super) events_tx: mpsc::UnboundedSender<WatchEvent>,
+    pub(super) events_tx: WatchSender,
     /// The generation this watch is attached to (0: none). Async lock: held across `addWatch`.
     attached: tokio::sync::Mutex<u64>,
 }
@@ -42,9 +46,8 @@ pub(super) struct Shared {
     pub(super) current: Mutex<Option<(zk::Client, u64)>>,
     pub(super) state_tx: watch::Sender<SessionState>,
     pub(super) closed: AtomicBool,
-    /// Milliseconds since `epoch` of the last answer from the server.
-    last_reply_ms: AtomicU64,
-    epoch: Instant,
+    /// The latest proof of liveness: (generation, send instant of an answered request).
+    proof: Mutex<Option<(u64, Instant)>>,
     pub(super) watches: Mutex<HashMap<u64, Arc<WatchReg>>>,
     next_watch: AtomicU64,
 }
@@ -57,20 +60,29 @@ impl Shared {
             current: Mutex::new(None),
             state_tx: watch::channel(SessionState::Closed).0,
             closed: AtomicBool::new(false),
-            last_reply_ms: AtomicU64::new(0),
-            epoch: Instant::now(),
+            proof: Mutex::new(None),
             watches: Mutex::new(HashMap::new()),
             next_watch: AtomicU64::new(1),
         }
     }
 
-    pub(super) fn touch(&self) {
-        let ms = self.epoch.elapsed().as_millis() as u64;
-        self.last_reply_ms.fetch_max(ms, Ordering::Relaxed);
+    /// Records that a request of session `generation` sent at `sent` was answered.
+    pub(super) fn prove(&self, generation: u64, sent: Instant) {
+        let mut proof = lock(&self.proof);
+        match *proof {
+            Some((g, at)) if g == generation && at >= sent => {}
+            Some((g, _)) if g > generation => {}
+            _ => *proof = Some((generation, sent)),
+        }
     }
 
-    pub(super) fn last_reply(&self) -> Instant {
-        self.epoch + Duration::from_millis(self.last_reply_ms.load(Ordering::Relaxed))
+    /// The latest proof for the current session, if any.
+    pub(super) fn last_proof(&self) -> Option<Instant> {
+        let current = lock(&self.current).as_ref().map(|(_, g)| *g)?;
+        match *lock(&self.proof) {
+            Some((g, at)) if g == current => Some(at),
+            _ => None,
+        }
     }
 
     pub(super) fn is_closed(&self) -> bool {
@@ -98,12 +110,8 @@ impl Shared {
         self: &Arc<Self>,
         path: &str,
         recursive: bool,
-    ) -> (
-        Arc<WatchReg>,
-        WatchGuard,
-        mpsc::UnboundedReceiver<WatchEvent>,
-    ) {
-        let (events_tx, events_rx) = mpsc::unbounded_channel();
+    ) -> (Arc<WatchReg>, Watch) {
+        let (events_tx, mut watch) = Watch::channel(None);
         let reg = Arc::new(WatchReg {
             path: path.to_string(),
             recursive,
@@ -112,14 +120,11 @@ impl Shared {
         });
         let id = self.next_watch.fetch_add(1, Ordering::Relaxed);
         lock(&self.watches).insert(id, reg.clone());
-        (
-            reg,
-            WatchGuard {
-                shared: Arc::downgrade(self),
-                id,
-            },
-            events_rx,
-        )
+        watch.set_guard(Box::new(WatchGuard {
+            shared: Arc::downgrade(self),
+            id,
+        }));
+        (reg, watch)
     }
 
     /// Closes for good: publishes `Closed`, ends watches, drops the client (closing the session).
@@ -170,7 +175,7 @@ pub(super) fn map_err(e: zk::Error, path: &str) -> Error {
     }
 }
 
-/// Whether an error still proves the server answered (for `last_reply`).
+/// Whether an error still proves the server answered (for `last_proof`).
 fn answered(e: &Error) -> bool {
     !matches!(
         e,
@@ -178,22 +183,34 @@ fn answered(e: &Error) -> bool {
     )
 }
 
-/// Runs one call on the current session within `op_timeout`, mapping errors and noting replies.
-pub(super) async fn call<T, F, Fut>(shared: &Shared, path: &str, f: F) -> Result<T>
+/// Runs one call on the current session within `op_timeout`, mapping errors and recording the
+/// proof of liveness it gives. With `generation`, the call is made only on that session: a
+/// decision taken in a session that has since expired must not land in the next one.
+pub(super) async fn call<T, F, Fut>(
+    shared: &Shared,
+    path: &str,
+    generation: Option<u64>,
+    f: F,
+) -> Result<T>
 where
     F: FnOnce(zk::Client) -> Fut,
     Fut: std::future::Future<Output = std::result::Result<T, zk::Error>>,
 {
     let op_timeout = shared.settings.op_timeout;
     let r = tokio::time::timeout(op_timeout, async {
-        let (client, _) = shared.client().await?;
-        f(client).await.map_err(|e| map_err(e, path))
+        let (client, current) = shared.client().await?;
+        if generation.is_some_and(|g| g != current) {
+            return Err(Error::SessionExpired);
+        }
+        let sent = Instant::now();
+        let r = f(client).await.map_err(|e| map_err(e, path));
+        if r.as_ref().err().is_none_or(answered) {
+            shared.prove(current, sent);
+        }
+        r
     })
     .await
     .unwrap_or(Err(Error::Timeout(op_timeout)));
-    if r.as_ref().err().is_none_or(answered) {
-        shared.touch();
-    }
     r
 }
 
@@ -261,7 +278,6 @@ async fn run(shared: Arc<Shared>, first: zk::Client, mut generation: u64) {
             return;
         }
         publish_connected(&shared, &c, generation);
-        shared.touch();
         if generation > 1 {
             reattach_all(&shared, &c, generation);
         }
@@ -281,7 +297,6 @@ async fn run(shared: Arc<Shared>, first: zk::Client, mut generation: u64) {
                         if let Some((c, _)) = lock(&shared.current).clone() {
                             publish_connected(&shared, &c, generation);
                         }
-                        shared.touch();
                     }
                     terminal => break terminal,
                 },
@@ -321,15 +336,21 @@ async fn run(shared: Arc<Shared>, first: zk::Client, mut generation: u64) {
     }
 }
 
-/// Keeps `last_reply` fresh on an idle session.
+/// Keeps `last_proof` fresh on an idle session.
 async fn heartbeat(shared: Arc<Shared>) {
-    let period = (shared.settings.session_timeout / 6).max(Duration::from_millis(100));
+    let period = (shared.settings.session_timeout / 8).max(Duration::from_millis(100));
     loop {
         tokio::time::sleep(period).await;
         if shared.is_closed() {
             return;
         }
-        let _ = call(&shared, "/", |c| async move { c.check_stat("/").await }).await;
+        let _ = call(
+            &shared,
+            "/",
+            None,
+            |c| async move { c.check_stat("/").await },
+        )
+        .await;
     }
 }
 
@@ -372,11 +393,7 @@ async fn add_watch(
     let op_timeout = shared.settings.op_timeout;
     match tokio::time::timeout(op_timeout, client.watch(&reg.path, mode)).await {
         Err(_) => Err(Error::Timeout(op_timeout)),
-        Ok(r) => {
-            let watcher = r.map_err(|e| map_err(e, &reg.path))?;
-            shared.touch();
-            Ok(watcher)
-        }
+        Ok(r) => r.map_err(|e| map_err(e, &reg.path)),
     }
 }
 

@@ -112,9 +112,9 @@ async fn zookeeper_store_semantics() {
     );
     assert!(matches!(other.get("/t").await, Err(Error::Closed)));
 
-    // last_reply stays fresh while idle (heartbeat every session_timeout / 6).
+    // last_proof stays fresh while idle (heartbeat every session_timeout / 8).
     tokio::time::sleep(Duration::from_millis(1500)).await;
-    assert!(reg.last_reply().elapsed() < Duration::from_millis(1500));
+    assert!(reg.last_proof().expect("proven alive").elapsed() < Duration::from_millis(1500));
     for r in regs.iter().chain([&reg, &raw]) {
         r.close().await;
     }
@@ -208,7 +208,19 @@ async fn zookeeper_reconnect_and_expiry() {
         next_event(&mut w, Duration::from_secs(3)).await,
         WatchEvent::Resync
     );
-    assert!(reg.last_reply().elapsed() < Duration::from_secs(2));
+    // A proof comes from a request sent after the reconnect (the heartbeat's, within a
+    // heartbeat period).
+    let deadline = Instant::now() + Duration::from_secs(3);
+    while reg
+        .last_proof()
+        .is_none_or(|p| p < t0 + Duration::from_secs(1))
+    {
+        assert!(
+            Instant::now() < deadline,
+            "no proof of life after the reconnect"
+        );
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
 
     // 2. Expiry: the server frozen for longer than 7/5 of the session timeout, after which the
     //    client declares the session expired itself; the server expires it when it resumes.

@@ -11,7 +11,7 @@ use zookeeper_client as zk;
 
 use super::path::{join, validate};
 use super::zk_session::{self, acls, call, Shared};
-use super::{CreateMode, Error, Node, Op, Result, SessionState, Stat, Watch, ZkSettings};
+use super::{CreateMode, Error, Node, Op, OpResult, Result, SessionState, Stat, Watch, ZkSettings};
 
 /// Reads in flight at once per level of `read_tree`.
 const READ_BATCH: usize = 256;
@@ -80,7 +80,7 @@ impl ZkSession {
     ) -> Result<(String, Stat)> {
         validate(path)?;
         let acls = acls(&self.shared.settings);
-        let (st, seq) = call(&self.shared, path, |c| async move {
+        let (st, seq) = call(&self.shared, path, None, |c| async move {
             let options = mode(m).with_acls(acls);
             c.create(path, data, &options).await
         })
@@ -95,11 +95,9 @@ impl ZkSession {
 
     pub(crate) async fn get(&self, path: &str) -> Result<Option<Node>> {
         validate(path)?;
-        match call(
-            &self.shared,
-            path,
-            |c| async move { c.get_data(path).await },
-        )
+        match call(&self.shared, path, None, |c| async move {
+            c.get_data(path).await
+        })
         .await
         {
             Ok((data, st)) => Ok(Some(Node {
@@ -113,18 +111,16 @@ impl ZkSession {
 
     pub(crate) async fn exists(&self, path: &str) -> Result<Option<Stat>> {
         validate(path)?;
-        let st = call(
-            &self.shared,
-            path,
-            |c| async move { c.check_stat(path).await },
-        )
+        let st = call(&self.shared, path, None, |c| async move {
+            c.check_stat(path).await
+        })
         .await?;
         Ok(st.as_ref().map(stat))
     }
 
     pub(crate) async fn set(&self, path: &str, data: &[u8], version: Option<i32>) -> Result<Stat> {
         validate(path)?;
-        let st = call(&self.shared, path, |c| async move {
+        let st = call(&self.shared, path, None, |c| async move {
             c.set_data(path, data, version).await
         })
         .await?;
@@ -133,7 +129,7 @@ impl ZkSession {
 
     pub(crate) async fn delete(&self, path: &str, version: Option<i32>) -> Result<()> {
         validate(path)?;
-        call(&self.shared, path, |c| async move {
+        call(&self.shared, path, None, |c| async move {
             c.delete(path, version).await
         })
         .await
@@ -141,7 +137,7 @@ impl ZkSession {
 
     pub(crate) async fn children(&self, path: &str) -> Result<Vec<String>> {
         validate(path)?;
-        let mut names = call(&self.shared, path, |c| async move {
+        let mut names = call(&self.shared, path, None, |c| async move {
             c.list_children(path).await
         })
         .await?;
@@ -156,7 +152,7 @@ impl ZkSession {
         }
         let options = zk::CreateMode::Persistent.with_acls(acls(&self.shared.settings));
         let options = &options;
-        call(&self.shared, path, |c| async move {
+        call(&self.shared, path, None, |c| async move {
             c.mkdir(path, options).await
         })
         .await
@@ -185,7 +181,11 @@ impl ZkSession {
         }
     }
 
-    pub(crate) async fn multi(&self, ops: Vec<Op>) -> Result<()> {
+    pub(crate) async fn multi(
+        &self,
+        generation: Option<u64>,
+        ops: Vec<Op>,
+    ) -> Result<Vec<OpResult>> {
         for op in &ops {
             let (Op::Create { path, .. }
             | Op::SetData { path, .. }
@@ -195,7 +195,7 @@ impl ZkSession {
         }
         let acls = acls(&self.shared.settings);
         let ops = &ops;
-        let r = call(&self.shared, "multi", |c| async move {
+        let r = call(&self.shared, "multi", generation, |c| async move {
             let mut w = c.new_multi_writer();
             for op in ops {
                 match op {
@@ -217,7 +217,22 @@ impl ZkSession {
         })
         .await?;
         match r {
-            Ok(_) => Ok(()),
+            Ok(results) => Ok(results
+                .into_iter()
+                .map(|r| match r {
+                    zk::MultiWriteResult::Check => OpResult::Checked,
+                    zk::MultiWriteResult::Delete => OpResult::Deleted,
+                    zk::MultiWriteResult::Create { path, stat: st } => OpResult::Created {
+                        path: self.relative(&path),
+                        stat: (!st.is_invalid()).then(|| stat(&st)),
+                    },
+                    zk::MultiWriteResult::SetData { stat: st } => {
+                        OpResult::DataSet { stat: stat(&st) }
+                    }
+                    // A result kind this crate does not know yet: nothing to tell.
+                    _ => OpResult::Checked,
+                })
+                .collect()),
             Err(zk::MultiWriteError::RequestFailed { source }) => {
                 Err(zk_session::map_err(source, "multi"))
             }
@@ -236,6 +251,16 @@ impl ZkSession {
         }
     }
 
+    /// A path the server returned, relative to the namespace (the client is chrooted, but be
+    /// safe if a server returns the full path).
+    fn relative(&self, path: &str) -> String {
+        let ns = &self.shared.namespace;
+        match path.strip_prefix(ns.as_str()) {
+            Some(rest) if !ns.is_empty() && rest.starts_with('/') => rest.to_string(),
+            _ => path.to_string(),
+        }
+    }
+
     pub(crate) async fn read_tree(&self, root: &str) -> Result<BTreeMap<String, Node>> {
         validate(root)?;
         let mut out = BTreeMap::new();
@@ -244,7 +269,7 @@ impl ZkSession {
             let mut next = Vec::new();
             for batch in level.chunks(READ_BATCH) {
                 // Requests go out when the methods are called, so these are pipelined.
-                let results = call(&self.shared, root, |c| async move {
+                let results = call(&self.shared, root, None, |c| async move {
                     let data: Vec<_> = batch.iter().map(|p| c.get_data(p)).collect();
                     let kids: Vec<_> = batch.iter().map(|p| c.list_children(p)).collect();
                     let (data, kids) = futures::join!(join_all(data), join_all(kids));
@@ -276,21 +301,21 @@ impl ZkSession {
 
     pub(crate) async fn watch(&self, path: &str, recursive: bool) -> Result<Watch> {
         validate(path)?;
-        let (reg, guard, events_rx) = self.shared.register(path, recursive);
+        let (reg, watch) = self.shared.register(path, recursive);
         let op_timeout = self.shared.settings.op_timeout;
         let (client, generation) = tokio::time::timeout(op_timeout, self.shared.client())
             .await
             .map_err(|_| Error::Timeout(op_timeout))??;
         zk_session::attach(&self.shared, &reg, &client, generation, false).await?;
-        Ok(Watch::new(events_rx, Some(Box::new(guard))))
+        Ok(watch)
     }
 
     pub(crate) fn session(&self) -> watch::Receiver<SessionState> {
         self.shared.state_tx.subscribe()
     }
 
-    pub(crate) fn last_reply(&self) -> Instant {
-        self.shared.last_reply()
+    pub(crate) fn last_proof(&self) -> Option<Instant> {
+        self.shared.last_proof()
     }
 
     pub(crate) async fn close(&self) {

@@ -292,3 +292,17 @@ impl Sidecar {
         log_tail(&self.log, lines)
     }
 }
+
+impl Drop for Sidecar {
+    /// A failing test shows the end of each sidecar's log: what it decided, and why.
+    fn drop(&mut self) {
+        if std::thread::panicking() {
+            eprintln!(
+                "----- last lines of sidecar {} ({}) -----\n{}",
+                self.options.advertise_ip,
+                self.log.display(),
+                log_tail(&self.log, 80)
+            );
+        }
+    }
+}

@@ -140,12 +140,14 @@ class WorkerEvent(_message.Message):
     def __init__(self, registered: _Optional[_Union[Registered, _Mapping]] = ..., assignment: _Optional[_Union[Assignment, _Mapping]] = ..., trigger: _Optional[_Union[Trigger, _Mapping]] = ..., revoke: _Optional[_Union[Revoke, _Mapping]] = ..., shutdown: _Optional[_Union[Shutdown, _Mapping]] = ..., lease: _Optional[_Union[Lease, _Mapping]] = ...) -> None: ...
 
 class Lease(_message.Message):
-    __slots__ = ("valid_for", "sequence")
+    __slots__ = ("valid_for", "sequence", "expires_at")
     VALID_FOR_FIELD_NUMBER: _ClassVar[int]
     SEQUENCE_FIELD_NUMBER: _ClassVar[int]
+    EXPIRES_AT_FIELD_NUMBER: _ClassVar[int]
     valid_for: _duration_pb2.Duration
     sequence: int
-    def __init__(self, valid_for: _Optional[_Union[_duration_pb2.Duration, _Mapping]] = ..., sequence: _Optional[int] = ...) -> None: ...
+    expires_at: _timestamp_pb2.Timestamp
+    def __init__(self, valid_for: _Optional[_Union[_duration_pb2.Duration, _Mapping]] = ..., sequence: _Optional[int] = ..., expires_at: _Optional[_Union[_timestamp_pb2.Timestamp, _Mapping]] = ...) -> None: ...
 
 class Registered(_message.Message):
     __slots__ = ("instance_id", "config")
@@ -241,6 +243,22 @@ class ReportFailureRequest(_message.Message):
     def __init__(self, instance_id: _Optional[str] = ..., execution_id: _Optional[str] = ..., item: _Optional[int] = ..., error: _Optional[str] = ...) -> None: ...
 
 class ReportFailureResponse(_message.Message):
+    __slots__ = ()
+    def __init__(self) -> None: ...
+
+class DeclineRequest(_message.Message):
+    __slots__ = ("instance_id", "execution_id", "items", "reason")
+    INSTANCE_ID_FIELD_NUMBER: _ClassVar[int]
+    EXECUTION_ID_FIELD_NUMBER: _ClassVar[int]
+    ITEMS_FIELD_NUMBER: _ClassVar[int]
+    REASON_FIELD_NUMBER: _ClassVar[int]
+    instance_id: str
+    execution_id: str
+    items: _containers.RepeatedScalarFieldContainer[int]
+    reason: str
+    def __init__(self, instance_id: _Optional[str] = ..., execution_id: _Optional[str] = ..., items: _Optional[_Iterable[int]] = ..., reason: _Optional[str] = ...) -> None: ...
+
+class DeclineResponse(_message.Message):
     __slots__ = ()
     def __init__(self) -> None: ...
 

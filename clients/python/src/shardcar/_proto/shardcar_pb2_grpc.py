@@ -29,6 +29,11 @@ class WorkerStub(object):
                 request_serializer=shardcar_dot_v1_dot_shardcar__pb2.ReportFailureRequest.SerializeToString,
                 response_deserializer=shardcar_dot_v1_dot_shardcar__pb2.ReportFailureResponse.FromString,
                 )
+        self.Decline = channel.unary_unary(
+                '/shardcar.v1.Worker/Decline',
+                request_serializer=shardcar_dot_v1_dot_shardcar__pb2.DeclineRequest.SerializeToString,
+                response_deserializer=shardcar_dot_v1_dot_shardcar__pb2.DeclineResponse.FromString,
+                )
 
 
 class WorkerServicer(object):
@@ -56,6 +61,17 @@ class WorkerServicer(object):
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
+    def Decline(self, request, context):
+        """Gives items of an execution back without an outcome: the worker did not run them (the
+        trigger came without a valid lease, or during shutdown) or stopped running them (lease ran
+        out, Revoke). Always safe to send and to repeat: OK whether or not the sidecar still held
+        the execution. The items run again elsewhere (FAILOVER, when failover is on) or at the next
+        fire.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
 
 def add_WorkerServicer_to_server(servicer, server):
     rpc_method_handlers = {
@@ -73,6 +89,11 @@ def add_WorkerServicer_to_server(servicer, server):
                     servicer.ReportFailure,
                     request_deserializer=shardcar_dot_v1_dot_shardcar__pb2.ReportFailureRequest.FromString,
                     response_serializer=shardcar_dot_v1_dot_shardcar__pb2.ReportFailureResponse.SerializeToString,
+            ),
+            'Decline': grpc.unary_unary_rpc_method_handler(
+                    servicer.Decline,
+                    request_deserializer=shardcar_dot_v1_dot_shardcar__pb2.DeclineRequest.FromString,
+                    response_serializer=shardcar_dot_v1_dot_shardcar__pb2.DeclineResponse.SerializeToString,
             ),
     }
     generic_handler = grpc.method_handlers_generic_handler(
@@ -132,6 +153,23 @@ class Worker(object):
         return grpc.experimental.unary_unary(request, target, '/shardcar.v1.Worker/ReportFailure',
             shardcar_dot_v1_dot_shardcar__pb2.ReportFailureRequest.SerializeToString,
             shardcar_dot_v1_dot_shardcar__pb2.ReportFailureResponse.FromString,
+            options, channel_credentials,
+            insecure, call_credentials, compression, wait_for_ready, timeout, metadata)
+
+    @staticmethod
+    def Decline(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(request, target, '/shardcar.v1.Worker/Decline',
+            shardcar_dot_v1_dot_shardcar__pb2.DeclineRequest.SerializeToString,
+            shardcar_dot_v1_dot_shardcar__pb2.DeclineResponse.FromString,
             options, channel_credentials,
             insecure, call_credentials, compression, wait_for_ready, timeout, metadata)
 

@@ -1,0 +1,126 @@
+//! The wire form of what the coordinator tells a worker.
+
+use std::time::UNIX_EPOCH;
+
+use crate::api::convert::to_proto;
+use crate::coordination::{ExecutionRecord, Source, Trigger, WorkerEvent};
+use crate::ops::history::item_outcome;
+use crate::proto::{self, worker_event::Event};
+
+/// The wire enum of an execution source.
+pub fn source(s: Source) -> proto::TriggerSource {
+    match s {
+        Source::Cron => proto::TriggerSource::Cron,
+        Source::Misfire => proto::TriggerSource::Misfire,
+        Source::Failover => proto::TriggerSource::Failover,
+        Source::Manual => proto::TriggerSource::Manual,
+    }
+}
+
+fn timestamp(t: chrono::DateTime<chrono::Utc>) -> prost_types::Timestamp {
+    prost_types::Timestamp {
+        seconds: t.timestamp(),
+        nanos: t.timestamp_subsec_nanos() as i32,
+    }
+}
+
+fn items(items: &[(i32, String)]) -> Vec<proto::ShardItem> {
+    items
+        .iter()
+        .map(|(item, parameter)| proto::ShardItem {
+            item: *item,
+            parameter: parameter.clone(),
+        })
+        .collect()
+}
+
+fn trigger(t: Trigger) -> proto::Trigger {
+    proto::Trigger {
+        execution_id: t.execution_id,
+        task_id: t.task_id,
+        items: items(&t.items),
+        job_parameter: t.job_parameter,
+        sharding_total_count: t.sharding_total_count,
+        source: source(t.source) as i32,
+        fire_time: Some(timestamp(t.fire_time)),
+        fencing_tokens: t.fencing_tokens.into_iter().collect(),
+    }
+}
+
+/// A worker event as sent on the `Subscribe` stream.
+pub fn to_wire(event: WorkerEvent) -> proto::WorkerEvent {
+    let event = match event {
+        WorkerEvent::Registered {
+            instance_id,
+            config,
+        } => Event::Registered(proto::Registered {
+            instance_id,
+            config: Some(to_proto(&config.0, &config.1)),
+        }),
+        WorkerEvent::Assignment {
+            items: assigned,
+            leader,
+            epoch,
+        } => Event::Assignment(proto::Assignment {
+            items: items(&assigned),
+            leader,
+            epoch,
+        }),
+        WorkerEvent::Lease {
+            valid_for,
+            expires_at,
+            sequence,
+        } => Event::Lease(proto::Lease {
+            valid_for: prost_types::Duration::try_from(valid_for).ok(),
+            sequence,
+            expires_at: Some(timestamp(expires_at.into())),
+        }),
+        WorkerEvent::Trigger(t) => Event::Trigger(trigger(t)),
+        WorkerEvent::Revoke { items, reason } => Event::Revoke(proto::Revoke { items, reason }),
+        WorkerEvent::Shutdown { reason } => Event::Shutdown(proto::Shutdown { reason }),
+    };
+    proto::WorkerEvent { event: Some(event) }
+}
+
+fn outcome_proto(name: &str) -> proto::ExecutionOutcome {
+    match name {
+        "completed" => proto::ExecutionOutcome::Completed,
+        "failed" => proto::ExecutionOutcome::Failed,
+        "revoked" => proto::ExecutionOutcome::Revoked,
+        _ => proto::ExecutionOutcome::Unspecified,
+    }
+}
+
+/// The wire form of a record.
+pub fn execution_info(r: &ExecutionRecord) -> proto::ExecutionInfo {
+    let since_epoch = r.started_at.duration_since(UNIX_EPOCH).unwrap_or_default();
+    proto::ExecutionInfo {
+        job_name: r.job.clone(),
+        execution_id: r.execution_id.clone(),
+        instance_id: r.instance_id.clone(),
+        source: source(r.source) as i32,
+        items: r.items.keys().copied().collect(),
+        started_at: Some(prost_types::Timestamp {
+            seconds: since_epoch.as_secs() as i64,
+            nanos: since_epoch.subsec_nanos() as i32,
+        }),
+        duration: Some(prost_types::Duration {
+            seconds: r.duration.as_secs() as i64,
+            nanos: r.duration.subsec_nanos() as i32,
+        }),
+        outcome: outcome_proto(r.outcome()) as i32,
+        error: r.error().unwrap_or_default().to_string(),
+        item_results: r
+            .items
+            .iter()
+            .map(|(item, outcome)| {
+                let (name, error) = item_outcome(outcome);
+                proto::ItemResult {
+                    item: *item,
+                    outcome: outcome_proto(name) as i32,
+                    error: error.unwrap_or_default().to_string(),
+                }
+            })
+            .collect(),
+    }
+}

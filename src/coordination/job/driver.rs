@@ -1,0 +1,667 @@
+//! The driver of one job: a task that owns the job's I/O (its registry watch, the worker
+//! streams' senders, held latches, the cron schedule) and its [`JobState`]. It turns commands,
+//! registry events, results and time into [`Input`]s, and performs the [`Action`]s the state
+//! returns, each with a deadline.
+//!
+//! Reads and writes go through one ordered queue: their results are fed back in the order they
+//! were issued, which on one ZooKeeper session is the order the server answered them; a registry
+//! event joins the same queue, so it applies after everything issued before it arrived. Latch
+//! waits and the first setup run as child tasks that report back, so the loop never blocks on
+//! ZooKeeper: an answer never waits behind an election.
+
+use std::collections::{BTreeMap, HashMap};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use futures::future::BoxFuture;
+use futures::stream::{FuturesOrdered, FuturesUnordered};
+use futures::{FutureExt, StreamExt};
+use tokio::sync::{mpsc, oneshot, watch};
+use tokio_util::sync::CancellationToken;
+use tracing::{debug, warn};
+
+use super::state::JobState;
+use super::{Action, Env, Input, IoResult, LatchKey, Observation, OpId, Reply, ReplyId, StreamKey};
+use crate::coordination::events::{Connection, StreamEnd, WorkerEvent};
+use crate::coordination::execution::ItemOutcome;
+use crate::coordination::{CoordError, Shared};
+use crate::elasticjob::config::JobConfiguration;
+use crate::elasticjob::extras::JobExtras;
+use crate::elasticjob::paths::{JobPaths, ServerStatus};
+use crate::registry::{CreateMode, Error as RegError, Latch, Node, Registry, SessionState, Watch};
+use crate::schedule::{CronSchedule, Fire};
+
+/// How long a latch may take to acquire before the attempt is given up (and retried).
+const LATCH_DEADLINE: Duration = Duration::from_secs(10);
+/// How many cron fires may wait for the driver.
+const FIRE_QUEUE: usize = 4;
+
+/// A worker stream's sending end.
+pub(crate) type EventSender = mpsc::Sender<WorkerEvent>;
+
+/// A command for a job's driver.
+pub(crate) enum JobCmd {
+    Join {
+        instance_id: String,
+        /// Boxed: the config is large and most commands carry none.
+        config: Option<Box<(JobConfiguration, JobExtras)>>,
+        overwrite: bool,
+        sink: EventSender,
+        connection: Arc<dyn Connection>,
+        reply: oneshot::Sender<Result<JobConfiguration, CoordError>>,
+    },
+    Answer {
+        instance_id: String,
+        execution_id: String,
+        outcomes: Vec<(i32, ItemOutcome)>,
+        reply: oneshot::Sender<Result<(), CoordError>>,
+    },
+    Decline {
+        instance_id: String,
+        execution_id: String,
+        items: Vec<i32>,
+        reason: String,
+        reply: oneshot::Sender<Result<(), CoordError>>,
+    },
+    Drain {
+        deadline: Instant,
+        reply: oneshot::Sender<()>,
+    },
+}
+
+enum ReplyTx {
+    Join(oneshot::Sender<Result<JobConfiguration, CoordError>>),
+    Answer(oneshot::Sender<Result<(), CoordError>>),
+    Drain(oneshot::Sender<()>),
+}
+
+struct Sink {
+    tx: EventSender,
+    /// Cancelled to end the stream: lets go of the end-watcher's sender.
+    stop: CancellationToken,
+}
+
+/// What a child task reports.
+enum TaskResult {
+    SetUp(OpId, Result<(Watch, BTreeMap<String, Node>), CoordError>),
+    Latched(OpId, Result<Latch, RegError>),
+    Watching(OpId, Result<Watch, RegError>),
+}
+
+/// One entry of the ordered queue.
+enum Queued {
+    Done(OpId, IoResult),
+    Watched(crate::registry::WatchEvent),
+}
+
+/// Starts the driver of job `name` and returns its command sender.
+pub(crate) fn spawn(name: &str, shared: Arc<Shared>) -> mpsc::Sender<JobCmd> {
+    let (cmd_tx, cmd_rx) = mpsc::channel(1024);
+    let (fire_tx, fire_rx) = mpsc::channel(FIRE_QUEUE);
+    let (tasks_tx, tasks_rx) = mpsc::unbounded_channel();
+    let settings = shared.job_settings();
+    let driver = Driver {
+        timer_key: format!("{name}#{}", shared.next_key()),
+        paths: JobPaths::new(name),
+        state: JobState::new(name, settings),
+        session_rx: shared.registry.session(),
+        shared: shared.clone(),
+        cmd_tx: cmd_tx.clone(),
+        cmd_rx,
+        fire_tx,
+        fire_rx,
+        tasks_tx,
+        tasks_rx,
+        watch: None,
+        io: FuturesOrdered::new(),
+        ends: FuturesUnordered::new(),
+        sinks: HashMap::new(),
+        replies: HashMap::new(),
+        latches: HashMap::new(),
+        next_reply: 0,
+        next_latch: 0,
+        followups: Vec::new(),
+    };
+    shared.tracker.spawn(driver.run());
+    cmd_tx
+}
+
+struct Driver {
+    shared: Arc<Shared>,
+    paths: JobPaths,
+    state: JobState,
+    cmd_tx: mpsc::Sender<JobCmd>,
+    cmd_rx: mpsc::Receiver<JobCmd>,
+    fire_tx: mpsc::Sender<Fire>,
+    fire_rx: mpsc::Receiver<Fire>,
+    timer_key: String,
+    session_rx: watch::Receiver<SessionState>,
+    tasks_tx: mpsc::UnboundedSender<TaskResult>,
+    tasks_rx: mpsc::UnboundedReceiver<TaskResult>,
+    watch: Option<Watch>,
+    io: FuturesOrdered<BoxFuture<'static, Queued>>,
+    ends: FuturesUnordered<BoxFuture<'static, Option<(StreamKey, StreamEnd)>>>,
+    sinks: HashMap<StreamKey, Sink>,
+    replies: HashMap<ReplyId, ReplyTx>,
+    latches: HashMap<LatchKey, Latch>,
+    next_reply: ReplyId,
+    next_latch: LatchKey,
+    /// Inputs that performing actions produced (a full stream), fed after them.
+    followups: Vec<Input>,
+}
+
+impl Driver {
+    async fn run(mut self) {
+        loop {
+            let env = self.env();
+            let wake = self.state.next_wakeup(&env);
+            let input = tokio::select! {
+                biased;
+                Some(queued) = self.io.next(), if !self.io.is_empty() => match queued {
+                    Queued::Done(op, result) => Input::Done { op, result },
+                    Queued::Watched(ev) => Input::Watched(ev),
+                },
+                Some(task) = self.tasks_rx.recv() => self.on_task(task),
+                ev = next_event(&mut self.watch) => match ev {
+                    // Through the ordered queue, behind the reads and writes already issued.
+                    Some(ev) => {
+                        self.io.push_back(futures::future::ready(Queued::Watched(ev)).boxed());
+                        continue;
+                    }
+                    None => {
+                        self.watch = None;
+                        warn!(job = %self.state.name(), "registry watch ended");
+                        Input::WatchLost
+                    }
+                },
+                Some(end) = self.ends.next(), if !self.ends.is_empty() => match end {
+                    Some((stream, end)) => Input::StreamEnded { stream, end },
+                    None => continue,
+                },
+                cmd = self.cmd_rx.recv() => match cmd {
+                    Some(cmd) => match self.on_cmd(cmd) {
+                        Some(input) => input,
+                        None => continue,
+                    },
+                    None => return,
+                },
+                Some(fire) = self.fire_rx.recv() => Input::Fire { fire_time: fire.fire_time },
+                changed = self.session_rx.changed() => match changed {
+                    Ok(()) => Input::Session(self.session_rx.borrow_and_update().clone()),
+                    Err(_) => return,
+                },
+                _ = sleep_until(wake) => Input::Tick,
+            };
+            self.feed(input);
+            if self.state.idle() && self.try_retire() {
+                return;
+            }
+        }
+    }
+
+    fn env(&self) -> Env {
+        Env {
+            now: Instant::now(),
+            wall: chrono::Utc::now(),
+            session: self.shared.registry.session().borrow().clone(),
+            proof: self.shared.registry.last_proof(),
+        }
+    }
+
+    fn feed(&mut self, input: Input) {
+        let mut next = Some(input);
+        while let Some(input) = next.take().or_else(|| self.followups.pop()) {
+            let env = self.env();
+            for action in self.state.step(input, &env) {
+                self.perform(action);
+            }
+        }
+    }
+
+    fn on_cmd(&mut self, cmd: JobCmd) -> Option<Input> {
+        match cmd {
+            JobCmd::Join {
+                instance_id,
+                config,
+                overwrite,
+                sink,
+                connection,
+                reply,
+            } => {
+                let stream = self.shared.next_key();
+                let reply_id = self.reply_id(ReplyTx::Join(reply));
+                let stop = CancellationToken::new();
+                self.sinks.insert(
+                    stream,
+                    Sink {
+                        tx: sink.clone(),
+                        stop: stop.clone(),
+                    },
+                );
+                // The driver itself watches for the end of the stream, from the moment it
+                // knows of it: a Subscribe cancelled at any point ends as if its stream ended.
+                self.ends.push(
+                    async move {
+                        tokio::select! {
+                            _ = sink.closed() => Some((stream, connection.end())),
+                            _ = stop.cancelled() => None,
+                        }
+                    }
+                    .boxed(),
+                );
+                Some(Input::Join {
+                    reply: reply_id,
+                    stream,
+                    instance_id,
+                    config,
+                    overwrite,
+                })
+            }
+            JobCmd::Answer {
+                instance_id,
+                execution_id,
+                outcomes,
+                reply,
+            } => {
+                if !self.state.has_execution(&execution_id) {
+                    let _ = reply.send(self.shared.remembered(&execution_id, &instance_id));
+                    return None;
+                }
+                let reply = self.reply_id(ReplyTx::Answer(reply));
+                Some(Input::Answer {
+                    reply,
+                    instance_id,
+                    execution_id,
+                    outcomes,
+                })
+            }
+            JobCmd::Decline {
+                instance_id,
+                execution_id,
+                items,
+                reason,
+                reply,
+            } => {
+                if !self.state.has_execution(&execution_id) {
+                    // Giving back what is already given back is fine; another's is not.
+                    let result = match self.shared.remembered(&execution_id, &instance_id) {
+                        Err(e @ CoordError::PermissionDenied(_)) => Err(e),
+                        _ => Ok(()),
+                    };
+                    let _ = reply.send(result);
+                    return None;
+                }
+                let reply = self.reply_id(ReplyTx::Answer(reply));
+                Some(Input::Decline {
+                    reply,
+                    instance_id,
+                    execution_id,
+                    items,
+                    reason,
+                })
+            }
+            JobCmd::Drain { deadline, reply } => {
+                let reply = self.reply_id(ReplyTx::Drain(reply));
+                Some(Input::Drain { reply, deadline })
+            }
+        }
+    }
+
+    fn reply_id(&mut self, tx: ReplyTx) -> ReplyId {
+        self.next_reply += 1;
+        self.replies.insert(self.next_reply, tx);
+        self.next_reply
+    }
+
+    fn on_task(&mut self, task: TaskResult) -> Input {
+        match task {
+            TaskResult::SetUp(op, result) => {
+                let result = result.map(|(watch, nodes)| {
+                    self.watch = Some(watch);
+                    nodes
+                });
+                Input::Done {
+                    op,
+                    result: IoResult::SetUp(result),
+                }
+            }
+            TaskResult::Latched(op, result) => {
+                let result = result.map(|latch| {
+                    self.next_latch += 1;
+                    self.latches.insert(self.next_latch, latch);
+                    self.next_latch
+                });
+                Input::Done {
+                    op,
+                    result: IoResult::Latched(result),
+                }
+            }
+            TaskResult::Watching(op, result) => {
+                let result = result.map(|watch| {
+                    self.watch = Some(watch);
+                });
+                Input::Done {
+                    op,
+                    result: IoResult::Watching(result),
+                }
+            }
+        }
+    }
+
+    fn perform(&mut self, action: Action) {
+        let registry = self.shared.registry.clone();
+        match action {
+            Action::Send { stream, event } => {
+                let Some(sink) = self.sinks.get(&stream) else {
+                    return;
+                };
+                if let Err(mpsc::error::TrySendError::Full(_)) = sink.tx.try_send(event) {
+                    warn!(job = %self.state.name(), stream, "worker stream full: the worker is not reading its events; ending it");
+                    self.followups.push(Input::StreamEnded {
+                        stream,
+                        end: StreamEnd::BySidecar,
+                    });
+                }
+            }
+            Action::EndStream { stream } => {
+                if let Some(sink) = self.sinks.remove(&stream) {
+                    sink.stop.cancel();
+                }
+            }
+            Action::Reply { reply, result } => match (self.replies.remove(&reply), result) {
+                (Some(ReplyTx::Join(tx)), Reply::Joined(r)) => {
+                    let _ = tx.send(r.map(|c| *c));
+                }
+                (Some(ReplyTx::Answer(tx)), Reply::Answered(r)) => {
+                    let _ = tx.send(r);
+                }
+                (Some(ReplyTx::Drain(tx)), Reply::Drained) => {
+                    let _ = tx.send(());
+                }
+                _ => {}
+            },
+            Action::SetUp {
+                op,
+                config,
+                overwrite,
+            } => {
+                let (paths, ip, tasks) = (
+                    self.paths.clone(),
+                    self.shared.ip.clone(),
+                    self.tasks_tx.clone(),
+                );
+                self.shared.tracker.spawn(async move {
+                    let result = set_up(&registry, &paths, &ip, config, overwrite).await;
+                    let _ = tasks.send(TaskResult::SetUp(op, result));
+                });
+            }
+            Action::Commit {
+                op,
+                generation,
+                ops,
+            } => self.io.push_back(
+                async move {
+                    Queued::Done(
+                        op,
+                        IoResult::Committed(registry.multi_at(generation, ops).await),
+                    )
+                }
+                .boxed(),
+            ),
+            Action::Persist { op, path, data } => self.io.push_back(
+                async move {
+                    Queued::Done(
+                        op,
+                        IoResult::Persisted(registry.persist(&path, &data).await),
+                    )
+                }
+                .boxed(),
+            ),
+            Action::Read { op, path } => self.io.push_back(
+                async move {
+                    let node = registry.get(&path).await;
+                    Queued::Done(op, IoResult::Read { path, node })
+                }
+                .boxed(),
+            ),
+            Action::Reload { op } => {
+                let root = self.paths.root();
+                self.io.push_back(
+                    async move { Queued::Done(op, IoResult::Loaded(registry.read_tree(&root).await)) }
+                        .boxed(),
+                )
+            }
+            Action::Watch { op } => {
+                let (root, tasks) = (self.paths.root(), self.tasks_tx.clone());
+                self.shared.tracker.spawn(async move {
+                    let result = registry.watch_recursive(&root).await;
+                    let _ = tasks.send(TaskResult::Watching(op, result));
+                });
+            }
+            Action::AcquireLatch { op, dir } => {
+                let tasks = self.tasks_tx.clone();
+                self.shared.tracker.spawn(async move {
+                    let result = tokio::time::timeout(LATCH_DEADLINE, registry.acquire_latch(&dir))
+                        .await
+                        .unwrap_or(Err(RegError::Timeout(LATCH_DEADLINE)));
+                    let _ = tasks.send(TaskResult::Latched(op, result));
+                });
+            }
+            Action::ReleaseLatch { latch } => {
+                if let Some(latch) = self.latches.remove(&latch) {
+                    self.shared.tracker.spawn(async move {
+                        if let Err(e) = latch.release().await {
+                            debug!(error = %e, "latch release failed; its node goes with the session");
+                        }
+                    });
+                }
+            }
+            Action::TouchClock { op } => {
+                let path = self.paths.system_time();
+                self.io.push_back(
+                    async move {
+                        let result = async {
+                            match registry.set(&path, b"", None).await {
+                                Ok(stat) => Ok(stat),
+                                Err(RegError::NoNode(_)) => {
+                                    registry.persist(&path, b"").await?;
+                                    registry
+                                        .exists(&path)
+                                        .await?
+                                        .ok_or_else(|| RegError::NoNode(path.clone()))
+                                }
+                                Err(e) => Err(e),
+                            }
+                        }
+                        .await;
+                        Queued::Done(op, IoResult::Clock(result))
+                    }
+                    .boxed(),
+                )
+            }
+            Action::Schedule(wanted) => self.schedule(wanted),
+            Action::Observe(observation) => self.observe(observation),
+            Action::TrackExecution { id } => {
+                self.shared
+                    .executions
+                    .lock()
+                    .expect("execution table poisoned")
+                    .insert(id, self.state.name().to_string());
+            }
+            Action::ForgetExecution { id, finished } => {
+                self.shared
+                    .executions
+                    .lock()
+                    .expect("execution table poisoned")
+                    .remove(&id);
+                self.shared
+                    .finished
+                    .lock()
+                    .expect("finished table poisoned")
+                    .insert(&id, finished);
+            }
+        }
+    }
+
+    fn schedule(&mut self, wanted: Option<(String, String)>) {
+        let name = self.state.name().to_string();
+        match wanted {
+            Some((cron, tz)) => match CronSchedule::parse(&cron, &tz) {
+                Ok(schedule) => {
+                    tracing::info!(job = %name, cron = %cron, time_zone = %tz, "scheduled");
+                    self.shared.timer.schedule(
+                        self.timer_key.clone(),
+                        schedule,
+                        self.fire_tx.clone(),
+                    );
+                }
+                Err(e) => {
+                    warn!(job = %name, cron = %cron, error = %e, "the job's cron cannot be used; the job will not fire");
+                    self.shared.timer.cancel(&self.timer_key);
+                }
+            },
+            None => self.shared.timer.cancel(&self.timer_key),
+        }
+    }
+
+    fn observe(&self, observation: Observation) {
+        let job = self.state.name();
+        let observer = &self.shared.observer;
+        match observation {
+            Observation::TriggerSent {
+                source,
+                items,
+                latency,
+            } => observer.trigger_sent(job, source, &items, latency),
+            Observation::Finished(record) => observer.execution_finished(&record),
+            Observation::Misfired(items) => observer.misfired(job, &items),
+            Observation::FailoverTaken(items) => {
+                for item in items {
+                    observer.failover_taken(job, item);
+                }
+            }
+            Observation::Revoked { items, reason } => observer.revoked(job, &items, &reason),
+            Observation::Worker { joined } => observer.worker(job, joined),
+            Observation::Leadership { leading } => observer.leadership(job, leading),
+        }
+    }
+
+    /// Leaves the sidecar's job table when there is nothing left to do. Commands that raced
+    /// in after the table entry was removed are handed to a new driver of the job.
+    fn try_retire(&mut self) -> bool {
+        let name = self.state.name().to_string();
+        {
+            // Held without an await: only the table and the queue are looked at.
+            let mut jobs = self.shared.jobs.lock().expect("job table poisoned");
+            if !self.cmd_rx.is_empty() {
+                return false;
+            }
+            if jobs
+                .get(&name)
+                .is_some_and(|tx| tx.same_channel(&self.cmd_tx))
+            {
+                jobs.remove(&name);
+            }
+        }
+        self.cmd_rx.close();
+        let mut leftover = Vec::new();
+        while let Ok(cmd) = self.cmd_rx.try_recv() {
+            leftover.push(cmd);
+        }
+        self.shared.timer.cancel(&self.timer_key);
+        for (_, latch) in self.latches.drain() {
+            drop(latch); // deletes its node in the background
+        }
+        if !leftover.is_empty() {
+            let shared = self.shared.clone();
+            self.shared.tracker.spawn(async move {
+                for cmd in leftover {
+                    crate::coordination::route(&shared, &name, cmd).await;
+                }
+            });
+        }
+        debug!(job = %self.state.name(), "job driver retired: nothing left to do");
+        true
+    }
+}
+
+/// The first local instance of a job: write its config if it has none (or `overwrite`), mark
+/// this sidecar's server, watch the subtree, then read it (watch first: nothing is missed).
+async fn set_up(
+    registry: &Registry,
+    paths: &JobPaths,
+    ip: &str,
+    config: Option<Box<(JobConfiguration, JobExtras)>>,
+    overwrite: bool,
+) -> Result<(Watch, BTreeMap<String, Node>), CoordError> {
+    let job = paths.job_name();
+    let existing = registry.get(&paths.config()).await?;
+    let disabled = match (existing, config) {
+        (None, None) => {
+            return Err(CoordError::NotFound(format!(
+                "job {job} does not exist; subscribe with a config to create it"
+            )))
+        }
+        (None, Some(c)) => write_config(registry, paths, &c).await?,
+        (Some(_), Some(c)) if overwrite => write_config(registry, paths, &c).await?,
+        (Some(node), _) => {
+            let config = JobConfiguration::from_yaml(&node.data).map_err(|e| {
+                CoordError::FailedPrecondition(format!(
+                    "the config of job {job} in the registry is unreadable: {e}"
+                ))
+            })?;
+            config.disabled
+        }
+    };
+    let status = if disabled {
+        ServerStatus::Disabled
+    } else {
+        ServerStatus::Enabled
+    };
+    registry
+        .persist(&paths.server(ip), status.as_str().as_bytes())
+        .await?;
+    registry.ensure_path(&paths.instances()).await?;
+    let watch = registry.watch_recursive(&paths.root()).await?;
+    let nodes = registry.read_tree(&paths.root()).await?;
+    Ok((watch, nodes))
+}
+
+/// Writes `config` (and an empty job root if there is none), as ElasticJob's
+/// `ConfigurationService.setUpJobConfiguration` does; the root data is never rewritten.
+/// Returns whether the job is configured disabled.
+async fn write_config(
+    registry: &Registry,
+    paths: &JobPaths,
+    config: &(JobConfiguration, JobExtras),
+) -> Result<bool, CoordError> {
+    match registry
+        .create(&paths.root(), b"", CreateMode::Persistent)
+        .await
+    {
+        Ok(_) | Err(RegError::NodeExists(_)) => {}
+        Err(e) => return Err(e.into()),
+    }
+    let (config, extras) = config;
+    registry
+        .persist(&paths.config(), config.to_yaml().as_bytes())
+        .await?;
+    registry
+        .persist(&paths.shardcar(), extras.to_yaml().as_bytes())
+        .await?;
+    Ok(config.disabled)
+}
+
+async fn next_event(watch: &mut Option<Watch>) -> Option<crate::registry::WatchEvent> {
+    match watch {
+        Some(w) => w.next().await,
+        None => std::future::pending().await,
+    }
+}
+
+async fn sleep_until(at: Option<Instant>) {
+    match at {
+        Some(at) => tokio::time::sleep_until(at.into()).await,
+        None => std::future::pending().await,
+    }
+}

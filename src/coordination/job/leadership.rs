@@ -1,0 +1,193 @@
+//! Leadership: election and abdication under ElasticJob's latch, the leader's eager
+//! resharding (fenced by the leader node's version) and its clean-up of items left by
+//! instances that are gone, and every sidecar's release of stale items of its own host.
+//!
+//! The clean-up never hands over an item whose runner's sidecar is alive: that sidecar
+//! (`shardcar/sidecars/{ip}`) knows whether a worker of its host may still be running it and
+//! releases it itself once it cannot. A sidecar that is gone lost its session, so its workers'
+//! leases ran out before anyone could see its instances disappear.
+
+use tracing::{debug, info};
+
+use super::state::{JobState, Pending};
+use super::{Action, Env, LatchKey};
+use crate::coordination::{election, failover, sharding};
+use crate::elasticjob::instance::ip_of;
+use crate::registry::{CreateMode, Error as RegError, Op, OpResult};
+
+impl JobState {
+    pub(super) fn reconcile_leadership(&mut self, env: &Env, out: &mut Vec<Action>) {
+        let live: Vec<String> = self
+            .locals
+            .iter()
+            .filter(|(id, l)| l.live() && self.view.instances.contains_key(*id))
+            .map(|(id, _)| id.clone())
+            .collect();
+        match election::decide(&self.view, live.iter(), &self.settings.ip) {
+            election::Decision::Elect(id) => {
+                if !self
+                    .in_flight(|p| matches!(p, Pending::ElectLatch { .. } | Pending::Elect { .. }))
+                {
+                    let op = self.start_op(Pending::ElectLatch { instance_id: id });
+                    out.push(Action::AcquireLatch {
+                        op,
+                        dir: self.paths.leader_election_latch(),
+                    });
+                }
+            }
+            election::Decision::Abdicate(version) => {
+                if !self.in_flight(|p| matches!(p, Pending::Abdicate)) {
+                    info!(job = %self.name, "own server disabled: giving up leadership");
+                    let ops = vec![Op::Delete {
+                        path: self.paths.leader_election_instance(),
+                        version: Some(version),
+                    }];
+                    self.commit(Pending::Abdicate, ops, &[], out);
+                }
+            }
+            election::Decision::Lead(_) => self.lead(out),
+            election::Decision::Follow => {}
+        }
+        let _ = env;
+        self.release_stale(out);
+    }
+
+    /// The leader's work: clean-up of dead runners whose sidecar is gone, then resharding.
+    fn lead(&mut self, out: &mut Vec<Action>) {
+        if !self.in_flight(|p| matches!(p, Pending::Cleanup { .. })) {
+            let view = &self.view;
+            let locked = &self.locked;
+            let (ops, items) = failover::stale_ops(
+                view,
+                &self.paths,
+                |id, _| !view.instances.contains_key(id) && !view.sidecars.contains_key(ip_of(id)),
+                |i| locked.contains(&i),
+            );
+            if !ops.is_empty() {
+                info!(job = %self.name, items = ?items, "releasing items of instances that are gone");
+                self.commit(
+                    Pending::Cleanup {
+                        items: items.clone(),
+                    },
+                    ops,
+                    &items,
+                    out,
+                );
+            }
+        }
+        if self.in_flight(|p| matches!(p, Pending::Reshard)) {
+            return;
+        }
+        let Some((_, version)) = self.view.leader.clone() else {
+            return;
+        };
+        if let Some(plan) = sharding::plan(&self.view, &self.name) {
+            info!(job = %self.name, reason = plan.reason, owners = ?plan.owners, "resharding");
+            let ops = sharding::commit_ops(&self.view, &self.paths, &plan, version);
+            self.commit(Pending::Reshard, ops, &[], out);
+        }
+    }
+
+    /// Items of this host whose runner no worker here is running any more: an instance of this
+    /// IP that is gone (from an earlier life of this sidecar, or a process of this host), or a
+    /// live local instance without an execution of the item (its execution was voided when a
+    /// session expired). Their workers have stopped, so they are released at once.
+    fn release_stale(&mut self, out: &mut Vec<Action>) {
+        if self.in_flight(|p| matches!(p, Pending::ReleaseStale { .. })) {
+            return;
+        }
+        let ip = self.settings.ip.clone();
+        let view = &self.view;
+        let locals = &self.locals;
+        let executions = &self.executions;
+        let locked = &self.locked;
+        let (ops, items) = failover::stale_ops(
+            view,
+            &self.paths,
+            |id, i| {
+                if ip_of(id) != ip {
+                    return false;
+                }
+                match locals.get(id) {
+                    Some(local) if local.gone.is_some() || !local.registered => false,
+                    Some(_) => !executions
+                        .values()
+                        .any(|e| e.instance_id == id && e.items.contains(&i)),
+                    None => !view.instances.contains_key(id),
+                }
+            },
+            |i| locked.contains(&i),
+        );
+        if !ops.is_empty() {
+            info!(job = %self.name, items = ?items, "releasing items this host no longer runs");
+            self.commit(
+                Pending::ReleaseStale {
+                    items: items.clone(),
+                },
+                ops,
+                &items,
+                out,
+            );
+        }
+    }
+
+    pub(super) fn on_latched(
+        &mut self,
+        pending: Pending,
+        result: Result<LatchKey, RegError>,
+        env: &Env,
+        out: &mut Vec<Action>,
+    ) {
+        match (pending, result) {
+            (Pending::ElectLatch { instance_id }, Ok(latch)) => {
+                self.refresh_view();
+                let can = self.view.leader.is_none()
+                    && self.connected(env)
+                    && self.locals.get(&instance_id).is_some_and(|l| l.live());
+                if !can {
+                    out.push(Action::ReleaseLatch { latch });
+                    return;
+                }
+                let ops = vec![Op::create(
+                    self.paths.leader_election_instance(),
+                    instance_id,
+                    CreateMode::Ephemeral,
+                )];
+                self.commit(Pending::Elect { latch }, ops, &[], out);
+            }
+            (Pending::ClaimLatch, Ok(latch)) => self.claim_now(latch, env, out),
+            (_, Err(e)) => self.write_failed("taking a latch", &e, env),
+            (pending, Ok(latch)) => {
+                debug!(job = %self.name, ?pending, "latch for nothing; released");
+                out.push(Action::ReleaseLatch { latch });
+            }
+        }
+    }
+
+    pub(super) fn on_elected(
+        &mut self,
+        latch: LatchKey,
+        result: Result<Vec<OpResult>, RegError>,
+        env: &Env,
+        out: &mut Vec<Action>,
+    ) {
+        out.push(Action::ReleaseLatch { latch });
+        match result {
+            Ok(_) => {
+                self.refresh_view();
+                let leader = self.view.leader.as_ref().map(|(id, _)| id.clone());
+                info!(job = %self.name, leader = ?leader, "became leader");
+            }
+            Err(RegError::MultiFailed { source, .. })
+                if matches!(*source, RegError::NodeExists(_)) => {}
+            Err(e) => self.write_failed("electing a leader", &e, env),
+        }
+    }
+
+    pub(super) fn on_resharded(&mut self, result: Result<Vec<OpResult>, RegError>, env: &Env) {
+        match result {
+            Ok(_) => info!(job = %self.name, "resharded"),
+            Err(e) => self.write_failed("resharding", &e, env),
+        }
+    }
+}

@@ -1,0 +1,654 @@
+//! Local instances: joining, leaving, remote shutdown, a new session, drain; and what each
+//! worker is told about its items.
+//!
+//! A worker's stream that ends takes its instance out at once when the worker itself ended it
+//! (it knows it must stop), but only once its lease has run out when this sidecar ended it
+//! (keepalive, a full stream, a remote shutdown): until then the worker may be running its items,
+//! so its instance stays, and its `running` nodes with it. This sidecar's liveness node
+//! (`shardcar/sidecars/{ip}`) tells the leader that items of its instances are looked after
+//! here, so the leader never hands them over early.
+
+use std::time::Instant;
+
+use tracing::{info, warn};
+
+use super::state::{create_empty, Gone, JobState, Local, Pending, Phase};
+use super::{Action, Env, Input, Observation, Reply, ReplyId, StreamKey};
+use crate::coordination::events::{StreamEnd, WorkerEvent};
+use crate::coordination::failover;
+use crate::coordination::CoordError;
+use crate::elasticjob::instance::instance_yaml;
+use crate::registry::{CreateMode, Error as RegError, Op, OpResult, SessionState};
+
+impl JobState {
+    pub(super) fn on_join(&mut self, input: Input, env: &Env, out: &mut Vec<Action>) {
+        let Input::Join {
+            reply,
+            stream,
+            ref instance_id,
+            ref config,
+            overwrite,
+        } = input
+        else {
+            return;
+        };
+        let refuse = |state: &Self, e: CoordError, out: &mut Vec<Action>| {
+            state.reply(reply, Reply::Joined(Err(e)), out);
+            out.push(Action::EndStream { stream });
+        };
+        if self.drain.is_some() {
+            return refuse(
+                self,
+                CoordError::Unavailable(
+                    "the sidecar is shutting down; subscribe to another".into(),
+                ),
+                out,
+            );
+        }
+        if self.locals.contains_key(instance_id) {
+            return refuse(
+                self,
+                CoordError::AlreadyExists(format!(
+                    "instance {instance_id} already has a live stream for job {}; pass another pid or instance_id",
+                    self.name
+                )),
+                out,
+            );
+        }
+        match self.phase {
+            Phase::New => {
+                self.phase = Phase::SettingUp;
+                let op = self.start_op(Pending::SetUp);
+                out.push(Action::SetUp {
+                    op,
+                    config: config.clone(),
+                    overwrite,
+                });
+                self.joins_waiting.push(Input::Join {
+                    reply,
+                    stream,
+                    instance_id: instance_id.clone(),
+                    config: None,
+                    overwrite: false,
+                });
+            }
+            Phase::SettingUp => self.joins_waiting.push(input),
+            Phase::Ready => {
+                if !self.connected(env) {
+                    return refuse(
+                        self,
+                        CoordError::Unavailable(
+                            "ZooKeeper is not connected; subscribe again shortly".into(),
+                        ),
+                        out,
+                    );
+                }
+                if let (Some(c), true) = (config, overwrite) {
+                    let (config, extras) = c.as_ref();
+                    for (path, data) in [
+                        (self.paths.config(), config.to_yaml()),
+                        (self.paths.shardcar(), extras.to_yaml()),
+                    ] {
+                        let op = self.start_op(Pending::Persist);
+                        out.push(Action::Persist {
+                            op,
+                            path,
+                            data: data.into_bytes(),
+                        });
+                    }
+                }
+                if let Err(e) = self.effective_config() {
+                    return refuse(self, e, out);
+                }
+                let id = instance_id.clone();
+                self.locals.insert(id.clone(), Local::new(stream, reply));
+                self.streams.insert(stream, id.clone());
+                let ops = vec![Op::create(
+                    self.paths.instance(&id),
+                    instance_yaml(&id, &self.settings.ip),
+                    CreateMode::Ephemeral,
+                )];
+                self.commit(Pending::Register { instance_id: id }, ops, &[], out);
+            }
+        }
+    }
+
+    pub(super) fn on_registered(
+        &mut self,
+        id: &str,
+        result: Result<Vec<OpResult>, RegError>,
+        env: &Env,
+        out: &mut Vec<Action>,
+    ) {
+        let Some(local) = self.locals.get(id) else {
+            return;
+        };
+        let (stream, reply) = (local.stream, local.join_reply);
+        match result {
+            Ok(_) => {
+                let generation = self.generation;
+                let local = self.locals.get_mut(id).expect("checked above");
+                local.registered = true;
+                local.generation = generation;
+                local.seen = true;
+                local.join_reply = None;
+                if local.gone.is_some() {
+                    // The stream ended while registering: leave as usual (reconcile).
+                    if let Some(reply) = reply {
+                        self.reply(
+                            reply,
+                            Reply::Joined(Err(CoordError::Unavailable(
+                                "the stream ended while subscribing".into(),
+                            ))),
+                            out,
+                        );
+                    }
+                    return;
+                }
+                let (config, extras) = match self.effective_config() {
+                    Ok(c) => c,
+                    Err(e) => {
+                        if let Some(reply) = reply {
+                            self.reply(reply, Reply::Joined(Err(e)), out);
+                        }
+                        self.end_local(id, StreamEnd::ByWorker, env, out);
+                        return;
+                    }
+                };
+                out.push(Action::Send {
+                    stream,
+                    event: WorkerEvent::Registered {
+                        instance_id: id.to_string(),
+                        config: Box::new((config.clone(), extras)),
+                    },
+                });
+                self.push_assignment(id, out);
+                if self.may_grant(env) {
+                    self.grant(id, env, out);
+                }
+                if let Some(reply) = reply {
+                    self.reply(reply, Reply::Joined(Ok(Box::new(config))), out);
+                }
+                info!(job = %self.name, instance = %id, "worker subscribed");
+                out.push(Action::Observe(Observation::Worker { joined: true }));
+            }
+            Err(e) => {
+                let error = match &e {
+                    RegError::MultiFailed { source, .. }
+                        if matches!(**source, RegError::NodeExists(_)) =>
+                    {
+                        CoordError::AlreadyExists(format!(
+                            "instance {id} of job {} is already registered by another process; pass another pid or instance_id",
+                            self.name
+                        ))
+                    }
+                    _ => {
+                        self.write_failed("registering an instance", &e, env);
+                        CoordError::Registry(e)
+                    }
+                };
+                if let Some(reply) = reply {
+                    self.reply(reply, Reply::Joined(Err(error)), out);
+                }
+                self.locals.remove(id);
+                self.streams.remove(&stream);
+                out.push(Action::EndStream { stream });
+            }
+        }
+    }
+
+    pub(super) fn on_stream_ended(
+        &mut self,
+        stream: StreamKey,
+        end: StreamEnd,
+        env: &Env,
+        out: &mut Vec<Action>,
+    ) {
+        let Some(id) = self.streams.get(&stream).cloned() else {
+            return;
+        };
+        if self.locals.get(&id).is_some_and(|l| l.gone.is_none()) {
+            self.end_local(&id, end, env, out);
+        }
+    }
+
+    /// A local instance's stream is over (or being ended by us): no more events, its
+    /// execution is void, and it leaves once its worker can no longer be running anything.
+    pub(super) fn end_local(&mut self, id: &str, end: StreamEnd, env: &Env, out: &mut Vec<Action>) {
+        let valid_for = self.settings.lease;
+        let Some(local) = self.locals.get_mut(id) else {
+            return;
+        };
+        // A worker that may not know its stream is over can go on until its lease ends — but
+        // only with work it was given; one with nothing running holds nothing.
+        let release_at = match (end, &local.execution) {
+            (StreamEnd::BySidecar, Some(_)) => local
+                .lease
+                .expires(valid_for)
+                .filter(|e| *e > env.now)
+                .unwrap_or(env.now),
+            _ => env.now,
+        };
+        local.gone = Some(Gone {
+            release_at,
+            removed_remotely: false,
+        });
+        let (stream, registered) = (local.stream, local.registered);
+        let execution = local.execution.clone();
+        out.push(Action::EndStream { stream });
+        info!(job = %self.name, instance = %id, ?end,
+              wait_ms = release_at.saturating_duration_since(env.now).as_millis() as u64,
+              "worker stream ended");
+        if registered {
+            out.push(Action::Observe(Observation::Worker { joined: false }));
+        }
+        if let Some(exec) = execution {
+            self.void(
+                &exec,
+                "the worker's stream ended",
+                failover::Release::Abandoned,
+                false,
+                out,
+            );
+        }
+    }
+
+    /// Membership work: remote shutdowns, instances due to leave, the liveness node, and
+    /// re-registration in a new session.
+    pub(super) fn reconcile_membership(&mut self, env: &Env, out: &mut Vec<Action>) {
+        if let Some(drain) = self.drain {
+            self.reconcile_drain(drain.reply, drain.deadline, env, out);
+        }
+        self.detect_remote_shutdown(env, out);
+        let due: Vec<String> = self
+            .locals
+            .iter()
+            .filter(|(_, l)| l.gone.is_some_and(|g| env.now >= g.release_at))
+            .map(|(id, _)| id.clone())
+            .collect();
+        for id in due {
+            self.leave(&id, env, out);
+        }
+        let unregistered: Vec<String> = self
+            .locals
+            .iter()
+            .filter(|(_, l)| !l.registered && l.join_reply.is_none() && l.gone.is_none())
+            .map(|(id, _)| id.clone())
+            .collect();
+        for id in unregistered {
+            let busy = self.in_flight(
+                |p| matches!(p, Pending::Reregister { instance_id } if *instance_id == id),
+            );
+            if !busy {
+                let ops = vec![Op::create(
+                    self.paths.instance(&id),
+                    instance_yaml(&id, &self.settings.ip),
+                    CreateMode::Ephemeral,
+                )];
+                self.commit(Pending::Reregister { instance_id: id }, ops, &[], out);
+            }
+        }
+        self.reconcile_sidecar_node(env, out);
+    }
+
+    /// Keeps `shardcar/sidecars/{ip}` (ephemeral) while this sidecar has local instances of the
+    /// job, and removes it once it has none.
+    fn reconcile_sidecar_node(&mut self, env: &Env, out: &mut Vec<Action>) {
+        if self.in_flight(|p| matches!(p, Pending::SidecarNode)) {
+            return;
+        }
+        let path = self.paths.sidecar(&self.settings.ip);
+        let session_id = match env.session {
+            SessionState::Connected { session_id, .. } => session_id,
+            _ => return,
+        };
+        let node = self.cache.get(&path);
+        let ours = node.is_some_and(|n| n.stat.ephemeral_owner == session_id);
+        // Not for a job that is being removed: nothing would be left to look after.
+        let wanted = self.view.config.is_some() && self.locals.values().any(|l| l.registered);
+        if wanted && node.is_none() {
+            let mut ops = Vec::new();
+            for parent in [self.paths.shardcar(), self.paths.sidecars()] {
+                if !self.cache.contains(&parent) {
+                    ops.push(create_empty(parent, CreateMode::Persistent));
+                }
+            }
+            ops.push(create_empty(path, CreateMode::Ephemeral));
+            self.commit(Pending::SidecarNode, ops, &[], out);
+        } else if !wanted && ours && self.pending.is_empty() {
+            self.commit(Pending::SidecarNode, vec![Op::delete(path)], &[], out);
+        }
+    }
+
+    /// A local instance whose node disappeared in its own session was shut down remotely
+    /// (ElasticJob's console deletes `instances/{id}`): tell the worker, take its work back,
+    /// end its stream once it has stopped.
+    fn detect_remote_shutdown(&mut self, env: &Env, out: &mut Vec<Action>) {
+        let generation = self.generation;
+        let mut removed = Vec::new();
+        for (id, local) in self.locals.iter_mut() {
+            if !local.registered || local.gone.is_some() {
+                continue;
+            }
+            if self.view.instances.contains_key(id) {
+                local.seen = true;
+            } else if local.seen && local.generation == generation {
+                removed.push(id.clone());
+            }
+        }
+        let reason = "instance removed from the registry (remote shutdown)";
+        for id in removed {
+            let Some(local) = self.locals.get(&id) else {
+                continue;
+            };
+            info!(job = %self.name, instance = %id, "{reason}: shutting the worker down");
+            out.push(Action::Send {
+                stream: local.stream,
+                event: WorkerEvent::Shutdown {
+                    reason: reason.into(),
+                },
+            });
+            if let Some(exec) = local.execution.clone() {
+                self.revoke(&exec, reason, failover::Release::Abandoned, out);
+            }
+            self.end_local(&id, StreamEnd::BySidecar, env, out);
+            if let Some(gone) = self.locals.get_mut(&id).and_then(|l| l.gone.as_mut()) {
+                gone.removed_remotely = true;
+            }
+        }
+    }
+
+    /// Removes a local instance whose stream is over: its node, the leader node if it leads,
+    /// and the items it may have left running, in one conditional multi-op.
+    fn leave(&mut self, id: &str, env: &Env, out: &mut Vec<Action>) {
+        if self.in_flight(|p| matches!(p, Pending::Leave { instance_id } | Pending::Register { instance_id } if instance_id == id))
+        {
+            return;
+        }
+        let Some(local) = self.locals.get(id) else {
+            return;
+        };
+        let exec = local
+            .execution
+            .as_ref()
+            .and_then(|e| self.executions.get(e));
+        if exec.is_some_and(|e| !e.committing.is_empty()) {
+            return; // answers being written: leave after them
+        }
+        let mut ops = Vec::new();
+        let current = local.registered && local.generation == self.generation;
+        let removed_remotely = local.gone.is_some_and(|g| g.removed_remotely);
+        if current && !removed_remotely && self.view.instances.contains_key(id) {
+            ops.push(Op::delete(self.paths.instance(id)));
+        }
+        let mut items = Vec::new();
+        if let Some(exec) = exec {
+            items = exec.unreleased();
+            ops.extend(failover::release_ops(
+                &self.view,
+                &self.paths,
+                id,
+                &items,
+                &exec.versions,
+                exec.monitored,
+                failover::Release::Abandoned,
+            ));
+        }
+        if let Some((leader, version)) = &self.view.leader {
+            if leader == id && current {
+                ops.push(Op::Delete {
+                    path: self.paths.leader_election_instance(),
+                    version: Some(*version),
+                });
+            }
+        }
+        if ops.is_empty() || !current {
+            self.forget_local(id, env, out);
+            return;
+        }
+        self.commit(
+            Pending::Leave {
+                instance_id: id.to_string(),
+            },
+            ops,
+            &items,
+            out,
+        );
+    }
+
+    pub(super) fn on_left(
+        &mut self,
+        id: &str,
+        result: Result<Vec<OpResult>, RegError>,
+        env: &Env,
+        out: &mut Vec<Action>,
+    ) {
+        let items = self
+            .locals
+            .get(id)
+            .and_then(|l| l.execution.as_ref())
+            .and_then(|e| self.executions.get(e))
+            .map(|e| e.unreleased())
+            .unwrap_or_default();
+        self.unlock(&items);
+        match result {
+            Ok(_) => self.forget_local(id, env, out),
+            Err(RegError::SessionExpired) => self.forget_local(id, env, out),
+            Err(e) => self.write_failed("removing an instance", &e, env),
+        }
+    }
+
+    /// Drops a local instance that has left, and its execution.
+    fn forget_local(&mut self, id: &str, _env: &Env, out: &mut Vec<Action>) {
+        let Some(local) = self.locals.remove(id) else {
+            return;
+        };
+        self.streams.remove(&local.stream);
+        out.push(Action::EndStream {
+            stream: local.stream,
+        });
+        if let Some(exec) = local.execution {
+            self.drop_execution(&exec, out);
+        }
+        info!(job = %self.name, instance = %id, "worker left");
+    }
+
+    pub(super) fn on_session(&mut self, state: SessionState, env: &Env, out: &mut Vec<Action>) {
+        match state {
+            SessionState::Connected { generation, .. }
+                if self.phase == Phase::Ready && generation != self.generation =>
+            {
+                self.new_session(generation, env, out)
+            }
+            SessionState::Connected { .. } => self.reload_wanted = true,
+            _ => {}
+        }
+    }
+
+    /// The session expired and a new one is open: everything decided in the old one is void.
+    /// The workers' leases ran out before the old session could expire (they are never longer
+    /// than a quarter of a session past its last proof of life), so their items may be given
+    /// back at once; the instances are registered again (expiry is not shutdown).
+    fn new_session(&mut self, generation: u64, _env: &Env, out: &mut Vec<Action>) {
+        info!(job = %self.name, generation, "new registry session: everything from the old one is void; registering local instances again");
+        self.generation = generation;
+        self.reload_wanted = true;
+        let executions: Vec<String> = self.executions.keys().cloned().collect();
+        for exec in executions {
+            self.void(
+                &exec,
+                "the registry session expired",
+                failover::Release::None,
+                true,
+                out,
+            );
+        }
+        let gone: Vec<String> = self
+            .locals
+            .iter()
+            .filter(|(_, l)| l.gone.is_some())
+            .map(|(id, _)| id.clone())
+            .collect();
+        for id in gone {
+            self.forget_local(&id, _env, out);
+        }
+        for local in self.locals.values_mut() {
+            local.registered = false;
+            local.seen = false;
+            local.lease = crate::coordination::lease::WorkerLease::new();
+            local.withheld = false;
+        }
+        // Pending writes of the old session fail on their own (they carry its generation).
+    }
+
+    pub(super) fn on_reregistered(
+        &mut self,
+        id: &str,
+        result: Result<Vec<OpResult>, RegError>,
+        env: &Env,
+        out: &mut Vec<Action>,
+    ) {
+        let generation = self.generation;
+        match result {
+            Ok(_) => {
+                if let Some(local) = self.locals.get_mut(id) {
+                    local.registered = true;
+                    local.generation = generation;
+                    local.seen = true;
+                }
+            }
+            Err(RegError::MultiFailed { source, .. })
+                if matches!(*source, RegError::NodeExists(_)) =>
+            {
+                warn!(job = %self.name, instance = %id, "another process registered this instance id meanwhile; ending its stream");
+                if let Some(local) = self.locals.get_mut(id) {
+                    local.registered = true; // so it leaves through the normal path
+                    local.generation = 0;
+                }
+                self.end_local(id, StreamEnd::BySidecar, env, out);
+            }
+            Err(e) => self.write_failed("registering an instance again", &e, env),
+        }
+    }
+
+    pub(super) fn on_drain(
+        &mut self,
+        reply: ReplyId,
+        deadline: Instant,
+        _env: &Env,
+        out: &mut Vec<Action>,
+    ) {
+        self.drain = Some(super::state::Drain { reply, deadline });
+        for join in std::mem::take(&mut self.joins_waiting) {
+            if let Input::Join { reply, stream, .. } = join {
+                self.reply(
+                    reply,
+                    Reply::Joined(Err(CoordError::Unavailable(
+                        "the sidecar is shutting down".into(),
+                    ))),
+                    out,
+                );
+                out.push(Action::EndStream { stream });
+            }
+        }
+        let reason = "the sidecar is shutting down";
+        for local in self.locals.values_mut() {
+            if local.gone.is_none() && !local.shutting_down {
+                local.shutting_down = true;
+                out.push(Action::Send {
+                    stream: local.stream,
+                    event: WorkerEvent::Shutdown {
+                        reason: reason.into(),
+                    },
+                });
+            }
+        }
+    }
+
+    /// During a drain: an instance with nothing running leaves at once; one with work leaves
+    /// when it is answered, or when its lease (no longer renewed one lease before the
+    /// deadline) has run out. At the deadline the drain is over whatever is left.
+    fn reconcile_drain(
+        &mut self,
+        reply: ReplyId,
+        deadline: Instant,
+        env: &Env,
+        out: &mut Vec<Action>,
+    ) {
+        let idle: Vec<String> = self
+            .locals
+            .iter()
+            .filter(|(_, l)| l.gone.is_none() && l.execution.is_none() && l.join_reply.is_none())
+            .map(|(id, _)| id.clone())
+            .collect();
+        for id in idle {
+            self.end_local(&id, StreamEnd::ByWorker, env, out);
+        }
+        if self.locals.is_empty() || env.now >= deadline {
+            if !self.locals.is_empty() {
+                warn!(job = %self.name, left = self.locals.len(), "drain deadline reached with instances left");
+            }
+            self.drain = None;
+            self.reply(reply, Reply::Drained, out);
+        }
+    }
+
+    /// Sends each live local instance its items if they, its leader flag or the epoch changed.
+    pub(super) fn push_assignments(&mut self, out: &mut Vec<Action>) {
+        let ids: Vec<String> = self.locals.keys().cloned().collect();
+        for id in ids {
+            self.push_assignment(&id, out);
+        }
+    }
+
+    pub(super) fn push_assignment(&mut self, id: &str, out: &mut Vec<Action>) {
+        let items = self.view.items_of(id, &self.settings.ip);
+        let leader = self.view.leader.as_ref().is_some_and(|(l, _)| l == id);
+        let epoch = self.view.epoch();
+        let params = self.parameters();
+        let Some(local) = self.locals.get_mut(id) else {
+            return;
+        };
+        if !local.live() {
+            return;
+        }
+        let next = (items, leader, epoch);
+        if local.sent.as_ref() == Some(&next) {
+            return;
+        }
+        out.push(Action::Send {
+            stream: local.stream,
+            event: WorkerEvent::Assignment {
+                items: next
+                    .0
+                    .iter()
+                    .map(|i| (*i, params.get(i).cloned().unwrap_or_default()))
+                    .collect(),
+                leader,
+                epoch,
+            },
+        });
+        local.sent = Some(next);
+    }
+
+    /// Tells the observer when leadership of the job moves to or away from this sidecar.
+    pub(super) fn observe_leadership(&mut self, out: &mut Vec<Action>) {
+        let leading = self
+            .view
+            .leader
+            .as_ref()
+            .is_some_and(|(id, _)| self.locals.get(id).is_some_and(Local::live));
+        if leading != self.leading {
+            self.leading = leading;
+            out.push(Action::Observe(Observation::Leadership { leading }));
+        }
+    }
+
+    pub(super) fn parameters(&self) -> super::Parameters {
+        self.view
+            .config
+            .as_ref()
+            .and_then(|c| c.item_parameters().ok())
+            .unwrap_or_default()
+    }
+}

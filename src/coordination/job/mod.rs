@@ -1,0 +1,243 @@
+//! One job on this sidecar: a state machine that decides ([`JobState`]) and a driver task that
+//! does ([`driver`]).
+//!
+//! [`JobState::step`] takes one [`Input`] — a worker command, a registry event, the result of
+//! an earlier action, a cron fire or the passing of time — together with an [`Env`] snapshot
+//! (clocks, session state) and returns the [`Action`]s to perform: write these nodes, send this
+//! event to that worker, take this latch, reply to that call. It never awaits and never reads a
+//! clock of its own, so every decision can be replayed in a test as a table of inputs and
+//! expected actions (`tests.rs`). The driver performs actions with deadlines and feeds their
+//! results back as inputs, in the order the registry answered them.
+//!
+//! The concerns of the state machine are split by file: [`state`] (the state, its cache of the
+//! job's subtree, the dispatch of inputs and the level-triggered reconcile), [`membership`]
+//! (joining, leaving, remote shutdown, re-registration, drain), [`executions`] (fires,
+//! triggers, answers, declines, revokes, timeouts, misfire catch-up), [`leases`] (renewals and
+//! lapses) and [`leadership`] (election, resharding, clean-up, failover claims).
+
+mod driver;
+mod executions;
+mod leadership;
+mod leases;
+mod membership;
+mod state;
+
+#[cfg(test)]
+mod tests;
+
+use std::collections::BTreeMap;
+use std::time::{Duration, Instant};
+
+use chrono::{DateTime, Utc};
+
+use super::events::{Source, StreamEnd, WorkerEvent};
+use super::execution::{Finished, ItemOutcome};
+use super::observer::ExecutionRecord;
+use super::CoordError;
+use crate::elasticjob::config::JobConfiguration;
+use crate::elasticjob::extras::JobExtras;
+use crate::registry::{Error as RegError, Node, Op, OpResult, SessionState, WatchEvent};
+
+pub(crate) use driver::{spawn, JobCmd};
+
+/// Identifies one worker stream of the sidecar.
+pub(crate) type StreamKey = u64;
+/// Identifies a pending reply to a worker or operator call.
+pub(crate) type ReplyId = u64;
+/// Identifies an action whose result comes back as [`Input::Done`].
+pub(crate) type OpId = u64;
+/// Identifies a latch the driver holds for the state.
+pub(crate) type LatchKey = u64;
+
+/// What the state machine needs to know about this sidecar.
+#[derive(Debug, Clone)]
+pub(crate) struct Settings {
+    /// The advertised IP: `servers/{ip}` and the prefix of local instance ids.
+    pub ip: String,
+    /// The registry session timeout: self-fencing after 2/3 of it without a proof of life.
+    pub session_timeout: Duration,
+    /// How long each worker lease is valid (at most half the session timeout).
+    pub lease: Duration,
+}
+
+/// A snapshot of the world outside the state machine, taken by the driver for each step.
+#[derive(Debug, Clone)]
+pub(crate) struct Env {
+    /// The monotonic clock.
+    pub now: Instant,
+    /// The wall clock (fire times, lease deadlines sent to workers, history).
+    pub wall: DateTime<Utc>,
+    /// The registry session as last published.
+    pub session: SessionState,
+    /// The registry's latest proof that the current session is alive (see
+    /// [`crate::registry::Registry::last_proof`]).
+    pub proof: Option<Instant>,
+}
+
+impl Env {
+    /// The session generation if connected.
+    pub fn connected_generation(&self) -> Option<u64> {
+        match self.session {
+            SessionState::Connected { generation, .. } => Some(generation),
+            _ => None,
+        }
+    }
+}
+
+/// One input of [`JobState::step`].
+#[derive(Debug)]
+pub(crate) enum Input {
+    /// A worker subscribes; its events go to `stream`.
+    Join {
+        reply: ReplyId,
+        stream: StreamKey,
+        instance_id: String,
+        config: Option<Box<(JobConfiguration, JobExtras)>>,
+        overwrite: bool,
+    },
+    /// A worker's stream ended.
+    StreamEnded { stream: StreamKey, end: StreamEnd },
+    /// `Complete` / `ReportFailure`.
+    Answer {
+        reply: ReplyId,
+        instance_id: String,
+        execution_id: String,
+        outcomes: Vec<(i32, ItemOutcome)>,
+    },
+    /// `Decline`: items given back without an outcome (empty: all of them).
+    Decline {
+        reply: ReplyId,
+        instance_id: String,
+        execution_id: String,
+        items: Vec<i32>,
+        reason: String,
+    },
+    /// Graceful shutdown: finish what runs by `deadline`, then leave.
+    Drain { reply: ReplyId, deadline: Instant },
+    /// A cron fire of the job's schedule.
+    Fire { fire_time: DateTime<Utc> },
+    /// The registry session changed.
+    Session(SessionState),
+    /// A registry event, delivered after the results of every read and write issued before
+    /// it was received (so it never applies out of order with them).
+    Watched(WatchEvent),
+    /// The job's registry watch ended (the driver starts another after [`Action::Watch`]).
+    WatchLost,
+    /// The result of an action, in the order the registry answered.
+    Done { op: OpId, result: IoResult },
+    /// Time passed (a deadline of [`JobState::next_wakeup`] was reached).
+    Tick,
+}
+
+/// What came of an action.
+#[derive(Debug)]
+pub(crate) enum IoResult {
+    /// [`Action::SetUp`]: the job's subtree as read after setting it up.
+    SetUp(Result<std::collections::BTreeMap<String, Node>, CoordError>),
+    /// [`Action::Commit`].
+    Committed(Result<Vec<OpResult>, RegError>),
+    /// [`Action::Read`]: the node, or `None` if absent.
+    Read {
+        path: String,
+        node: Result<Option<Node>, RegError>,
+    },
+    /// [`Action::Reload`]: the whole subtree.
+    Loaded(Result<std::collections::BTreeMap<String, Node>, RegError>),
+    /// [`Action::Persist`].
+    Persisted(Result<(), RegError>),
+    /// [`Action::AcquireLatch`]: the latch is held under this key (release it with
+    /// [`Action::ReleaseLatch`]).
+    Latched(Result<LatchKey, RegError>),
+    /// [`Action::Watch`].
+    Watching(Result<(), RegError>),
+    /// [`Action::TouchClock`]: the stat of `systemTime/current` after touching it.
+    Clock(Result<crate::registry::Stat, RegError>),
+}
+
+/// The reply to a pending call.
+#[derive(Debug, Clone)]
+pub(crate) enum Reply {
+    Joined(Result<Box<JobConfiguration>, CoordError>),
+    Answered(Result<(), CoordError>),
+    Drained,
+}
+
+/// Something the driver must do.
+#[derive(Debug, Clone)]
+pub(crate) enum Action {
+    /// Queue an event on a worker's stream (never waiting: a full stream is a slow worker,
+    /// reported back as [`Input::StreamEnded`] with [`StreamEnd::BySidecar`]).
+    Send {
+        stream: StreamKey,
+        event: WorkerEvent,
+    },
+    /// End a worker's stream once its queued events are read.
+    EndStream { stream: StreamKey },
+    /// Answer a pending call.
+    Reply { reply: ReplyId, result: Reply },
+    /// First local instance: write the config if needed, the server node, watch the subtree
+    /// and read it (one child task).
+    SetUp {
+        op: OpId,
+        config: Option<Box<(JobConfiguration, JobExtras)>>,
+        overwrite: bool,
+    },
+    /// An atomic multi-op, in session `generation` only.
+    Commit {
+        op: OpId,
+        generation: u64,
+        ops: Vec<Op>,
+    },
+    /// Create-or-replace one node (config, server status).
+    Persist {
+        op: OpId,
+        path: String,
+        data: Vec<u8>,
+    },
+    /// Read one node.
+    Read { op: OpId, path: String },
+    /// Read the whole job subtree.
+    Reload { op: OpId },
+    /// Watch the job's subtree again (the watch was lost).
+    Watch { op: OpId },
+    /// Take a Curator-compatible latch in `dir` (a child task with a deadline).
+    AcquireLatch { op: OpId, dir: String },
+    /// Let go of a latch taken earlier.
+    ReleaseLatch { latch: LatchKey },
+    /// Touch `systemTime/current` and return its stat (maxTimeDiffSeconds).
+    TouchClock { op: OpId },
+    /// Fire on this cron (expression, time zone), or stop firing.
+    Schedule(Option<(String, String)>),
+    /// Tell the observer (history, metrics).
+    Observe(Observation),
+    /// Route answers for this execution id to this job.
+    TrackExecution { id: String },
+    /// Stop routing answers for this execution id; remember how it finished.
+    ForgetExecution { id: String, finished: Finished },
+}
+
+/// What the observer hears.
+#[derive(Debug, Clone, PartialEq)]
+pub(crate) enum Observation {
+    TriggerSent {
+        source: Source,
+        items: Vec<i32>,
+        latency: Duration,
+    },
+    Finished(Box<ExecutionRecord>),
+    Misfired(Vec<i32>),
+    FailoverTaken(Vec<i32>),
+    Revoked {
+        items: Vec<i32>,
+        reason: String,
+    },
+    Worker {
+        joined: bool,
+    },
+    Leadership {
+        leading: bool,
+    },
+}
+
+/// Item → parameter of the job's config.
+pub(crate) type Parameters = BTreeMap<i32, String>;

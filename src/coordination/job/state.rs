@@ -1,0 +1,862 @@
+//! The job's state: a mirror of its subtree (and the [`JobView`] parsed from it), its local
+//! instances, their executions, and the actions in flight. [`JobState::step`] dispatches an
+//! input to the concern that handles it and then runs [`JobState::reconcile`], which compares
+//! what is with what should be and acts on the difference. Being level-triggered, it needs no
+//! memory of events: a lost one is recovered by the next reload.
+//!
+//! Rules every decision here keeps (`docs/architecture.md`):
+//! - nothing is decided while the session is not connected, and nothing decided in one session
+//!   is written in another ([`Action::Commit`] carries the generation);
+//! - every write that starts, ends or hands over an item is conditional on the versions it was
+//!   decided from, so a stale view makes a write fail, never land (`failover.rs`);
+//! - at most one action touches an item at a time (`locked`).
+
+use std::collections::{BTreeMap, BTreeSet, HashMap};
+use std::time::{Duration, Instant};
+
+use tracing::{debug, info, warn};
+
+use super::{Action, Env, Input, IoResult, LatchKey, OpId, Reply, ReplyId, Settings, StreamKey};
+use crate::coordination::events::Source;
+use crate::coordination::execution::{Execution, ItemOutcome};
+use crate::coordination::lease::WorkerLease;
+use crate::coordination::view::JobView;
+use crate::coordination::CoordError;
+use crate::elasticjob::config::JobConfiguration;
+use crate::elasticjob::extras::JobExtras;
+use crate::elasticjob::paths::{JobNode, JobPaths};
+use crate::registry::{
+    CreateMode, Error as RegError, Node, Op, OpResult, SessionState, Stat, TreeCache, WatchEvent,
+};
+
+/// How long to wait before re-reading the job after a failed or refused write.
+pub(super) const RETRY: Duration = Duration::from_millis(200);
+/// How often to look again at the session's health while something waits on it.
+pub(super) const HEALTH_POLL: Duration = Duration::from_millis(100);
+
+/// Where the job is in its setup.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(super) enum Phase {
+    /// No local instance has joined yet.
+    New,
+    /// Config, server node, watch and first read in flight.
+    SettingUp,
+    /// The subtree is mirrored and watched.
+    Ready,
+}
+
+/// One worker stream of this job on this sidecar.
+#[derive(Debug)]
+pub(super) struct Local {
+    pub stream: StreamKey,
+    /// The call to answer once the instance node exists.
+    pub join_reply: Option<ReplyId>,
+    /// Whether its instance node exists in `generation` (false while being created).
+    pub registered: bool,
+    /// The session generation of its instance node.
+    pub generation: u64,
+    /// Whether the cache has shown its instance node (so its absence means removal).
+    pub seen: bool,
+    /// The last assignment sent: items, leader flag, epoch.
+    pub sent: Option<(Vec<i32>, bool, i64)>,
+    pub lease: WorkerLease,
+    /// No renewals while revoked items wait for the worker's acknowledgement.
+    pub withheld: bool,
+    /// The execution in flight, if any (one at a time, as an ElasticJob instance).
+    pub execution: Option<String>,
+    /// A fire it could not take (no lease, unhealthy session): a catch-up is due.
+    pub missed: bool,
+    /// `Shutdown` was sent (drain, remote shutdown): no new work.
+    pub shutting_down: bool,
+    /// The stream ended (or is being ended): how, and when its items may be released.
+    pub gone: Option<Gone>,
+}
+
+/// A local instance whose stream is over.
+#[derive(Debug, Clone, Copy)]
+pub(super) struct Gone {
+    /// Not before this instant are its items released and its instance removed: a worker that
+    /// may not know its stream is over can work on until its lease ends.
+    pub release_at: Instant,
+    /// Its instance node was removed by someone else (remote shutdown).
+    pub removed_remotely: bool,
+}
+
+impl Local {
+    pub fn new(stream: StreamKey, reply: ReplyId) -> Local {
+        Local {
+            stream,
+            join_reply: Some(reply),
+            registered: false,
+            generation: 0,
+            seen: false,
+            sent: None,
+            lease: WorkerLease::new(),
+            withheld: false,
+            execution: None,
+            missed: false,
+            shutting_down: false,
+            gone: None,
+        }
+    }
+
+    /// Registered, stream open, not shutting down: may be given work.
+    pub fn live(&self) -> bool {
+        self.registered && self.gone.is_none()
+    }
+}
+
+/// An action in flight and what to do with its result.
+#[derive(Debug)]
+pub(super) enum Pending {
+    SetUp,
+    /// The instance node of a joining worker.
+    Register {
+        instance_id: String,
+    },
+    /// Re-creating instance nodes in a new session.
+    Reregister {
+        instance_id: String,
+    },
+    /// The `running` nodes of a new execution.
+    Start {
+        execution_id: String,
+    },
+    /// Answers being written.
+    Finish {
+        execution_id: String,
+        items: Vec<i32>,
+        outcome: ItemOutcome,
+        reply: ReplyId,
+    },
+    /// Releasing the unanswered items of a void execution.
+    Release {
+        execution_id: String,
+        items: Vec<i32>,
+    },
+    /// Removing a local instance (and releasing what it ran).
+    Leave {
+        instance_id: String,
+    },
+    MisfireFlags,
+    Reshard,
+    Cleanup {
+        items: Vec<i32>,
+    },
+    ReleaseStale {
+        items: Vec<i32>,
+    },
+    /// Waiting for the election latch, then creating the leader node.
+    ElectLatch {
+        instance_id: String,
+    },
+    Elect {
+        latch: LatchKey,
+    },
+    Abdicate,
+    /// Waiting for the failover latch, then claiming flagged items.
+    ClaimLatch,
+    Claim {
+        latch: LatchKey,
+        executions: Vec<String>,
+    },
+    /// Taking a trigger-once request.
+    TakeTrigger {
+        instance_id: String,
+    },
+    /// This sidecar's liveness node (`shardcar/sidecars/{ip}`).
+    SidecarNode,
+    Read,
+    Reload,
+    Watch,
+    Persist,
+    /// maxTimeDiffSeconds: the fire waits for the registry's clock.
+    Clock {
+        fire_time: chrono::DateTime<chrono::Utc>,
+    },
+}
+
+/// A pending drain.
+#[derive(Debug, Clone, Copy)]
+pub(super) struct Drain {
+    pub reply: ReplyId,
+    pub deadline: Instant,
+}
+
+/// The state of one job on this sidecar; see the module docs.
+pub(crate) struct JobState {
+    pub(super) name: String,
+    pub(super) paths: JobPaths,
+    pub(super) settings: Settings,
+    pub(super) phase: Phase,
+    pub(super) cache: TreeCache,
+    /// Paths whose cached stat is not known exactly (created by a multi whose result had none).
+    pub(super) inexact: BTreeSet<String>,
+    pub(super) view: JobView,
+    pub(super) view_stale: bool,
+    pub(super) locals: BTreeMap<String, Local>,
+    pub(super) streams: HashMap<StreamKey, String>,
+    pub(super) executions: BTreeMap<String, Execution>,
+    /// The session generation the local instances are registered in (0 before setup).
+    pub(super) generation: u64,
+    pub(super) pending: BTreeMap<OpId, Pending>,
+    /// The operations of each commit in flight, mirrored into the cache when it succeeds.
+    pub(super) commit_ops: BTreeMap<OpId, Vec<Op>>,
+    /// Items an action in flight touches: nothing else is decided about them meanwhile.
+    pub(super) locked: BTreeSet<i32>,
+    next_op: OpId,
+    /// Re-read the job at this instant (after a refused write or a failed read).
+    pub(super) retry_at: Option<Instant>,
+    /// A fresh read of the whole subtree is wanted (after a reconnect, a refused write).
+    pub(super) reload_wanted: bool,
+    /// The watch is gone: ask the driver for another.
+    pub(super) watch_wanted: bool,
+    pub(super) schedule: Option<(String, String)>,
+    /// Whether one of the local instances leads the job (as last told to the observer).
+    pub(super) leading: bool,
+    pub(super) last_reload: Option<Instant>,
+    /// Joins waiting for the setup.
+    pub(super) joins_waiting: Vec<Input>,
+    pub(super) drain: Option<Drain>,
+    pub(super) lease_sequence: u64,
+    /// The wakeup last asked for: a step long after it means this process was paused.
+    pub(super) expected_wakeup: Option<Instant>,
+}
+
+impl JobState {
+    pub(crate) fn new(name: &str, settings: Settings) -> JobState {
+        let paths = JobPaths::new(name);
+        JobState {
+            name: name.to_string(),
+            cache: TreeCache::from_nodes(&paths.root(), BTreeMap::new()),
+            paths,
+            settings,
+            phase: Phase::New,
+            inexact: BTreeSet::new(),
+            view: JobView::default(),
+            view_stale: false,
+            locals: BTreeMap::new(),
+            streams: HashMap::new(),
+            executions: BTreeMap::new(),
+            generation: 0,
+            pending: BTreeMap::new(),
+            commit_ops: BTreeMap::new(),
+            locked: BTreeSet::new(),
+            next_op: 0,
+            retry_at: None,
+            reload_wanted: false,
+            watch_wanted: false,
+            schedule: None,
+            leading: false,
+            last_reload: None,
+            joins_waiting: Vec::new(),
+            drain: None,
+            lease_sequence: 0,
+            expected_wakeup: None,
+        }
+    }
+
+    /// The job's name.
+    pub(crate) fn name(&self) -> &str {
+        &self.name
+    }
+
+    /// Whether the state has nothing left to do: no local instance, nothing in flight. The
+    /// driver retires the job then.
+    pub(crate) fn idle(&self) -> bool {
+        self.locals.is_empty()
+            && self.pending.is_empty()
+            && self.executions.is_empty()
+            && self.joins_waiting.is_empty()
+            && self.drain.is_none()
+    }
+
+    /// Whether `path` is mirrored with an exact stat (a creation event for it needs no read).
+    pub(crate) fn knows(&self, path: &str) -> bool {
+        self.cache.contains(path) && !self.inexact.contains(path)
+    }
+
+    pub(super) fn next_op(&mut self) -> OpId {
+        self.next_op += 1;
+        self.next_op
+    }
+
+    /// Registers `pending` and returns its id.
+    pub(super) fn start_op(&mut self, pending: Pending) -> OpId {
+        let op = self.next_op();
+        self.pending.insert(op, pending);
+        op
+    }
+
+    /// Whether an action of this kind is in flight.
+    pub(super) fn in_flight(&self, pred: impl Fn(&Pending) -> bool) -> bool {
+        self.pending.values().any(pred)
+    }
+
+    /// The one entry point: applies `input` at `env` and returns what to do.
+    pub(crate) fn step(&mut self, input: Input, env: &Env) -> Vec<Action> {
+        let mut out = Vec::new();
+        self.notice_pause(env);
+        match input {
+            Input::Join { .. } => self.on_join(input, env, &mut out),
+            Input::StreamEnded { stream, end } => self.on_stream_ended(stream, end, env, &mut out),
+            Input::Answer {
+                reply,
+                instance_id,
+                execution_id,
+                outcomes,
+            } => self.on_answer(reply, &instance_id, &execution_id, outcomes, env, &mut out),
+            Input::Decline {
+                reply,
+                instance_id,
+                execution_id,
+                items,
+                reason,
+            } => self.on_decline(
+                reply,
+                &instance_id,
+                &execution_id,
+                items,
+                &reason,
+                env,
+                &mut out,
+            ),
+            Input::Drain { reply, deadline } => self.on_drain(reply, deadline, env, &mut out),
+            Input::Fire { fire_time } => self.on_fire(fire_time, Source::Cron, env, &mut out),
+            Input::Session(state) => self.on_session(state, env, &mut out),
+            Input::Watched(ev) => self.on_watched(ev, &mut out),
+            Input::WatchLost => {
+                self.watch_wanted = true;
+            }
+            Input::Done { op, result } => self.on_done(op, result, env, &mut out),
+            Input::Tick => {}
+        }
+        self.reconcile(env, &mut out);
+        out
+    }
+
+    /// A step long after the wakeup the state asked for means this process was paused (or
+    /// starved): what it knows may be stale. Re-read everything before acting on it; the
+    /// conditional writes keep anything decided meanwhile from landing on a changed state.
+    fn notice_pause(&mut self, env: &Env) {
+        if let Some(expected) = self.expected_wakeup.take() {
+            let late = env.now.saturating_duration_since(expected);
+            if late > self.settings.session_timeout / 4 && self.phase == Phase::Ready {
+                warn!(job = %self.name, late_ms = late.as_millis() as u64,
+                      "this process did not run for a while: re-reading the job before acting");
+                self.reload_wanted = true;
+            }
+        }
+    }
+
+    /// When [`JobState::step`] wants a [`Input::Tick`] next (remembered, so a step far past
+    /// it is noticed as a pause of this process).
+    pub(crate) fn next_wakeup(&mut self, env: &Env) -> Option<Instant> {
+        let at = self.wakeup(env);
+        self.expected_wakeup = at;
+        at
+    }
+
+    fn wakeup(&self, env: &Env) -> Option<Instant> {
+        let mut at: Option<Instant> = self.retry_at;
+        let mut take = |t: Option<Instant>| {
+            if let Some(t) = t {
+                at = Some(at.map_or(t, |a| a.min(t)));
+            }
+        };
+        let valid_for = self.settings.lease;
+        let mut waits_on_health = false;
+        for local in self.locals.values() {
+            if let Some(gone) = &local.gone {
+                take(Some(gone.release_at));
+                continue;
+            }
+            if !local.registered {
+                continue;
+            }
+            take(local.lease.expires(valid_for));
+            if !local.withheld {
+                match local.lease.next_renewal(valid_for) {
+                    Some(t) if t > env.now => take(Some(t)),
+                    _ => waits_on_health = true,
+                }
+            }
+            if local.missed {
+                waits_on_health = true;
+            }
+        }
+        for exec in self.executions.values() {
+            if let Some(timeout) = exec.timeout {
+                take(Some(exec.started + timeout));
+            }
+        }
+        if !self.executions.is_empty() {
+            if let Some(proof) = env.proof {
+                take(Some(proof + self.settings.session_timeout * 2 / 3));
+            }
+            waits_on_health |= env.proof.is_none();
+        }
+        if let Some(drain) = &self.drain {
+            take(Some(
+                drain.deadline.checked_sub(valid_for).unwrap_or(env.now),
+            ));
+            take(Some(drain.deadline));
+        }
+        if let (Some(last), Some(minutes)) = (self.last_reload, self.reconcile_interval()) {
+            take(Some(last + minutes));
+        }
+        if waits_on_health || self.reload_wanted || self.watch_wanted {
+            take(Some(env.now + HEALTH_POLL));
+        }
+        at
+    }
+
+    fn reconcile_interval(&self) -> Option<Duration> {
+        let minutes = self.view.config.as_ref()?.reconcile_interval_minutes;
+        (minutes > 0).then(|| Duration::from_secs(60 * minutes as u64))
+    }
+
+    // ----- the mirror of the subtree --------------------------------------------------------
+
+    /// Rebuilds the view from the cache if the cache changed since the last build.
+    pub(super) fn refresh_view(&mut self) {
+        if self.view_stale {
+            self.view = JobView::from_cache(&self.cache, &self.paths);
+            self.view_stale = false;
+        }
+    }
+
+    /// Applies a registry event by reading what it names. The read is issued now, so its
+    /// answer is newer than anything already mirrored; an event may arrive after the result
+    /// of our own later write (its forwarding is not ordered with replies), so it is never
+    /// applied as such: a late `Deleted` must not remove a node we created since.
+    pub(crate) fn on_watched(&mut self, ev: WatchEvent, out: &mut Vec<Action>) {
+        if self.phase != Phase::Ready {
+            return;
+        }
+        match ev {
+            WatchEvent::Resync => self.reload_wanted = true,
+            WatchEvent::Created(p) | WatchEvent::DataChanged(p) | WatchEvent::Deleted(p)
+                if matches!(
+                    self.paths.classify(&p),
+                    JobNode::ElectionLatch | JobNode::FailoverLatch
+                ) =>
+            {
+                let _ = p; // latch contenders mean nothing to the view
+            }
+            // Our own creation, mirrored exactly from its result: nothing new to read.
+            WatchEvent::Created(p) if self.knows(&p) => {}
+            WatchEvent::Created(p) | WatchEvent::DataChanged(p) | WatchEvent::Deleted(p) => {
+                let op = self.start_op(Pending::Read);
+                out.push(Action::Read { op, path: p });
+            }
+        }
+    }
+
+    /// Mirrors our own committed writes from their results, so the next decision sees them
+    /// at once. Every operation of one multi shares one zxid and time; a `SetData` result
+    /// tells them, which makes the stats of created nodes exact too.
+    pub(super) fn apply_commit(&mut self, ops: &[Op], results: &[OpResult], env: &Env) {
+        let txn = results.iter().find_map(|r| match r {
+            OpResult::DataSet { stat } => Some((stat.mzxid, stat.mtime)),
+            _ => None,
+        });
+        let session_id = match env.session {
+            SessionState::Connected { session_id, .. } => session_id,
+            _ => 0,
+        };
+        for (op, result) in ops.iter().zip(results) {
+            match (op, result) {
+                (Op::Create { data, mode, .. }, OpResult::Created { path, stat }) => {
+                    let stat = stat.or_else(|| {
+                        txn.map(|(zxid, time)| Stat {
+                            czxid: zxid,
+                            mzxid: zxid,
+                            pzxid: zxid,
+                            ctime: time,
+                            mtime: time,
+                            ephemeral_owner: if mode.is_ephemeral() { session_id } else { 0 },
+                            ..Stat::default()
+                        })
+                    });
+                    match stat {
+                        Some(stat) => {
+                            self.inexact.remove(path);
+                            self.cache.put(
+                                path,
+                                Some(Node {
+                                    data: data.clone(),
+                                    stat,
+                                }),
+                            );
+                        }
+                        None => {
+                            self.inexact.insert(path.clone());
+                            let stat = Stat {
+                                ephemeral_owner: if mode.is_ephemeral() { session_id } else { 0 },
+                                ..Stat::default()
+                            };
+                            self.cache.put(
+                                path,
+                                Some(Node {
+                                    data: data.clone(),
+                                    stat,
+                                }),
+                            );
+                        }
+                    }
+                }
+                (Op::SetData { path, data, .. }, OpResult::DataSet { stat }) => {
+                    self.inexact.remove(path);
+                    self.cache.put(
+                        path,
+                        Some(Node {
+                            data: data.clone(),
+                            stat: *stat,
+                        }),
+                    );
+                }
+                (Op::Delete { path, .. }, _) => {
+                    self.cache.remove_subtree(path);
+                    self.inexact.remove(path);
+                }
+                _ => {}
+            }
+        }
+        self.view_stale = true;
+    }
+
+    /// A write was refused or its outcome is unknown: the view was stale, or the session is in
+    /// trouble. Re-read the job before deciding again.
+    pub(super) fn write_failed(&mut self, what: &str, error: &RegError, env: &Env) {
+        if error.is_connection_problem() {
+            warn!(job = %self.name, error = %error, "{what}: no answer from the registry; will re-read");
+        } else {
+            debug!(job = %self.name, error = %error, "{what}: refused (the state changed); re-reading");
+        }
+        self.reload_wanted = true;
+        self.retry_after(env, RETRY);
+    }
+
+    /// Asks for a [`Input::Tick`] after `delay`, keeping an earlier one.
+    pub(super) fn retry_after(&mut self, env: &Env, delay: Duration) {
+        let at = env.now + delay;
+        self.retry_at = Some(self.retry_at.map_or(at, |r| r.min(at)));
+    }
+
+    fn on_done(&mut self, op: OpId, result: IoResult, env: &Env, out: &mut Vec<Action>) {
+        let Some(pending) = self.pending.remove(&op) else {
+            return;
+        };
+        match (pending, result) {
+            (Pending::SetUp, IoResult::SetUp(result)) => self.on_set_up(result, env, out),
+            (Pending::Read, IoResult::Read { path, node }) => match node {
+                Ok(node) => {
+                    self.inexact.remove(&path);
+                    self.cache.put(&path, node);
+                    self.view_stale = true;
+                }
+                Err(e) => self.write_failed("reading a node", &e, env),
+            },
+            (Pending::Reload, IoResult::Loaded(result)) => match result {
+                Ok(nodes) => {
+                    self.cache.replace_all(nodes);
+                    self.inexact.clear();
+                    self.view_stale = true;
+                    self.last_reload = Some(env.now);
+                    self.resolve_uncertain(out);
+                }
+                Err(e) => self.write_failed("reading the job", &e, env),
+            },
+            (Pending::Watch, IoResult::Watching(result)) => match result {
+                Ok(()) => self.reload_wanted = true,
+                Err(e) => {
+                    self.watch_wanted = true;
+                    self.write_failed("watching the job", &e, env);
+                }
+            },
+            (Pending::Persist, IoResult::Persisted(result)) => {
+                if let Err(e) = result {
+                    self.write_failed("writing a node", &e, env);
+                }
+            }
+            (Pending::Clock { fire_time }, IoResult::Clock(result)) => {
+                self.on_clock(fire_time, result, env, out)
+            }
+            (pending, IoResult::Committed(result)) => {
+                let ops = self.commit_ops.remove(&op).unwrap_or_default();
+                if let Ok(results) = &result {
+                    self.apply_commit(&ops, results, env);
+                    self.refresh_view();
+                }
+                self.on_committed(pending, ops, result, env, out)
+            }
+            (pending, IoResult::Latched(result)) => self.on_latched(pending, result, env, out),
+            (pending, result) => {
+                warn!(job = %self.name, ?pending, ?result, "unexpected result; ignored");
+            }
+        }
+    }
+
+    /// A commit's result (already mirrored into the cache if it succeeded): let its owner go on.
+    fn on_committed(
+        &mut self,
+        pending: Pending,
+        ops: Vec<Op>,
+        result: Result<Vec<OpResult>, RegError>,
+        env: &Env,
+        out: &mut Vec<Action>,
+    ) {
+        match pending {
+            Pending::Register { instance_id } => self.on_registered(&instance_id, result, env, out),
+            Pending::Reregister { instance_id } => {
+                self.on_reregistered(&instance_id, result, env, out)
+            }
+            Pending::Start { execution_id } => {
+                self.on_started(&execution_id, &ops, result, env, out)
+            }
+            Pending::Finish {
+                execution_id,
+                items,
+                outcome,
+                reply,
+            } => self.on_finished(&execution_id, items, outcome, reply, result, env, out),
+            Pending::Release {
+                execution_id,
+                items,
+            } => self.on_released(&execution_id, items, result, env, out),
+            Pending::Leave { instance_id } => self.on_left(&instance_id, result, env, out),
+            Pending::MisfireFlags | Pending::SidecarNode | Pending::Abdicate => {
+                if let Err(e) = result {
+                    self.write_failed("a registry write", &e, env);
+                }
+            }
+            Pending::Reshard => self.on_resharded(result, env),
+            Pending::Cleanup { items } | Pending::ReleaseStale { items } => {
+                self.unlock(&items);
+                if let Err(e) = result {
+                    self.write_failed("releasing items no one runs any more", &e, env);
+                }
+            }
+            Pending::Elect { latch } => self.on_elected(latch, result, env, out),
+            Pending::Claim { latch, executions } => {
+                self.on_claimed(latch, executions, &ops, result, env, out)
+            }
+            Pending::TakeTrigger { instance_id } => {
+                self.on_trigger_taken(&instance_id, result, env, out)
+            }
+            other => warn!(job = %self.name, pending = ?other, "unexpected commit result; ignored"),
+        }
+    }
+
+    /// `ops` preceded by creations of the missing ancestors (within the job) of the nodes they
+    /// create. A stale mirror makes such a creation fail, which is then re-decided on a fresh
+    /// read like any refused write.
+    fn with_parents(&self, ops: Vec<Op>) -> Vec<Op> {
+        let root = self.paths.root();
+        let mut made: BTreeSet<String> = BTreeSet::new();
+        let mut out = Vec::with_capacity(ops.len());
+        for op in &ops {
+            if let Op::Create { path, .. } = op {
+                let mut missing = Vec::new();
+                let mut at = path.as_str();
+                while let Some((parent, _)) = at.rsplit_once('/') {
+                    if parent.len() <= root.len()
+                        || self.cache.contains(parent)
+                        || made.contains(parent)
+                    {
+                        break;
+                    }
+                    let created_here = ops
+                        .iter()
+                        .any(|o| matches!(o, Op::Create { path, .. } if path == parent));
+                    if created_here {
+                        break;
+                    }
+                    missing.push(parent.to_string());
+                    at = parent;
+                }
+                for parent in missing.into_iter().rev() {
+                    made.insert(parent.clone());
+                    out.push(create_empty(parent, CreateMode::Persistent));
+                }
+            }
+            out.push(op.clone());
+        }
+        out
+    }
+
+    pub(super) fn lock(&mut self, items: &[i32]) {
+        self.locked.extend(items.iter().copied());
+    }
+
+    pub(super) fn unlock(&mut self, items: &[i32]) {
+        for i in items {
+            self.locked.remove(i);
+        }
+    }
+
+    /// Commits `ops` in our session as `pending`, locking `items` until the result is back.
+    /// Parents of created nodes that the mirror does not have are created first, as ElasticJob
+    /// creates missing parents (`leader/failover/items`, say).
+    pub(super) fn commit(
+        &mut self,
+        pending: Pending,
+        ops: Vec<Op>,
+        items: &[i32],
+        out: &mut Vec<Action>,
+    ) -> OpId {
+        let ops = self.with_parents(ops);
+        self.lock(items);
+        let op = self.start_op(pending);
+        self.commit_ops.insert(op, ops.clone());
+        out.push(Action::Commit {
+            op,
+            generation: self.generation,
+            ops,
+        });
+        op
+    }
+
+    /// Whether the session is connected in the generation the locals are registered in.
+    pub(super) fn connected(&self, env: &Env) -> bool {
+        env.connected_generation() == Some(self.generation) && self.generation > 0
+    }
+
+    /// Whether a lease may be granted now: connected, and the session proven alive recently
+    /// enough that it cannot expire before the lease ends.
+    pub(super) fn may_grant(&self, env: &Env) -> bool {
+        self.connected(env)
+            && env.proof.is_some_and(|p| {
+                env.now.saturating_duration_since(p) < self.settings.session_timeout / 4
+            })
+    }
+
+    /// Level-triggered: compares what is with what should be, and acts.
+    pub(super) fn reconcile(&mut self, env: &Env, out: &mut Vec<Action>) {
+        if self.phase != Phase::Ready {
+            return;
+        }
+        self.check_self_fencing(env, out);
+        if !self.connected(env) {
+            return;
+        }
+        if self.watch_wanted && !self.in_flight(|p| matches!(p, Pending::Watch)) {
+            self.watch_wanted = false;
+            let op = self.start_op(Pending::Watch);
+            out.push(Action::Watch { op });
+        }
+        if self.reload_wanted
+            && self.retry_at.is_none_or(|r| env.now >= r)
+            && !self.in_flight(|p| matches!(p, Pending::Reload))
+        {
+            self.reload_wanted = false;
+            let op = self.start_op(Pending::Reload);
+            out.push(Action::Reload { op });
+        }
+        if self.retry_at.is_some_and(|r| env.now >= r) {
+            self.retry_at = None;
+        }
+        if self
+            .last_reload
+            .zip(self.reconcile_interval())
+            .is_some_and(|(last, every)| env.now >= last + every)
+            && !self.in_flight(|p| matches!(p, Pending::Reload))
+        {
+            // ElasticJob's reconcile, as a safety net: read everything again.
+            self.last_reload = Some(env.now);
+            let op = self.start_op(Pending::Reload);
+            out.push(Action::Reload { op });
+        }
+        self.refresh_view();
+        self.update_schedule(out);
+        self.reconcile_leases(env, out);
+        if self.reload_wanted || self.in_flight(|p| matches!(p, Pending::Reload)) {
+            // A write was refused or events may have been lost: decide nothing more on this
+            // view; the reload comes first (after a short pause, see `write_failed`).
+            self.push_assignments(out);
+            return;
+        }
+        self.reconcile_membership(env, out);
+        self.reconcile_executions(env, out);
+        self.refresh_view();
+        self.reconcile_leadership(env, out);
+        self.refresh_view();
+        self.reconcile_work(env, out);
+        self.push_assignments(out);
+        self.observe_leadership(out);
+    }
+
+    fn update_schedule(&mut self, out: &mut Vec<Action>) {
+        let wanted = self
+            .view
+            .config
+            .as_ref()
+            .map(|c| {
+                (
+                    c.cron.clone().unwrap_or_default(),
+                    c.time_zone.clone().unwrap_or_default(),
+                )
+            })
+            .filter(|(cron, _)| !cron.trim().is_empty());
+        if wanted != self.schedule {
+            self.schedule = wanted.clone();
+            out.push(Action::Schedule(wanted));
+        }
+    }
+
+    /// The effective config, or the error a joining worker gets when there is none.
+    pub(super) fn effective_config(&self) -> Result<(JobConfiguration, JobExtras), CoordError> {
+        match &self.view.config {
+            Some(c) => Ok((c.clone(), self.view.extras)),
+            None => Err(CoordError::FailedPrecondition(format!(
+                "the config of job {} in the registry is unusable: {}",
+                self.name,
+                self.view.config_error.clone().unwrap_or_default()
+            ))),
+        }
+    }
+
+    pub(super) fn reply(&self, reply: ReplyId, result: Reply, out: &mut Vec<Action>) {
+        out.push(Action::Reply { reply, result });
+    }
+
+    /// The first setup of the job is done: mirror the subtree, then register the waiting joins.
+    fn on_set_up(
+        &mut self,
+        result: Result<BTreeMap<String, Node>, CoordError>,
+        env: &Env,
+        out: &mut Vec<Action>,
+    ) {
+        let joins = std::mem::take(&mut self.joins_waiting);
+        match result {
+            Ok(nodes) => {
+                self.phase = Phase::Ready;
+                self.cache.replace_all(nodes);
+                self.view_stale = true;
+                self.last_reload = Some(env.now);
+                self.generation = env.connected_generation().unwrap_or(0);
+                self.refresh_view();
+                info!(job = %self.name, generation = self.generation, "job set up");
+                for join in joins {
+                    self.on_join(join, env, out);
+                }
+            }
+            Err(e) => {
+                self.phase = Phase::New;
+                warn!(job = %self.name, error = %e, "cannot set the job up");
+                for join in joins {
+                    if let Input::Join { reply, stream, .. } = join {
+                        self.reply(reply, Reply::Joined(Err(e.clone())), out);
+                        out.push(Action::EndStream { stream });
+                    }
+                }
+            }
+        }
+    }
+}
+
+/// `Create` with empty data.
+pub(super) fn create_empty(path: String, mode: CreateMode) -> Op {
+    Op::create(path, Vec::new(), mode)
+}
