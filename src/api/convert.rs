@@ -12,8 +12,7 @@ use crate::elasticjob::strategy::StrategyType;
 use crate::proto;
 use crate::schedule::{validate_time_zone, CronSchedule};
 
-/// The largest item count accepted.
-pub const MAX_SHARDING_TOTAL_COUNT: i32 = 100_000;
+pub use crate::elasticjob::config::MAX_SHARDING_TOTAL_COUNT;
 
 fn invalid(field: &str, message: impl Into<String>) -> CoordError {
     CoordError::InvalidArgument {

@@ -6,7 +6,7 @@
 
 use std::collections::BTreeMap;
 
-use crate::elasticjob::config::JobConfiguration;
+use crate::elasticjob::config::{JobConfiguration, MAX_SHARDING_TOTAL_COUNT};
 use crate::elasticjob::extras::JobExtras;
 use crate::elasticjob::instance::{ip_of, parse_instance_yaml};
 use crate::elasticjob::paths::{server_enabled, sort_descending, JobPaths};
@@ -67,6 +67,14 @@ impl JobView {
         let mut view = JobView::default();
         match cache.data(&paths.config()) {
             Some(data) => match JobConfiguration::from_yaml(data) {
+                Ok(config)
+                    if !(1..=MAX_SHARDING_TOTAL_COUNT).contains(&config.sharding_total_count) =>
+                {
+                    view.config_error = Some(format!(
+                        "shardingTotalCount is {}; shardcar works with 1 to {MAX_SHARDING_TOTAL_COUNT} items: set a count in that range (ElasticJob's console or JobConfigurationAPI)",
+                        config.sharding_total_count
+                    ));
+                }
                 Ok(config) => view.config = Some(config),
                 Err(e) => view.config_error = Some(e.to_string()),
             },

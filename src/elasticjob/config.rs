@@ -16,6 +16,10 @@ use crate::elasticjob::strategy::StrategyType;
 
 const NODE: &str = "config";
 
+/// The largest item count shardcar works with, whoever wrote the config (a larger one from
+/// ElasticJob's console or Java is refused for that job, with a logged error).
+pub const MAX_SHARDING_TOTAL_COUNT: i32 = 100_000;
+
 /// Which key carries the executor thread-pool type: it was renamed in ElasticJob 3.0.5, and a
 /// reader of one version rejects the other's key, so shardcar writes back the one it read.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

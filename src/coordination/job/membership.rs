@@ -8,12 +8,10 @@
 //! (`shardcar/sidecars/{ip}`) tells the leader that items of its instances are looked after
 //! here, so the leader never hands them over early.
 
-use std::time::Instant;
-
 use tracing::{info, warn};
 
 use super::state::{create_empty, Gone, JobState, Local, Pending, Phase};
-use super::{Action, Env, Input, Observation, Reply, ReplyId, StreamKey};
+use super::{Action, Env, Input, Observation, Reply, StreamKey};
 use crate::coordination::events::{StreamEnd, WorkerEvent};
 use crate::coordination::failover;
 use crate::coordination::CoordError;
@@ -528,68 +526,6 @@ impl JobState {
                 self.end_local(id, StreamEnd::BySidecar, env, out);
             }
             Err(e) => self.write_failed("registering an instance again", &e, env),
-        }
-    }
-
-    pub(super) fn on_drain(
-        &mut self,
-        reply: ReplyId,
-        deadline: Instant,
-        _env: &Env,
-        out: &mut Vec<Action>,
-    ) {
-        self.drain = Some(super::state::Drain { reply, deadline });
-        for join in std::mem::take(&mut self.joins_waiting) {
-            if let Input::Join { reply, stream, .. } = join {
-                self.reply(
-                    reply,
-                    Reply::Joined(Err(CoordError::Unavailable(
-                        "the sidecar is shutting down".into(),
-                    ))),
-                    out,
-                );
-                out.push(Action::EndStream { stream });
-            }
-        }
-        let reason = "the sidecar is shutting down";
-        for local in self.locals.values_mut() {
-            if local.gone.is_none() && !local.shutting_down {
-                local.shutting_down = true;
-                out.push(Action::Send {
-                    stream: local.stream,
-                    event: WorkerEvent::Shutdown {
-                        reason: reason.into(),
-                    },
-                });
-            }
-        }
-    }
-
-    /// During a drain: an instance with nothing running leaves at once; one with work leaves
-    /// when it is answered, or when its lease (no longer renewed one lease before the
-    /// deadline) has run out. At the deadline the drain is over whatever is left.
-    fn reconcile_drain(
-        &mut self,
-        reply: ReplyId,
-        deadline: Instant,
-        env: &Env,
-        out: &mut Vec<Action>,
-    ) {
-        let idle: Vec<String> = self
-            .locals
-            .iter()
-            .filter(|(_, l)| l.gone.is_none() && l.execution.is_none() && l.join_reply.is_none())
-            .map(|(id, _)| id.clone())
-            .collect();
-        for id in idle {
-            self.end_local(&id, StreamEnd::ByWorker, env, out);
-        }
-        if self.locals.is_empty() || env.now >= deadline {
-            if !self.locals.is_empty() {
-                warn!(job = %self.name, left = self.locals.len(), "drain deadline reached with instances left");
-            }
-            self.drain = None;
-            self.reply(reply, Reply::Drained, out);
         }
     }
 

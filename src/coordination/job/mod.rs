@@ -9,18 +9,25 @@
 //! expected actions (`tests.rs`). The driver performs actions with deadlines and feeds their
 //! results back as inputs, in the order the registry answered them.
 //!
-//! The concerns of the state machine are split by file: [`state`] (the state, its cache of the
-//! job's subtree, the dispatch of inputs and the level-triggered reconcile), [`membership`]
-//! (joining, leaving, remote shutdown, re-registration, drain), [`executions`] (fires,
-//! triggers, answers, declines, revokes, timeouts, misfire catch-up), [`leases`] (renewals and
-//! lapses) and [`leadership`] (election, resharding, clean-up, failover claims).
+//! The concerns of the state machine are split by file: [`state`] (the state, the dispatch of
+//! inputs and the level-triggered reconcile), [`mirror`] (the mirror of the job's subtree and
+//! the writes that change it), [`membership`]
+//! (joining, leaving, remote shutdown, re-registration), [`drain`], [`executions`] (fires, starts,
+//! triggers), [`answers`] (answers, declines), [`release`] (revokes, timeouts, self-fencing,
+//! releases), [`work`] (failover claims, trigger-once, misfire catch-up), [`leases`] (renewals
+//! and lapses) and [`leadership`] (election, resharding, clean-up).
 
+mod answers;
+mod drain;
 mod driver;
 mod executions;
 mod leadership;
 mod leases;
 mod membership;
+mod mirror;
+mod release;
 mod state;
+mod work;
 
 #[cfg(test)]
 mod tests;

@@ -1,0 +1,346 @@
+//! Answers and declines: how a run ends. An answer is recorded only by a write fenced on the
+//! epoch its execution left, so an answer for an item that was handed over meanwhile is
+//! refused, never recorded; a decline gives items back without an outcome.
+
+use tracing::{info, warn};
+
+use super::state::{JobState, Pending};
+use super::{Action, Env, Reply, ReplyId};
+use crate::coordination::execution::{Execution, ItemOutcome};
+use crate::coordination::failover::{self, Release};
+use crate::coordination::CoordError;
+use crate::registry::{Error as RegError, OpResult};
+
+impl JobState {
+    // ----- answers ----------------------------------------------------------------------------
+
+    /// Whether the state holds `execution_id` (the driver answers for others from memory).
+    pub(crate) fn has_execution(&self, execution_id: &str) -> bool {
+        self.executions.contains_key(execution_id)
+    }
+
+    /// The checks every answer and decline passes first.
+    pub(super) fn answerable(
+        &self,
+        instance_id: &str,
+        execution_id: &str,
+        items: &[i32],
+    ) -> Result<&Execution, CoordError> {
+        let exec = self
+            .executions
+            .get(execution_id)
+            .ok_or_else(|| CoordError::unknown_execution(execution_id))?;
+        if exec.instance_id != instance_id {
+            return Err(CoordError::PermissionDenied(format!(
+                "execution {execution_id} belongs to instance {}, not {instance_id}",
+                exec.instance_id
+            )));
+        }
+        if let Some(item) = items.iter().find(|i| !exec.items.contains(i)) {
+            return Err(CoordError::InvalidArgument {
+                field: "items".into(),
+                message: format!(
+                    "item {item} is not part of execution {execution_id} (its items are {:?})",
+                    exec.items
+                ),
+            });
+        }
+        Ok(exec)
+    }
+
+    #[allow(clippy::too_many_arguments)]
+    pub(super) fn on_answer(
+        &mut self,
+        reply: ReplyId,
+        instance_id: &str,
+        execution_id: &str,
+        outcomes: Vec<(i32, ItemOutcome)>,
+        env: &Env,
+        out: &mut Vec<Action>,
+    ) {
+        let items: Vec<i32> = outcomes.iter().map(|(i, _)| *i).collect();
+        let exec = match self.answerable(instance_id, execution_id, &items) {
+            Ok(exec) => exec,
+            Err(e) => return self.reply(reply, Reply::Answered(Err(e)), out),
+        };
+        if let Some(void) = &exec.void {
+            let refused = CoordError::FailedPrecondition(format!(
+                "execution {execution_id} was taken back ({}); its answers are refused",
+                void.reason
+            ));
+            // The worker answered, so it has stopped: that acknowledges a revoke.
+            self.acknowledged(execution_id, env);
+            return self.reply(reply, Reply::Answered(Err(refused)), out);
+        }
+        if items
+            .iter()
+            .any(|i| exec.committing.contains(i) || exec.uncertain.contains_key(i))
+        {
+            let busy = CoordError::Unavailable(format!(
+                "an earlier answer for execution {execution_id} is still being recorded; send this one again"
+            ));
+            return self.reply(reply, Reply::Answered(Err(busy)), out);
+        }
+        if let Some((item, _)) = outcomes
+            .iter()
+            .find(|(i, _)| matches!(exec.outcomes.get(i), Some(ItemOutcome::Revoked(_))))
+        {
+            let refused = CoordError::FailedPrecondition(format!(
+                "item {item} of execution {execution_id} was taken back; its answer is refused"
+            ));
+            return self.reply(reply, Reply::Answered(Err(refused)), out);
+        }
+        let fresh: Vec<(i32, ItemOutcome)> = outcomes
+            .into_iter()
+            .filter(|(i, _)| !exec.outcomes.contains_key(i))
+            .collect();
+        if fresh.is_empty() {
+            return self.reply(reply, Reply::Answered(Ok(())), out); // a repeated answer
+        }
+        if let Some(item) = items_taken_away(exec, &self.view, &fresh) {
+            // Its `running` node is gone or another's: the item was handed over meanwhile.
+            let reason = format!("item {item} was handed over while it ran");
+            self.void(execution_id, &reason, Release::None, true, out);
+            let refused = CoordError::FailedPrecondition(format!(
+                "execution {execution_id} no longer holds item {item} (it was handed over while it ran); the answer is refused"
+            ));
+            return self.reply(reply, Reply::Answered(Err(refused)), out);
+        }
+        if !self.connected(env) {
+            let unavailable = CoordError::Unavailable(
+                "ZooKeeper is not connected, so the answer cannot be recorded now; send it again"
+                    .into(),
+            );
+            return self.reply(reply, Reply::Answered(Err(unavailable)), out);
+        }
+        let items: Vec<i32> = fresh.iter().map(|(i, _)| *i).collect();
+        let ops = failover::finish_ops(
+            &self.view,
+            &self.paths,
+            instance_id,
+            &items,
+            &exec.versions,
+            exec.monitored,
+        );
+        let outcome = fresh
+            .iter()
+            .find(|(_, o)| !matches!(o, ItemOutcome::Completed))
+            .map_or(ItemOutcome::Completed, |(_, o)| o.clone());
+        let exec = self.executions.get_mut(execution_id).expect("checked");
+        exec.committing.extend(items.iter().copied());
+        if ops.is_empty() {
+            // Nothing to write (monitorExecution off): recorded at once.
+            self.record_outcomes(execution_id, &items, &outcome, out);
+            return self.reply(reply, Reply::Answered(Ok(())), out);
+        }
+        self.commit(
+            Pending::Finish {
+                execution_id: execution_id.to_string(),
+                items: items.clone(),
+                outcome,
+                reply,
+            },
+            ops,
+            &items,
+            out,
+        );
+    }
+
+    #[allow(clippy::too_many_arguments)]
+    pub(super) fn on_finished(
+        &mut self,
+        execution_id: &str,
+        items: Vec<i32>,
+        outcome: ItemOutcome,
+        reply: ReplyId,
+        result: Result<Vec<OpResult>, RegError>,
+        env: &Env,
+        out: &mut Vec<Action>,
+    ) {
+        self.unlock(&items);
+        let Some(exec) = self.executions.get_mut(execution_id) else {
+            return;
+        };
+        for i in &items {
+            exec.committing.remove(i);
+        }
+        let (instance, monitored, versions) = (
+            exec.instance_id.clone(),
+            exec.monitored,
+            exec.versions.clone(),
+        );
+        let _ = (instance, monitored, versions);
+        match result {
+            Ok(_) => {
+                self.record_outcomes(execution_id, &items, &outcome, out);
+                self.reply(reply, Reply::Answered(Ok(())), out);
+            }
+            Err(e) if e.is_connection_problem() && !matches!(e, RegError::SessionExpired) => {
+                let exec = self.executions.get_mut(execution_id).expect("checked");
+                for i in &items {
+                    exec.uncertain.insert(*i, outcome.clone());
+                }
+                self.write_failed("recording an answer", &e, env);
+                let unknown = CoordError::Unavailable(format!(
+                    "ZooKeeper did not confirm the answer for execution {execution_id} ({e}); send it again"
+                ));
+                self.reply(reply, Reply::Answered(Err(unknown)), out);
+            }
+            Err(e) => {
+                // The fence refused it: the items were taken from this execution meanwhile
+                // (or its session is gone). The execution is void.
+                self.write_failed("recording an answer", &e, env);
+                let reason = format!("its items were taken back while it ran ({e})");
+                self.void(execution_id, &reason, Release::None, true, out);
+                let refused = CoordError::FailedPrecondition(format!(
+                    "execution {execution_id} no longer holds its items: {reason}; the answer is refused"
+                ));
+                self.reply(reply, Reply::Answered(Err(refused)), out);
+            }
+        }
+    }
+
+    /// Answers whose write had no reply: after a fresh read, an item whose `running` node is
+    /// gone was recorded (nobody else removes it while this instance is registered); one whose
+    /// node still carries this execution's token was not.
+    pub(super) fn resolve_uncertain(&mut self, out: &mut Vec<Action>) {
+        self.refresh_view();
+        let ids: Vec<String> = self
+            .executions
+            .iter()
+            .filter(|(_, e)| !e.uncertain.is_empty())
+            .map(|(id, _)| id.clone())
+            .collect();
+        for id in ids {
+            let exec = &self.executions[&id];
+            let mut recorded = Vec::new();
+            let mut not = Vec::new();
+            for (i, outcome) in &exec.uncertain {
+                let ours = self
+                    .view
+                    .items
+                    .get(i)
+                    .and_then(|it| it.running.as_ref())
+                    .is_some_and(|(_, stat)| exec.fencing_tokens.get(i) == Some(&stat.czxid));
+                if ours {
+                    not.push(*i);
+                } else {
+                    recorded.push((*i, outcome.clone()));
+                }
+            }
+            let exec = self.executions.get_mut(&id).expect("listed");
+            for i in not {
+                exec.uncertain.remove(&i);
+            }
+            for (i, _) in &recorded {
+                exec.uncertain.remove(i);
+            }
+            for (i, outcome) in recorded {
+                self.record_outcomes(&id, &[i], &outcome, out);
+            }
+        }
+    }
+
+    pub(super) fn record_outcomes(
+        &mut self,
+        execution_id: &str,
+        items: &[i32],
+        outcome: &ItemOutcome,
+        out: &mut Vec<Action>,
+    ) {
+        let Some(exec) = self.executions.get_mut(execution_id) else {
+            return;
+        };
+        for i in items {
+            exec.committing.remove(i);
+            if let ItemOutcome::Failed(error) = outcome {
+                warn!(job = %self.name, execution = %execution_id, item = *i, error = %error, "item failed");
+            }
+            exec.outcomes.insert(*i, outcome.clone());
+        }
+        if exec.is_done() {
+            self.finish_execution(execution_id, out);
+        }
+    }
+
+    // ----- declines ---------------------------------------------------------------------------
+
+    #[allow(clippy::too_many_arguments)]
+    pub(super) fn on_decline(
+        &mut self,
+        reply: ReplyId,
+        instance_id: &str,
+        execution_id: &str,
+        items: Vec<i32>,
+        reason: &str,
+        env: &Env,
+        out: &mut Vec<Action>,
+    ) {
+        let exec = match self.answerable(instance_id, execution_id, &items) {
+            Ok(exec) => exec,
+            Err(CoordError::NotFound(_)) => return self.reply(reply, Reply::Answered(Ok(())), out),
+            Err(e) => return self.reply(reply, Reply::Answered(Err(e)), out),
+        };
+        let items: Vec<i32> = if items.is_empty() {
+            exec.items.iter().copied().collect()
+        } else {
+            items
+        };
+        let open: Vec<i32> = exec
+            .unreleased()
+            .into_iter()
+            .filter(|i| items.contains(i))
+            .collect();
+        let reason = if reason.is_empty() {
+            "declined by the worker".to_string()
+        } else {
+            format!("declined by the worker: {reason}")
+        };
+        info!(job = %self.name, execution = %execution_id, instance = %instance_id, items = ?open, reason = %reason, "items declined");
+        if exec.void.is_some() {
+            self.acknowledged(execution_id, env);
+        } else if open.len() == exec.unreleased().len() && exec.committing.is_empty() {
+            self.void(execution_id, &reason, Release::Abandoned, false, out);
+        } else if !open.is_empty() && self.connected(env) {
+            self.release_items(execution_id, &open, Release::Abandoned, &reason, out);
+        }
+        self.reply(reply, Reply::Answered(Ok(())), out);
+    }
+
+    /// The worker has stopped the items of a revoked execution: no need to wait for its lease.
+    pub(super) fn acknowledged(&mut self, execution_id: &str, env: &Env) {
+        let Some(exec) = self.executions.get_mut(execution_id) else {
+            return;
+        };
+        if let Some(void) = exec.void.as_mut() {
+            void.waiting_ack = false;
+        }
+        let instance = exec.instance_id.clone();
+        if let Some(local) = self.locals.get_mut(&instance) {
+            if let Some(gone) = local.gone.as_mut() {
+                gone.release_at = gone.release_at.min(env.now);
+            }
+        }
+    }
+}
+
+/// The first answered item whose `running` node no longer carries this execution's token.
+fn items_taken_away(
+    exec: &Execution,
+    view: &crate::coordination::view::JobView,
+    answered: &[(i32, ItemOutcome)],
+) -> Option<i32> {
+    if !exec.monitored {
+        return None;
+    }
+    answered.iter().map(|(i, _)| *i).find(|i| {
+        let held = view
+            .items
+            .get(i)
+            .and_then(|it| it.running.as_ref())
+            .is_some_and(|(id, stat)| {
+                *id == exec.instance_id && exec.fencing_tokens.get(i) == Some(&stat.czxid)
+            });
+        !held
+    })
+}

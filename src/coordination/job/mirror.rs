@@ -1,0 +1,226 @@
+//! The job's mirror of its ZooKeeper subtree, and the writes that change it.
+//!
+//! The mirror changes only by what the registry answered: reads (an event is never applied as
+//! such, it makes the node be read again), reloads, and the results of our own commits, which
+//! every operation of one multi-op shares (one zxid, one time), so they are mirrored exactly.
+//! A write that is refused or whose outcome is unknown makes the job be read again before
+//! anything else is decided.
+
+use std::collections::BTreeSet;
+use std::time::Duration;
+
+use tracing::{debug, error, warn};
+
+use super::{Action, Env, OpId};
+use crate::coordination::view::JobView;
+use crate::elasticjob::paths::JobNode;
+use crate::registry::{
+    CreateMode, Error as RegError, Node, Op, OpResult, SessionState, Stat, WatchEvent,
+};
+
+use super::state::{create_empty, JobState, Pending, Phase, RETRY};
+
+impl JobState {
+    // ----- the mirror of the subtree --------------------------------------------------------
+
+    /// Rebuilds the view from the cache if the cache changed since the last build.
+    pub(super) fn refresh_view(&mut self) {
+        if self.view_stale {
+            let view = JobView::from_cache(&self.cache, &self.paths);
+            if view.config_error.is_some() && view.config_error != self.view.config_error {
+                // The job stops here (no fires, no items), the sidecar's other jobs go on.
+                error!(job = %self.name, error = view.config_error.as_deref().unwrap_or_default(),
+                       "the job's config in the registry cannot be used: the job is stopped on this sidecar until it is fixed");
+            }
+            self.view = view;
+            self.view_stale = false;
+        }
+    }
+
+    /// Applies a registry event by reading what it names. The read is issued now, so its
+    /// answer is newer than anything already mirrored; an event may arrive after the result
+    /// of our own later write (its forwarding is not ordered with replies), so it is never
+    /// applied as such: a late `Deleted` must not remove a node we created since.
+    pub(crate) fn on_watched(&mut self, ev: WatchEvent, out: &mut Vec<Action>) {
+        if self.phase != Phase::Ready {
+            return;
+        }
+        match ev {
+            WatchEvent::Resync => self.reload_wanted = true,
+            WatchEvent::Created(p) | WatchEvent::DataChanged(p) | WatchEvent::Deleted(p)
+                if matches!(
+                    self.paths.classify(&p),
+                    JobNode::ElectionLatch | JobNode::FailoverLatch
+                ) =>
+            {
+                let _ = p; // latch contenders mean nothing to the view
+            }
+            // Our own creation, mirrored exactly from its result: nothing new to read.
+            WatchEvent::Created(p) if self.knows(&p) => {}
+            WatchEvent::Created(p) | WatchEvent::DataChanged(p) | WatchEvent::Deleted(p) => {
+                let op = self.start_op(Pending::Read);
+                out.push(Action::Read { op, path: p });
+            }
+        }
+    }
+
+    /// Mirrors our own committed writes from their results, so the next decision sees them
+    /// at once. Every operation of one multi shares one zxid and time; a `SetData` result
+    /// tells them, which makes the stats of created nodes exact too.
+    pub(super) fn apply_commit(&mut self, ops: &[Op], results: &[OpResult], env: &Env) {
+        let txn = results.iter().find_map(|r| match r {
+            OpResult::DataSet { stat } => Some((stat.mzxid, stat.mtime)),
+            _ => None,
+        });
+        let session_id = match env.session {
+            SessionState::Connected { session_id, .. } => session_id,
+            _ => 0,
+        };
+        for (op, result) in ops.iter().zip(results) {
+            match (op, result) {
+                (Op::Create { data, mode, .. }, OpResult::Created { path, stat }) => {
+                    let stat = stat.or_else(|| {
+                        txn.map(|(zxid, time)| Stat {
+                            czxid: zxid,
+                            mzxid: zxid,
+                            pzxid: zxid,
+                            ctime: time,
+                            mtime: time,
+                            ephemeral_owner: if mode.is_ephemeral() { session_id } else { 0 },
+                            ..Stat::default()
+                        })
+                    });
+                    match stat {
+                        Some(stat) => {
+                            self.inexact.remove(path);
+                            self.cache.put(
+                                path,
+                                Some(Node {
+                                    data: data.clone(),
+                                    stat,
+                                }),
+                            );
+                        }
+                        None => {
+                            self.inexact.insert(path.clone());
+                            let stat = Stat {
+                                ephemeral_owner: if mode.is_ephemeral() { session_id } else { 0 },
+                                ..Stat::default()
+                            };
+                            self.cache.put(
+                                path,
+                                Some(Node {
+                                    data: data.clone(),
+                                    stat,
+                                }),
+                            );
+                        }
+                    }
+                }
+                (Op::SetData { path, data, .. }, OpResult::DataSet { stat }) => {
+                    self.inexact.remove(path);
+                    self.cache.put(
+                        path,
+                        Some(Node {
+                            data: data.clone(),
+                            stat: *stat,
+                        }),
+                    );
+                }
+                (Op::Delete { path, .. }, _) => {
+                    self.cache.remove_subtree(path);
+                    self.inexact.remove(path);
+                }
+                _ => {}
+            }
+        }
+        self.view_stale = true;
+    }
+
+    /// A write was refused or its outcome is unknown: the view was stale, or the session is in
+    /// trouble. Re-read the job before deciding again.
+    pub(super) fn write_failed(&mut self, what: &str, error: &RegError, env: &Env) {
+        if error.is_connection_problem() {
+            warn!(job = %self.name, error = %error, "{what}: no answer from the registry; will re-read");
+        } else {
+            debug!(job = %self.name, error = %error, "{what}: refused (the state changed); re-reading");
+        }
+        self.reload_wanted = true;
+        self.retry_after(env, RETRY);
+    }
+
+    /// Asks for a [`Input::Tick`] after `delay`, keeping an earlier one.
+    pub(super) fn retry_after(&mut self, env: &Env, delay: Duration) {
+        let at = env.now + delay;
+        self.retry_at = Some(self.retry_at.map_or(at, |r| r.min(at)));
+    }
+
+    /// `ops` preceded by creations of the missing ancestors (within the job) of the nodes they
+    /// create. A stale mirror makes such a creation fail, which is then re-decided on a fresh
+    /// read like any refused write.
+    fn with_parents(&self, ops: Vec<Op>) -> Vec<Op> {
+        let root = self.paths.root();
+        let mut made: BTreeSet<String> = BTreeSet::new();
+        let mut out = Vec::with_capacity(ops.len());
+        for op in &ops {
+            if let Op::Create { path, .. } = op {
+                let mut missing = Vec::new();
+                let mut at = path.as_str();
+                while let Some((parent, _)) = at.rsplit_once('/') {
+                    if parent.len() <= root.len()
+                        || self.cache.contains(parent)
+                        || made.contains(parent)
+                    {
+                        break;
+                    }
+                    let created_here = ops
+                        .iter()
+                        .any(|o| matches!(o, Op::Create { path, .. } if path == parent));
+                    if created_here {
+                        break;
+                    }
+                    missing.push(parent.to_string());
+                    at = parent;
+                }
+                for parent in missing.into_iter().rev() {
+                    made.insert(parent.clone());
+                    out.push(create_empty(parent, CreateMode::Persistent));
+                }
+            }
+            out.push(op.clone());
+        }
+        out
+    }
+
+    pub(super) fn lock(&mut self, items: &[i32]) {
+        self.locked.extend(items.iter().copied());
+    }
+
+    pub(super) fn unlock(&mut self, items: &[i32]) {
+        for i in items {
+            self.locked.remove(i);
+        }
+    }
+
+    /// Commits `ops` in our session as `pending`, locking `items` until the result is back.
+    /// Parents of created nodes that the mirror does not have are created first, as ElasticJob
+    /// creates missing parents (`leader/failover/items`, say).
+    pub(super) fn commit(
+        &mut self,
+        pending: Pending,
+        ops: Vec<Op>,
+        items: &[i32],
+        out: &mut Vec<Action>,
+    ) -> OpId {
+        let ops = self.with_parents(ops);
+        self.lock(items);
+        let op = self.start_op(pending);
+        self.commit_ops.insert(op, ops.clone());
+        out.push(Action::Commit {
+            op,
+            generation: self.generation,
+            ops,
+        });
+        op
+    }
+}

@@ -1,0 +1,130 @@
+//! Joining and leaving.
+
+use super::*;
+
+#[test]
+fn a_join_sets_the_job_up_registers_then_answers_with_registered_assignment_and_lease() {
+    let mut s = Script::new("j");
+    let actions = s.step(Input::Join {
+        reply: 1,
+        stream: 1,
+        instance_id: ME.into(),
+        config: None,
+        overwrite: false,
+    });
+    assert_eq!(kinds(&actions), ["SetUp"], "nothing else before the setup");
+    let tree = s.tree(&config(2, false), &[], "");
+    let actions = s.step(Input::Done {
+        op: setup_op(&actions).unwrap(),
+        result: IoResult::SetUp(Ok(tree)),
+    });
+    assert_eq!(writes(&actions), ["+/j/instances/10.0.0.1@-@7"]);
+    assert!(
+        !kinds(&actions).contains(&"Reply"),
+        "no reply before the node exists"
+    );
+    let registered = s.commit_all(actions);
+    let k = kinds(&registered);
+    let order: Vec<_> = k
+        .iter()
+        .filter(|k| ["Registered", "Assignment", "Lease", "Reply"].contains(k))
+        .collect();
+    assert_eq!(order, [&"Registered", &"Assignment", &"Lease", &"Reply"]);
+}
+
+#[test]
+fn a_subscribe_cancelled_before_its_instance_exists_leaves_no_ghost() {
+    // #9 defect 1: the stream ends while the instance node is being created.
+    let mut s = Script::new("j");
+    let actions = s.step(Input::Join {
+        reply: 1,
+        stream: 1,
+        instance_id: ME.into(),
+        config: None,
+        overwrite: false,
+    });
+    let tree = s.tree(&config(2, false), &[], "");
+    let actions = s.step(Input::Done {
+        op: setup_op(&actions).unwrap(),
+        result: IoResult::SetUp(Ok(tree)),
+    });
+    let ended = s.step(Input::StreamEnded {
+        stream: 1,
+        end: StreamEnd::ByWorker,
+    });
+    assert!(
+        writes(&ended).is_empty(),
+        "its create is still in flight: {:?}",
+        writes(&ended)
+    );
+    let after = s.commit_all(actions);
+    assert!(
+        writes(&after).contains(&"-/j/instances/10.0.0.1@-@7".to_string()),
+        "the instance created for a stream that already ended is removed at once: {:?}",
+        kinds(&after)
+    );
+    assert!(!kinds(&after).contains(&"Registered"));
+    assert!(kinds(&after).contains(&"EndStream"));
+    assert!(
+        s.state.idle(),
+        "nothing is left of the cancelled subscription"
+    );
+}
+
+#[test]
+fn a_worker_that_closes_its_stream_leaves_at_once_and_its_running_items_fail_over() {
+    let (mut s, stream) = ready(2, true);
+    let t = run(&mut s, 1000);
+    let left = s.step(Input::StreamEnded {
+        stream,
+        end: StreamEnd::ByWorker,
+    });
+    assert_eq!(
+        writes(&left),
+        [
+            "-/j/instances/10.0.0.1@-@7",
+            "=/j/sharding/0",
+            "-/j/sharding/0/running",
+            "+/j/leader/failover",
+            "+/j/leader/failover/items",
+            "+/j/leader/failover/items/0",
+            "=/j/sharding/1",
+            "-/j/sharding/1/running",
+            "+/j/leader/failover/items/1",
+            "-/j/leader/election/instance"
+        ],
+        "instance, fenced release with failover flags (and missing parents), leadership: one multi-op"
+    );
+    let late = s.answer(&t.execution_id, &[0]);
+    assert!(
+        answered(&late)[0].is_err(),
+        "an answer after the stream ended is refused"
+    );
+}
+
+#[test]
+fn a_stream_the_sidecar_closed_keeps_its_items_until_the_workers_lease_has_run_out() {
+    let (mut s, stream) = ready(1, true);
+    run(&mut s, 1000); // the trigger came with a fresh lease, sent at 1.0 s
+    let ended = s.step(Input::StreamEnded {
+        stream,
+        end: StreamEnd::BySidecar,
+    });
+    assert!(
+        writes(&ended).is_empty(),
+        "keepalive closed it: the worker may still run"
+    );
+    let waiting = s.tick(3900);
+    assert!(
+        writes(&waiting).is_empty(),
+        "its lease (sent at 1 s, 3 s long) still runs: {:?}",
+        kinds(&waiting)
+    );
+    let released = s.tick(4000);
+    eprintln!("{:?}", kinds(&released));
+    assert!(
+        writes(&released).contains(&"+/j/leader/failover/items/0".to_string()),
+        "{:?}",
+        writes(&released)
+    );
+}

@@ -1,0 +1,103 @@
+//! Misfire and failover.
+
+use super::*;
+
+#[test]
+fn a_catch_up_runs_once_per_missed_fire_and_clears_every_flag_it_runs() {
+    // #9 defect 2: a run during which no fire instant passed is not followed by a catch-up.
+    let (mut s, _) = ready(2, false);
+    let first = run(&mut s, 1000);
+    let busy = s.fire(2000);
+    assert_eq!(
+        writes(&busy),
+        ["+/j/sharding/0/misfire", "+/j/sharding/1/misfire"]
+    );
+    s.commit_all(busy);
+    let done = s.answer(&first.execution_id, &[0, 1]);
+    let finished = s.commit_all(done);
+    let catch_up = triggers(&finished);
+    assert_eq!(catch_up.len(), 1);
+    assert_eq!(catch_up[0].source, Source::Misfire);
+    assert!(
+        writes(&finished).contains(&"-/j/sharding/0/misfire".to_string())
+            && writes(&finished).contains(&"-/j/sharding/1/misfire".to_string()),
+        "the catch-up clears the flags of every item it runs: {:?}",
+        writes(&finished)
+    );
+    let done = s.answer(&catch_up[0].execution_id, &[0, 1]);
+    let after = s.commit_all(done);
+    assert!(
+        triggers(&after).is_empty(),
+        "no fire passed during the catch-up: no second one"
+    );
+}
+
+#[test]
+fn an_idle_member_claims_every_flagged_item_at_once_before_any_catch_up() {
+    // #9 defect 2: failover work does not wait behind catch-ups, and is not one item per run.
+    let mut s = Script::new("j");
+    let mut tree = s.tree(
+        &config(4, true),
+        &[(0, ME), (1, ME), (2, PEER), (3, PEER)],
+        ME,
+    );
+    tree.insert(s.paths.instance(ME), node(&instance_yaml(ME, IP), 0, 11));
+    tree.insert(s.paths.item_misfire(0), node("", 0, 12));
+    tree.insert(s.paths.failover_items(), node("", 0, 13));
+    tree.insert(s.paths.failover_item(2), node("", 0, 14));
+    tree.insert(s.paths.failover_item(3), node("", 0, 15));
+    let (_, actions) = s.join(Some(tree));
+    let latch = actions.iter().find_map(|a| match a {
+        Action::AcquireLatch { op, dir } if dir.ends_with("failover/latch") => Some(*op),
+        _ => None,
+    });
+    let op = latch.expect("the failover latch is taken first");
+    assert!(
+        triggers(&actions).is_empty(),
+        "no catch-up ahead of the failover"
+    );
+    let claimed = s.step(Input::Done {
+        op,
+        result: IoResult::Latched(Ok(1)),
+    });
+    let w = writes(&claimed);
+    for item in [2, 3] {
+        assert!(
+            w.contains(&format!("-/j/leader/failover/items/{item}")),
+            "{w:?}"
+        );
+        assert!(w.contains(&format!("+/j/sharding/{item}/running")), "{w:?}");
+    }
+    let started = s.commit_all(claimed);
+    let t = triggers(&started);
+    assert_eq!(t.len(), 1);
+    assert_eq!(t[0].source, Source::Failover);
+    assert_eq!(
+        t[0].items.iter().map(|(i, _)| *i).collect::<Vec<_>>(),
+        [2, 3]
+    );
+    assert!(kinds(&started).contains(&"ReleaseLatch"));
+}
+
+#[test]
+fn the_leader_leaves_items_of_a_live_sidecar_to_it_and_cleans_up_those_of_a_gone_one() {
+    // #19: the clean-up never fails over an item a live instance may be running.
+    let mut s = Script::new("j");
+    let mut tree = s.tree(&config(2, true), &[(0, ME), (1, ME)], ME);
+    tree.insert(s.paths.instance(ME), node(&instance_yaml(ME, IP), 0, 11));
+    let gone = "10.0.0.3@-@5";
+    tree.insert(s.paths.item_running(0), node(gone, 1, 20));
+    let (_, actions) = s.join(Some(tree.clone()));
+    assert!(
+        writes(&actions).contains(&"-/j/sharding/0/running".to_string()),
+        "no sidecar of 10.0.0.3 is alive: the leader releases its item"
+    );
+    let mut s = Script::new("j");
+    tree.insert(s.paths.sidecars(), node("", 0, 21));
+    tree.insert(s.paths.sidecar("10.0.0.3"), node("", 0, 22));
+    let (_, actions) = s.join(Some(tree));
+    assert!(
+        !writes(&actions).contains(&"-/j/sharding/0/running".to_string()),
+        "10.0.0.3's sidecar lives: it decides when its worker has stopped"
+    );
+}

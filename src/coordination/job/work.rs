@@ -1,0 +1,283 @@
+//! What idle local instances do next: take flagged failover items first (under ElasticJob's
+//! failover latch, every flagged item at once, shared among the idle instances), then
+//! trigger-once requests, then one misfire catch-up for the fires they missed.
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::time::{Duration, SystemTime};
+
+use tracing::{debug, info};
+
+use super::state::{JobState, Pending};
+use super::{Action, Env, LatchKey, Observation};
+use crate::coordination::events::Source;
+use crate::coordination::execution::{new_execution_id, Execution};
+use crate::coordination::failover::{self};
+use crate::registry::{Error as RegError, Op, OpResult};
+
+impl JobState {
+    // ----- what idle instances do next --------------------------------------------------------
+
+    /// For idle local instances: take flagged failover items first (a crashed peer's work must
+    /// not wait behind catch-ups), then trigger-once requests, then one misfire catch-up.
+    pub(super) fn reconcile_work(&mut self, env: &Env, out: &mut Vec<Action>) {
+        self.reconcile_claims(env, out);
+        if self.in_flight(|p| matches!(p, Pending::ClaimLatch | Pending::Claim { .. })) {
+            // Idle instances are about to take flagged items: nothing else until then.
+            return;
+        }
+        self.reconcile_trigger_requests(env, out);
+        let Some(config) = self.view.config.clone() else {
+            return;
+        };
+        let idle: Vec<String> = self.idle_locals(env);
+        for id in idle {
+            let local_items = self.view.items_of(&id, &self.settings.ip);
+            let flagged: Vec<i32> = local_items
+                .iter()
+                .copied()
+                .filter(|i| self.view.items.get(i).is_some_and(|it| it.misfire))
+                .collect();
+            let missed = self.locals.get(&id).is_some_and(|l| l.missed);
+            if !config.misfire {
+                if let Some(local) = self.locals.get_mut(&id) {
+                    local.missed = false;
+                }
+                continue;
+            }
+            if (flagged.is_empty() && !missed) || self.view.necessary {
+                continue;
+            }
+            let run = self.runnable_now(&id);
+            if run.is_empty() {
+                continue;
+            }
+            // One catch-up for every fire missed so far: clear the flags of the items it runs
+            // (ElasticJob clears those of its whole execution), in the same write that starts it.
+            let clear: Vec<Op> = run
+                .iter()
+                .filter(|i| self.view.items.get(i).is_some_and(|it| it.misfire))
+                .map(|i| Op::delete(self.paths.item_misfire(*i)))
+                .collect();
+            if let Some(local) = self.locals.get_mut(&id) {
+                local.missed = false;
+            }
+            info!(job = %self.name, instance = %id, items = ?run, "misfire catch-up");
+            self.start_execution(&id, run, Source::Misfire, env.wall, clear, env, out);
+        }
+    }
+
+    /// Local instances that may be given work now: live, idle, not shutting down, holding a
+    /// valid lease (renewals come before this in every reconcile).
+    pub(super) fn idle_locals(&self, env: &Env) -> Vec<String> {
+        let ip = &self.settings.ip;
+        if !self.view.server_enabled(ip) || !self.may_grant(env) {
+            return Vec::new();
+        }
+        self.locals
+            .iter()
+            .filter(|(id, l)| {
+                l.live()
+                    && !l.shutting_down
+                    && !l.withheld
+                    && l.execution.is_none()
+                    && self.view.instances.contains_key(*id)
+                    && l.lease.valid(env.now, self.settings.lease)
+            })
+            .map(|(id, _)| id.clone())
+            .collect()
+    }
+
+    /// ElasticJob's trigger-once: a `trigger/{id}` node for a local instance runs it now (the
+    /// node is deleted first; a busy instance drops the request, as in Java).
+    pub(super) fn reconcile_trigger_requests(&mut self, env: &Env, out: &mut Vec<Action>) {
+        let requests: Vec<String> = self
+            .view
+            .triggers
+            .iter()
+            .filter(|id| self.locals.get(*id).is_some_and(|l| l.live()))
+            .filter(|id| {
+                !self.in_flight(
+                    |p| matches!(p, Pending::TakeTrigger { instance_id } if instance_id == *id),
+                )
+            })
+            .cloned()
+            .collect();
+        let _ = env;
+        for id in requests {
+            let ops = vec![Op::delete(self.paths.trigger(&id))];
+            self.commit(Pending::TakeTrigger { instance_id: id }, ops, &[], out);
+        }
+    }
+
+    pub(super) fn on_trigger_taken(
+        &mut self,
+        id: &str,
+        result: Result<Vec<OpResult>, RegError>,
+        env: &Env,
+        out: &mut Vec<Action>,
+    ) {
+        match result {
+            Ok(_) => {
+                self.cache.remove_subtree(&self.paths.trigger(id));
+                self.view_stale = true;
+                self.refresh_view();
+                if !self.idle_locals(env).iter().any(|l| l == id) {
+                    info!(job = %self.name, instance = %id, "trigger request dropped: the instance is busy or cannot be given work now");
+                    return;
+                }
+                let run = self.runnable_now(id);
+                if !run.is_empty() {
+                    self.start_execution(id, run, Source::Manual, env.wall, Vec::new(), env, out);
+                }
+            }
+            Err(e) => self.write_failed("taking a trigger request", &e, env),
+        }
+    }
+
+    // ----- failover claims --------------------------------------------------------------------
+
+    /// ElasticJob's `failoverIfNecessary`, for every idle local instance at once: under the
+    /// failover latch, flagged items are shared among them and started in one write.
+    pub(super) fn reconcile_claims(&mut self, env: &Env, out: &mut Vec<Action>) {
+        let failover = self.view.config.as_ref().is_some_and(|c| c.failover);
+        if !failover
+            || self.view.failover_items.is_empty()
+            || self.in_flight(|p| matches!(p, Pending::ClaimLatch | Pending::Claim { .. }))
+        {
+            return;
+        }
+        let locked = &self.locked;
+        if failover::flagged(&self.view, |i| locked.contains(&i)).is_empty()
+            || self.idle_locals(env).is_empty()
+        {
+            return;
+        }
+        let op = self.start_op(Pending::ClaimLatch);
+        out.push(Action::AcquireLatch {
+            op,
+            dir: self.paths.failover_latch(),
+        });
+    }
+
+    /// The failover latch is held: decide the claim on the freshest view, write it, release.
+    pub(super) fn claim_now(&mut self, latch: LatchKey, env: &Env, out: &mut Vec<Action>) {
+        self.refresh_view();
+        let locked = self.locked.clone();
+        let flagged = failover::flagged(&self.view, |i| locked.contains(&i));
+        let idle = self.idle_locals(env);
+        if flagged.is_empty() || idle.is_empty() || !self.connected(env) {
+            out.push(Action::ReleaseLatch { latch });
+            return;
+        }
+        let monitored = self
+            .view
+            .config
+            .as_ref()
+            .is_some_and(|c| c.monitor_execution);
+        let mut shares: BTreeMap<String, Vec<i32>> = BTreeMap::new();
+        for (k, item) in flagged.iter().enumerate() {
+            shares
+                .entry(idle[k % idle.len()].clone())
+                .or_default()
+                .push(*item);
+        }
+        let mut ops = Vec::new();
+        let mut starts = Vec::new();
+        for (id, items) in &shares {
+            match failover::claim_ops(&self.view, &self.paths, id, items, monitored) {
+                Some(claim) => {
+                    ops.extend(claim);
+                    starts.push((id.clone(), items.clone()));
+                }
+                None => debug!(job = %self.name, items = ?items, "flagged items not claimable yet"),
+            }
+        }
+        if starts.is_empty() {
+            out.push(Action::ReleaseLatch { latch });
+            return;
+        }
+        let mut executions = Vec::new();
+        for (id, items) in &starts {
+            info!(job = %self.name, instance = %id, items = ?items, "taking over failed items");
+            let execution_id = new_execution_id();
+            let timeout = match self.view.extras.execution_timeout_seconds {
+                0 => None,
+                s => Some(Duration::from_secs(u64::from(s))),
+            };
+            self.executions.insert(
+                execution_id.clone(),
+                Execution {
+                    id: execution_id.clone(),
+                    instance_id: id.clone(),
+                    source: Source::Failover,
+                    items: items.iter().copied().collect(),
+                    fire_time: env.wall,
+                    started: env.now,
+                    started_at: SystemTime::now(),
+                    timeout,
+                    monitored,
+                    generation: self.generation,
+                    lease_epoch: 0,
+                    delivered: false,
+                    fencing_tokens: BTreeMap::new(),
+                    versions: BTreeMap::new(),
+                    outcomes: BTreeMap::new(),
+                    committing: BTreeSet::new(),
+                    uncertain: BTreeMap::new(),
+                    releasing: BTreeSet::new(),
+                    void: None,
+                },
+            );
+            if let Some(local) = self.locals.get_mut(id) {
+                local.execution = Some(execution_id.clone());
+            }
+            executions.push(execution_id);
+        }
+        let items: Vec<i32> = starts.iter().flat_map(|(_, i)| i.iter().copied()).collect();
+        self.commit(Pending::Claim { latch, executions }, ops, &items, out);
+    }
+
+    pub(super) fn on_claimed(
+        &mut self,
+        latch: LatchKey,
+        executions: Vec<String>,
+        ops: &[Op],
+        result: Result<Vec<OpResult>, RegError>,
+        env: &Env,
+        out: &mut Vec<Action>,
+    ) {
+        out.push(Action::ReleaseLatch { latch });
+        let items: Vec<i32> = executions
+            .iter()
+            .filter_map(|e| self.executions.get(e))
+            .flat_map(|e| e.items.iter().copied())
+            .collect();
+        self.unlock(&items);
+        match result {
+            Ok(results) => {
+                out.push(Action::Observe(Observation::FailoverTaken(items)));
+                for execution_id in executions {
+                    let Some(exec) = self.executions.get(&execution_id) else {
+                        continue;
+                    };
+                    let exec_items: Vec<i32> = exec.items.iter().copied().collect();
+                    let (tokens, versions) = self.tokens_of(&exec_items, ops, &results);
+                    let exec = self.executions.get_mut(&execution_id).expect("listed");
+                    exec.fencing_tokens = tokens;
+                    exec.versions = versions;
+                    self.deliver(&execution_id, env, out);
+                }
+            }
+            Err(e) => {
+                for execution_id in executions {
+                    if let Some(exec) = self.executions.remove(&execution_id) {
+                        if let Some(local) = self.locals.get_mut(&exec.instance_id) {
+                            local.execution = None;
+                        }
+                    }
+                }
+                self.write_failed("taking over failed items", &e, env);
+            }
+        }
+    }
+}
