@@ -140,7 +140,7 @@ fn main() -> ExitCode {
     let result = runtime.block_on(shardcar::sidecar::run(settings, shutdown_signal()));
     // Tasks still running (a ZooKeeper client's, a stream's) are not waited for: the drain
     // already gave back what matters.
-    runtime.shutdown_timeout(std::time::Duration::from_millis(200));
+    runtime.shutdown_timeout(std::time::Duration::from_millis(20));
     match result {
         Ok(()) => ExitCode::SUCCESS,
         Err(e) => {

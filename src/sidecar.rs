@@ -174,7 +174,7 @@ pub async fn run(
         async move {
             shutdown.await;
             let started = std::time::Instant::now();
-            let _ = hard_deadline_tx.send(Some(started + grace));
+            let _ = hard_deadline_tx.send(Some(started));
             info!(
                 grace_ms = grace.as_millis() as u64,
                 "shutting down: draining workers"
@@ -228,18 +228,25 @@ pub async fn run(
         Ok::<(), RunError>(())
     };
     // The listener closes once the drain is over and its connections are done; a connection
-    // that lingers does not hold the process past the grace.
-    let hard_deadline = async move {
-        let mut rx = hard_deadline_rx;
-        let at = loop {
-            if let Some(at) = *rx.borrow_and_update() {
-                break at;
-            }
-            if rx.changed().await.is_err() {
-                std::future::pending::<()>().await;
-            }
-        };
-        tokio::time::sleep_until(at.into()).await;
+    // that lingers does not hold the process past the grace. What follows the serving (the
+    // session's close, the tasks' end) is bounded to fit in the grace too.
+    let cleanup = (grace / 8).min(Duration::from_millis(400));
+    let shutdown_started = std::sync::Arc::new(std::sync::Mutex::new(None));
+    let hard_deadline = {
+        let shutdown_started = shutdown_started.clone();
+        async move {
+            let mut rx = hard_deadline_rx;
+            let started = loop {
+                if let Some(at) = *rx.borrow_and_update() {
+                    break at;
+                }
+                if rx.changed().await.is_err() {
+                    std::future::pending::<()>().await;
+                }
+            };
+            *shutdown_started.lock().unwrap_or_else(|e| e.into_inner()) = Some(started);
+            tokio::time::sleep_until((started + grace - cleanup).into()).await;
+        }
     };
     let result = tokio::select! {
         result = serve => result,
@@ -251,15 +258,24 @@ pub async fn run(
     let _ = drained;
     cancel.cancel();
     tracker.close();
+    let end = shutdown_started
+        .lock()
+        .unwrap_or_else(|e| e.into_inner())
+        .map_or_else(|| std::time::Instant::now() + cleanup, |s| s + grace);
+    let left = || end.saturating_duration_since(std::time::Instant::now());
     if coordinator.is_empty() {
         // Every instance left: close the session, so its ephemeral nodes go at once.
-        let _ = tokio::time::timeout(Duration::from_secs(1), registry.close()).await;
+        let _ = tokio::time::timeout(left() / 2, registry.close()).await;
     } else {
         // Some worker may still hold a lease: leave the session to expire on its own (it
         // outlives every lease), so no peer takes their items before they have stopped.
         warn!("not every worker was released within the grace: the ZooKeeper session is left to expire");
     }
-    let _ = tokio::time::timeout(Duration::from_millis(500), tracker.wait()).await;
+    let _ = tokio::time::timeout(
+        left().saturating_sub(Duration::from_millis(50)),
+        tracker.wait(),
+    )
+    .await;
     info!("shardcar stopped");
     result
 }

@@ -219,11 +219,19 @@ impl ZkSession {
         match r {
             Ok(results) => Ok(results
                 .into_iter()
-                .map(|r| match r {
+                .zip(ops.iter())
+                .map(|(r, op)| match r {
                     zk::MultiWriteResult::Check => OpResult::Checked,
                     zk::MultiWriteResult::Delete => OpResult::Deleted,
                     zk::MultiWriteResult::Create { path, stat: st } => OpResult::Created {
-                        path: self.relative(&path),
+                        // The path asked for, unless the server added a sequence number (the
+                        // client hands back the server's path, which is under the chroot).
+                        path: match op {
+                            Op::Create {
+                                path: asked, mode, ..
+                            } if !mode.is_sequential() => asked.clone(),
+                            _ => path,
+                        },
                         stat: (!st.is_invalid()).then(|| stat(&st)),
                     },
                     zk::MultiWriteResult::SetData { stat: st } => {
@@ -248,16 +256,6 @@ impl ZkSession {
                     source: Box::new(zk_session::map_err(source, path)),
                 })
             }
-        }
-    }
-
-    /// A path the server returned, relative to the namespace (the client is chrooted, but be
-    /// safe if a server returns the full path).
-    fn relative(&self, path: &str) -> String {
-        let ns = &self.shared.namespace;
-        match path.strip_prefix(ns.as_str()) {
-            Some(rest) if !ns.is_empty() && rest.starts_with('/') => rest.to_string(),
-            _ => path.to_string(),
         }
     }
 

@@ -108,6 +108,44 @@ impl Ledger {
         }
     }
 
+    /// Records the runs of a strict worker (`TestWorker::set_strict`), which knows when each of
+    /// its runs started and stopped; declined triggers were never run. A run still going when
+    /// the test froze or killed the worker's sidecar ran on until its lease ended (`stop`).
+    pub fn record_strict(
+        &mut self,
+        worker: &str,
+        runs: &[super::worker::StrictRun],
+        events: &[TimedEvent],
+        stop: Option<Stop>,
+    ) {
+        let stopped_at = stop.map(|s| match s {
+            Stop::Worker(at) => at,
+            Stop::Sidecar(at) => lease_end(events, at).unwrap_or(at),
+        });
+        for run in runs {
+            if run.outcome == Some(super::worker::RunEnd::Declined) {
+                continue;
+            }
+            self.origin = Some(self.origin.map_or(run.start, |o| o.min(run.start)));
+            let end = match (run.end, stopped_at.filter(|s| *s >= run.start)) {
+                (Some(e), Some(s)) => Some(e.min(s)),
+                (e, s) => e.or(s),
+            };
+            for item in &run.items {
+                self.runs.push(Run {
+                    worker: worker.to_string(),
+                    item: *item,
+                    execution: run.execution_id.clone(),
+                    source: run.source,
+                    start: run.start,
+                    end,
+                    answered: run.outcome == Some(super::worker::RunEnd::Completed)
+                        && run.reply == Some(Ok(())),
+                });
+            }
+        }
+    }
+
     pub fn runs(&self) -> &[Run] {
         &self.runs
     }

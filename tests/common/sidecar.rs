@@ -297,10 +297,17 @@ impl Drop for Sidecar {
     /// A failing test shows the end of each sidecar's log: what it decided, and why.
     fn drop(&mut self) {
         if std::thread::panicking() {
+            // The whole log is kept beside the temp dir, which goes with this value.
+            let kept = std::env::temp_dir().join(format!(
+                "shardcar-failed-{}-{}.log",
+                std::process::id(),
+                self.options.advertise_ip
+            ));
+            let _ = std::fs::copy(&self.log, &kept);
             eprintln!(
-                "----- last lines of sidecar {} ({}) -----\n{}",
+                "----- last lines of sidecar {} (whole log kept in {}) -----\n{}",
                 self.options.advertise_ip,
-                self.log.display(),
+                kept.display(),
                 log_tail(&self.log, 80)
             );
         }

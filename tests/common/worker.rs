@@ -2,11 +2,17 @@
 //! event of its stream, timestamped, in a shared log. Tests wait on that log with timeouts and
 //! answer triggers with `complete`/`report_failure`; `close` ends the stream like a worker that
 //! goes away. Dropping a `TestWorker` ends its stream too.
+//!
+//! [`TestWorker::set_strict`] makes it a worker that follows the contract of the proto to the
+//! letter on its own: it works only under a valid lease (until the earlier of receipt +
+//! `valid_for` and `expires_at`), declines a trigger that comes without one, stops at the end of
+//! its lease or on `Revoke` and declines what it stopped, and answers only on the stream that
+//! delivered the trigger. Its runs are recorded ([`TestWorker::strict_runs`]).
 use shardcar::proto::worker_client::WorkerClient;
 use shardcar::proto::worker_event::Event;
 use shardcar::proto::{
-    Assignment, CompleteRequest, JobConfig, Lease, Registered, ReportFailureRequest, Revoke,
-    Shutdown, SubscribeRequest, Trigger, WorkerEvent,
+    Assignment, CompleteRequest, DeclineRequest, JobConfig, Lease, Registered,
+    ReportFailureRequest, Revoke, Shutdown, SubscribeRequest, Trigger, WorkerEvent,
 };
 use std::fmt;
 use std::sync::atomic::{AtomicU32, Ordering};
@@ -69,6 +75,41 @@ struct Log {
     auto_completed: Vec<(String, Result<(), Status>)>,
     /// Every answer sent (auto or not): execution id and when it was sent.
     answered: Vec<(String, Instant)>,
+    /// Runs of the strict mode.
+    strict_runs: Vec<StrictRun>,
+}
+
+/// How a run of the strict worker ended.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum RunEnd {
+    /// Its work was done under a valid lease and `Complete` was sent (the reply in `reply`).
+    Completed,
+    /// It stopped before the end: lease ran out, revoked, or the stream ended.
+    Stopped(String),
+    /// Declined at once: it came without a valid lease.
+    Declined,
+}
+
+/// One trigger handled by the strict worker.
+#[derive(Clone, Debug)]
+pub struct StrictRun {
+    pub execution_id: String,
+    pub items: Vec<i32>,
+    pub source: i32,
+    pub tokens: std::collections::HashMap<i32, i64>,
+    pub start: Instant,
+    pub end: Option<Instant>,
+    pub outcome: Option<RunEnd>,
+    /// The sidecar's reply to the answer or decline (`None`: none was sent or none came).
+    pub reply: Option<Result<(), tonic::Code>>,
+}
+
+/// The strict worker's lease: when it ends, on this process's monotonic clock.
+#[derive(Default)]
+struct StrictState {
+    work: Option<Duration>,
+    lease_until: Option<Instant>,
+    revoked: std::collections::HashSet<(String, i32)>,
 }
 
 struct Shared {
@@ -76,6 +117,7 @@ struct Shared {
     log: Mutex<Log>,
     changed_tx: watch::Sender<u64>,
     auto_complete: std::sync::atomic::AtomicBool,
+    strict: Mutex<StrictState>,
     started: Instant,
 }
 
@@ -119,6 +161,7 @@ impl TestWorker {
             log: Mutex::new(Log::default()),
             changed_tx,
             auto_complete: false.into(),
+            strict: Mutex::new(StrictState::default()),
             started: Instant::now(),
         });
         let (close_tx, close_rx) = oneshot::channel();
@@ -336,6 +379,21 @@ impl TestWorker {
         self.shared.auto_complete.store(on, Ordering::SeqCst);
     }
 
+    /// Follows the contract on its own from now on (see the module docs): each trigger under a
+    /// valid lease is worked on for `work`, then completed.
+    pub fn set_strict(&self, work: Duration) {
+        self.shared
+            .strict
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .work = Some(work);
+    }
+
+    /// The runs of the strict mode so far.
+    pub fn strict_runs(&self) -> Vec<StrictRun> {
+        self.shared.lock().strict_runs.clone()
+    }
+
     /// Execution ids answered by auto-complete, with the outcome of each `Complete`.
     pub fn auto_completed(&self) -> Vec<(String, Result<(), Status>)> {
         self.shared.lock().auto_completed.clone()
@@ -471,8 +529,63 @@ async fn read_events(
             Ok(None) => break StreamEnd::Finished,
             Err(status) => break StreamEnd::Failed(status),
         };
+        let now = Instant::now();
         match &event.event {
             Some(Event::Registered(r)) => instance_id = r.instance_id.clone(),
+            Some(Event::Lease(l)) => {
+                let valid_for = l
+                    .valid_for
+                    .map(|d| Duration::new(d.seconds.max(0) as u64, d.nanos.max(0) as u32))
+                    .unwrap_or_default();
+                let mut until = now + valid_for;
+                if let Some(ts) = l.expires_at {
+                    let expires = std::time::UNIX_EPOCH
+                        + Duration::new(ts.seconds.max(0) as u64, ts.nanos.max(0) as u32);
+                    let left = expires
+                        .duration_since(std::time::SystemTime::now())
+                        .unwrap_or_default();
+                    until = until.min(now + left);
+                }
+                let mut strict = shared.strict.lock().unwrap_or_else(|e| e.into_inner());
+                // A renewal read after the lease ran out starts a new lease; read after its
+                // own end it is void.
+                if until > now {
+                    strict.lease_until = Some(until);
+                }
+            }
+            Some(Event::Revoke(r)) => {
+                let mut strict = shared.strict.lock().unwrap_or_else(|e| e.into_inner());
+                let open: Vec<(String, i32)> = shared
+                    .lock()
+                    .strict_runs
+                    .iter()
+                    .filter(|run| run.end.is_none())
+                    .flat_map(|run| {
+                        run.items
+                            .iter()
+                            .filter(|i| r.items.contains(i))
+                            .map(|i| (run.execution_id.clone(), *i))
+                            .collect::<Vec<_>>()
+                    })
+                    .collect();
+                strict.revoked.extend(open);
+            }
+            Some(Event::Trigger(t))
+                if shared
+                    .strict
+                    .lock()
+                    .unwrap_or_else(|e| e.into_inner())
+                    .work
+                    .is_some() =>
+            {
+                tokio::spawn(strict_run(
+                    client.clone(),
+                    shared.clone(),
+                    instance_id.clone(),
+                    t.clone(),
+                    now,
+                ));
+            }
             Some(Event::Trigger(t)) if shared.auto_complete.load(Ordering::SeqCst) => {
                 tokio::spawn(auto_complete(
                     client.clone(),
@@ -488,6 +601,110 @@ async fn read_events(
     };
     drop(stream);
     shared.lock().end = Some(end);
+    shared.bump();
+}
+
+/// One trigger of the strict worker (see the module docs).
+async fn strict_run(
+    mut client: WorkerClient<Channel>,
+    shared: Arc<Shared>,
+    instance_id: String,
+    trigger: Trigger,
+    received: Instant,
+) {
+    let items: Vec<i32> = trigger.items.iter().map(|i| i.item).collect();
+    let (work, valid) = {
+        let strict = shared.strict.lock().unwrap_or_else(|e| e.into_inner());
+        (
+            strict.work.unwrap_or_default(),
+            strict.lease_until.is_some_and(|u| received < u),
+        )
+    };
+    let index = {
+        let mut log = shared.lock();
+        log.strict_runs.push(StrictRun {
+            execution_id: trigger.execution_id.clone(),
+            items: items.clone(),
+            source: trigger.source,
+            tokens: trigger.fencing_tokens.clone(),
+            start: received,
+            end: None,
+            outcome: None,
+            reply: None,
+        });
+        log.strict_runs.len() - 1
+    };
+    let finish = |outcome: RunEnd, at: Instant| {
+        let mut log = shared.lock();
+        let run = &mut log.strict_runs[index];
+        run.end = Some(at);
+        run.outcome = Some(outcome);
+    };
+    let decline = |reason: &str| DeclineRequest {
+        instance_id: instance_id.clone(),
+        execution_id: trigger.execution_id.clone(),
+        items: items.clone(),
+        reason: reason.to_string(),
+    };
+    if !valid {
+        finish(RunEnd::Declined, received);
+        let reply = client.decline(decline("no valid lease")).await;
+        shared.lock().strict_runs[index].reply = Some(reply.map(|_| ()).map_err(|s| s.code()));
+        shared.bump();
+        return;
+    }
+    let done_at = received + work;
+    let stopped = loop {
+        let now = Instant::now();
+        let (lease_ok, revoked) = {
+            let strict = shared.strict.lock().unwrap_or_else(|e| e.into_inner());
+            (
+                strict.lease_until.is_some_and(|u| now < u),
+                items
+                    .iter()
+                    .any(|i| strict.revoked.contains(&(trigger.execution_id.clone(), *i))),
+            )
+        };
+        let ended = shared.lock().end.is_some();
+        if ended {
+            break Some("the stream ended");
+        }
+        if !lease_ok {
+            break Some("the lease ran out");
+        }
+        if revoked {
+            break Some("revoked");
+        }
+        if now >= done_at {
+            break None;
+        }
+        tokio::time::sleep(Duration::from_millis(5).min(done_at - now)).await;
+    };
+    let now = Instant::now();
+    match stopped {
+        Some(why) => {
+            finish(RunEnd::Stopped(why.to_string()), now);
+            if shared.lock().end.is_none() {
+                let reply = client.decline(decline(why)).await;
+                shared.lock().strict_runs[index].reply =
+                    Some(reply.map(|_| ()).map_err(|s| s.code()));
+            }
+        }
+        None => {
+            finish(RunEnd::Completed, now);
+            let request = CompleteRequest {
+                instance_id,
+                execution_id: trigger.execution_id.clone(),
+                items,
+            };
+            shared
+                .lock()
+                .answered
+                .push((trigger.execution_id.clone(), now));
+            let reply = client.complete(request).await;
+            shared.lock().strict_runs[index].reply = Some(reply.map(|_| ()).map_err(|s| s.code()));
+        }
+    }
     shared.bump();
 }
 

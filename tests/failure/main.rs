@@ -5,6 +5,11 @@
 mod child;
 #[path = "../common/mod.rs"]
 mod common;
+mod drain;
+mod fencing;
+mod ghosts;
+mod stalls;
+mod starvation;
 
 use std::time::{Duration, Instant};
 

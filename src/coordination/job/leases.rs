@@ -12,13 +12,10 @@ use crate::coordination::events::WorkerEvent;
 use crate::coordination::failover::Release;
 
 impl JobState {
-    /// Lapses first, then renewals: a renewal after a lapse starts a new lease epoch.
-    pub(super) fn reconcile_leases(&mut self, env: &Env, out: &mut Vec<Action>) {
+    /// Lapses, whatever the session's state: a worker whose lease ran out has stopped, so what
+    /// it was given under that lease is void (its release waits for the registry).
+    pub(super) fn check_lapses(&mut self, env: &Env, out: &mut Vec<Action>) {
         let valid_for = self.settings.lease;
-        let may = self.may_grant(env);
-        let stop = self
-            .drain
-            .is_some_and(|d| env.now + valid_for >= d.deadline);
         let ids: Vec<String> = self.locals.keys().cloned().collect();
         for id in ids {
             let Some(local) = self.locals.get_mut(&id) else {
@@ -49,9 +46,25 @@ impl JobState {
                     void.waiting_ack = false; // the lapse is the acknowledgement
                 }
             }
+        }
+    }
+
+    /// Renewals, while the session is proven alive: a renewal after a lapse starts a new lease
+    /// epoch. None within a lease of a drain's deadline, none while a revoke waits.
+    pub(super) fn reconcile_leases(&mut self, env: &Env, out: &mut Vec<Action>) {
+        let valid_for = self.settings.lease;
+        let may = self.may_grant(env);
+        let stop = self
+            .drain
+            .is_some_and(|d| env.now + valid_for >= d.deadline);
+        let ids: Vec<String> = self.locals.keys().cloned().collect();
+        for id in ids {
             let Some(local) = self.locals.get(&id) else {
                 continue;
             };
+            if !local.registered {
+                continue;
+            }
             if may
                 && !stop
                 && local.gone.is_none()

@@ -355,58 +355,54 @@ impl JobState {
         at
     }
 
+    /// The earliest instant something is due. An instant that has passed was acted on by the
+    /// step just taken; if it is still due, something in flight holds it up, whose result comes
+    /// as an input: such instants only make the state look again a little later, never spin.
     fn wakeup(&self, env: &Env) -> Option<Instant> {
-        let mut at: Option<Instant> = self.retry_at;
-        let mut take = |t: Option<Instant>| {
-            if let Some(t) = t {
-                at = Some(at.map_or(t, |a| a.min(t)));
-            }
-        };
         let valid_for = self.settings.lease;
-        let mut waits_on_health = false;
+        let mut due: Vec<Instant> = self.retry_at.into_iter().collect();
+        let mut waits_on_health = self.reload_wanted || self.watch_wanted;
         for local in self.locals.values() {
             if let Some(gone) = &local.gone {
-                take(Some(gone.release_at));
+                due.push(gone.release_at);
                 continue;
             }
             if !local.registered {
                 continue;
             }
-            take(local.lease.expires(valid_for));
+            due.extend(local.lease.expires(valid_for));
             if !local.withheld {
                 match local.lease.next_renewal(valid_for) {
-                    Some(t) if t > env.now => take(Some(t)),
+                    Some(t) if t > env.now => due.push(t),
                     _ => waits_on_health = true,
                 }
             }
-            if local.missed {
-                waits_on_health = true;
-            }
+            waits_on_health |= local.missed;
         }
-        for exec in self.executions.values() {
-            if let Some(timeout) = exec.timeout {
-                take(Some(exec.started + timeout));
-            }
+        let live = self.executions.values().filter(|e| e.void.is_none());
+        for exec in live.clone() {
+            due.extend(exec.timeout.map(|t| exec.started + t));
         }
-        if !self.executions.is_empty() {
-            if let Some(proof) = env.proof {
-                take(Some(proof + self.settings.session_timeout * 2 / 3));
+        if live.count() > 0 {
+            match env.proof {
+                Some(proof) => due.push(proof + self.settings.session_timeout * 2 / 3),
+                None => waits_on_health = true,
             }
-            waits_on_health |= env.proof.is_none();
         }
         if let Some(drain) = &self.drain {
-            take(Some(
-                drain.deadline.checked_sub(valid_for).unwrap_or(env.now),
-            ));
-            take(Some(drain.deadline));
+            due.push(drain.deadline.checked_sub(valid_for).unwrap_or(env.now));
+            due.push(drain.deadline);
         }
         if let (Some(last), Some(minutes)) = (self.last_reload, self.reconcile_interval()) {
-            take(Some(last + minutes));
+            due.push(last + minutes);
         }
-        if waits_on_health || self.reload_wanted || self.watch_wanted {
-            take(Some(env.now + HEALTH_POLL));
+        let soon = env.now + HEALTH_POLL;
+        let held_up = due.iter().any(|t| *t <= env.now);
+        due.retain(|t| *t > env.now);
+        if waits_on_health || held_up {
+            due.push(soon);
         }
-        at
+        due.into_iter().min()
     }
 
     fn reconcile_interval(&self) -> Option<Duration> {
@@ -538,7 +534,11 @@ impl JobState {
         if self.phase != Phase::Ready {
             return;
         }
+        if self.retry_at.is_some_and(|r| env.now >= r) && !self.reload_wanted {
+            self.retry_at = None;
+        }
         self.check_self_fencing(env, out);
+        self.check_lapses(env, out);
         if !self.connected(env) {
             return;
         }

@@ -1,0 +1,89 @@
+//! #9, defect 2: failover is not starved by a misfire loop. Two members, 4 items firing every
+//! 5 s and taking 3 s each, failover on; the member running two items is killed. The survivor
+//! runs them as FAILOVER as soon as its session-expiry wait and its own current run allow, and
+//! a catch-up run follows only a fire instant that was actually missed.
+
+use super::*;
+use common::worker::RunEnd;
+
+const RUN: Duration = Duration::from_secs(3);
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_killed_members_items_run_as_failover_before_any_catch_up_loop() {
+    let zk = ZooKeeper::start().await;
+    let ns = "starve";
+    let (mut a, b) = pair(&zk, ns).await;
+    let config = JobConfig {
+        failover: true,
+        ..job_config("starve", "0/5 * * * * ?", 4)
+    };
+    let wa = TestWorker::subscribe(&a.endpoint(), subscribe_request(config.clone()))
+        .await
+        .unwrap();
+    let wb = TestWorker::subscribe(&b.endpoint(), subscribe_request(config))
+        .await
+        .unwrap();
+    wait_n_items(&wa, 2).await;
+    wait_n_items(&wb, 2).await;
+    wa.set_strict(RUN);
+    wb.set_strict(RUN);
+    // Kill A one second into a run of its items.
+    let run = common::eventually(Duration::from_secs(20), || async {
+        wa.strict_runs().into_iter().find(|r| r.items.len() == 2)
+    })
+    .await
+    .expect("A runs its two items");
+    let wall_offset = std::time::SystemTime::now() - Instant::now().elapsed();
+    let _ = wall_offset;
+    tokio::time::sleep(Duration::from_secs(1)).await;
+    let killed = Instant::now();
+    a.kill();
+    for item in &run.items {
+        let (at, _) = wait_failover(&wb, *item).await;
+        let took = at - killed;
+        eprintln!("member SIGKILL -> FAILOVER of item {item}: {took:?}");
+        // The session (4 s, expired within a ZooKeeper tick), then at most B's current run.
+        assert!(
+            took < Duration::from_secs(4) + RUN + Duration::from_millis(1500),
+            "item {item} waited {took:?} for its FAILOVER run\n{}",
+            wb.summary()
+        );
+    }
+    // Both of A's items were taken in one FAILOVER execution (an idle member takes every
+    // flagged item it can, not one per run).
+    let failovers: Vec<_> = wb
+        .strict_runs()
+        .into_iter()
+        .filter(|r| r.source == TriggerSource::Failover as i32)
+        .collect();
+    assert_eq!(failovers.len(), 1, "{}", wb.summary());
+    // A catch-up follows only a run during which a fire instant (every 5 s) passed: no two
+    // MISFIRE runs in a row without such an instant.
+    tokio::time::sleep(Duration::from_secs(6)).await;
+    let runs: Vec<_> = wb
+        .strict_runs()
+        .into_iter()
+        .filter(|r| r.outcome != Some(RunEnd::Declined))
+        .collect();
+    for pair in runs.windows(2) {
+        if pair[1].source == TriggerSource::Misfire as i32
+            && pair[0].source == TriggerSource::Misfire as i32
+        {
+            let (s, e) = (pair[0].start, pair[0].end.unwrap_or(pair[0].start));
+            assert!(
+                e - s >= Duration::from_secs(5),
+                "a MISFIRE run followed a MISFIRE run during which no fire passed\n{}",
+                wb.summary()
+            );
+        }
+    }
+    let mut ledger = Ledger::new();
+    ledger.record_strict(
+        "a",
+        &wa.strict_runs(),
+        &wa.events(),
+        Some(Stop::Sidecar(killed)),
+    );
+    ledger.record_strict("b", &wb.strict_runs(), &wb.events(), None);
+    ledger.assert_no_overlap();
+}
