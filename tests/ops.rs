@@ -212,8 +212,17 @@ async fn ctl_and_metrics_against_a_standalone_sidecar() {
     let table = ctl(&target, &["executions"]).await.stdout;
     assert!(table.starts_with("STARTED "), "{table}");
     assert_eq!(table.lines().count(), 4, "{table}");
-    let lines = std::fs::read_to_string(&history).unwrap();
-    assert_eq!(lines.lines().count(), 3, "{lines}");
+    // The file is written by a thread of its own, a moment after the history in memory.
+    let lines = common::eventually(WAIT, || async {
+        let text = std::fs::read_to_string(&history).unwrap_or_default();
+        (text.lines().count() == 3).then_some(text)
+    })
+    .await;
+    assert!(
+        lines.is_some(),
+        "three lines in the history file: {:?}",
+        std::fs::read_to_string(&history)
+    );
 
     // The metrics agree.
     let m = scrape(&metrics_addr).await;

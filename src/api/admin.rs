@@ -12,9 +12,10 @@ use tokio_stream::wrappers::ReceiverStream;
 use tokio_stream::Stream;
 use tonic::{Request, Response, Status};
 
+use crate::api::convert::{from_proto, to_proto};
 use crate::elasticjob::paths::{JobNode, JobPaths, ServerStatus};
 use crate::ops::history::History;
-use crate::ops::jobs::{self, check_job_name, AdminError};
+use crate::ops::jobs::{self, check_job_name, AdminError, JobInfo, JobStatus, JobSummary};
 use crate::proto;
 use crate::proto::admin_server::Admin;
 use crate::registry::{Registry, WatchEvent};
@@ -69,7 +70,9 @@ impl Admin for AdminService {
         _request: Request<proto::ListJobsRequest>,
     ) -> Result<Response<proto::ListJobsResponse>, Status> {
         let jobs = jobs::list_jobs(&self.registry).await?;
-        Ok(Response::new(proto::ListJobsResponse { jobs }))
+        Ok(Response::new(proto::ListJobsResponse {
+            jobs: jobs.iter().map(summary_to_wire).collect(),
+        }))
     }
 
     async fn get_job(
@@ -78,7 +81,7 @@ impl Admin for AdminService {
     ) -> Result<Response<proto::GetJobResponse>, Status> {
         let req = request.into_inner();
         let job = jobs::get_job(&self.registry, job_name(&req.job_name)?).await?;
-        Ok(Response::new(job))
+        Ok(Response::new(job_to_wire(&job)))
     }
 
     async fn put_job(
@@ -92,7 +95,15 @@ impl Admin for AdminService {
                 message: "is required".into(),
             })
         })?;
-        let created = jobs::put_job(&self.registry, &config).await?;
+        if config.job_name.is_empty() {
+            return Err(Status::from(AdminError::InvalidArgument {
+                field: "config.job_name".into(),
+                message: "must name the job".into(),
+            }));
+        }
+        check_job_name("config.job_name", &config.job_name)?;
+        let (job_config, extras) = from_proto(&config.job_name, &config, false)?;
+        let created = jobs::put_job(&self.registry, job_config, extras).await?;
         tracing::info!(job = %config.job_name, created, "job configuration written");
         Ok(Response::new(proto::PutJobResponse { created }))
     }
@@ -244,7 +255,7 @@ impl Admin for AdminService {
             .watch_recursive(&paths.root())
             .await
             .map_err(AdminError::from)?;
-        let first = jobs::get_job(&self.registry, &job).await?;
+        let first = job_to_wire(&jobs::get_job(&self.registry, &job).await?);
         let (tx, rx) = mpsc::channel(WATCH_BUFFER);
         tokio::spawn(follow(self.registry.clone(), paths, watch, first, tx));
         Ok(Response::new(Box::pin(ReceiverStream::new(rx))))
@@ -312,7 +323,7 @@ async fn follow(
             Ok(job) => proto::JobChange {
                 at: Some(now()),
                 changes,
-                job: Some(job),
+                job: Some(job_to_wire(&job)),
                 removed: false,
             },
             Err(AdminError::JobNotFound(_)) => {
@@ -333,5 +344,71 @@ async fn follow(
         if tx.send(Ok(message)).await.is_err() {
             return;
         }
+    }
+}
+
+fn status_to_wire(s: JobStatus) -> proto::JobState {
+    match s {
+        JobStatus::Ok => proto::JobState::Ok,
+        JobStatus::Crashed => proto::JobState::Crashed,
+        JobStatus::Disabled => proto::JobState::Disabled,
+        JobStatus::ShardingFlag => proto::JobState::ShardingFlag,
+    }
+}
+
+/// The wire form of a job's state.
+pub fn job_to_wire(job: &JobInfo) -> proto::GetJobResponse {
+    proto::GetJobResponse {
+        config: Some(to_proto(&job.config, &job.extras)),
+        state: status_to_wire(job.status) as i32,
+        leader: job.leader.clone(),
+        servers: job
+            .servers
+            .iter()
+            .map(|s| proto::ServerInfo {
+                ip: s.ip.clone(),
+                disabled: s.disabled,
+                instance_count: s.instance_count,
+            })
+            .collect(),
+        instances: job
+            .instances
+            .iter()
+            .map(|i| proto::InstanceInfo {
+                instance_id: i.instance_id.clone(),
+                server_ip: i.server_ip.clone(),
+                items: i.items.clone(),
+                leader: i.leader,
+            })
+            .collect(),
+        items: job
+            .items
+            .iter()
+            .map(|i| proto::ItemInfo {
+                item: i.item,
+                parameter: i.parameter.clone(),
+                owner: i.owner.clone(),
+                running: i.running,
+                running_instance: i.running_instance.clone(),
+                misfire: i.misfire,
+                disabled: i.disabled,
+                failover_instance: i.failover_instance.clone(),
+                failover_pending: i.failover_pending,
+            })
+            .collect(),
+        sharding_necessary: job.sharding_necessary,
+    }
+}
+
+fn summary_to_wire(s: &JobSummary) -> proto::JobSummary {
+    proto::JobSummary {
+        job_name: s.job_name.clone(),
+        cron: s.config.cron.clone().unwrap_or_default(),
+        sharding_total_count: s.config.sharding_total_count,
+        description: s.config.description.clone(),
+        state: status_to_wire(s.status) as i32,
+        instance_count: s.instance_count,
+        server_count: s.server_count,
+        leader: s.leader.clone(),
     }
 }

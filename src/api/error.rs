@@ -4,6 +4,7 @@
 use tonic::{Code, Status};
 
 use crate::coordination::CoordError;
+use crate::ops::jobs::AdminError;
 
 impl From<CoordError> for Status {
     fn from(e: CoordError) -> Status {
@@ -14,6 +15,20 @@ impl From<CoordError> for Status {
             CoordError::FailedPrecondition(_) => Code::FailedPrecondition,
             CoordError::InvalidArgument { .. } => Code::InvalidArgument,
             CoordError::Registry(_) | CoordError::Unavailable(_) => Code::Unavailable,
+        };
+        Status::new(code, e.to_string())
+    }
+}
+
+impl From<AdminError> for Status {
+    fn from(e: AdminError) -> Status {
+        let code = match &e {
+            AdminError::JobNotFound(_) | AdminError::NotFound(_) => Code::NotFound,
+            AdminError::InvalidArgument { .. } => Code::InvalidArgument,
+            AdminError::FailedPrecondition(_) | AdminError::Corrupt { .. } => {
+                Code::FailedPrecondition
+            }
+            AdminError::Registry(_) => Code::Unavailable,
         };
         Status::new(code, e.to_string())
     }

@@ -8,22 +8,91 @@
 //! - shut down an instance: delete `instances/{id}`;
 //! - remove a job: its instances, then its servers, then the job root recursively.
 //!
-//! Reads turn a job's subtree into [`proto::GetJobResponse`] (config, leader, servers,
-//! instances, and each item's owner / running / misfire / disabled / failover).
+//! Reads turn a job's subtree into a [`JobInfo`] (config, leader, servers, instances, and each
+//! item's owner / running / misfire / disabled / failover). The gRPC layer converts these to
+//! and from the wire; nothing here knows about it.
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::time::Duration;
 
-use tonic::{Code, Status};
-
-use crate::api::convert::{from_proto, to_proto};
 use crate::coordination::CoordError;
 use crate::elasticjob::config::JobConfiguration;
 use crate::elasticjob::extras::JobExtras;
 use crate::elasticjob::instance::{ip_of, parse_instance_yaml};
 use crate::elasticjob::paths::{validate_job_name, JobNode, JobPaths, ServerStatus};
-use crate::proto;
 use crate::registry::{self, CreateMode, Node, Registry};
+
+/// ElasticJob console's job status.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum JobStatus {
+    Ok,
+    /// No live instance.
+    Crashed,
+    /// Every server is disabled.
+    Disabled,
+    /// A resharding is pending (flag set, or an item is owned by an instance that is gone).
+    ShardingFlag,
+}
+
+/// One server (`servers/{ip}`) of a job.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ServerInfo {
+    pub ip: String,
+    pub disabled: bool,
+    pub instance_count: u32,
+}
+
+/// One live instance of a job.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct InstanceInfo {
+    pub instance_id: String,
+    pub server_ip: String,
+    pub items: Vec<i32>,
+    pub leader: bool,
+}
+
+/// One item of a job, as its nodes say.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct ItemInfo {
+    pub item: i32,
+    pub parameter: String,
+    /// The owner's instance id (empty: none).
+    pub owner: String,
+    pub running: bool,
+    /// Who the `running` node names.
+    pub running_instance: String,
+    pub misfire: bool,
+    pub disabled: bool,
+    /// Who took the item over (`failovering`), if anyone.
+    pub failover_instance: String,
+    /// Flagged under `leader/failover/items`.
+    pub failover_pending: bool,
+}
+
+/// The state of a job.
+#[derive(Debug, Clone, PartialEq)]
+pub struct JobInfo {
+    pub config: JobConfiguration,
+    pub extras: JobExtras,
+    pub status: JobStatus,
+    /// The leader's instance id (empty: none).
+    pub leader: String,
+    pub servers: Vec<ServerInfo>,
+    pub instances: Vec<InstanceInfo>,
+    pub items: Vec<ItemInfo>,
+    pub sharding_necessary: bool,
+}
+
+/// A one-line summary of a job.
+#[derive(Debug, Clone, PartialEq)]
+pub struct JobSummary {
+    pub job_name: String,
+    pub config: JobConfiguration,
+    pub status: JobStatus,
+    pub instance_count: u32,
+    pub server_count: u32,
+    pub leader: String,
+}
 
 /// The namespace root: its children are the jobs (as ElasticJob's lifecycle API reads them).
 const NAMESPACE_ROOT: &str = "/";
@@ -57,20 +126,6 @@ impl From<CoordError> for AdminError {
             CoordError::Registry(e) => AdminError::Registry(e),
             other => AdminError::FailedPrecondition(other.to_string()),
         }
-    }
-}
-
-impl From<AdminError> for Status {
-    fn from(e: AdminError) -> Status {
-        let code = match &e {
-            AdminError::JobNotFound(_) | AdminError::NotFound(_) => Code::NotFound,
-            AdminError::InvalidArgument { .. } => Code::InvalidArgument,
-            AdminError::FailedPrecondition(_) | AdminError::Corrupt { .. } => {
-                Code::FailedPrecondition
-            }
-            AdminError::Registry(_) => Code::Unavailable,
-        };
-        Status::new(code, e.to_string())
     }
 }
 
@@ -110,7 +165,7 @@ pub async fn job_names(reg: &Registry) -> Result<Vec<String>, AdminError> {
 ///
 /// # Errors
 /// `JobNotFound` without a `config` node, `Corrupt` when it cannot be parsed.
-pub async fn get_job(reg: &Registry, job: &str) -> Result<proto::GetJobResponse, AdminError> {
+pub async fn get_job(reg: &Registry, job: &str) -> Result<JobInfo, AdminError> {
     let paths = JobPaths::new(job);
     let tree = reg.read_tree(&paths.root()).await?;
     snapshot(job, &paths, &tree)
@@ -133,7 +188,7 @@ fn snapshot(
     job: &str,
     paths: &JobPaths,
     tree: &BTreeMap<String, Node>,
-) -> Result<proto::GetJobResponse, AdminError> {
+) -> Result<JobInfo, AdminError> {
     let corrupt = |message: String| AdminError::Corrupt {
         job: job.to_string(),
         message,
@@ -151,9 +206,9 @@ fn snapshot(
         .unwrap_or_default();
     let parameters = config.item_parameters().unwrap_or_default();
     let total = config.sharding_total_count.max(0);
-    let mut items: BTreeMap<i32, proto::ItemInfo> = (0..total)
+    let mut items: BTreeMap<i32, ItemInfo> = (0..total)
         .map(|i| {
-            let info = proto::ItemInfo {
+            let info = ItemInfo {
                 item: i,
                 parameter: parameters.get(&i).cloned().unwrap_or_default(),
                 ..Default::default()
@@ -161,8 +216,8 @@ fn snapshot(
             (i, info)
         })
         .collect();
-    let mut servers: BTreeMap<String, proto::ServerInfo> = BTreeMap::new();
-    let mut instances: BTreeMap<String, proto::InstanceInfo> = BTreeMap::new();
+    let mut servers: BTreeMap<String, ServerInfo> = BTreeMap::new();
+    let mut instances: BTreeMap<String, InstanceInfo> = BTreeMap::new();
     let mut leader = String::new();
     let mut necessary = false;
     for (path, node) in tree {
@@ -181,7 +236,7 @@ fn snapshot(
                 let disabled = ServerStatus::from_data(&node.data) == ServerStatus::Disabled;
                 servers.insert(
                     ip.clone(),
-                    proto::ServerInfo {
+                    ServerInfo {
                         ip,
                         disabled,
                         instance_count: 0,
@@ -194,7 +249,7 @@ fn snapshot(
                     .unwrap_or_else(|_| ip_of(&id).to_string());
                 instances.insert(
                     id.clone(),
-                    proto::InstanceInfo {
+                    InstanceInfo {
                         instance_id: id,
                         server_ip,
                         ..Default::default()
@@ -229,18 +284,19 @@ fn snapshot(
     let owner_gone = items
         .values()
         .any(|i| !i.owner.is_empty() && !instances.contains_key(&i.owner));
-    let state = if instances.is_empty() {
-        proto::JobState::Crashed
+    let status = if instances.is_empty() {
+        JobStatus::Crashed
     } else if !servers.is_empty() && servers.values().all(|s| s.disabled) {
-        proto::JobState::Disabled
+        JobStatus::Disabled
     } else if necessary || owner_gone {
-        proto::JobState::ShardingFlag
+        JobStatus::ShardingFlag
     } else {
-        proto::JobState::Ok
+        JobStatus::Ok
     };
-    Ok(proto::GetJobResponse {
-        config: Some(to_proto(&config, &extras)),
-        state: state as i32,
+    Ok(JobInfo {
+        config,
+        extras,
+        status,
         leader,
         servers: servers.into_values().collect(),
         instances: instances.into_values().collect(),
@@ -253,7 +309,7 @@ fn snapshot(
 ///
 /// # Errors
 /// `Registry` when the store cannot be read.
-pub async fn list_jobs(reg: &Registry) -> Result<Vec<proto::JobSummary>, AdminError> {
+pub async fn list_jobs(reg: &Registry) -> Result<Vec<JobSummary>, AdminError> {
     let mut out = Vec::new();
     for name in job_names(reg).await? {
         let job = match get_job(reg, &name).await {
@@ -262,13 +318,10 @@ pub async fn list_jobs(reg: &Registry) -> Result<Vec<proto::JobSummary>, AdminEr
             Err(AdminError::JobNotFound(_)) => continue,
             Err(e) => return Err(e),
         };
-        let config = job.config.unwrap_or_default();
-        out.push(proto::JobSummary {
+        out.push(JobSummary {
             job_name: name,
-            cron: config.cron,
-            sharding_total_count: config.sharding_total_count,
-            description: config.description,
-            state: job.state,
+            config: job.config,
+            status: job.status,
             instance_count: job.instances.len() as u32,
             server_count: job.servers.len() as u32,
             leader: job.leader,
@@ -293,15 +346,17 @@ async fn persist(reg: &Registry, path: &str, data: &[u8]) -> Result<(), AdminErr
 /// and error handler types, listeners, extra configurations, label, static sharding) are kept
 /// from the configuration being replaced. Returns whether the job is new.
 ///
+/// `config` has been validated (the gRPC layer checks every field of the wire form).
+///
 /// # Errors
-/// `InvalidArgument` naming the bad field (`config.job_name`, `config.cron`, ...).
-pub async fn put_job(reg: &Registry, wire: &proto::JobConfig) -> Result<bool, AdminError> {
-    if wire.job_name.is_empty() {
-        return Err(invalid("config.job_name", "must name the job"));
-    }
-    check_job_name("config.job_name", &wire.job_name)?;
-    let (mut config, extras) = from_proto(&wire.job_name, wire, false)?;
-    let paths = JobPaths::new(&wire.job_name);
+/// `InvalidArgument` for a job name ElasticJob cannot use, `Registry`.
+pub async fn put_job(
+    reg: &Registry,
+    mut config: JobConfiguration,
+    extras: JobExtras,
+) -> Result<bool, AdminError> {
+    check_job_name("config.job_name", &config.job_name)?;
+    let paths = JobPaths::new(&config.job_name);
     let existing = reg.get(&paths.config()).await?;
     if let Some(node) = &existing {
         if let Ok(old) = JobConfiguration::from_yaml(&node.data) {
@@ -432,7 +487,7 @@ pub async fn set_items_disabled(
 ) -> Result<(), AdminError> {
     let paths = JobPaths::new(job);
     let job_state = get_job(reg, job).await?;
-    let total = job_state.config.map_or(0, |c| c.sharding_total_count);
+    let total = job_state.config.sharding_total_count;
     if items.is_empty() {
         return Err(invalid("items", "name at least one item"));
     }
