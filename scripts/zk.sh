@@ -1,17 +1,23 @@
 #!/usr/bin/env bash
-# A development ZooKeeper from Debian's jars (package `zookeeper`; scripts/install-deps.sh).
+# ZooKeeper from Debian's jars (package `zookeeper`; scripts/install-deps.sh): the one way
+# shardcar starts it, for development and for every test harness (Rust, Python, Java).
 #
 # Usage: scripts/zk.sh start|stop|status|restart [DIR] [PORT]
-#   DIR   data, config, log and pid file   (default: $SHARDCAR_ZK_DIR, else ${TMPDIR:-/tmp}/shardcar-zk)
-#   PORT  client port on 127.0.0.1         (default: $SHARDCAR_ZK_PORT, else 2181)
+#        scripts/zk.sh run DIR PORT [SERVERS]
+#   DIR      data, config, log and pid file (default: $SHARDCAR_ZK_DIR, else ${TMPDIR:-/tmp}/shardcar-zk)
+#   PORT     client port on 127.0.0.1       (default: $SHARDCAR_ZK_PORT, else 2181)
+#   SERVERS  for a node of an ensemble: 1=127.0.0.1:PEER:ELECTION,2=...; with ZK_MYID=N
 #
 # `start` returns once the server serves (`srvr` reports a Mode) and prints its connect string;
 # starting a running server, or stopping a stopped one, is not an error. `status` exits 0 when
 # the server serves, 3 when it is not running, 1 when it runs but does not serve.
-# Overrides: JAVA (java binary), ZK_CLASSPATH, ZK_HEAP (default 256m).
+# `run` writes DIR/zoo.cfg and replaces itself with the server in the foreground (its pid is the
+# server's, so a harness can signal it; output goes to the caller's stdout and stderr).
+# Overrides: JAVA (java binary), ZK_CLASSPATH, ZK_HEAP (default 256m), ZK_TICK (ms, default
+# 2000), ZK_FORCE_SYNC (yes|no, default yes), ZK_MYID (ensemble node id).
 set -euo pipefail
 
-usage() { sed -n '2,11p' "$0" | sed 's/^# \{0,1\}//'; }
+usage() { sed -n '2,19p' "$0" | sed 's/^# \{0,1\}//'; }
 
 ACTION="${1:-}"
 DIR="${2:-${SHARDCAR_ZK_DIR:-${TMPDIR:-/tmp}/shardcar-zk}}"
@@ -19,6 +25,9 @@ PORT="${3:-${SHARDCAR_ZK_PORT:-2181}}"
 JAVA="${JAVA:-java}"
 ZK_CLASSPATH="${ZK_CLASSPATH:-/etc/zookeeper/conf:/usr/share/java/zookeeper.jar:/usr/share/java/slf4j-simple.jar}"
 ZK_HEAP="${ZK_HEAP:-256m}"
+ZK_TICK="${ZK_TICK:-2000}"
+ZK_FORCE_SYNC="${ZK_FORCE_SYNC:-yes}"
+SERVERS="${4:-}"
 CFG="$DIR/zoo.cfg"
 PIDFILE="$DIR/zookeeper.pid"
 LOG="$DIR/zookeeper.log"
@@ -56,11 +65,14 @@ running_pid() {
 
 write_config() {
     mkdir -p "$DIR/data"
+    case "$ZK_TICK" in ''|*[!0-9]*) die "ZK_TICK must be a number of ms, got '$ZK_TICK'" ;; esac
     cat >"$CFG" <<CFG
 # written by scripts/zk.sh
-tickTime=2000
-initLimit=10
-syncLimit=5
+tickTime=$ZK_TICK
+initLimit=20
+syncLimit=10
+minSessionTimeout=$((ZK_TICK * 2))
+maxSessionTimeout=60000
 dataDir=$DIR/data
 clientPort=$PORT
 clientPortAddress=127.0.0.1
@@ -68,7 +80,34 @@ maxClientCnxns=0
 admin.enableServer=false
 4lw.commands.whitelist=srvr,stat,mntr,ruok,cons,conf
 extendedTypesEnabled=true
+forceSync=$ZK_FORCE_SYNC
 CFG
+    if [ -n "$SERVERS" ]; then
+        [ -n "${ZK_MYID:-}" ] || die "an ensemble node needs ZK_MYID"
+        echo "$ZK_MYID" >"$DIR/data/myid"
+        local entry
+        IFS=',' read -r -a entries <<<"$SERVERS"
+        for entry in "${entries[@]}"; do
+            echo "server.$entry" >>"$CFG"
+        done
+    fi
+}
+
+java_args() {
+    printf '%s\n' "-Xmx$ZK_HEAP" -XX:+UseSerialGC -XX:TieredStopAtLevel=1 \
+        -Djava.net.preferIPv4Stack=true "-Dzookeeper.log.dir=$DIR" \
+        -Dzookeeper.root.logger=INFO,CONSOLE -cp "$ZK_CLASSPATH" \
+        org.apache.zookeeper.server.quorum.QuorumPeerMain "$CFG"
+}
+
+# Foreground: the server replaces this script (same pid).
+run() {
+    [ -r /usr/share/java/zookeeper.jar ] ||
+        die "/usr/share/java/zookeeper.jar not found: run scripts/install-deps.sh"
+    write_config
+    local args=()
+    mapfile -t args < <(java_args)
+    exec "$JAVA" "${args[@]}"
 }
 
 start() {
@@ -85,10 +124,9 @@ start() {
     fi
     write_config
     log "starting ZooKeeper on 127.0.0.1:$PORT (data in $DIR, log $LOG)"
-    nohup "$JAVA" "-Xmx$ZK_HEAP" -Djava.net.preferIPv4Stack=true \
-        "-Dzookeeper.log.dir=$DIR" -Dzookeeper.root.logger=INFO,CONSOLE \
-        -cp "$ZK_CLASSPATH" org.apache.zookeeper.server.quorum.QuorumPeerMain "$CFG" \
-        >>"$LOG" 2>&1 </dev/null &
+    local args=()
+    mapfile -t args < <(java_args)
+    nohup "$JAVA" "${args[@]}" >>"$LOG" 2>&1 </dev/null &
     pid=$!
     echo "$pid" >"$PIDFILE"
     local waited=0 mode=""
@@ -155,6 +193,10 @@ status() {
 }
 
 case "$ACTION" in
+    run)
+        [ $# -ge 3 ] || die "run needs DIR and PORT (try --help)"
+        run
+        ;;
     start) start ;;
     stop) stop ;;
     restart) stop; start ;;

@@ -1,12 +1,17 @@
 //! shardcar: ElasticJob-Lite coordination over ZooKeeper, served to local workers over gRPC.
 //!
-//! - [`registry`]: the store interface (ZooKeeper, or in-memory for standalone mode).
-//! - [`elasticjob`]: ElasticJob-Lite 3.x's namespace layout: paths, YAML codecs, ids, hashing.
-//! - [`coordination`]: per-job election, sharding, executions and failover.
-//! - [`schedule`]: Quartz cron and the one timer that drives every job.
-//! - [`api`]: the gRPC services. [`sidecar`]: the process. [`config`]: its settings.
-//! - [`ops`]: execution history, metrics and the namespace operations of the Admin API;
-//!   [`ctl`]: `shardcar ctl`, the Admin API's command line.
+//! Layers, each depending only on those listed before it: [`elasticjob`] is ElasticJob-Lite
+//! 3.x's namespace layout (typed paths, the byte-exact YAML, ids, Java's hash, the sharding
+//! strategies); [`registry`] is the coordination store (ZooKeeper, or in memory for standalone
+//! mode and fast tests) and its session; [`schedule`] is Quartz cron and the one timer of all
+//! jobs; [`coordination`] decides and does everything about a job on this sidecar — one state
+//! machine per job that decides without I/O and a driver that performs its actions — and
+//! speaks only in domain terms (worker events, sources, errors); [`ops`] is what operators use
+//! (execution history, metrics, the namespace operations of the console), also in domain terms;
+//! [`api`] is the gRPC layer, the only one that knows tonic and the protobuf types, converting
+//! both ways, validating requests and mapping errors to status codes; [`sidecar`] wires a
+//! process together and [`config`] reads its settings; [`ctl`] is `shardcar ctl`, a client of
+//! the Admin API. The design of record is `docs/architecture.md`.
 #![forbid(unsafe_code)]
 
 pub mod api;

@@ -111,6 +111,7 @@ pub async fn run(
             listener,
             metrics.clone(),
             cancel.clone(),
+            tracker.clone(),
         ));
     }
     tracker.spawn(crate::ops::metrics::track_session(
@@ -163,6 +164,7 @@ pub async fn run(
         .add_service(AdminServer::new(AdminService::new(
             registry.clone(),
             history.clone(),
+            tracker.clone(),
         )));
 
     let drained = CancellationToken::new();

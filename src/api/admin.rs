@@ -10,6 +10,7 @@ use std::time::{Duration, SystemTime, UNIX_EPOCH};
 use tokio::sync::mpsc;
 use tokio_stream::wrappers::ReceiverStream;
 use tokio_stream::Stream;
+use tokio_util::task::TaskTracker;
 use tonic::{Request, Response, Status};
 
 use crate::api::convert::{from_proto, to_proto};
@@ -29,11 +30,17 @@ const WATCH_BUFFER: usize = 16;
 pub struct AdminService {
     registry: Registry,
     history: Arc<History>,
+    /// `WatchJob` followers run here, so a shutdown waits for them.
+    tracker: TaskTracker,
 }
 
 impl AdminService {
-    pub fn new(registry: Registry, history: Arc<History>) -> AdminService {
-        AdminService { registry, history }
+    pub fn new(registry: Registry, history: Arc<History>, tracker: TaskTracker) -> AdminService {
+        AdminService {
+            registry,
+            history,
+            tracker,
+        }
     }
 }
 
@@ -257,7 +264,8 @@ impl Admin for AdminService {
             .map_err(AdminError::from)?;
         let first = job_to_wire(&jobs::get_job(&self.registry, &job).await?);
         let (tx, rx) = mpsc::channel(WATCH_BUFFER);
-        tokio::spawn(follow(self.registry.clone(), paths, watch, first, tx));
+        self.tracker
+            .spawn(follow(self.registry.clone(), paths, watch, first, tx));
         Ok(Response::new(Box::pin(ReceiverStream::new(rx))))
     }
 }

@@ -7,6 +7,7 @@ use std::time::Duration;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::{TcpListener, TcpStream};
 use tokio_util::sync::CancellationToken;
+use tokio_util::task::TaskTracker;
 use tracing::debug;
 
 use super::metrics::Metrics;
@@ -20,7 +21,12 @@ const READ_TIMEOUT: Duration = Duration::from_secs(10);
 ///
 /// # Cancellation safety
 /// Stops accepting at once; connections in progress finish on their own tasks.
-pub async fn serve(listener: TcpListener, metrics: Arc<Metrics>, cancel: CancellationToken) {
+pub async fn serve(
+    listener: TcpListener,
+    metrics: Arc<Metrics>,
+    cancel: CancellationToken,
+    tracker: TaskTracker,
+) {
     loop {
         let accepted = tokio::select! {
             _ = cancel.cancelled() => return,
@@ -29,7 +35,7 @@ pub async fn serve(listener: TcpListener, metrics: Arc<Metrics>, cancel: Cancell
         match accepted {
             Ok((stream, peer)) => {
                 let metrics = metrics.clone();
-                tokio::spawn(async move {
+                tracker.spawn(async move {
                     if let Err(e) = handle(stream, &metrics).await {
                         debug!(peer = %peer, error = %e, "metrics request failed");
                     }
@@ -138,7 +144,7 @@ mod tests {
         let metrics = Arc::new(Metrics::new());
         metrics.trigger_sent("j", "CRON", Duration::from_millis(1));
         let cancel = CancellationToken::new();
-        tokio::spawn(serve(listener, metrics, cancel.clone()));
+        tokio::spawn(serve(listener, metrics, cancel.clone(), TaskTracker::new()));
         let ok = get(addr, "GET /metrics HTTP/1.1\r\nHost: x\r\n\r\n").await;
         assert!(ok.starts_with("HTTP/1.1 200 OK\r\n"), "{ok}");
         assert!(ok.contains("text/plain; version=0.0.4"));

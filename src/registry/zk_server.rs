@@ -1,12 +1,11 @@
-//! Test helper: a real standalone ZooKeeper (Debian's `/usr/share/java/zookeeper.jar`) on a free
-//! loopback port with a temporary dataDir, killed when dropped (also when a test panics).
+//! Test helper: a real standalone ZooKeeper (Debian's `/usr/share/java/zookeeper.jar`, started
+//! by `scripts/zk.sh run` like every other harness) on a free loopback port with a temporary
+//! dataDir, killed when dropped (also when a test panics).
 
 use std::io::{Read, Write};
 use std::net::{TcpListener, TcpStream};
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
-
-const JAR: &str = "/usr/share/java/zookeeper.jar";
 
 pub(crate) struct ZkServer {
     child: Child,
@@ -23,32 +22,21 @@ impl ZkServer {
             .expect("addr")
             .port();
         let dir = tempfile::tempdir().expect("temp dir");
-        let cfg = dir.path().join("zoo.cfg");
-        let data = dir.path().join("data");
-        std::fs::create_dir_all(&data).expect("data dir");
-        let conf = format!(
-            "tickTime=500\ninitLimit=10\nsyncLimit=5\ndataDir={}\nclientPort={port}\nclientPortAddress=127.0.0.1\n\
-             maxClientCnxns=0\nadmin.enableServer=false\n4lw.commands.whitelist=ruok,srvr,mntr,stat,cons\n\
-             minSessionTimeout=1000\nmaxSessionTimeout=20000\n",
-            data.display()
-        );
-        std::fs::write(&cfg, conf).expect("zoo.cfg");
         let log = std::fs::File::create(dir.path().join("zookeeper.out")).expect("log file");
-        let child = Command::new("java")
-            .args(["-Xmx128m", "-XX:+UseSerialGC", "-XX:TieredStopAtLevel=1"])
-            .arg(format!("-Dzookeeper.log.dir={}", dir.path().display()))
-            .arg("-Dzookeeper.root.logger=INFO,CONSOLE")
-            .arg("-cp")
-            .arg(format!(
-                "/etc/zookeeper/conf:{JAR}:/usr/share/java/slf4j-simple.jar"
-            ))
-            .arg("org.apache.zookeeper.server.quorum.QuorumPeerMain")
-            .arg(&cfg)
+        // `run` replaces the script with the server: the child's pid is the server's.
+        let child = Command::new("bash")
+            .arg(concat!(env!("CARGO_MANIFEST_DIR"), "/scripts/zk.sh"))
+            .arg("run")
+            .arg(dir.path())
+            .arg(port.to_string())
+            .env("ZK_TICK", "500")
+            .env("ZK_FORCE_SYNC", "no")
+            .env("ZK_HEAP", "128m")
             .stdin(Stdio::null())
             .stdout(log.try_clone().expect("log file"))
             .stderr(log)
             .spawn()
-            .expect("start java (is ZooKeeper installed?)");
+            .expect("start scripts/zk.sh (is ZooKeeper installed?)");
         let server = ZkServer {
             child,
             port,

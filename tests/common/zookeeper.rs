@@ -1,5 +1,6 @@
-//! A real ZooKeeper for tests, run from Debian's jars (`apt-get install zookeeper`): one node,
-//! or an ensemble of n nodes on loopback with distinct client, peer and election ports. Each node
+//! A real ZooKeeper for tests, started by `scripts/zk.sh run` from Debian's jars (`apt-get
+//! install zookeeper`; the one way every harness starts it): one node, or an ensemble of n
+//! nodes on loopback with distinct client, peer and election ports. Each node
 //! has its own data directory and log file in a temp dir; dropping the [`ZooKeeper`] kills every
 //! node and removes the directory.
 //!
@@ -10,14 +11,11 @@
 use super::free_port;
 use super::log_tail;
 use super::process::{mark_log, Process};
-use std::fmt::Write as _;
 use std::path::PathBuf;
 use std::process::Command;
 use std::time::Duration;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 
-const DEFAULT_CLASSPATH: &str =
-    "/etc/zookeeper/conf:/usr/share/java/zookeeper.jar:/usr/share/java/slf4j-simple.jar";
 /// How long a node (or the whole ensemble) may take to serve.
 const READY_TIMEOUT: Duration = Duration::from_secs(60);
 /// How long SIGTERM may take before SIGKILL.
@@ -28,6 +26,10 @@ struct Node {
     dir: PathBuf,
     log: PathBuf,
     process: Option<Process>,
+    /// Its id in the ensemble (`myid`).
+    myid: usize,
+    /// The ensemble's `server.N` entries as `scripts/zk.sh run` takes them (empty: standalone).
+    servers: String,
 }
 
 /// One ZooKeeper server or an ensemble, killed on drop.
@@ -67,44 +69,26 @@ impl ZooKeeper {
         let ports: Vec<(u16, u16, u16)> = (0..n)
             .map(|_| (free_port(), free_port(), free_port()))
             .collect();
-        let mut servers = String::new();
-        if n > 1 {
-            for (i, (_, peer, election)) in ports.iter().enumerate() {
-                let _ = writeln!(servers, "server.{}=127.0.0.1:{peer}:{election}", i + 1);
-            }
-        }
+        let servers: Vec<String> = if n > 1 {
+            ports
+                .iter()
+                .enumerate()
+                .map(|(i, (_, peer, election))| format!("{}=127.0.0.1:{peer}:{election}", i + 1))
+                .collect()
+        } else {
+            Vec::new()
+        };
         let mut nodes = Vec::with_capacity(n);
         for (i, (client_port, _, _)) in ports.iter().enumerate() {
             let node_dir = dir.path().join(format!("node{i}"));
-            let data = node_dir.join("data");
-            std::fs::create_dir_all(&data).expect("cannot create ZooKeeper data dir");
-            if n > 1 {
-                std::fs::write(data.join("myid"), format!("{}\n", i + 1)).expect("write myid");
-            }
-            let config = format!(
-                "# written by the shardcar test harness\n\
-                 tickTime=500\n\
-                 initLimit=20\n\
-                 syncLimit=10\n\
-                 minSessionTimeout=1000\n\
-                 maxSessionTimeout=60000\n\
-                 dataDir={data}\n\
-                 clientPort={client_port}\n\
-                 clientPortAddress=127.0.0.1\n\
-                 maxClientCnxns=0\n\
-                 admin.enableServer=false\n\
-                 4lw.commands.whitelist=srvr,stat,mntr,ruok,cons,conf\n\
-                 extendedTypesEnabled=true\n\
-                 forceSync=no\n\
-                 {servers}",
-                data = data.display(),
-            );
-            std::fs::write(node_dir.join("zoo.cfg"), config).expect("write zoo.cfg");
+            std::fs::create_dir_all(&node_dir).expect("cannot create a ZooKeeper node dir");
             nodes.push(Node {
                 client_port: *client_port,
                 log: node_dir.join("zookeeper.log"),
                 dir: node_dir,
                 process: None,
+                myid: i + 1,
+                servers: servers.join(","),
             });
         }
         let mut zk = ZooKeeper { nodes, _dir: dir };
@@ -258,22 +242,28 @@ impl ZooKeeper {
         }
     }
 
+    /// Starts node `i` through `scripts/zk.sh run` (the one way shardcar starts ZooKeeper),
+    /// which writes its config and replaces itself with the server: the pid is the server's.
     fn spawn(&mut self, i: usize) {
         let node = &mut self.nodes[i];
-        let java = std::env::var("SHARDCAR_TEST_JAVA").unwrap_or_else(|_| "java".into());
-        let classpath = std::env::var("SHARDCAR_TEST_ZK_CLASSPATH")
-            .unwrap_or_else(|_| DEFAULT_CLASSPATH.into());
-        let mut command = Command::new(java);
+        let mut command = Command::new("bash");
         command
-            .current_dir(&node.dir)
-            // Small heap, one GC thread and C1 only: fast start-up on a small shared machine.
-            .args(["-Xmx256m", "-XX:+UseSerialGC", "-XX:TieredStopAtLevel=1"])
-            .arg("-Djava.net.preferIPv4Stack=true")
-            .arg(format!("-Dzookeeper.log.dir={}", node.dir.display()))
-            .arg("-Dzookeeper.root.logger=INFO,CONSOLE")
-            .args(["-cp", &classpath])
-            .arg("org.apache.zookeeper.server.quorum.QuorumPeerMain")
-            .arg(node.dir.join("zoo.cfg"));
+            .arg(concat!(env!("CARGO_MANIFEST_DIR"), "/scripts/zk.sh"))
+            .arg("run")
+            .arg(&node.dir)
+            .arg(node.client_port.to_string())
+            .arg(&node.servers)
+            // A short tick (sessions of a few seconds expire promptly) and no fsync: fast
+            // tests on a small shared machine.
+            .env("ZK_TICK", "500")
+            .env("ZK_FORCE_SYNC", "no")
+            .env("ZK_MYID", node.myid.to_string());
+        if let Ok(java) = std::env::var("SHARDCAR_TEST_JAVA") {
+            command.env("JAVA", java);
+        }
+        if let Ok(classpath) = std::env::var("SHARDCAR_TEST_ZK_CLASSPATH") {
+            command.env("ZK_CLASSPATH", classpath);
+        }
         node.process = Some(Process::spawn(
             &format!("zookeeper node {i}"),
             command,
