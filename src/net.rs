@@ -1,5 +1,5 @@
 //! Picking the IP a sidecar advertises when none is configured, the way ElasticJob's
-//! `IpUtils` does (elasticjob-layout.md §3.3): the last interface that is up, not loopback
+//! `IpUtils` does (`docs/elasticjob-compat.md` §2.3): the last interface that is up, not loopback
 //! and not virtual, and its first IPv4 address.
 
 use std::net::IpAddr;

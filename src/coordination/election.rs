@@ -1,9 +1,9 @@
-//! Leader election per job (elasticjob-layout.md §5.1).
+//! Leader election per job (`docs/elasticjob-compat.md` §4).
 //!
 //! ElasticJob elects by taking the `leader/election/latch` mutex and creating the ephemeral
 //! `leader/election/instance` if it is absent. shardcar does the same, with the same
 //! Curator-compatible latch children, so it can share a job with Java processes. A sidecar
-//! takes part with one identity per job: its first local instance (DESIGN.md §2 rule 3).
+//! takes part with one identity per job: one of its live local instances (`docs/elasticjob-compat.md` §4).
 
 use crate::coordination::view::JobView;
 use crate::elasticjob::paths::JobPaths;

@@ -1,5 +1,5 @@
 //! Executions: what a fire runs on a local instance, and the bookkeeping of the executions
-//! in flight (elasticjob-layout.md §5.2 "Execution set", §5.4).
+//! in flight (`docs/elasticjob-compat.md` §6).
 //!
 //! Like an ElasticJob instance, which has one Quartz thread per job, a shardcar instance runs
 //! one execution of its job at a time: a fire that finds the instance still busy flags its

@@ -1,5 +1,5 @@
-//! The writes that start, end and hand over items (elasticjob-layout: `docs/elasticjob-compat.md`,
-//! "Execution nodes and failover"), as pure functions of a [`JobView`].
+//! The writes that start, end and hand over items (`docs/elasticjob-compat.md`
+//! §6, §7, §11), as pure functions of a [`JobView`].
 //!
 //! Nodes and rules are ElasticJob's: a running item has `sharding/{i}/running` (its runner's
 //! id); an item left by an instance that went away is flagged under `leader/failover/items/{i}`;

@@ -1,10 +1,10 @@
 //! Sharding: when the leader must reshard, what the new assignment is, and the one multi-op
-//! that commits it (elasticjob-layout.md §5.2).
+//! that commits it (`docs/elasticjob-compat.md` §5).
 //!
 //! ElasticJob reshards lazily at the leader's next fire; shardcar's leader does it eagerly, as
 //! soon as membership, a server's status or the item count changes, and only rewrites the
 //! owner nodes that change. The commit is fenced by the version of the leader node the leader
-//! read (DESIGN.md §2, rule 2) so a deposed leader's write fails instead of landing.
+//! read (`docs/elasticjob-compat.md` §11) so a deposed leader's write fails instead of landing.
 
 use std::collections::BTreeMap;
 

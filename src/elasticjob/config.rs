@@ -1,4 +1,4 @@
-//! The job's `config` node (layout §3.1): ElasticJob's `JobConfigurationPOJO` as YAML.
+//! The job's `config` node (`docs/elasticjob-compat.md` §2.1): ElasticJob's `JobConfigurationPOJO` as YAML.
 //!
 //! [`JobConfiguration::to_yaml`] writes exactly the bytes Java's SnakeYAML writes (alphabetical
 //! keys, null and empty collections omitted, `''` kept, SnakeYAML's scalar styles), so a job

@@ -3,7 +3,7 @@
 use super::*;
 use crate::elasticjob::vectors;
 
-/// The "typical Java output" of layout §3.1: `newBuilder("myJob", 3).cron("0/5 * * * * ?")`.
+/// What Java writes for `newBuilder("myJob", 3).cron("0/5 * * * * ?")`.
 const TYPICAL: &str = "cron: 0/5 * * * * ?\ndescription: ''\ndisabled: false\nfailover: false\n\
 jobName: myJob\njobParameter: ''\nmaxTimeDiffSeconds: -1\nmisfire: true\nmonitorExecution: true\n\
 overwrite: false\nreconcileIntervalMinutes: 10\nshardingItemParameters: ''\nshardingTotalCount: 3\n\

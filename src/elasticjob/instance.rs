@@ -1,4 +1,4 @@
-//! Job instance identity (layout §3.2–§3.4): the instance id `{ip}@-@{pid}`, the YAML data of
+//! Job instance identity (`docs/elasticjob-compat.md` §2.2–§2.3): the instance id `{ip}@-@{pid}`, the YAML data of
 //! `instances/{id}`, and the task id ElasticJob builds for one execution.
 
 use serde::Deserialize;
@@ -77,7 +77,7 @@ pub fn parse_instance_yaml(data: &[u8]) -> Result<InstanceInfo, LayoutError> {
     })
 }
 
-/// The task id of one execution (layout §3.4):
+/// The task id of one execution (`docs/elasticjob-compat.md` §2.3):
 /// `{job}@-@{items comma-joined}@-@READY@-@{ip}@-@{pid}`.
 pub fn task_id(job: &str, items: &[i32], id: &str) -> String {
     let items: Vec<String> = items.iter().map(i32::to_string).collect();

@@ -2,7 +2,7 @@
 //! of `config` and `instances/{id}` (byte-for-byte what Java writes), instance ids and task ids,
 //! and Java's `String.hashCode`. Nothing outside this module formats a znode path.
 //!
-//! Reference: `shared/elasticjob-layout.md` §1–§3; ground truth: `tests/vectors/`.
+//! Reference: `docs/elasticjob-compat.md` §1–§3; ground truth: `tests/vectors/`.
 
 pub mod config;
 pub mod extras;

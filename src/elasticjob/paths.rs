@@ -1,4 +1,4 @@
-//! Typed znode paths of one ElasticJob job (layout §2), relative to the namespace, and the
+//! Typed znode paths of one ElasticJob job (`docs/elasticjob-compat.md` §1), relative to the namespace, and the
 //! reverse mapping from a path to the node it is ([`JobPaths::classify`]). Also the rules that
 //! go with the paths: child order ([`sort_descending`]), job-name validity and server status.
 
@@ -137,7 +137,7 @@ impl JobPaths {
     pub fn trigger(&self, id: &str) -> String {
         self.sub(&format!("trigger/{id}"))
     }
-    /// `systemTime/current`: only its mtime is used (layout §5.9).
+    /// `systemTime/current`: only its mtime is used (`docs/elasticjob-compat.md` §6).
     pub fn system_time(&self) -> String {
         self.sub("systemTime/current")
     }
@@ -211,7 +211,7 @@ fn java_compare(a: &str, b: &str) -> Ordering {
 }
 
 /// Sorts children as ElasticJob's `getChildrenKeys` does: descending by Java `String.compareTo`.
-/// Strategies and failover depend on this order (layout §1).
+/// Strategies and failover depend on this order (`docs/elasticjob-compat.md` §1).
 pub fn sort_descending(v: &mut [String]) {
     v.sort_by(|a, b| java_compare(b, a));
 }

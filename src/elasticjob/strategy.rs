@@ -1,4 +1,4 @@
-//! ElasticJob's sharding strategies (layout §5.3) as pure functions: given the available
+//! ElasticJob's sharding strategies (`docs/elasticjob-compat.md` §5) as pure functions: given the available
 //! instances in ElasticJob's descending order and the item count, who owns which item.
 //!
 //! The same inputs give the same owners as a Java leader, so a shardcar leader and a Java
@@ -145,7 +145,7 @@ mod tests {
             .collect()
     }
 
-    // A, B, C as in layout §5.3; they arrive descending: [C, B, A].
+    // A, B, C as in ElasticJob's worked example; they arrive descending: [C, B, A].
     const A: &str = "10.0.0.1@-@1";
     const B: &str = "10.0.0.2@-@1";
     const C: &str = "10.0.0.3@-@1";

@@ -1,5 +1,5 @@
 //! The namespace operations behind the Admin API, done the way ElasticJob's console and
-//! lifecycle API do them (elasticjob-layout.md §5.6), so that every coordinator watching the
+//! lifecycle API do them (`docs/elasticjob-compat.md` §8), so that every coordinator watching the
 //! job — shardcar's and Java's — reacts as it would to the console:
 //!
 //! - trigger: delete `trigger/` recursively, then create `trigger/{id}` per live instance;
@@ -368,7 +368,7 @@ pub async fn put_job(
             config.static_sharding = old.static_sharding;
         }
     }
-    // The root keeps empty data (DESIGN.md §2: any Java class may share the job).
+    // The root keeps empty data (`docs/elasticjob-compat.md` §1: any Java class may share the job).
     match reg.create(&paths.root(), b"", CreateMode::Persistent).await {
         Ok(_) | Err(registry::Error::NodeExists(_)) => {}
         Err(e) => return Err(e.into()),

@@ -1,5 +1,5 @@
 //! Admin operations against the in-memory registry, checked node by node against ElasticJob's
-//! layout (elasticjob-layout.md §2, §5.6).
+//! layout (`docs/elasticjob-compat.md` §1, §8).
 
 use super::*;
 use crate::registry::MemoryStore;
