@@ -16,13 +16,13 @@ import subprocess
 import tempfile
 import time
 from pathlib import Path
-from typing import Iterator, List, Optional
+from typing import Iterator, List, Optional, Sequence
 
 import pytest
 
 REPO_ROOT = Path(__file__).resolve().parents[3]
 ZK_JAR = Path("/usr/share/java/zookeeper.jar")
-ZK_CLASSPATH = "/etc/zookeeper/conf:/usr/share/java/zookeeper.jar:/usr/share/java/slf4j-simple.jar"
+ZK_SCRIPT = Path(__file__).resolve().parents[3] / "scripts" / "zk.sh"
 
 
 def free_port() -> int:
@@ -65,13 +65,15 @@ class Sidecar:
     """One ``shardcar run`` process; ``target`` is what workers connect to."""
 
     def __init__(self, binary: Path, workdir: Path, listen: str, zk: Optional[str] = None,
-                 session_timeout: Optional[str] = None, namespace: Optional[str] = None) -> None:
+                 session_timeout: Optional[str] = None, namespace: Optional[str] = None,
+                 args: Sequence[str] = ()) -> None:
         self.binary = binary
         self.workdir = workdir
         self.listen = listen
         self.zk = zk
         self.session_timeout = session_timeout
         self.namespace = namespace
+        self.args = list(args)  # further `shardcar run` flags, e.g. ["--lease", "1s"]
         self.proc: Optional[subprocess.Popen] = None
         self.starts = 0
         self.log_paths: List[Path] = []
@@ -88,6 +90,7 @@ class Sidecar:
             args += ["--namespace", self.namespace]
         if self.session_timeout:
             args += ["--session-timeout", self.session_timeout]
+        args += self.args
         self.starts += 1
         log_path = self.workdir / f"sidecar-{self.starts}.log"
         self.log_paths.append(log_path)
@@ -122,6 +125,11 @@ class Sidecar:
     def resume(self) -> None:
         assert self.proc is not None
         self.proc.send_signal(signal.SIGCONT)
+
+    def terminate(self) -> None:
+        """SIGTERM: the sidecar drains (``Shutdown`` to its workers) and exits by itself."""
+        assert self.proc is not None
+        self.proc.send_signal(signal.SIGTERM)
 
     def kill(self) -> None:
         """SIGKILL, like a crash; waits until the process is gone."""
@@ -171,6 +179,30 @@ def make_sidecar(sidecar_bin: Path, workdir: Path, request) -> Iterator:
 
 
 @pytest.fixture
+def spawn_child(request) -> Iterator:
+    """Factory: ``spawn_child(args)`` → a started :class:`helpers.ChildWorker`; every child is
+    continued and killed by its pid when the test ends, and its output printed if the test
+    failed (or always, with ``SHARDCAR_SHOW_CHILD=1`` and ``pytest -s``)."""
+    from helpers import ChildWorker
+
+    started: List[ChildWorker] = []
+
+    def spawn(args: Sequence[str]) -> ChildWorker:
+        child = ChildWorker(args)
+        started.append(child)
+        return child
+
+    try:
+        yield spawn
+    finally:
+        failed = getattr(request.node, "rep_call", None)
+        for child in started:
+            child.kill()
+            if (failed is not None and failed.failed) or os.environ.get("SHARDCAR_SHOW_CHILD"):
+                print(f"--- worker {child.args} ---\n{child.output()}")
+
+
+@pytest.fixture
 def sidecar(make_sidecar) -> Sidecar:
     """A standalone (in-memory) sidecar on a free loopback port."""
     return make_sidecar()
@@ -194,21 +226,13 @@ class ZooKeeper:
         return f"127.0.0.1:{self.port}"
 
     def start(self) -> "ZooKeeper":
-        data = self.workdir / "data"
-        data.mkdir(parents=True, exist_ok=True)
-        cfg = self.workdir / "zoo.cfg"
-        cfg.write_text(
-            "tickTime=2000\ninitLimit=10\nsyncLimit=5\n"
-            f"dataDir={data}\nclientPort={self.port}\nclientPortAddress=127.0.0.1\n"
-            "maxClientCnxns=0\nadmin.enableServer=false\n"
-            "4lw.commands.whitelist=ruok,srvr,mntr,stat,cons\n"
-        )
+        # scripts/zk.sh is the one way shardcar starts ZooKeeper; `run` replaces itself with
+        # the server, so this process's pid is the server's.
         log = open(self.workdir / "zookeeper.log", "wb")
         self.proc = subprocess.Popen(
-            ["java", "-Xmx256m", f"-Dzookeeper.log.dir={self.workdir}",
-             "-Dzookeeper.root.logger=INFO,CONSOLE", "-cp", ZK_CLASSPATH,
-             "org.apache.zookeeper.server.quorum.QuorumPeerMain", str(cfg)],
+            ["bash", str(ZK_SCRIPT), "run", str(self.workdir), str(self.port)],
             stdout=log, stderr=subprocess.STDOUT,
+            env={**os.environ, "ZK_FORCE_SYNC": "no"},
         )
         log.close()
         wait_until(self._ready, 60, interval=0.1, what="ZooKeeper `srvr` to report a Mode")
@@ -247,7 +271,7 @@ class ZooKeeper:
 def zookeeper() -> Iterator[ZooKeeper]:
     """A real single-node ZooKeeper from Debian's package, on a free port (session-wide)."""
     if shutil.which("java") is None or not ZK_JAR.is_file():
-        pytest.skip("ZooKeeper not installed (apt-get install zookeeper)")
+        pytest.fail("ZooKeeper is not installed: run scripts/install-deps.sh (package zookeeper)")
     workdir = Path(tempfile.mkdtemp(prefix="sc-zk-"))
     zk = ZooKeeper(workdir)
     try:

@@ -1,9 +1,16 @@
-"""Small helpers for the integration tests: run a sync Worker in a thread, collect calls."""
+"""Small helpers for the integration tests: run a sync Worker in a thread, collect calls, run a
+worker in a child process."""
 
 from __future__ import annotations
 
+import json
+import signal
+import subprocess
+import sys
 import threading
-from typing import List, Optional
+import time
+from pathlib import Path
+from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple
 
 from shardcar import ShardingContext, Worker
 
@@ -56,3 +63,98 @@ class Calls:
 
     def executions(self) -> set:
         return {c.execution_id for c in self.snapshot()}
+
+
+CHILD_SCRIPT = Path(__file__).resolve().with_name("child_worker.py")
+
+Event = Dict[str, Any]
+
+
+class ChildWorker:
+    """A worker in a child process (``child_worker.py``); its stdout is read by a thread.
+
+    Tests wait for what it printed (:meth:`wait_for`), never for fixed times; they freeze it
+    with :meth:`pause` and continue it with :meth:`resume`. :meth:`kill` (continue, then
+    SIGKILL) is what the ``spawn_child`` fixture calls at the end of every test.
+    """
+
+    def __init__(self, args: Sequence[str]) -> None:
+        self.args = list(args)
+        self.proc = subprocess.Popen(
+            [sys.executable, "-u", str(CHILD_SCRIPT), *self.args],
+            stdout=subprocess.PIPE,
+            stderr=subprocess.STDOUT,
+            text=True,
+            bufsize=1,
+        )
+        self.events: List[Event] = []
+        self.lines: List[str] = []
+        self.eof = False
+        self._cond = threading.Condition()
+        self._reader = threading.Thread(target=self._read, daemon=True)
+        self._reader.start()
+
+    def _read(self) -> None:
+        assert self.proc.stdout is not None
+        for line in self.proc.stdout:
+            try:
+                event = json.loads(line)
+            except ValueError:
+                event = {"ev": "raw", "line": line.rstrip("\n")}
+            with self._cond:
+                self.lines.append(line.rstrip("\n"))
+                self.events.append(event)
+                self._cond.notify_all()
+        with self._cond:
+            self.eof = True
+            self._cond.notify_all()
+
+    def wait_for(
+        self, predicate: Callable[[Event], bool], timeout: float, what: str, start: int = 0
+    ) -> Tuple[int, Event]:
+        """The first event at index ``start`` or later that satisfies ``predicate``."""
+        deadline = time.monotonic() + timeout
+        with self._cond:
+            index = start
+            while True:
+                while index < len(self.events):
+                    if predicate(self.events[index]):
+                        return index, self.events[index]
+                    index += 1
+                if self.eof:
+                    raise AssertionError(f"worker exited before {what}:\n{self.output()}")
+                remaining = deadline - time.monotonic()
+                if remaining <= 0:
+                    raise AssertionError(f"timed out after {timeout}s waiting for {what}:\n"
+                                         f"{self.output()}")
+                self._cond.wait(remaining)
+
+    def snapshot(self) -> List[Event]:
+        with self._cond:
+            return list(self.events)
+
+    def logs(self, start: int = 0) -> List[str]:
+        return [e["msg"] for e in self.snapshot()[start:] if e.get("ev") == "log"]
+
+    def pause(self) -> None:
+        self.proc.send_signal(signal.SIGSTOP)
+
+    def resume(self) -> None:
+        self.proc.send_signal(signal.SIGCONT)
+
+    def wait_exit(self, timeout: float) -> int:
+        try:
+            return self.proc.wait(timeout)
+        except subprocess.TimeoutExpired:
+            raise AssertionError(f"worker did not exit within {timeout}s:\n{self.output()}")
+
+    def kill(self) -> None:
+        if self.proc.poll() is None:
+            self.proc.send_signal(signal.SIGCONT)
+            self.proc.kill()
+            self.proc.wait(timeout=10)
+        self._reader.join(timeout=5)
+
+    def output(self) -> str:
+        with self._cond:
+            return "\n".join(self.lines[-400:])

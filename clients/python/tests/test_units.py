@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import threading
 import time
 
 import grpc
@@ -11,9 +12,17 @@ import shardcar
 from shardcar import JobConfig, ShardingStrategy
 from shardcar._common import resolve_target, subscribe_request
 from shardcar._proto import shardcar_pb2 as pb
-from shardcar._state import JobState
+from shardcar import _core
+from shardcar._common import failure_text, truncate_utf8
 from shardcar.errors import from_rpc_error
-from shardcar.events import Lease, ShardItem, Trigger, TriggerSource, event_from_proto
+from shardcar.events import (
+    Lease,
+    ShardItem,
+    Trigger,
+    TriggerSource,
+    contexts_for,
+    event_from_proto,
+)
 
 
 def test_optional_fields_stay_unset_unless_given():
@@ -111,12 +120,19 @@ def test_events_convert():
     assert isinstance(lease, Lease) and lease.sequence == 5
 
 
-class Clock:
+class Clock(_core.Clock):
+    """A fake clock: monotonic ``now``, wall ``WALL0 + now``."""
+
+    WALL0 = 1_800_000_000.0
+
     def __init__(self):
         self.now = 100.0
 
-    def __call__(self):
+    def monotonic(self):
         return self.now
+
+    def wall(self):
+        return self.WALL0 + self.now
 
 
 def _trigger(exec_id="e1", items=(0, 1)):
@@ -124,97 +140,246 @@ def _trigger(exec_id="e1", items=(0, 1)):
                    2, TriggerSource.CRON, None, {i: 10 + i for i in items})
 
 
-def _lease(clock, valid_for=3.0, seq=1):
-    return Lease(valid_for, seq, clock.now + valid_for)
+def _lease(clock, valid_for=3.0, seq=1, wall_valid_for=None):
+    wall_end = clock.wall() + (valid_for if wall_valid_for is None else wall_valid_for)
+    return Lease(valid_for, seq, clock.now + valid_for, wall_end)
 
 
-def test_state_runs_items_and_answers_while_leased():
+def new_core(clock, **kwargs):
+    core = _core.ProtocolCore("j", clock, **kwargs)
+    assert core.stream_opened() == []
+    core.on_event(shardcar.Registered("1.2.3.4@-@9", None))
+    return core
+
+
+def _kinds(outs):
+    result = []
+    for o in outs:
+        if isinstance(o, _core.StartItem):
+            result.append(("start", o.ctx.execution_id, o.ctx.sharding_item))
+        elif isinstance(o, _core.CancelItem):
+            result.append(("cancel", o.ctx.execution_id, o.ctx.sharding_item))
+        elif isinstance(o, _core.SendCall):
+            result.append((o.call.rpc.value, o.call.execution_id, o.call.items))
+        else:
+            result.append(("stop",))
+    return result
+
+
+def test_core_contexts_carry_the_trigger():
     clock = Clock()
-    st = JobState("j", clock)
-    st.new_stream("s1")
-    st.registered("1.2.3.4@-@9")
-    assert st.on_lease(_lease(clock)) == []
-    ctxs = st.on_trigger(_trigger())
+    core = new_core(clock)
+    core.on_event(_lease(clock))
+    outs = core.on_event(_trigger())
+    ctxs = [o.ctx for o in outs]
     assert [c.sharding_item for c in ctxs] == [0, 1]
     assert ctxs[1].fencing_token == 11 and ctxs[1].sharding_parameter == "p1"
-    assert ctxs[0].instance_id == "1.2.3.4@-@9"
-    assert st.finish(ctxs[0]).token == "s1"
-    assert st.finish(ctxs[0]) is None  # answered once
+    assert ctxs[0].instance_id == "1.2.3.4@-@9" and ctxs[0].job_name == "j"
+    (send,) = core.handler_done("e1", 0, _core.Outcome.COMPLETE)
+    assert send.call.instance_id == "1.2.3.4@-@9" and send.call.generation == core.generation
+    assert core.handler_done("e1", 0, _core.Outcome.COMPLETE) == []  # answered once
 
 
-def test_state_trigger_without_lease_waits_for_renewal():
+def test_core_declines_a_whole_trigger_without_lease_in_one_call():
     clock = Clock()
-    st = JobState("j", clock)
-    st.new_stream("s1")
-    assert st.on_trigger(_trigger()) == []
-    st.on_revoke((1,), "moved")
-    started = st.on_lease(_lease(clock))
-    assert [c.sharding_item for c in started] == [0]
+    core = new_core(clock)
+    assert _kinds(core.on_event(_trigger())) == [("decline", "e1", (0, 1))]
+    # A later lease does not bring it back: triggers are never queued.
+    assert _kinds(core.on_event(_lease(clock))) == []
 
 
-def test_state_lease_expiry_cancels_and_blocks_new_work():
+def test_core_wall_clock_end_wins_over_valid_for():
     clock = Clock()
-    st = JobState("j", clock)
-    st.new_stream("s1")
-    st.on_lease(_lease(clock, 3.0))
-    ctxs = st.on_trigger(_trigger())
-    clock.now += 2.0
-    assert st.check_lease() == ([], 103.0)
-    clock.now += 1.5
-    cancelled, _ = st.check_lease()
-    assert cancelled == list(ctxs) and all(c.cancelled for c in ctxs)
-    assert "lease" in ctxs[0].cancel_reason
-    assert st.on_trigger(_trigger("e2")) == []  # waits for a renewal
-    assert st.finish(ctxs[0]) is None
-    renewed = st.on_lease(_lease(clock, 3.0, 2))
-    assert [c.execution_id for c in renewed] == ["e2", "e2"]
+    core = new_core(clock)
+    core.on_event(_lease(clock, valid_for=10.0, wall_valid_for=2.0))
+    core.on_event(_trigger(items=(0,)))
+    clock.now += 1.9
+    assert core.check("e1", 0)[1] is False
+    clock.now += 0.2
+    outs, cancelled, left = core.check("e1", 0)
+    assert cancelled is True and left is None and _kinds(outs) == [("cancel", "e1", 0)]
 
 
-def test_state_finish_after_expiry_without_watchdog_is_not_answered():
+def test_core_lapse_noticed_when_the_handler_returns_declines_without_cancel():
     clock = Clock()
-    st = JobState("j", clock)
-    st.new_stream("s1")
-    st.on_lease(_lease(clock, 1.0))
-    (ctx,) = st.on_trigger(_trigger(items=(0,)))
-    clock.now += 5
-    assert st.finish(ctx) is None and ctx.cancelled
+    core = new_core(clock)
+    core.on_event(_lease(clock, valid_for=1.0))
+    core.on_event(_trigger())
+    clock.now += 5  # no tick, no check meanwhile (a paused process)
+    outs = core.handler_done("e1", 0, _core.Outcome.COMPLETE)
+    # The other item is cancelled; the returned one is declined, never answered.
+    assert _kinds(outs) == [("cancel", "e1", 1), ("decline", "e1", (0,))]
+    assert "lease expired" in outs[1].call.text
 
 
-def test_state_revoke_cancels_only_named_items():
+def test_core_declines_an_item_whose_earlier_handler_still_runs():
     clock = Clock()
-    st = JobState("j", clock)
-    st.new_stream("s1")
-    st.on_lease(_lease(clock))
-    c0, c1 = st.on_trigger(_trigger())
-    assert st.on_revoke((1,), "resharded") == [c1]
-    assert c1.cancelled and not c0.cancelled and "resharded" in c1.cancel_reason
-    assert st.finish(c1) is None and st.finish(c0) is not None
+    core = new_core(clock)
+    core.on_event(_lease(clock, valid_for=1.0))
+    core.on_event(_trigger("e1", (0,)))
+    clock.now += 2
+    assert _kinds(core.tick()) == [("cancel", "e1", 0)]
+    core.on_event(_lease(clock, valid_for=3.0, seq=2))
+    outs = core.on_event(_trigger("e2", (0, 1)))
+    assert _kinds(outs) == [("start", "e2", 1), ("decline", "e2", (0,))]
+    assert _kinds(core.handler_done("e1", 0, _core.Outcome.COMPLETE)) == [("decline", "e1", (0,))]
 
 
-def test_state_reconnect_never_answers_old_executions():
+def test_core_stop_request_declines_new_work_and_stops_when_the_stream_ends():
     clock = Clock()
-    st = JobState("j", clock)
-    st.new_stream("s1")
-    st.on_lease(_lease(clock))
-    (old,) = st.on_trigger(_trigger(items=(0,)))
-    assert st.stream_lost("sidecar gone") == [old]
-    st.new_stream("s2")
-    st.on_lease(_lease(clock))
-    assert st.finish(old) is None
-    (new,) = st.on_trigger(_trigger("e9", items=(0,)))
-    assert st.finish(new).token == "s2"
+    core = new_core(clock)
+    core.on_event(_lease(clock))
+    core.on_event(_trigger("e1", (0,)))
+    assert core.request_stop() == []
+    (decline,) = core.on_event(_trigger("e2", (1,)))
+    assert _kinds([decline]) == [("decline", "e2", (1,))]
+    core.answer_result(decline.call.id, "OK")
+    assert not core.idle()
+    (send,) = core.handler_done("e1", 0, _core.Outcome.COMPLETE)
+    assert not core.idle()  # its answer is not settled yet
+    core.answer_result(send.call.id, "OK")
+    assert core.idle()
+    assert _kinds(core.stream_ended("closed by the worker")) == [("stop",)] and core.stopped
 
 
-def test_state_stop_refuses_new_work_on_every_stream():
+def test_core_can_reconnect_after_shutdown_when_asked_to():
     clock = Clock()
-    st = JobState("j", clock)
-    st.new_stream("s1")
-    st.on_lease(_lease(clock))
-    st.stop()
-    assert st.on_trigger(_trigger()) == []
-    st.new_stream("s2")
-    st.on_lease(_lease(clock))
-    assert st.on_trigger(_trigger()) == []
+    core = new_core(clock, exit_on_shutdown=False)
+    core.on_event(shardcar.Shutdown("drain"))
+    assert core.stream_ended("sidecar ended it") == [] and not core.stopped
+    core.stream_opened()
+    core.on_event(shardcar.Registered("1.2.3.4@-@9", None))
+    core.on_event(_lease(clock))
+    assert _kinds(core.on_event(_trigger("e1", (0,)))) == [("start", "e1", 0)]
+
+
+def test_core_forced_cancel_declines_once_returned():
+    clock = Clock()
+    core = new_core(clock)
+    core.on_event(_lease(clock))
+    core.on_event(_trigger("e1", (0,)))
+    assert _kinds(core.cancel_all("worker forced to stop")) == [("cancel", "e1", 0)]
+    assert core.cancel_all("again") == []  # once
+    assert _kinds(core.handler_done("e1", 0, _core.Outcome.FAILURE, "x")) == [
+        ("decline", "e1", (0,))]
+
+
+def test_core_resends_with_growing_capped_backoff_and_never_twice_in_flight():
+    clock = Clock()
+    core = new_core(clock, retry_initial=0.1, retry_max=0.3)
+    core.on_event(_lease(clock, valid_for=60))
+    core.on_event(_trigger("e1", (0,)))
+    (send,) = core.handler_done("e1", 0, _core.Outcome.COMPLETE)
+    delays = []
+    for _ in range(4):
+        assert core.tick() == []  # in flight: nothing is repeated
+        assert core.answer_result(send.call.id, "UNAVAILABLE", "connection refused") == []
+        due = core.next_deadline()
+        delays.append(round(due - clock.now, 3))
+        clock.now = due
+        (send,) = core.tick()
+    assert delays == [0.1, 0.2, 0.3, 0.3]
+    assert send.call.attempt == 5
+    assert core.answer_result(send.call.id, "FAILED_PRECONDITION", "taken back") == []
+    clock.now += 10
+    assert core.tick() == [] and core.idle()
+
+
+@pytest.mark.parametrize(
+    "code,details,transport",
+    [
+        ("UNAVAILABLE", "", True),
+        ("CANCELLED", "", True),
+        ("DEADLINE_EXCEEDED", "", True),
+        ("INTERNAL", "h2 protocol error: http2 error", True),
+        ("INTERNAL", "Received RST_STREAM with error code 2", True),
+        ("INTERNAL", "the sidecar failed", False),
+        ("FAILED_PRECONDITION", "execution was taken back", False),
+        ("NOT_FOUND", "", False),
+        ("PERMISSION_DENIED", "", False),
+        ("INVALID_ARGUMENT", "", False),
+    ],
+)
+def test_transport_failures_are_told_from_refusals(code, details, transport):
+    assert _core.is_transport_failure(code, details) is transport
+    err = from_rpc_error(_Err(getattr(grpc.StatusCode, code), details), target="t", during="answer")
+    assert isinstance(err, shardcar.AnswerTransportError) is transport
+    if code in ("FAILED_PRECONDITION", "NOT_FOUND", "PERMISSION_DENIED"):
+        assert isinstance(err, shardcar.AnswerRejectedError)
+
+
+def test_failure_text_is_cut_to_16384_bytes_without_splitting_a_character():
+    text = failure_text(RuntimeError("\u00e9\u4e2d\U0001f600" * 5000))
+    data = text.encode("utf-8")
+    assert 16384 - 4 < len(data) <= 16384
+    assert text.startswith("RuntimeError: \u00e9\u4e2d\U0001f600")
+    for limit in range(1, 12):
+        cut = truncate_utf8("a\u00e9\u4e2d\U0001f600", limit)
+        assert len(cut.encode("utf-8")) <= limit and "a\u00e9\u4e2d\U0001f600".startswith(cut)
+    assert truncate_utf8("short") == "short"
+    assert truncate_utf8("bad \udc80 surrogate") == "bad ? surrogate"
+
+
+def test_decline_reason_is_cut_too():
+    clock = Clock()
+    core = new_core(clock)
+    (send,) = core.on_event(_trigger("e" * 20000, (0,)))
+    assert len(send.call.text.encode("utf-8")) <= 16384
+
+
+def test_context_check_happens_at_call_time_on_the_cores_clock():
+    clock = Clock()
+    core = new_core(clock)
+    core.on_event(_lease(clock, valid_for=3.0))
+    (start,) = core.on_event(_trigger("e1", (0,)))
+    ctx = start.ctx
+    ctx._probe = lambda: core.check("e1", 0)[1:]
+    assert not ctx.cancelled and not ctx.wait(0)
+    clock.now += 60  # the process was paused: no timer ran
+    assert ctx.cancelled and "lease expired" in ctx.cancel_reason
+    assert ctx.wait(0)
+
+
+def test_context_wait_wakes_when_the_lease_runs_out_without_any_timer():
+    core = new_core(_core.SYSTEM_CLOCK)
+    core.on_event(Lease(0.3, 1, time.monotonic() + 0.3, time.time() + 0.3))
+    (start,) = core.on_event(_trigger("e1", (0,)))
+    ctx = start.ctx
+    ctx._probe = lambda: core.check("e1", 0)[1:]
+    began = time.monotonic()
+    assert ctx.wait(10) is True
+    assert 0.25 < time.monotonic() - began < 2
+
+
+async def test_context_wait_async_wakes_when_the_lease_runs_out():
+    core = new_core(_core.SYSTEM_CLOCK)
+    core.on_event(Lease(0.3, 1, time.monotonic() + 0.3, time.time() + 0.3))
+    (start,) = core.on_event(_trigger("e1", (0,)))
+    ctx = start.ctx
+    ctx._probe = lambda: core.check("e1", 0)[1:]
+    assert await ctx.wait_async(0.01) is False
+    began = time.monotonic()
+    assert await ctx.wait_async(10) is True
+    assert 0.2 < time.monotonic() - began < 2
+
+
+async def test_context_wait_async_wakes_on_cancel_from_another_thread():
+    ctx = contexts_for(_trigger("e1", (0,)), "j", "i")[0]
+    threading.Timer(0.1, ctx._cancel, args=("revoked",)).start()
+    began = time.monotonic()
+    assert await ctx.wait_async(10) is True
+    assert time.monotonic() - began < 2 and ctx.cancel_reason == "revoked"
+
+
+def test_lease_read_after_its_expires_at_is_not_valid():
+    ev = pb.WorkerEvent(lease=pb.Lease(valid_for={"seconds": 3}, sequence=2))
+    ev.lease.expires_at.FromSeconds(int(time.time()) - 1)
+    lease = event_from_proto(ev, "j")
+    assert isinstance(lease, Lease) and not lease.valid
+    assert lease.expires_at <= time.monotonic()
+    ev.lease.expires_at.FromSeconds(int(time.time()) + 60)
+    lease = event_from_proto(ev, "j")
+    assert lease.valid and lease.expires_at - time.monotonic() <= 3.0
 
 
 def test_lease_valid_uses_receipt_time():

@@ -16,6 +16,7 @@ Quick start::
 from .config import JobConfig, ShardingStrategy
 from .errors import (
     AnswerRejectedError,
+    AnswerTransportError,
     ExecutionFencedError,
     ExecutionNotFoundError,
     InstanceConflictError,
@@ -65,6 +66,7 @@ __all__ = [
     "JobNotFoundError",
     "InstanceConflictError",
     "AnswerRejectedError",
+    "AnswerTransportError",
     "ExecutionNotFoundError",
     "ExecutionFencedError",
     "PermissionDeniedError",

@@ -7,10 +7,13 @@ import os
 import random
 import traceback
 from dataclasses import dataclass
-from typing import Dict, List, Mapping, Optional, Tuple, Union
+from typing import TYPE_CHECKING, Dict, List, Mapping, Optional, Tuple, Union
 
 from ._proto import shardcar_pb2 as pb
 from .config import JobConfig
+
+if TYPE_CHECKING:  # _core imports this module
+    from ._core import AnswerCall
 
 log = logging.getLogger("shardcar")
 
@@ -89,8 +92,57 @@ class Backoff:
         return random.uniform(self._current / 2, self._current)
 
 
+#: The longest ``ReportFailure.error`` and ``Decline.reason`` the sidecar accepts, in bytes of
+#: UTF-8 (it answers INVALID_ARGUMENT beyond).
+MAX_TEXT_BYTES = 16384
+
+
+def truncate_utf8(text: str, limit: int = MAX_TEXT_BYTES) -> str:
+    """``text`` cut to at most ``limit`` bytes of UTF-8, never in the middle of a character.
+
+    Characters that cannot be encoded (lone surrogates) become ``?``, so the result is always
+    valid UTF-8, as protobuf requires of a ``string`` field.
+    """
+    try:
+        data = text.encode("utf-8")
+    except UnicodeEncodeError:
+        data = text.encode("utf-8", "replace")
+        text = data.decode("utf-8")
+    if len(data) <= limit:
+        return text
+    # A cut inside a multi-byte sequence leaves an incomplete tail, which "ignore" drops.
+    return data[:limit].decode("utf-8", "ignore")
+
+
 def failure_text(exc: BaseException) -> str:
-    """The ``error`` of a ``ReportFailure``: the exception's type and text, then its traceback."""
+    """The ``error`` of a ``ReportFailure``: the exception's type and text, then its traceback,
+    at most :data:`MAX_TEXT_BYTES` bytes of UTF-8."""
     head = f"{type(exc).__name__}: {exc}"
     tb = "".join(traceback.format_exception(type(exc), exc, exc.__traceback__))
-    return f"{head}\n{tb}"[:16000]
+    return truncate_utf8(f"{head}\n{tb}")
+
+
+AnswerRequest = Union[pb.CompleteRequest, pb.ReportFailureRequest, pb.DeclineRequest]
+
+
+def answer_request(call: "AnswerCall") -> Tuple[str, AnswerRequest]:
+    """The ``Worker`` service method (``"Complete"``, ``"ReportFailure"``, ``"Decline"``) and the
+    request of an answer the protocol core asked to send."""
+    rpc = call.rpc.value
+    if rpc == "complete":
+        return "Complete", pb.CompleteRequest(
+            instance_id=call.instance_id, execution_id=call.execution_id, items=list(call.items)
+        )
+    if rpc == "report_failure":
+        return "ReportFailure", pb.ReportFailureRequest(
+            instance_id=call.instance_id,
+            execution_id=call.execution_id,
+            item=call.items[0],
+            error=call.text,
+        )
+    return "Decline", pb.DeclineRequest(
+        instance_id=call.instance_id,
+        execution_id=call.execution_id,
+        items=list(call.items),
+        reason=call.text,
+    )

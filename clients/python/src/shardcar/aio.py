@@ -1,16 +1,33 @@
 """The asyncio client: :class:`Worker` with ``async def`` handlers and :class:`Subscription`.
 
-Same behaviour as :mod:`shardcar.worker`, on ``grpc.aio``: each item runs as a task (at most
-``max_concurrency`` at once per job); revoke, lease expiry, a lost stream or a forced stop cancel
-the task (``asyncio.CancelledError`` inside the handler) and its answer is not sent.
+Same behaviour as :mod:`shardcar.worker`, on ``grpc.aio``, driving the same protocol core
+(:mod:`shardcar._core`): each item runs as a task (at most ``max_concurrency`` at once per job);
+revoke, lease expiry, a lost stream or a forced stop cancel the task (``asyncio.CancelledError``
+inside the handler), and the item is declined instead of answered. ``ctx.cancelled`` and
+``await ctx.wait_async(t)`` check the lease at the moment they are called, so a handler that
+did not yield to the event loop (a blocking section, a paused process) still learns at once.
 """
 
 from __future__ import annotations
 
 import asyncio
+import functools
 import signal
+import threading
 import time
-from typing import AsyncIterator, Awaitable, Callable, Dict, List, Mapping, Optional, Sequence
+from typing import (
+    Any,
+    AsyncIterator,
+    Awaitable,
+    Callable,
+    Dict,
+    List,
+    Mapping,
+    Optional,
+    Sequence,
+    Set,
+    Tuple,
+)
 
 import grpc
 import grpc.aio
@@ -18,18 +35,28 @@ import grpc.aio
 from ._common import (
     Backoff,
     JobSpec,
+    answer_request,
     channel_options,
     failure_text,
     job_name_of,
     log,
     resolve_target,
     subscribe_request,
+    truncate_utf8,
+)
+from ._core import (
+    AnswerCall,
+    CancelItem,
+    Outcome,
+    Output,
+    ProtocolCore,
+    SendCall,
+    StartItem,
+    Stop,
 )
 from ._proto import shardcar_pb2 as pb
 from ._proto import shardcar_pb2_grpc as pb_grpc
-from ._state import JobState
 from .errors import (
-    AnswerRejectedError,
     InstanceConflictError,
     InvalidJobConfigError,
     JobNotFoundError,
@@ -42,10 +69,7 @@ from .events import (
     Event,
     Lease,
     Registered,
-    Revoke,
     ShardingContext,
-    Shutdown,
-    Trigger,
     event_from_proto,
 )
 
@@ -53,12 +77,15 @@ __all__ = ["Worker", "Subscription", "AsyncHandler"]
 
 AsyncHandler = Callable[[ShardingContext], Awaitable[None]]
 AssignmentCallback = Callable[[Assignment], object]
+Key = Tuple[str, int]
 
 
 class Subscription:
     """One ``Subscribe`` stream: ``async for`` it for typed events, answer through it.
 
-    Like :class:`shardcar.Subscription`: no reconnect, leases tracked but not enforced.
+    Like :class:`shardcar.Subscription`: no reconnect, leases tracked but not enforced; answers
+    raise :class:`~shardcar.AnswerRejectedError` when refused and
+    :class:`~shardcar.AnswerTransportError` when they failed in transport.
     """
 
     def __init__(
@@ -97,25 +124,35 @@ class Subscription:
             raise
 
     async def complete(self, execution_id: str, items: Sequence[int]) -> None:
-        """Reports items done. Raises :class:`AnswerRejectedError` if the sidecar refuses."""
+        """Reports items done."""
         req = pb.CompleteRequest(
             instance_id=self._require_instance(), execution_id=execution_id, items=list(items)
         )
-        try:
-            await self._stub.Complete(req, timeout=self._timeout)
-        except grpc.RpcError as err:
-            raise from_rpc_error(err, target=self._target, during="answer") from None
+        await self._answer(self._stub.Complete, req)
 
     async def report_failure(self, execution_id: str, item: int, error: str) -> None:
-        """Reports one item failed with ``error``."""
+        """Reports one item failed with ``error`` (cut to 16384 bytes of UTF-8)."""
         req = pb.ReportFailureRequest(
             instance_id=self._require_instance(),
             execution_id=execution_id,
             item=item,
-            error=error,
+            error=truncate_utf8(error),
         )
+        await self._answer(self._stub.ReportFailure, req)
+
+    async def decline(self, execution_id: str, items: Sequence[int] = (), reason: str = "") -> None:
+        """Gives items back without an outcome (empty ``items``: all of the execution)."""
+        req = pb.DeclineRequest(
+            instance_id=self._require_instance(),
+            execution_id=execution_id,
+            items=list(items),
+            reason=truncate_utf8(reason),
+        )
+        await self._answer(self._stub.Decline, req)
+
+    async def _answer(self, method: Any, req: Any) -> None:
         try:
-            await self._stub.ReportFailure(req, timeout=self._timeout)
+            await method(req, timeout=self._timeout)
         except grpc.RpcError as err:
             raise from_rpc_error(err, target=self._target, during="answer") from None
 
@@ -140,6 +177,8 @@ class Worker:
     """The asyncio twin of :class:`shardcar.Worker`; same arguments, ``await worker.run()``.
 
     Create it inside the event loop that runs it (``grpc.aio`` channels belong to one loop).
+    ``exit_on_shutdown`` (default ``True``): after a sidecar ``Shutdown`` the job stops once the
+    sidecar has ended its stream; ``False`` reconnects instead.
     """
 
     def __init__(
@@ -154,7 +193,7 @@ class Worker:
         backoff_max: float = 5.0,
         drain_timeout: float = 30.0,
         answer_timeout: float = 10.0,
-        exit_on_shutdown: bool = False,
+        exit_on_shutdown: bool = True,
         options: Optional[Mapping[str, object]] = None,
     ) -> None:
         if max_concurrency < 1:
@@ -220,7 +259,8 @@ class Worker:
     async def run(self, *, handle_signals: bool = True) -> None:
         """Runs every job until :meth:`stop`, SIGINT or SIGTERM (then drains), like the sync one.
 
-        Cancelling the task that awaits ``run`` cancels running items and returns promptly.
+        Returns by itself when every job has stopped (after a sidecar ``Shutdown``). Cancelling
+        the task that awaits ``run`` cancels running items and returns promptly.
         """
         if not self._jobs:
             raise ShardcarError("no jobs registered: decorate a handler with @worker.job(...)")
@@ -288,13 +328,18 @@ class Worker:
     async def _drain(self) -> None:
         deadline = time.monotonic() + self.drain_timeout
         for runner in self._jobs:
-            runner.state.stop()
+            runner.begin_drain()
         for runner in self._jobs:
             await runner.wait_idle(deadline, lambda: self._force)
 
 
 class _JobRunner:
-    """One job of an asyncio :class:`Worker`: a stream task, a lease task, item tasks."""
+    """One job of an asyncio :class:`Worker`: the driver of its :class:`ProtocolCore`.
+
+    A stream task, a timer task, one task per item and one per answer call. Outputs are
+    performed on the event loop (handed over with ``call_soon_threadsafe`` when a context is
+    checked from another thread, e.g. a handler's ``run_in_executor`` function).
+    """
 
     def __init__(
         self,
@@ -310,53 +355,110 @@ class _JobRunner:
         self.handler = handler
         self.overwrite = overwrite
         self.fatal: Optional[ShardcarError] = None
-        self.state = JobState(self.job_name)
+        self.core = ProtocolCore(
+            self.job_name,
+            exit_on_shutdown=worker.exit_on_shutdown,
+            retry_initial=worker.backoff_initial,
+            retry_max=worker.backoff_max,
+        )
         self.max_concurrency = max_concurrency
-        self._tasks: Dict[int, asyncio.Task] = {}  # id(ctx) -> its item task
+        self._tasks: Dict[Key, "asyncio.Task[Tuple[Outcome, str]]"] = {}
+        self._calls: Set["asyncio.Task[None]"] = set()
         # asyncio objects are created in start(), inside the loop that runs them.
-        self._lease_changed: Optional[asyncio.Event] = None
+        self._loop: Optional[asyncio.AbstractEventLoop] = None
+        self._loop_thread = 0
+        self._timer_wake: Optional[asyncio.Event] = None
         self._sem: Optional[asyncio.Semaphore] = None
         self._sub: Optional[Subscription] = None
-        self._background: List[asyncio.Task] = []
+        self._background: List["asyncio.Task[None]"] = []
         self._ever_registered = False
-        self._shutdown_requested = False
         self._closing = False
         self.done: "asyncio.Future[None]"
 
     def start(self) -> None:
         loop = asyncio.get_running_loop()
+        self._loop = loop
+        self._loop_thread = threading.get_ident()
         self.done = loop.create_future()
-        self._lease_changed = asyncio.Event()
+        self._timer_wake = asyncio.Event()
         self._sem = asyncio.Semaphore(self.max_concurrency)
         self._background = [
             loop.create_task(self._stream_loop()),
-            loop.create_task(self._lease_loop()),
+            loop.create_task(self._timer_loop()),
         ]
 
-    def _cancel(self, contexts: Sequence[ShardingContext]) -> None:
-        for ctx in contexts:
-            task = self._tasks.get(id(ctx))
-            if task is not None:
-                task.cancel()
+    # -- outputs --------------------------------------------------------------------------------
+    def _perform(self, outputs: List[Output]) -> None:
+        if not outputs:
+            return
+        loop = self._loop
+        assert loop is not None
+        if threading.get_ident() != self._loop_thread:
+            try:
+                loop.call_soon_threadsafe(self._perform, outputs)
+            except RuntimeError:  # the loop is closed
+                pass
+            return
+        for out in outputs:
+            if isinstance(out, StartItem):
+                ctx = out.ctx
+                ctx._probe = functools.partial(self._probe, ctx)
+                key = (ctx.execution_id, ctx.sharding_item)
+                task = loop.create_task(self._run_item(ctx))
+                self._tasks[key] = task
+                task.add_done_callback(functools.partial(self._item_done, ctx))
+            elif isinstance(out, CancelItem):
+                running = self._tasks.get((out.ctx.execution_id, out.ctx.sharding_item))
+                if running is not None:
+                    running.cancel()
+            elif isinstance(out, SendCall):
+                call_task = loop.create_task(self._send(out.call))
+                self._calls.add(call_task)
+                call_task.add_done_callback(self._calls.discard)
+            elif isinstance(out, Stop):
+                pass  # the stream task sees core.stopped and ends
+        if self._timer_wake is not None:
+            self._timer_wake.set()
 
+    def _probe(self, ctx: ShardingContext) -> Tuple[Optional[bool], Optional[float]]:
+        outputs, cancelled, lease_left = self.core.check(ctx.execution_id, ctx.sharding_item)
+        self._perform(outputs)
+        return cancelled, lease_left
+
+    async def _send(self, call: AnswerCall) -> None:
+        name, request = answer_request(call)
+        stub = self.worker._ensure_channel()
+        code, details = "OK", ""
+        try:
+            await getattr(stub, name)(request, timeout=self.worker.answer_timeout)
+        except grpc.RpcError as err:
+            code = err.code().name if hasattr(err, "code") else "UNKNOWN"
+            details = (err.details() if hasattr(err, "details") else "") or ""
+        except asyncio.CancelledError:
+            raise  # the worker is closing: the result no longer matters
+        except Exception as exc:  # e.g. the channel was closed: it never reached the sidecar
+            code, details = "CANCELLED", str(exc)
+        self._perform(self.core.answer_result(call.id, code, details))
+
+    # -- stream ---------------------------------------------------------------------------------
     async def _stream_loop(self) -> None:
         backoff = Backoff(self.worker.backoff_initial, self.worker.backoff_max)
         first_deadline = time.monotonic() + self.worker.connect_timeout
         try:
-            while not self._closing:
+            while not self._closing and not self.core.stopped:
                 sub = self.worker.subscribe(self.config, overwrite=self.overwrite)
-                self._cancel(self.state.new_stream(sub))
                 self._sub = sub
+                self._perform(self.core.stream_opened())
                 reason = "stream ended by the sidecar"
                 try:
                     async for event in sub:
                         if isinstance(event, Registered):
                             self._ever_registered = True
                             backoff.reset()
-                        if await self._on_event(event):
-                            reason = "shutdown requested by the sidecar"
-                            self._shutdown_requested = True
-                            break
+                            log.info("job %s: registered as %s", self.job_name, event.instance_id)
+                        self._perform(self.core.on_event(event))
+                        if isinstance(event, Assignment):
+                            await self._assigned(event)
                 except ShardcarError as err:
                     reason = str(err)
                     if self._is_fatal(err) or (
@@ -367,8 +469,10 @@ class _JobRunner:
                     sub.close()
                     if self._sub is sub:
                         self._sub = None
-                    self._cancel(self.state.stream_lost(reason))
-                if self.fatal is not None or self._closing or self._shutdown_requested:
+                    if self._closing:
+                        reason = "worker stopped"
+                    self._perform(self.core.stream_ended(reason))
+                if self.fatal is not None or self._closing or self.core.stopped:
                     break
                 if not self._ever_registered and time.monotonic() >= first_deadline:
                     self.fatal = SidecarUnavailableError(
@@ -383,6 +487,15 @@ class _JobRunner:
             if not self.done.done():
                 self.done.set_result(None)
 
+    async def _assigned(self, event: Assignment) -> None:
+        for callback in self.worker._assignment_callbacks:
+            try:
+                result = callback(event)
+                if asyncio.iscoroutine(result):
+                    await result
+            except Exception:
+                log.exception("job %s: on_assignment callback failed", self.job_name)
+
     def _is_fatal(self, err: ShardcarError) -> bool:
         if isinstance(err, (InvalidJobConfigError, JobNotFoundError)):
             return True
@@ -390,116 +503,79 @@ class _JobRunner:
             return not self._ever_registered
         return not isinstance(err, SidecarUnavailableError) and not self._ever_registered
 
-    async def _on_event(self, event: Event) -> bool:
-        start: List[ShardingContext] = []
-        if isinstance(event, Registered):
-            self.state.registered(event.instance_id)
-            log.info("job %s: registered as %s", self.job_name, event.instance_id)
-        elif isinstance(event, Lease):
-            start = self.state.on_lease(event)
-            assert self._lease_changed is not None
-            self._lease_changed.set()
-        elif isinstance(event, Trigger):
-            start = self.state.on_trigger(event)
-        elif isinstance(event, Revoke):
-            self._cancel(self.state.on_revoke(event.items, event.reason))
-        elif isinstance(event, Shutdown):
-            log.info("job %s: sidecar sent Shutdown (%s)", self.job_name, event.reason)
-            self.state.draining = True
-        elif isinstance(event, Assignment):
-            for callback in self.worker._assignment_callbacks:
-                try:
-                    result = callback(event)
-                    if asyncio.iscoroutine(result):
-                        await result
-                except Exception:
-                    log.exception("job %s: on_assignment callback failed", self.job_name)
-        loop = asyncio.get_running_loop()
-        for ctx in start:
-            self._tasks[id(ctx)] = loop.create_task(self._run_item(ctx))
-        if isinstance(event, Shutdown) and self.worker.exit_on_shutdown:
-            await self.wait_idle(time.monotonic() + self.worker.drain_timeout, lambda: self._closing)
-            return True
-        return False
-
-    async def _lease_loop(self) -> None:
-        assert self._lease_changed is not None
+    # -- time -----------------------------------------------------------------------------------
+    async def _timer_loop(self) -> None:
+        wake = self._timer_wake
+        assert wake is not None
         while not self._closing:
-            cancelled, deadline = self.state.check_lease()
-            if cancelled:
-                log.warning(
-                    "job %s: lease expired; cancelled %d running item(s)",
-                    self.job_name,
-                    len(cancelled),
-                )
-                self._cancel(cancelled)
+            self._perform(self.core.tick())
+            deadline = self.core.next_deadline()
             timeout = 0.5
             if deadline is not None:
                 timeout = min(timeout, max(0.0, deadline - time.monotonic()) + 0.001)
-            self._lease_changed.clear()
+            wake.clear()
             try:
-                await asyncio.wait_for(self._lease_changed.wait(), timeout)
+                await asyncio.wait_for(wake.wait(), timeout)
             except asyncio.TimeoutError:
                 pass
 
-    async def _run_item(self, ctx: ShardingContext) -> None:
-        error: Optional[BaseException] = None
+    # -- items ----------------------------------------------------------------------------------
+    async def _run_item(self, ctx: ShardingContext) -> Tuple[Outcome, str]:
         assert self._sem is not None
-        try:
-            async with self._sem:
+        async with self._sem:
+            if ctx.cancelled:  # checked now: the lease may have run out while it waited
+                return Outcome.STOPPED, ""
+            try:
+                await self.handler(ctx)
+            except asyncio.CancelledError:
+                raise
+            except Exception as exc:  # the handler's failure is reported, not raised
                 if not ctx.cancelled:
-                    await self.handler(ctx)
-        except asyncio.CancelledError:
-            if not ctx.cancelled:
-                ctx._cancel("cancelled")
-        except Exception as exc:  # the handler's failure is reported, not raised
-            error = exc
-            if not ctx.cancelled:
-                log.warning(
-                    "job %s item %d failed: %s", self.job_name, ctx.sharding_item, exc,
-                    exc_info=True,
-                )
-        finally:
-            self._tasks.pop(id(ctx), None)
-        run = self.state.finish(ctx)
-        if run is None:
-            log.info(
-                "job %s item %d of %s: answer not sent (%s)",
-                self.job_name,
-                ctx.sharding_item,
-                ctx.execution_id,
-                ctx.cancel_reason or "stream or lease no longer current",
-            )
-            return
-        sub = run.token
-        assert isinstance(sub, Subscription)
-        try:
-            if error is None:
-                await sub.complete(ctx.execution_id, [ctx.sharding_item])
+                    log.warning(
+                        "job %s item %d failed: %s", self.job_name, ctx.sharding_item, exc,
+                        exc_info=True,
+                    )
+                return Outcome.FAILURE, failure_text(exc)
+            return Outcome.COMPLETE, ""
+
+    def _item_done(self, ctx: ShardingContext, task: "asyncio.Task[Tuple[Outcome, str]]") -> None:
+        key = (ctx.execution_id, ctx.sharding_item)
+        if self._tasks.get(key) is task:
+            del self._tasks[key]
+        if task.cancelled():
+            outcome, error = Outcome.STOPPED, ""
+        else:
+            exc = task.exception()
+            if exc is not None:  # a BaseException other than CancelledError
+                outcome, error = Outcome.FAILURE, failure_text(exc)
             else:
-                await sub.report_failure(ctx.execution_id, ctx.sharding_item, failure_text(error))
-        except AnswerRejectedError as err:
-            log.warning("job %s item %d: %s", self.job_name, ctx.sharding_item, err)
-        except ShardcarError as err:
-            log.warning("job %s item %d: answer not delivered: %s", self.job_name, ctx.sharding_item, err)
+                outcome, error = task.result()
+        self._perform(self.core.handler_done(ctx.execution_id, ctx.sharding_item, outcome, error))
+
+    # -- stopping -------------------------------------------------------------------------------
+    def begin_drain(self) -> None:
+        self._perform(self.core.request_stop())
 
     async def wait_idle(self, deadline: float, forced: Callable[[], bool]) -> None:
-        while self.state.running and not forced():
+        while not self.core.idle() and not forced():
             if time.monotonic() >= deadline:
                 log.warning("job %s: drain timeout; cancelling running items", self.job_name)
                 break
-            await asyncio.sleep(0.05)
+            await asyncio.sleep(0.02)
 
     def cancel_running(self, reason: str) -> None:
-        self._cancel(self.state.cancel_all(reason))
+        if self._loop is None:
+            return
+        self._perform(self.core.cancel_all(reason))
 
     async def close(self) -> None:
         self._closing = True
         self.cancel_running("worker stopped")
         if self._sub is not None:
             self._sub.close()
-        tasks = list(self._tasks.values()) + self._background
-        for task in self._background:
+        tasks: List["asyncio.Future[Any]"] = list(self._tasks.values()) + list(self._calls)
+        for task in self._background + list(self._calls):
             task.cancel()
+        tasks += self._background
         if tasks:
             await asyncio.gather(*tasks, return_exceptions=True)

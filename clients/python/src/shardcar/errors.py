@@ -12,6 +12,8 @@ from typing import Optional
 
 import grpc
 
+from ._core import is_transport_failure
+
 __all__ = [
     "ShardcarError",
     "SidecarUnavailableError",
@@ -19,6 +21,7 @@ __all__ = [
     "JobNotFoundError",
     "InstanceConflictError",
     "AnswerRejectedError",
+    "AnswerTransportError",
     "ExecutionNotFoundError",
     "ExecutionFencedError",
     "PermissionDeniedError",
@@ -91,7 +94,18 @@ class InstanceConflictError(ShardcarError):
 
 
 class AnswerRejectedError(ShardcarError):
-    """The sidecar refused a ``Complete`` or ``ReportFailure``."""
+    """The sidecar refused a ``Complete``, ``ReportFailure`` or ``Decline``: its final answer."""
+
+
+class AnswerTransportError(SidecarUnavailableError):
+    """An answer failed in transport: the sidecar neither accepted nor refused it.
+
+    UNAVAILABLE, CANCELLED, DEADLINE_EXCEEDED, or INTERNAL from the HTTP/2 layer (a call written
+    on a connection the sidecar had already closed with GOAWAY). Answers are idempotent: send it
+    again while the stream that delivered the trigger is open; once that stream has ended, drop
+    it (the sidecar refuses it and hands the items to others). Never a refusal, never an
+    acceptance.
+    """
 
 
 class ExecutionNotFoundError(AnswerRejectedError):
@@ -122,9 +136,21 @@ def _field_named(details: str) -> Optional[str]:
 
 
 def from_rpc_error(err: grpc.RpcError, *, target: str, during: str) -> ShardcarError:
-    """Maps a gRPC error of ``during`` (``"subscribe"`` or ``"answer"``) to a client error."""
+    """Maps a gRPC error of ``during`` (``"subscribe"`` or ``"answer"``) to a client error.
+
+    For an answer, a transport failure becomes :class:`AnswerTransportError` and only the
+    sidecar's own replies become :class:`AnswerRejectedError` subclasses.
+    """
     code = err.code() if hasattr(err, "code") else None
     details = (err.details() if hasattr(err, "details") else None) or ""
+    if during == "answer" and code is not None and is_transport_failure(code.name, details):
+        return AnswerTransportError(
+            f"answer not delivered ({code.name}: {details or 'no details'}): a transport "
+            "error, the sidecar neither accepted nor refused it; it may be sent again while "
+            "its stream is open",
+            code=code,
+            details=details,
+        )
     if code == grpc.StatusCode.UNAVAILABLE:
         return SidecarUnavailableError(
             f"shardcar sidecar unreachable at {target!r}: {details or 'unavailable'} "

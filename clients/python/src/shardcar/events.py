@@ -6,12 +6,13 @@ frozen dataclasses below, which is what ``Worker.subscribe`` yields.
 
 from __future__ import annotations
 
+import asyncio
 import enum
 import threading
 import time
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
-from typing import Dict, Optional, Tuple, Union
+from typing import Callable, Dict, List, Optional, Tuple, Union
 
 from ._proto import shardcar_pb2 as pb
 from .config import JobConfig
@@ -103,15 +104,25 @@ class Shutdown:
 
 @dataclass(frozen=True)
 class Lease:
-    """Work is allowed until ``expires_at`` (``time.monotonic()`` clock): receipt + ``valid_for``."""
+    """Work is allowed while the lease is valid: until the earlier of ``valid_for`` after its
+    receipt and ``expires_at_wall`` on the host's wall clock.
+
+    ``expires_at`` is that end on the ``time.monotonic()`` clock, as computed at receipt;
+    ``expires_at_wall`` is the sidecar's ``Lease.expires_at`` in seconds since the epoch
+    (``None`` from a sidecar that does not send it). A lease read after its ``expires_at_wall``
+    (a renewal that waited in a socket buffer while the process was paused) is not valid.
+    """
 
     valid_for: float
     sequence: int
     expires_at: float
+    expires_at_wall: Optional[float] = None
 
     @property
     def valid(self) -> bool:
-        return time.monotonic() < self.expires_at
+        if time.monotonic() >= self.expires_at:
+            return False
+        return self.expires_at_wall is None or time.time() < self.expires_at_wall
 
 
 Event = Union[Registered, Assignment, Trigger, Revoke, Shutdown, Lease]
@@ -157,12 +168,32 @@ def event_from_proto(msg: pb.WorkerEvent, job_name: str) -> Optional[Event]:
         return Shutdown(reason=msg.shutdown.reason)
     if kind == "lease":
         valid_for = msg.lease.valid_for.seconds + msg.lease.valid_for.nanos / 1e9
+        received, received_wall = time.monotonic(), time.time()
+        expires_at = received + valid_for
+        expires_at_wall: Optional[float] = None
+        if msg.lease.HasField("expires_at"):
+            expires_at_wall = msg.lease.expires_at.seconds + msg.lease.expires_at.nanos / 1e9
+            expires_at = min(expires_at, received + (expires_at_wall - received_wall))
         return Lease(
             valid_for=valid_for,
             sequence=msg.lease.sequence,
-            expires_at=time.monotonic() + valid_for,
+            expires_at=expires_at,
+            expires_at_wall=expires_at_wall,
         )
     return None
+
+
+#: A context's link to the protocol core: ``(cancelled, seconds until the lease runs out)``,
+#: evaluated on the core's clock at the moment of the call. ``cancelled`` is ``None`` when the
+#: core no longer tracks the item (its handler returned).
+Probe = Callable[[], Tuple[Optional[bool], Optional[float]]]
+
+# Guards each context's cancel callbacks; held only to swap a list, never across a call.
+_CANCEL_LOCK = threading.Lock()
+
+# Longest sleep between two checks of the lease inside ``wait``: a wall-clock step is noticed
+# within this long even while the monotonic deadline is far.
+_MAX_STEP = 1.0
 
 
 @dataclass
@@ -170,8 +201,13 @@ class ShardingContext:
     """What a handler gets for one item of one execution (ElasticJob's ``ShardingContext``).
 
     ``cancelled`` turns true when the item is revoked, the lease runs out, the stream is lost or
-    the worker is forced to stop; a handler that sees it should return soon, and its answer is
-    not sent either way. Sync handlers can sleep with :meth:`wait`, which wakes on cancellation.
+    the worker is forced to stop; a handler that sees it should return soon. A cancelled item is
+    never answered: the worker declines it (gives it back) once the handler returns.
+
+    ``cancelled``, :meth:`wait` and :meth:`wait_async` compare the clock with the lease deadline
+    at the moment they are called, so the first check after the process was paused (SIGSTOP, a
+    long GC, a swapped-out page) already reports a lease that ran out meanwhile, before any
+    timer thread or task has had a chance to run.
     """
 
     job_name: str
@@ -187,19 +223,94 @@ class ShardingContext:
     instance_id: str = ""
     cancel_event: threading.Event = field(default_factory=threading.Event, repr=False)
     cancel_reason: str = field(default="", repr=False)
+    _probe: Optional[Probe] = field(default=None, repr=False, compare=False)
+    _on_cancel: List[Callable[[], None]] = field(
+        default_factory=list, init=False, repr=False, compare=False
+    )
 
     @property
     def cancelled(self) -> bool:
-        return self.cancel_event.is_set()
+        """Whether the item is cancelled, the lease being checked now."""
+        return self._poll()[0]
 
     def wait(self, timeout: Optional[float] = None) -> bool:
-        """Sleeps up to ``timeout`` seconds; returns ``True`` as soon as the item is cancelled."""
-        return self.cancel_event.wait(timeout)
+        """Sleeps up to ``timeout`` seconds; returns ``True`` as soon as the item is cancelled.
+
+        For sync handlers (it blocks the calling thread). The lease is checked when called and
+        again when it is due to run out, whatever the worker's other threads are doing.
+        """
+        end = None if timeout is None else time.monotonic() + max(0.0, timeout)
+        while True:
+            cancelled, step = self._poll()
+            if cancelled:
+                return True
+            if end is not None:
+                remaining = end - time.monotonic()
+                if remaining <= 0:
+                    return False
+                step = min(step, remaining)
+            if self.cancel_event.wait(step):
+                return True
+
+    async def wait_async(self, timeout: Optional[float] = None) -> bool:
+        """The asyncio form of :meth:`wait`: ``await ctx.wait_async(5)``.
+
+        In a ``shardcar.aio`` worker a cancelled item's task is also cancelled, so this may
+        raise ``asyncio.CancelledError`` instead of returning ``True``; both mean: stop now.
+        """
+        loop = asyncio.get_running_loop()
+        fired = asyncio.Event()
+
+        def wake() -> None:
+            try:
+                loop.call_soon_threadsafe(fired.set)
+            except RuntimeError:  # the loop is closed: nobody waits any more
+                pass
+
+        with _CANCEL_LOCK:
+            self._on_cancel.append(wake)
+        try:
+            end = None if timeout is None else time.monotonic() + max(0.0, timeout)
+            while True:
+                cancelled, step = self._poll()
+                if cancelled:
+                    return True
+                if end is not None:
+                    remaining = end - time.monotonic()
+                    if remaining <= 0:
+                        return False
+                    step = min(step, remaining)
+                try:
+                    await asyncio.wait_for(fired.wait(), step)
+                except asyncio.TimeoutError:
+                    pass
+        finally:
+            with _CANCEL_LOCK:
+                if wake in self._on_cancel:
+                    self._on_cancel.remove(wake)
+
+    def _poll(self) -> Tuple[bool, float]:
+        """``(cancelled, how long to sleep before the next check)``."""
+        step = _MAX_STEP
+        probe = self._probe
+        if probe is not None:
+            cancelled, lease_left = probe()
+            if cancelled:
+                return True, 0.0
+            if lease_left is not None:
+                # Wake just after the lease would run out, to check it again then.
+                step = min(step, max(0.0, lease_left) + 0.001)
+        return self.cancel_event.is_set(), step
 
     def _cancel(self, reason: str) -> None:
-        if not self.cancel_event.is_set():
+        with _CANCEL_LOCK:
+            if self.cancel_event.is_set():
+                return
             self.cancel_reason = reason
             self.cancel_event.set()
+            callbacks, self._on_cancel = self._on_cancel, []
+        for callback in callbacks:
+            callback()
 
 
 def contexts_for(trigger: Trigger, job_name: str, instance_id: str) -> Tuple[ShardingContext, ...]:

@@ -1,37 +1,51 @@
 """The synchronous client: :class:`Worker` (decorated handlers, threads) and :class:`Subscription`.
 
-``Worker.job`` registers a handler for a job; ``Worker.run`` subscribes every job, calls the
-handler once per item of every trigger in a thread pool (``max_concurrency`` per job), answers
-``Complete`` / ``ReportFailure``, honours revokes and leases, reconnects with backoff when the
-sidecar goes away, and on Ctrl-C / SIGTERM drains (running items finish and are answered).
-``Worker.subscribe`` gives the raw event stream for callers who want to drive things themselves.
+``Worker.job`` registers a handler for a job; ``Worker.run`` subscribes every job and calls the
+handler once per item of every trigger in a thread pool (``max_concurrency`` per job). What it
+does with each event, answer and lease is decided by the protocol core (:mod:`shardcar._core`);
+this module is its driver: a stream thread, a timer thread, the handler pool, and the gRPC
+calls (sent asynchronously, their results fed back to the core). On Ctrl-C / SIGTERM it drains
+(running items finish and are answered); after a sidecar ``Shutdown`` it stops once the sidecar
+has ended the stream. ``Worker.subscribe`` gives the raw event stream for callers who want to
+drive things themselves.
 """
 
 from __future__ import annotations
 
 import concurrent.futures
+import functools
 import signal
 import threading
 import time
-from typing import Any, Callable, Dict, Iterator, List, Mapping, Optional, Sequence
+from typing import Any, Callable, Dict, Iterator, List, Mapping, Optional, Sequence, Tuple
 
 import grpc
 
 from ._common import (
     Backoff,
     JobSpec,
+    answer_request,
     channel_options,
     failure_text,
     job_name_of,
     log,
     resolve_target,
     subscribe_request,
+    truncate_utf8,
+)
+from ._core import (
+    AnswerCall,
+    CancelItem,
+    Outcome,
+    Output,
+    ProtocolCore,
+    SendCall,
+    StartItem,
+    Stop,
 )
 from ._proto import shardcar_pb2 as pb
 from ._proto import shardcar_pb2_grpc as pb_grpc
-from ._state import JobState
 from .errors import (
-    AnswerRejectedError,
     InstanceConflictError,
     InvalidJobConfigError,
     JobNotFoundError,
@@ -44,10 +58,7 @@ from .events import (
     Event,
     Lease,
     Registered,
-    Revoke,
     ShardingContext,
-    Shutdown,
-    Trigger,
     event_from_proto,
 )
 
@@ -63,7 +74,13 @@ class Subscription:
     Iteration raises a :class:`ShardcarError` subclass when the stream fails, and simply ends
     when the sidecar closes it or :meth:`close` is called. There is no reconnect here; the
     :class:`Worker` does that. Leases are tracked (``lease``, ``lease_valid``) but not enforced:
-    a caller of this API must stop its work when ``lease_valid`` turns false.
+    a caller of this API must stop its work when ``lease_valid`` turns false, and follow the
+    contract in ``shardcar.proto`` itself.
+
+    The answer methods raise :class:`~shardcar.AnswerRejectedError` (and subclasses) when the
+    sidecar refuses, and :class:`~shardcar.AnswerTransportError` when the call failed in
+    transport: then the sidecar neither accepted nor refused it, and it may be sent again while
+    this stream is open.
     """
 
     def __init__(
@@ -98,25 +115,39 @@ class Subscription:
             raise from_rpc_error(err, target=self._target, during="subscribe") from None
 
     def complete(self, execution_id: str, items: Sequence[int]) -> None:
-        """Reports items of ``execution_id`` done. Raises :class:`AnswerRejectedError` if refused."""
+        """Reports items of ``execution_id`` done."""
         req = pb.CompleteRequest(
             instance_id=self._require_instance(), execution_id=execution_id, items=list(items)
         )
-        try:
-            self._stub.Complete(req, timeout=self._timeout)
-        except grpc.RpcError as err:
-            raise from_rpc_error(err, target=self._target, during="answer") from None
+        self._answer(self._stub.Complete, req)
 
     def report_failure(self, execution_id: str, item: int, error: str) -> None:
-        """Reports one item of ``execution_id`` failed with ``error``."""
+        """Reports one item of ``execution_id`` failed with ``error`` (cut to 16384 bytes)."""
         req = pb.ReportFailureRequest(
             instance_id=self._require_instance(),
             execution_id=execution_id,
             item=item,
-            error=error,
+            error=truncate_utf8(error),
         )
+        self._answer(self._stub.ReportFailure, req)
+
+    def decline(self, execution_id: str, items: Sequence[int] = (), reason: str = "") -> None:
+        """Gives items of ``execution_id`` back without an outcome (empty ``items``: all).
+
+        For a trigger that came without a valid lease, or items stopped by a lease lapse or a
+        ``Revoke``. Always accepted for this instance's executions, and safe to repeat.
+        """
+        req = pb.DeclineRequest(
+            instance_id=self._require_instance(),
+            execution_id=execution_id,
+            items=list(items),
+            reason=truncate_utf8(reason),
+        )
+        self._answer(self._stub.Decline, req)
+
+    def _answer(self, method: Any, req: Any) -> None:
         try:
-            self._stub.ReportFailure(req, timeout=self._timeout)
+            method(req, timeout=self._timeout)
         except grpc.RpcError as err:
             raise from_rpc_error(err, target=self._target, during="answer") from None
 
@@ -143,9 +174,13 @@ class Worker:
     ``target``: ``host:port`` or ``unix:///path``; default ``$SHARDCAR_TARGET`` or
     ``127.0.0.1:50061``. ``max_concurrency``: items run at once per job (overridable per job).
     ``connect_timeout``: how long the first connection may keep failing before :meth:`run`
-    raises :class:`SidecarUnavailableError`; once registered, reconnects are retried forever.
+    raises :class:`SidecarUnavailableError`; once registered, reconnects are retried forever
+    (``backoff_initial``, ``backoff_max``; the same bounds pace resent answers).
     ``drain_timeout``: on stop, how long running items may take to finish and be answered.
-    ``exit_on_shutdown``: when the sidecar sends ``Shutdown``, stop instead of reconnecting.
+    ``answer_timeout``: deadline of each answer call (a call that exceeds it is sent again).
+    ``exit_on_shutdown``: when the sidecar sends ``Shutdown``, the job stops once the sidecar
+    has ended its stream (default); ``False`` reconnects instead, for a sidecar that is
+    restarted in place.
     """
 
     def __init__(
@@ -160,7 +195,7 @@ class Worker:
         backoff_max: float = 5.0,
         drain_timeout: float = 30.0,
         answer_timeout: float = 10.0,
-        exit_on_shutdown: bool = False,
+        exit_on_shutdown: bool = True,
         options: Optional[Mapping[str, object]] = None,
     ) -> None:
         if max_concurrency < 1:
@@ -227,7 +262,8 @@ class Worker:
         """Runs every registered job until :meth:`stop`, Ctrl-C or SIGTERM, then drains.
 
         A first Ctrl-C drains (no new work; running items finish and are answered, up to
-        ``drain_timeout``); a second one cancels them and returns at once.
+        ``drain_timeout``); a second one cancels them and returns at once. Returns by itself
+        when every job has stopped (after a sidecar ``Shutdown``, see ``exit_on_shutdown``).
 
         Raises :class:`SidecarUnavailableError` when the sidecar cannot be reached within
         ``connect_timeout``, :class:`InvalidJobConfigError` / :class:`JobNotFoundError` when it
@@ -248,7 +284,7 @@ class Worker:
         finally:
             self._stop.set()
             for runner in self._jobs:
-                runner.close(cancel=True)
+                runner.close()
             for sig, handler in restore.items():
                 signal.signal(sig, handler if handler is not None else signal.SIG_DFL)
         for runner in self._jobs:
@@ -283,7 +319,7 @@ class Worker:
             if not self._force:
                 runner.wait_idle(deadline, lambda: self._force)
         for runner in self._jobs:
-            runner.close(cancel=True)
+            runner.close()
 
     def _install_signals(self) -> Dict[signal.Signals, Any]:
         if threading.current_thread() is not threading.main_thread():
@@ -304,7 +340,12 @@ class Worker:
 
 
 class _JobRunner:
-    """One job of a :class:`Worker`: a stream thread, a lease watchdog thread, a handler pool."""
+    """One job of a :class:`Worker`: the driver of its :class:`ProtocolCore`.
+
+    A stream thread (subscribe, feed events), a timer thread (lease deadline, resends), a
+    handler pool, and answer calls sent with ``future()`` whose results are fed back from
+    gRPC's callback threads. Outputs are performed outside the core's lock.
+    """
 
     def __init__(
         self,
@@ -322,46 +363,97 @@ class _JobRunner:
         self.max_concurrency = max_concurrency
         self.fatal: Optional[ShardcarError] = None
         self.finished = False
-        self._state = JobState(self.job_name)
-        # Guards _state and _sub; held only for bookkeeping, never across gRPC calls or handlers.
-        self._lock = threading.Condition()
+        self.core = ProtocolCore(
+            self.job_name,
+            exit_on_shutdown=worker.exit_on_shutdown,
+            retry_initial=worker.backoff_initial,
+            retry_max=worker.backoff_max,
+        )
         self._sub: Optional[Subscription] = None
         self._closing = threading.Event()
+        self._timer_wake = threading.Event()
         self._pool = concurrent.futures.ThreadPoolExecutor(
             max_workers=max_concurrency, thread_name_prefix=f"shardcar-{self.job_name}"
         )
         self._threads: List[threading.Thread] = []
         self._ever_registered = False
-        self._shutdown_requested = False
 
     def start(self) -> None:
-        for target, name in ((self._stream_loop, "stream"), (self._lease_loop, "lease")):
+        for target, name in ((self._stream_loop, "stream"), (self._timer_loop, "timer")):
             t = threading.Thread(target=target, name=f"shardcar-{self.job_name}-{name}", daemon=True)
             t.start()
             self._threads.append(t)
+
+    # -- outputs --------------------------------------------------------------------------------
+    def _perform(self, outputs: List[Output]) -> None:
+        for out in outputs:
+            if isinstance(out, StartItem):
+                ctx = out.ctx
+                ctx._probe = functools.partial(self._probe, ctx)
+                try:
+                    self._pool.submit(self._run_item, ctx)
+                except RuntimeError:  # the pool is shut down: the worker is closing
+                    self._perform(self.core.handler_done(
+                        ctx.execution_id, ctx.sharding_item, Outcome.STOPPED))
+            elif isinstance(out, CancelItem):
+                pass  # the core marked the context; a thread cannot be interrupted
+            elif isinstance(out, SendCall):
+                self._send(out.call)
+            elif isinstance(out, Stop):
+                self.finished = True
+                self.worker._wake.set()
+        if outputs:
+            self._timer_wake.set()
+
+    def _probe(self, ctx: ShardingContext) -> Tuple[Optional[bool], Optional[float]]:
+        outputs, cancelled, lease_left = self.core.check(ctx.execution_id, ctx.sharding_item)
+        self._perform(outputs)
+        return cancelled, lease_left
+
+    def _send(self, call: AnswerCall) -> None:
+        name, request = answer_request(call)
+        try:
+            future = getattr(self.worker._stub, name).future(
+                request, timeout=self.worker.answer_timeout
+            )
+        except Exception as exc:  # e.g. the channel is closed: never reached the sidecar
+            self._perform(self.core.answer_result(call.id, "CANCELLED", str(exc)))
+            return
+        future.add_done_callback(lambda f: self._on_answered(call, f))
+
+    def _on_answered(self, call: AnswerCall, future: Any) -> None:
+        if future.cancelled():
+            code, details = "CANCELLED", "the call was cancelled"
+        else:
+            err = future.exception()
+            if err is None:
+                code, details = "OK", ""
+            elif isinstance(err, grpc.RpcError) and hasattr(err, "code"):
+                code, details = err.code().name, err.details() or ""
+            else:
+                code, details = "UNKNOWN", str(err)
+        self._perform(self.core.answer_result(call.id, code, details))
 
     # -- stream ---------------------------------------------------------------------------------
     def _stream_loop(self) -> None:
         backoff = Backoff(self.worker.backoff_initial, self.worker.backoff_max)
         first_deadline = time.monotonic() + self.worker.connect_timeout
-        while not self._closing.is_set():
+        while not self._closing.is_set() and not self.core.stopped:
             sub = self.worker.subscribe(self.config, overwrite=self.overwrite)
-            with self._lock:
-                self._state.new_stream(sub)
-                self._sub = sub
+            self._sub = sub
+            self._perform(self.core.stream_opened())
             if self._closing.is_set():
                 sub.close()
-                break
             reason = "stream ended by the sidecar"
             try:
                 for event in sub:
                     if isinstance(event, Registered):
                         self._ever_registered = True
                         backoff.reset()
-                    if self._on_event(event):
-                        reason = "shutdown requested by the sidecar"
-                        self._shutdown_requested = True
-                        break
+                        log.info("job %s: registered as %s", self.job_name, event.instance_id)
+                    self._perform(self.core.on_event(event))
+                    if isinstance(event, Assignment):
+                        self._assigned(event)
             except ShardcarError as err:
                 reason = str(err)
                 if self._is_fatal(err) or (
@@ -370,14 +462,11 @@ class _JobRunner:
                     self.fatal = err
             finally:
                 sub.close()
-                with self._lock:
-                    if self._sub is sub:
-                        self._sub = None
-                    self._state.stream_lost(reason)
-                    self._lock.notify_all()
-            if self.fatal is not None or self._closing.is_set():
-                break
-            if self._shutdown_requested:
+                self._sub = None
+                if self._closing.is_set():
+                    reason = "worker stopped"
+                self._perform(self.core.stream_ended(reason))
+            if self.fatal is not None or self._closing.is_set() or self.core.stopped:
                 break
             if not self._ever_registered and time.monotonic() >= first_deadline:
                 self.fatal = SidecarUnavailableError(
@@ -391,6 +480,13 @@ class _JobRunner:
         self.finished = True
         self.worker._wake.set()
 
+    def _assigned(self, event: Assignment) -> None:
+        for callback in self.worker._assignment_callbacks:
+            try:
+                callback(event)
+            except Exception:
+                log.exception("job %s: on_assignment callback failed", self.job_name)
+
     def _is_fatal(self, err: ShardcarError) -> bool:
         if isinstance(err, (InvalidJobConfigError, JobNotFoundError)):
             return True
@@ -398,116 +494,53 @@ class _JobRunner:
             return not self._ever_registered
         return not isinstance(err, SidecarUnavailableError) and not self._ever_registered
 
-    def _on_event(self, event: Event) -> bool:
-        """Handles one event; True when the worker should stop (Shutdown and exit_on_shutdown)."""
-        start: List[ShardingContext] = []
-        with self._lock:
-            if isinstance(event, Registered):
-                self._state.registered(event.instance_id)
-                log.info("job %s: registered as %s", self.job_name, event.instance_id)
-            elif isinstance(event, Lease):
-                start = self._state.on_lease(event)
-                self._lock.notify_all()
-            elif isinstance(event, Trigger):
-                start = self._state.on_trigger(event)
-            elif isinstance(event, Revoke):
-                revoked = self._state.on_revoke(event.items, event.reason)
-                if revoked:
-                    log.info("job %s: revoked %d running item(s)", self.job_name, len(revoked))
-            elif isinstance(event, Shutdown):
-                log.info("job %s: sidecar sent Shutdown (%s)", self.job_name, event.reason)
-                self._state.draining = True
-        for ctx in start:
-            self._pool.submit(self._run_item, ctx)
-        if isinstance(event, Assignment):
-            for callback in self.worker._assignment_callbacks:
-                try:
-                    callback(event)
-                except Exception:
-                    log.exception("job %s: on_assignment callback failed", self.job_name)
-        if isinstance(event, Shutdown) and self.worker.exit_on_shutdown:
-            self.wait_idle(time.monotonic() + self.worker.drain_timeout, self._closing.is_set)
-            return True
-        return False
-
-    # -- leases ---------------------------------------------------------------------------------
-    def _lease_loop(self) -> None:
-        with self._lock:
-            while not self._closing.is_set():
-                cancelled, deadline = self._state.check_lease()
-                if cancelled:
-                    log.warning(
-                        "job %s: lease expired; cancelled %d running item(s)",
-                        self.job_name,
-                        len(cancelled),
-                    )
-                timeout = 0.5
-                if deadline is not None:
-                    timeout = min(timeout, max(0.0, deadline - time.monotonic()) + 0.001)
-                self._lock.wait(timeout)
+    # -- time -----------------------------------------------------------------------------------
+    def _timer_loop(self) -> None:
+        while not self._closing.is_set():
+            self._perform(self.core.tick())
+            deadline = self.core.next_deadline()
+            timeout = 0.5
+            if deadline is not None:
+                timeout = min(timeout, max(0.0, deadline - time.monotonic()) + 0.001)
+            self._timer_wake.wait(timeout)
+            self._timer_wake.clear()
 
     # -- items ----------------------------------------------------------------------------------
     def _run_item(self, ctx: ShardingContext) -> None:
-        error: Optional[BaseException] = None
-        if not ctx.cancelled:
+        outcome, error = Outcome.COMPLETE, ""
+        if ctx.cancelled:  # checked now: the lease may have run out while it waited for a slot
+            outcome = Outcome.STOPPED
+        else:
             try:
                 self.handler(ctx)
-            except Exception as exc:  # the handler's failure is reported, not raised
-                error = exc
+            except BaseException as exc:  # reported, not raised (a pool thread would drop it)
+                outcome, error = Outcome.FAILURE, failure_text(exc)
                 if not ctx.cancelled:
                     log.warning(
                         "job %s item %d failed: %s", self.job_name, ctx.sharding_item, exc,
                         exc_info=True,
                     )
-        with self._lock:
-            run = self._state.finish(ctx)
-            self._lock.notify_all()
-        if run is None:
-            log.info(
-                "job %s item %d of %s: answer not sent (%s)",
-                self.job_name,
-                ctx.sharding_item,
-                ctx.execution_id,
-                ctx.cancel_reason or "stream or lease no longer current",
-            )
-            return
-        sub = run.token
-        assert isinstance(sub, Subscription)
-        try:
-            if error is None:
-                sub.complete(ctx.execution_id, [ctx.sharding_item])
-            else:
-                sub.report_failure(ctx.execution_id, ctx.sharding_item, failure_text(error))
-        except AnswerRejectedError as err:
-            log.warning("job %s item %d: %s", self.job_name, ctx.sharding_item, err)
-        except ShardcarError as err:
-            log.warning("job %s item %d: answer not delivered: %s", self.job_name, ctx.sharding_item, err)
+        self._perform(self.core.handler_done(ctx.execution_id, ctx.sharding_item, outcome, error))
 
     # -- stopping -------------------------------------------------------------------------------
     def begin_drain(self) -> None:
-        with self._lock:
-            self._state.stop()
+        self._perform(self.core.request_stop())
 
     def wait_idle(self, deadline: float, forced: Callable[[], bool]) -> None:
-        with self._lock:
-            while self._state.running and not forced():
-                remaining = deadline - time.monotonic()
-                if remaining <= 0:
-                    log.warning("job %s: drain timeout; cancelling running items", self.job_name)
-                    break
-                self._lock.wait(min(remaining, 0.25))
+        while not self.core.idle() and not forced():
+            if time.monotonic() >= deadline:
+                log.warning("job %s: drain timeout; cancelling running items", self.job_name)
+                break
+            time.sleep(0.02)
 
     def cancel_running(self, reason: str) -> None:
-        with self._lock:
-            self._state.cancel_all(reason)
+        self._perform(self.core.cancel_all(reason))
 
-    def close(self, *, cancel: bool) -> None:
+    def close(self) -> None:
         self._closing.set()
-        with self._lock:
-            if cancel:
-                self._state.cancel_all("worker stopped")
-            sub = self._sub
-            self._lock.notify_all()
+        self._timer_wake.set()
+        self._perform(self.core.cancel_all("worker stopped"))
+        sub = self._sub
         if sub is not None:
             sub.close()
         for t in self._threads:

@@ -1,0 +1,191 @@
+"""A worker process for the fault tests (``test_faults.py``): the test starts it, reads what it
+does from its stdout (one JSON object a line), and freezes or resumes it with SIGSTOP/SIGCONT.
+
+    python child_worker.py --target T --job J --cron C [--asyncio] --first MODE [--release-file F]
+
+The handler of the first item it is given behaves as ``--first`` says; every later item
+returns at once. Every item prints ``{"ev": "start", ...}``. Modes of the first item:
+
+* ``busy``: ``time.sleep`` then ``ctx.cancelled``, never yielding (an ``async def`` handler
+  blocks its event loop on purpose, so only the check itself can notice a lapse);
+* ``wait``: ``ctx.wait(1)`` (``await ctx.wait_async(1)`` with ``--asyncio``);
+* ``release``: works until ``--release-file`` exists, then returns (is answered);
+* ``quick``: returns at once.
+
+``busy`` and ``wait`` check once, print ``{"ev": "working"}`` and then sleep or wait for
+``WINDOW`` (1 s): the test freezes the process within that window. Their first check after
+it prints ``{"ev": "check", "gap": seconds since the window began, "cancelled": ...}``; they
+go on checking until cancelled, then print ``{"ev": "stopped"}``. Records of the ``shardcar``
+logger are printed as ``{"ev": "log", "msg": ...}``; ``{"ev": "exit"}`` when ``run()``
+returned.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import logging
+import os
+import sys
+import threading
+import time
+from typing import Any
+
+from shardcar import JobConfig, ShardingContext, Worker
+
+_OUT = threading.Lock()
+WINDOW = 1.0  # after printing "working", the handler waits this long: the test freezes it then
+GIVE_UP = 120.0  # never loop for ever, whatever happens
+
+
+def emit(**fields: Any) -> None:
+    fields.setdefault("t", time.time())
+    with _OUT:
+        sys.stdout.write(json.dumps(fields, default=str) + "\n")
+        sys.stdout.flush()
+
+
+class JsonLog(logging.Handler):
+    def emit(self, record: logging.LogRecord) -> None:  # noqa: A003 - logging's name
+        emit(ev="log", level=record.levelname, msg=record.getMessage())
+
+
+class Items:
+    def __init__(self) -> None:
+        self.lock = threading.Lock()
+        self.count = 0
+
+    def begin(self, ctx: ShardingContext) -> int:
+        with self.lock:
+            self.count += 1
+            n = self.count
+        fire = ctx.fire_time.timestamp() if ctx.fire_time is not None else None
+        emit(ev="start", n=n, exec=ctx.execution_id, item=ctx.sharding_item, fire=fire)
+        return n
+
+
+def busy(ctx: ShardingContext) -> None:
+    """``ctx.cancelled`` checks that never yield (an ``async def`` handler blocks its event loop
+    here on purpose: no task of the worker runs between the pause and the check)."""
+    if ctx.cancelled:
+        emit(ev="stopped", reason=f"before the window: {ctx.cancel_reason}")
+        return
+    before = time.monotonic()  # before the print: the freeze may land while it is written
+    emit(ev="working")
+    time.sleep(WINDOW)  # the test freezes the process in here
+    slept = time.monotonic() - before
+    emit(ev="check", gap=slept, cancelled=ctx.cancelled)
+    keep_checking(ctx)
+
+
+def wait_sync(ctx: ShardingContext) -> None:
+    if ctx.wait(0):
+        emit(ev="stopped", reason=f"before the window: {ctx.cancel_reason}")
+        return
+    before = time.monotonic()  # before the print: the freeze may land while it is written
+    emit(ev="working")
+    cancelled = ctx.wait(WINDOW)  # the test freezes the process in here
+    emit(ev="check", gap=time.monotonic() - before, cancelled=cancelled)
+    keep_checking(ctx)
+
+
+async def wait_async(ctx: ShardingContext) -> None:
+    if await ctx.wait_async(0):
+        emit(ev="stopped", reason=f"before the window: {ctx.cancel_reason}")
+        return
+    before = time.monotonic()  # before the print: the freeze may land while it is written
+    emit(ev="working")
+    try:
+        cancelled = await ctx.wait_async(WINDOW)  # the test freezes the process in here
+    except asyncio.CancelledError:
+        # The worker cancelled the task first: the asyncio form of "cancelled".
+        emit(ev="check", gap=time.monotonic() - before, cancelled="CancelledError")
+        emit(ev="stopped", reason=ctx.cancel_reason)
+        raise
+    emit(ev="check", gap=time.monotonic() - before, cancelled=cancelled)
+    keep_checking(ctx)
+
+
+def keep_checking(ctx: ShardingContext) -> None:
+    began = time.monotonic()
+    while not ctx.cancelled:
+        if time.monotonic() - began > GIVE_UP:
+            emit(ev="gave_up")
+            return
+        time.sleep(0.01)
+    emit(ev="stopped", reason=ctx.cancel_reason)
+
+
+def until_released(ctx: ShardingContext, path: str) -> None:
+    while not os.path.exists(path) and not ctx.cancelled:
+        time.sleep(0.02)
+    emit(ev="released", cancelled=ctx.cancelled)
+
+
+async def until_released_async(ctx: ShardingContext, path: str) -> None:
+    while not os.path.exists(path) and not ctx.cancelled:
+        await asyncio.sleep(0.02)
+    emit(ev="released", cancelled=ctx.cancelled)
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--target", required=True)
+    parser.add_argument("--job", required=True)
+    parser.add_argument("--cron", default="* * * * * ?")
+    parser.add_argument("--asyncio", action="store_true")
+    parser.add_argument("--first", choices=["busy", "wait", "release", "quick"], default="quick")
+    parser.add_argument("--release-file", default="")
+    args = parser.parse_args()
+
+    logger = logging.getLogger("shardcar")
+    logger.setLevel(logging.DEBUG)
+    logger.addHandler(JsonLog())
+    config = JobConfig(job_name=args.job, cron=args.cron, sharding_total_count=1)
+    items = Items()
+    emit(ev="ready", pid=os.getpid())
+
+    if not args.asyncio:
+        worker = Worker(args.target, connect_timeout=20)
+
+        @worker.job(config)
+        def handle(ctx: ShardingContext) -> None:
+            if items.begin(ctx) != 1 or args.first == "quick":
+                return
+            if args.first == "busy":
+                busy(ctx)
+            elif args.first == "wait":
+                wait_sync(ctx)
+            else:
+                until_released(ctx, args.release_file)
+
+        worker.run()
+        worker.close()
+    else:
+        from shardcar.aio import Worker as AsyncWorker
+
+        async def run() -> None:
+            worker = AsyncWorker(args.target, connect_timeout=20)
+
+            @worker.job(config)
+            async def handle(ctx: ShardingContext) -> None:
+                if items.begin(ctx) != 1 or args.first == "quick":
+                    return
+                if args.first == "busy":
+                    busy(ctx)  # blocks the event loop on purpose
+                elif args.first == "wait":
+                    await wait_async(ctx)
+                else:
+                    await until_released_async(ctx, args.release_file)
+
+            await worker.run()
+            await worker.close()
+
+        asyncio.run(run())
+    emit(ev="exit")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

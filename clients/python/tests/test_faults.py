@@ -1,0 +1,231 @@
+"""The worker contract under faults, against real sidecar processes, with the worker in a child
+process (``child_worker.py``) so that the test can freeze it (SIGSTOP) and continue it.
+
+Every wait is for something the worker or the sidecar reported; the only fixed durations are
+the freezes themselves, each several times the lease it must outlast. The sidecars run with
+short leases (``--lease``) and, where a freeze must not cost the connection, a long HTTP/2
+keepalive timeout: a frozen worker then keeps its stream, and the renewals and triggers the
+sidecar sends meanwhile wait in its socket buffer until it runs again.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import time
+from typing import Dict, List, Optional
+
+import grpc
+import pytest
+
+from shardcar._proto import shardcar_pb2 as pb
+from shardcar._proto import shardcar_pb2_grpc as pb_grpc
+
+from helpers import ChildWorker
+
+EVERY_SECOND = "* * * * * ?"
+EVERY_TWO_SECONDS = "0/2 * * * * ?"
+
+
+def child_args(sidecar, job: str, api: str, first: str, cron: str = EVERY_SECOND,
+               release_file: str = "") -> List[str]:
+    args = ["--target", sidecar.target, "--job", job, "--cron", cron, "--first", first]
+    if api == "asyncio":
+        args.append("--asyncio")
+    if release_file:
+        args += ["--release-file", release_file]
+    return args
+
+
+def freeze(child: ChildWorker, seconds: float) -> float:
+    """SIGSTOP for ``seconds`` (the fault itself), then SIGCONT; returns the wall time of the
+    resume."""
+    child.pause()
+    try:
+        time.sleep(seconds)
+    finally:
+        resumed = time.time()
+        child.resume()
+    return resumed
+
+
+def is_log(pattern: str):
+    regex = re.compile(pattern)
+    return lambda e: e.get("ev") == "log" and regex.search(e["msg"]) is not None
+
+
+def executions(sidecar, job: str) -> Dict[str, pb.ExecutionInfo]:
+    """The sidecar's record of the job's finished executions, by id (Admin.ListExecutions)."""
+    with grpc.insecure_channel(sidecar.target) as channel:
+        reply = pb_grpc.AdminStub(channel).ListExecutions(
+            pb.ListExecutionsRequest(job_name=job), timeout=10)
+    return {e.execution_id: e for e in reply.executions}
+
+
+def recorded(sidecar, job: str, execution_id: str, timeout: float = 15) -> pb.ExecutionInfo:
+    deadline = time.monotonic() + timeout
+    while True:
+        found = executions(sidecar, job).get(execution_id)
+        if found is not None:
+            return found
+        assert time.monotonic() < deadline, f"execution {execution_id} never recorded as finished"
+        time.sleep(0.1)
+
+
+# -- (a) a pause past the lease in the middle of an item ------------------------------------------
+
+LEASE_A = 3.0
+FREEZE_A = 6.5  # past the lease, and past every renewal sent before the freeze
+
+
+@pytest.mark.parametrize("first", ["busy", "wait"])
+@pytest.mark.parametrize("api", ["sync", "asyncio"])
+def test_a_worker_paused_past_its_lease_sees_cancelled_at_its_first_check(
+        make_sidecar, spawn_child, api, first):
+    """SIGSTOP in the middle of an item for longer than the lease, then SIGCONT: the handler's
+    first check (``ctx.cancelled`` after a blocking sleep that, in an asyncio handler, keeps
+    every task of the worker from running; ``ctx.wait()`` / ``await ctx.wait_async()``)
+    already says cancelled. The item is declined, never answered, and runs again."""
+    sidecar = make_sidecar(args=["--lease", f"{LEASE_A:g}s", "--keepalive-timeout", "60s"])
+    job = f"paused-{api}-{first}"
+    child = spawn_child(child_args(sidecar, job, api, first))
+    _, start = child.wait_for(lambda e: e["ev"] == "start", 30, "the first item to start")
+    child.wait_for(lambda e: e["ev"] == "working", 10, "the handler's loop of checks")
+    freeze(child, FREEZE_A)
+
+    _, check = child.wait_for(lambda e: e["ev"] in ("check", "stopped"), 30,
+                              "the handler's first check after the pause")
+    assert check["ev"] == "check", f"the handler was cancelled before the pause: {check}"
+    assert check["gap"] >= FREEZE_A - 0.5, f"the freeze missed the handler's window: {check}"
+    if api == "asyncio" and first == "wait":
+        # Whichever ran first after the pause (the wait's own check, or the worker cancelling
+        # the task), the handler learnt at once.
+        assert check["cancelled"] in (True, "CancelledError"), check
+    else:
+        assert check["cancelled"] is True, check
+    _, stopped = child.wait_for(lambda e: e["ev"] == "stopped", 10, "the handler to stop")
+    assert "lease expired" in stopped["reason"]
+
+    execution = start["exec"]
+    child.wait_for(is_log(rf"declining items \[0\] of {execution}: lease expired"), 15,
+                   "the stopped item to be declined")
+    child.wait_for(lambda e: e["ev"] == "start" and e["exec"] != execution, 30,
+                   "the item to run again")
+    assert not any(is_log(rf"complete of {execution}|report_failure of {execution}")(e)
+                   for e in child.snapshot()), "a cancelled item was answered"
+    record = recorded(sidecar, job, execution)
+    assert record.outcome == pb.EXECUTION_OUTCOME_REVOKED
+    assert "declined by the worker" in record.error and "lease expired" in record.error
+
+
+# -- (b) a trigger that reaches the worker without a valid lease ----------------------------------
+
+LEASE_B = 1.0
+# Past the next fire (every 2 s) plus the lease of the renewal sent before it, with a margin:
+# the trigger and every renewal sent before it are stale when the worker reads them.
+FREEZE_B = 4.5
+
+
+def test_a_trigger_read_without_a_valid_lease_is_declined_and_the_item_runs_again(
+        make_sidecar, spawn_child):
+    """Frozen right after an answer (idle), past its lease but under the keepalive timeout: the
+    sidecar's renewals and its next trigger wait in the socket buffer. Resumed, the worker reads
+    the renewals as void and declines the trigger at once; the item runs again later, under a
+    fresh lease."""
+    sidecar = make_sidecar(args=["--lease", f"{LEASE_B:g}s", "--keepalive-timeout", "60s"])
+    job = "stale-trigger"
+    child = spawn_child(child_args(sidecar, job, "sync", "quick", cron=EVERY_TWO_SECONDS))
+    declined: Optional[str] = None
+    for attempt in range(3):
+        mark, _ = child.wait_for(is_log(r"^job \S+: complete of \S+ items \[0\] accepted"), 30,
+                                 "an answered execution")
+        mark += 1
+        resumed = freeze(child, FREEZE_B)
+        # Events are handled in order, so by the next start the stale trigger (if any) was.
+        index, again = child.wait_for(lambda e: e["ev"] == "start", 30,
+                                      "the item to run after the pause", start=mark)
+        logs = [e["msg"] for e in child.snapshot()[mark:index] if e["ev"] == "log"]
+        stale = [re.search(r"declining items \[0\] of (\S+): the trigger arrived without a valid "
+                           r"lease", m) for m in logs]
+        stale_ids = [m.group(1) for m in stale if m]
+        if not stale_ids:
+            # The freeze began before the answer reached the sidecar (no trigger was sent while
+            # the worker was frozen): nothing to show this time; freeze again.
+            continue
+        declined = stale_ids[0]
+        assert again["exec"] != declined
+        # What runs came with a lease still valid when read: a trigger fired at F is preceded
+        # by a lease granted no earlier than F - lease/3, so it can run only if F > R - lease.
+        assert again["fire"] > resumed - LEASE_B - 0.05, f"stale work was run: {again}"
+        assert any("read after it expired" in m for m in logs), logs
+        break
+    assert declined is not None, "no trigger was sent to the frozen worker in three tries"
+    record = recorded(sidecar, job, declined)
+    assert record.outcome == pb.EXECUTION_OUTCOME_REVOKED
+    assert "declined by the worker: the trigger arrived without a valid lease" in record.error
+    assert not any(e["ev"] == "start" and e["exec"] == declined for e in child.snapshot())
+
+
+FREEZE_B2 = 5.0  # past the 1 s lease and the 1 s keepalive timeout (pings every 0.5 s)
+
+
+def test_a_worker_paused_past_its_lease_and_the_keepalive_runs_no_stale_work(
+        make_sidecar, spawn_child):
+    """Frozen past both its lease and the keepalive timeout: the sidecar closes the connection.
+    Resumed, the worker runs nothing it was sent before (whatever it still reads from its
+    socket), subscribes again, and the item runs again on the new stream."""
+    sidecar = make_sidecar(args=["--lease", f"{LEASE_B:g}s", "--keepalive-interval", "500ms",
+                                 "--keepalive-timeout", "1s"])
+    job = "stale-connection"
+    child = spawn_child(child_args(sidecar, job, "sync", "quick"))
+    mark, _ = child.wait_for(is_log(r"complete of \S+ items \[0\] accepted"), 30,
+                             "an answered execution")
+    mark += 1
+    paused = time.time()
+    resumed = freeze(child, FREEZE_B2)
+    registered, _ = child.wait_for(is_log(r"registered as"), 30, "a new subscription",
+                                   start=mark)
+    child.wait_for(lambda e: e["ev"] == "start", 30, "the item to run again", start=registered)
+    for event in child.snapshot()[mark:]:
+        if event["ev"] == "start":
+            assert not (paused - 0.05 <= event["fire"] <= resumed - LEASE_B), (
+                f"an execution fired while the worker was frozen was run: {event}")
+    starts = [i for i, e in enumerate(child.snapshot()) if i >= mark and e["ev"] == "start"]
+    assert starts and starts[0] > registered
+
+
+# -- (c) Shutdown ----------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("api", ["sync", "asyncio"])
+def test_shutdown_lets_the_running_item_finish_and_be_answered_then_the_worker_stops(
+        make_sidecar, spawn_child, workdir, api):
+    """SIGTERM to the sidecar while an item runs: the worker gets ``Shutdown``, the item
+    finishes and is answered (the sidecar records it completed), the sidecar ends the stream,
+    and the worker stops by itself (the default)."""
+    history = workdir / "history.jsonl"
+    release = workdir / "release"
+    sidecar = make_sidecar(args=["--shutdown-grace", "60s", "--history-file", str(history)])
+    child = spawn_child(child_args(sidecar, f"drained-{api}", api, "release",
+                                   release_file=str(release)))
+    _, start = child.wait_for(lambda e: e["ev"] == "start", 30, "the first item to start")
+    execution = start["exec"]
+    sidecar.terminate()
+    child.wait_for(is_log(r"sent Shutdown"), 30, "the worker to receive Shutdown")
+    release.touch()
+    _, released = child.wait_for(lambda e: e["ev"] == "released", 30, "the item to finish")
+    assert released["cancelled"] is False
+    child.wait_for(is_log(r"stream ended after the sidecar sent Shutdown; the worker stops"),
+                   30, "the worker to stop")
+    child.wait_for(lambda e: e["ev"] == "exit", 30, "run() to return")
+    assert child.wait_exit(30) == 0
+    assert sidecar.proc is not None and sidecar.proc.wait(60) == 0
+    # Answered: the sidecar recorded the item completed (only an accepted Complete does that).
+    # The reply may reach the worker after the stream's end, which it may not wait for.
+    records = [json.loads(line) for line in history.read_text().splitlines() if line.strip()]
+    mine = [r for r in records if execution in json.dumps(r)]
+    assert mine, f"execution {execution} not in the sidecar's history: {records}"
+    assert "completed" in json.dumps(mine[-1]).lower(), mine[-1]
+    logs = child.logs()
+    assert not any(re.search(r"declin|answer rejected", m) for m in logs), logs
+

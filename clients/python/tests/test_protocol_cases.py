@@ -1,0 +1,199 @@
+"""Every case of ``clients/protocol-cases/cases.json`` against the protocol core, fake clock.
+
+The schema and its ordering rules are those of ``clients/protocol-cases/README.md``: the steps
+are fed to :class:`shardcar._core.ProtocolCore` in order, both clocks reading the step's ``at``;
+the outputs it produces must be exactly the expected ones, in order, each expected output with
+an ``at`` produced by a step at that time, and every ``check`` must answer as the case says.
+"""
+
+from __future__ import annotations
+
+import json
+from datetime import datetime, timezone
+from pathlib import Path
+from typing import Any, Dict, List, Optional, Tuple
+
+import pytest
+
+from shardcar._core import (
+    AnswerCall,
+    CancelItem,
+    Clock,
+    Outcome,
+    Output,
+    ProtocolCore,
+    SendCall,
+    StartItem,
+    Stop,
+)
+from shardcar.events import Lease, Registered, Revoke, ShardItem, Shutdown, Trigger, TriggerSource
+
+CASES_FILE = Path(__file__).resolve().parent / ".." / ".." / "protocol-cases" / "cases.json"
+WALL_ZERO = datetime(2026, 11, 23, 12, 0, 0, tzinfo=timezone.utc).timestamp()
+
+# The transport failure a case names INTERNAL_GOAWAY, as a client sees it: INTERNAL with the
+# HTTP/2 layer's message (tonic: "h2 protocol error: ..."; the sidecar never replied).
+STATUS = {"INTERNAL_GOAWAY": ("INTERNAL", "h2 protocol error: connection closed by GOAWAY")}
+
+
+def load_cases() -> List[Dict[str, Any]]:
+    with open(CASES_FILE, encoding="utf-8") as f:
+        return json.load(f)["cases"]
+
+
+class FakeClock(Clock):
+    """Both clocks read the current step's ``at`` (milliseconds from the start of the case)."""
+
+    def __init__(self) -> None:
+        self.at_ms = 0
+
+    def monotonic(self) -> float:
+        return self.at_ms / 1000
+
+    def wall(self) -> float:
+        return WALL_ZERO + self.at_ms / 1000
+
+
+def output_json(out: Output) -> Dict[str, Any]:
+    """An output in the schema of ``expect``."""
+    if isinstance(out, StartItem):
+        return {"start": {"execution_id": out.ctx.execution_id, "item": out.ctx.sharding_item}}
+    if isinstance(out, CancelItem):
+        return {"cancel": {"execution_id": out.ctx.execution_id, "item": out.ctx.sharding_item}}
+    if isinstance(out, SendCall):
+        return {"call": out.call.rpc.value, "execution_id": out.call.execution_id,
+                "items": list(out.call.items)}
+    if isinstance(out, Stop):
+        return {"stop": True}
+    raise AssertionError(f"unknown output {out!r}")
+
+
+def trigger(execution_id: str, items: List[int], sent_at_ms: int) -> Trigger:
+    return Trigger(
+        execution_id=execution_id,
+        task_id=f"job@-@{','.join(map(str, items))}@-@READY@-@10.0.0.1@-@7",
+        items=tuple(ShardItem(i, "") for i in items),
+        job_parameter="",
+        sharding_total_count=max(items, default=0) + 1,
+        source=TriggerSource.CRON,
+        fire_time=datetime.fromtimestamp(WALL_ZERO + sent_at_ms / 1000, tz=timezone.utc),
+        fencing_tokens={i: 1 for i in items},
+    )
+
+
+class Runner:
+    """Feeds one case's steps to a core and records what it produces, step by step."""
+
+    def __init__(self) -> None:
+        self.clock = FakeClock()
+        self.core = ProtocolCore("job", self.clock)
+        self.produced: List[Tuple[int, int, Output]] = []  # (step index, at, output)
+        self.running: Dict[Tuple[str, int], bool] = {}  # started and not returned
+        self.calls: List[AnswerCall] = []
+        self.in_flight: Dict[int, AnswerCall] = {}
+
+    def record(self, index: int, at: int, outs: List[Output]) -> None:
+        for out in outs:
+            if isinstance(out, StartItem):
+                self.running[(out.ctx.execution_id, out.ctx.sharding_item)] = True
+            elif isinstance(out, CancelItem):
+                key = (out.ctx.execution_id, out.ctx.sharding_item)
+                assert key in self.running, f"cancel of {key}, whose handler is not running"
+            elif isinstance(out, SendCall):
+                assert out.call.id not in self.in_flight, (
+                    f"{out.call.rpc.value} of {out.call.execution_id} repeated while its result "
+                    "is pending")
+                self.in_flight[out.call.id] = out.call
+                self.calls.append(out.call)
+            self.produced.append((index, at, out))
+
+    def step(self, index: int, step: Dict[str, Any]) -> None:
+        at = step["at"]
+        self.clock.at_ms = at
+        core = self.core
+        if "stream" in step:
+            outs = core.stream_opened() if step["stream"] == "open" else core.stream_ended("ended")
+        elif "event" in step:
+            outs = core.on_event(self.event(step))
+        elif "done" in step:
+            done = step["done"]
+            key = (done["execution_id"], done["item"])
+            assert self.running.pop(key, False), f"the case ends a handler not running: {key}"
+            outcome = Outcome.COMPLETE if done["outcome"] == "complete" else Outcome.FAILURE
+            error = "" if outcome is Outcome.COMPLETE else "RuntimeError: the handler raised"
+            outs = core.handler_done(done["execution_id"], done["item"], outcome, error)
+        elif "answer_result" in step:
+            result = step["answer_result"]
+            call = self.last_call(result["execution_id"], result["rpc"])
+            code, details = STATUS.get(result["status"], (result["status"], ""))
+            self.in_flight.pop(call.id, None)
+            outs = core.answer_result(call.id, code, details)
+        elif "check" in step:
+            check = step["check"]
+            outs, cancelled, _ = core.check(check["execution_id"], check["item"])
+            self.record(index, at, outs)
+            assert cancelled is step["cancelled"], (
+                f"step {index} (at {at}): check of {check} answered cancelled={cancelled}, "
+                f"expected {step['cancelled']}")
+            return
+        elif step.get("tick"):
+            outs = core.tick()
+        else:
+            raise AssertionError(f"unknown step {step}")
+        self.record(index, at, outs)
+
+    def event(self, step: Dict[str, Any]) -> Any:
+        kind = step["event"]
+        if kind == "registered":
+            return Registered(step["instance_id"], None)
+        if kind == "lease":
+            valid_for = step["valid_for"] / 1000
+            sent_at = step.get("sent_at", step["at"])
+            return Lease(valid_for=valid_for, sequence=step["at"], expires_at=0.0,
+                         expires_at_wall=WALL_ZERO + sent_at / 1000 + valid_for)
+        if kind == "trigger":
+            return trigger(step["execution_id"], step["items"], step.get("sent_at", step["at"]))
+        if kind == "revoke":
+            return Revoke(tuple(step["items"]), "")
+        if kind == "shutdown":
+            return Shutdown("")
+        raise AssertionError(f"unknown event {kind}")
+
+    def last_call(self, execution_id: str, rpc: str) -> AnswerCall:
+        for call in reversed(self.calls):
+            if call.execution_id == execution_id and call.rpc.value == rpc:
+                return call
+        raise AssertionError(f"answer_result for a {rpc} of {execution_id} that was never sent")
+
+
+def compare(case: Dict[str, Any], runner: Runner) -> None:
+    expected = case["expect"]
+    produced = runner.produced
+    got = [output_json(out) for _, _, out in produced]
+    want = [{k: v for k, v in e.items() if k != "at"} for e in expected]
+    listing = "\n".join(f"  step {i} at {at}: {output_json(out)}" for i, at, out in produced)
+    assert got == want, f"outputs differ\nexpected: {want}\nproduced:\n{listing}"
+    for (index, at, _), exp in zip(produced, expected):
+        if "at" in exp:
+            assert at == exp["at"], (
+                f"{want[expected.index(exp)]} expected at {exp['at']}, produced by step {index} "
+                f"at {at}\nproduced:\n{listing}")
+
+
+CASES = load_cases()
+
+
+def test_the_case_file_has_every_case():
+    assert len(CASES) == 15
+    assert len({c["name"] for c in CASES}) == len(CASES)
+
+
+@pytest.mark.parametrize("case", CASES, ids=[c["name"] for c in CASES])
+def test_protocol_case(case: Dict[str, Any]) -> None:
+    runner = Runner()
+    last_at: Optional[int] = None
+    for index, step in enumerate(case["steps"]):
+        assert last_at is None or step["at"] >= last_at, "steps go forward in time"
+        last_at = step["at"]
+        runner.step(index, step)
+    compare(case, runner)
