@@ -1,14 +1,15 @@
 #!/usr/bin/env bash
 # shellcheck disable=SC2317 # the step functions are run indirectly, through run_step
 # THE test command of shardcar (also run by CI through .ci/run):
-#   dependencies → cargo fmt --check → cargo clippy (all targets, -D warnings) → cargo test (all
+#   dependencies → cargo fmt --check → the Python stubs regenerated and compared with the committed
+#   ones → cargo clippy (all targets, -D warnings) → cargo test (all
 #   targets; the integration tests start real ZooKeeper and sidecar processes) → the Python
 #   client's pytest suite → the Java client's `mvn verify`, each client suite against the
 #   sidecar binary that `cargo test` built. Every step runs even after a failure; a summary
 #   comes last and the exit status is non-zero if any step failed.
 #
 # Usage: scripts/test.sh [--no-deps] [--fail-fast] [STEP...]
-#   STEP: deps fmt clippy rust python java (default: all of them; `--no-deps` drops `deps`)
+#   STEP: deps fmt stubs clippy rust python java (default: all of them; `--no-deps` drops `deps`)
 # Environment: CARGO_TARGET_DIR is honoured; CARGO_TEST_ARGS are passed to `cargo test`
 # (e.g. CARGO_TEST_ARGS="-- --test-threads=1"), PYTEST_ARGS to pytest, MVN_ARGS to Maven.
 set -euo pipefail
@@ -16,7 +17,7 @@ set -euo pipefail
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 cd "$ROOT"
 
-ALL_STEPS=(deps fmt clippy rust python java)
+ALL_STEPS=(deps fmt stubs clippy rust python java)
 STEPS=()
 FAIL_FAST=0
 NO_DEPS=0
@@ -25,7 +26,7 @@ for arg in "$@"; do
         --no-deps) NO_DEPS=1 ;;
         --fail-fast) FAIL_FAST=1 ;;
         -h|--help) sed -n '3,13p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
-        deps|fmt|clippy|rust|python|java) STEPS+=("$arg") ;;
+        deps|fmt|stubs|clippy|rust|python|java) STEPS+=("$arg") ;;
         *) echo "test.sh: unknown argument: $arg (try --help)" >&2; exit 64 ;;
     esac
 done
@@ -103,6 +104,23 @@ python_tests() {
     return "$rc"
 }
 
+# The committed Python stubs must be what the proto generates: regenerate them with the pinned
+# grpcio-tools (its own venv, made once) and fail on any difference.
+stubs_check() {
+    local venv="$ROOT/.venv-stubs"
+    if [ ! -x "$venv/bin/python" ] ||
+        ! "$venv/bin/python" -c 'import importlib.metadata as m; assert m.version("grpcio-tools") == "1.62.3"' 2>/dev/null; then
+        python3 -m venv "$venv"
+        "$venv/bin/python" -m pip install -q --disable-pip-version-check "grpcio-tools==1.62.3"
+    fi
+    clients/python/scripts/gen_stubs.sh "$venv/bin/python" >/dev/null
+    if ! git diff --exit-code --stat -- clients/python/src/shardcar/_proto; then
+        echo "the committed Python stubs differ from what proto/ generates:" \
+            "run clients/python/scripts/gen_stubs.sh and commit the result" >&2
+        return 1
+    fi
+}
+
 java_tests() {
     local rc
     rm -rf clients/java/*/target/surefire-reports
@@ -123,6 +141,13 @@ if want deps; then
 fi
 if want fmt; then
     run_step fmt "cargo fmt --check" cargo fmt --all -- --check
+fi
+if want stubs; then
+    if [ -d clients/python ]; then
+        run_step stubs "Python stubs regenerated and compared (clients/python/scripts/gen_stubs.sh)" stubs_check
+    else
+        skip stubs "no clients/python"
+    fi
 fi
 if want clippy; then
     run_step clippy "cargo clippy --all-targets -- -D warnings" \
