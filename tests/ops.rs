@@ -671,6 +671,17 @@ async fn bad_settings_are_refused_with_the_setting_named() {
             vec![],
             "shardcar: invalid setting --log-format: \"xml\" must be text or json\n".into(),
         ),
+        (
+            // Once a panic (#9): too long for a duration.
+            vec!["--lease".into(), "99999999999999999999h".into()],
+            vec![],
+            "shardcar: invalid setting --lease: \"99999999999999999999h\" is too long to be a duration\n".into(),
+        ),
+        (
+            vec!["--shutdown-grace".into(), "1s".into()],
+            vec![],
+            "shardcar: invalid setting --shutdown-grace: must be at least the lease (5000 ms): a drain waits for its workers' leases to run out\n".into(),
+        ),
     ];
     for (args, env, want) in cases {
         let mut all: Vec<&str> = vec!["run"];

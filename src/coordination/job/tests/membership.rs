@@ -128,3 +128,24 @@ fn a_stream_the_sidecar_closed_keeps_its_items_until_the_workers_lease_has_run_o
         writes(&released)
     );
 }
+
+#[test]
+fn the_job_retires_once_its_last_instance_has_left_and_its_node_is_gone() {
+    let (mut s, stream) = ready(1, false);
+    assert!(!s.state.idle());
+    let left = s.step(Input::StreamEnded {
+        stream,
+        end: StreamEnd::ByWorker,
+    });
+    let after = s.commit_all(left.clone());
+    let all: Vec<String> = writes(&left).into_iter().chain(writes(&after)).collect();
+    assert!(
+        all.contains(&"-/j/instances/10.0.0.1@-@7".to_string()),
+        "{all:?}"
+    );
+    assert!(
+        all.contains(&"-/j/shardcar/sidecars/10.0.0.1".to_string()),
+        "the sidecar stops looking after the job: {all:?}"
+    );
+    assert!(s.state.idle(), "nothing left: the driver retires the job");
+}

@@ -69,3 +69,22 @@ fn retries_keep_the_earliest_instant() {
     s.state.retry_after(&env, Duration::from_secs(5));
     assert_eq!(s.state.retry_at, Some(env.now + Duration::from_millis(100)));
 }
+
+#[test]
+fn a_reconnect_in_the_same_session_reads_the_job_again_and_recreates_nothing() {
+    // Persistent watches may lose events across a reconnect (ZOOKEEPER-4698).
+    let (mut s, _) = ready(1, false);
+    s.at(1000);
+    s.env.session = SessionState::Disconnected {
+        generation: 1,
+        since: s.env.now,
+    };
+    assert!(writes(&s.step(Input::Session(s.env.session.clone()))).is_empty());
+    s.healthy();
+    let back = s.step(Input::Session(s.env.session.clone()));
+    assert!(kinds(&back).contains(&"Reload"), "{:?}", kinds(&back));
+    assert!(
+        writes(&back).is_empty(),
+        "a reconnect within the session re-creates nothing (peers would read a crash)"
+    );
+}
