@@ -2,13 +2,21 @@ package io.shardcar.client;
 
 import io.grpc.stub.StreamObserver;
 import io.shardcar.v1.CompleteRequest;
+import io.shardcar.v1.DeclineRequest;
 import io.shardcar.v1.ReportFailureRequest;
 import io.shardcar.v1.WorkerGrpc;
 import java.util.concurrent.TimeUnit;
 import java.util.function.Consumer;
 
-/** Sends one item's answer ({@code Complete} or {@code ReportFailure}) under the answer deadline. */
+/**
+ * Sends the calls {@link RegistrationState} decides on ({@code Complete}, {@code ReportFailure},
+ * {@code Decline}) under the answer deadline, and tells whether the sidecar accepted each, refused
+ * it, or never got to rule on it (a transport failure).
+ */
 final class Answers {
+  /** The longest {@code ReportFailure.error} and {@code Decline.reason} the sidecar accepts, in bytes of UTF-8. */
+  static final int MAX_TEXT_BYTES = 16 * 1024;
+
   private final WorkerGrpc.WorkerStub stub;
   private final Settings settings;
 
@@ -17,43 +25,81 @@ final class Answers {
     this.settings = settings;
   }
 
-  /**
-   * Answers {@code item} of {@code execution}: completed when {@code failure} is null, else failed
-   * with that text. {@code done} gets null when the sidecar accepted the answer, else why not; it
-   * runs on a gRPC thread.
-   */
-  void send(String instanceId, String execution, int item, String failure, Consumer<ShardcarException> done) {
+  /** Sends {@code call}; {@code done} gets its result, on a gRPC thread. */
+  void send(RegistrationState.Call call, Consumer<RegistrationState.CallResult> done) {
     WorkerGrpc.WorkerStub s = stub.withDeadlineAfter(settings.answerTimeout().toMillis(), TimeUnit.MILLISECONDS);
-    String what = (failure == null ? "complete" : "report failure of") + " item " + item + " of execution " + execution;
-    if (failure == null) {
-      s.complete(
-          CompleteRequest.newBuilder().setInstanceId(instanceId).setExecutionId(execution).addItems(item).build(),
+    String what = describe(call);
+    switch (call.rpc()) {
+      case COMPLETE -> s.complete(
+          CompleteRequest.newBuilder()
+              .setInstanceId(call.instanceId())
+              .setExecutionId(call.executionId())
+              .addAllItems(call.items())
+              .build(),
           observer(what, done));
-    } else {
-      s.reportFailure(
+      case REPORT_FAILURE -> s.reportFailure(
           ReportFailureRequest.newBuilder()
-              .setInstanceId(instanceId)
-              .setExecutionId(execution)
-              .setItem(item)
-              .setError(failure)
+              .setInstanceId(call.instanceId())
+              .setExecutionId(call.executionId())
+              .setItem(call.items().get(0))
+              .setError(truncateUtf8(call.text() == null ? "" : call.text(), MAX_TEXT_BYTES))
+              .build(),
+          observer(what, done));
+      case DECLINE -> s.decline(
+          DeclineRequest.newBuilder()
+              .setInstanceId(call.instanceId())
+              .setExecutionId(call.executionId())
+              .addAllItems(call.items())
+              .setReason(truncateUtf8(call.text() == null ? "" : call.text(), MAX_TEXT_BYTES))
               .build(),
           observer(what, done));
     }
   }
 
-  private <T> StreamObserver<T> observer(String what, Consumer<ShardcarException> done) {
+  static String describe(RegistrationState.Call call) {
+    String verb = switch (call.rpc()) {
+      case COMPLETE -> "complete";
+      case REPORT_FAILURE -> "report failure of";
+      case DECLINE -> "decline";
+    };
+    return verb + " item(s) " + call.items() + " of execution " + call.executionId();
+  }
+
+  /**
+   * The longest prefix of {@code text} whose UTF-8 encoding has at most {@code maxBytes} bytes,
+   * never splitting a character (a surrogate pair stays whole).
+   */
+  static String truncateUtf8(String text, int maxBytes) {
+    if (text.length() * 3L <= maxBytes) {
+      return text; // at most 3 bytes per UTF-16 unit: it fits whatever it holds
+    }
+    int bytes = 0;
+    int i = 0;
+    while (i < text.length()) {
+      int cp = text.codePointAt(i);
+      int size = cp < 0x80 ? 1 : cp < 0x800 ? 2 : cp < 0x10000 ? 3 : 4;
+      if (bytes + size > maxBytes) {
+        return text.substring(0, i);
+      }
+      bytes += size;
+      i += Character.charCount(cp);
+    }
+    return text;
+  }
+
+  private <T> StreamObserver<T> observer(String what, Consumer<RegistrationState.CallResult> done) {
     return new StreamObserver<T>() {
       @Override
       public void onNext(T value) {}
 
       @Override
       public void onError(Throwable t) {
-        done.accept(Errors.fromThrowable(settings.target(), what, t));
+        done.accept(Errors.callResult(settings.target(), what, t));
       }
 
       @Override
       public void onCompleted() {
-        done.accept(null);
+        done.accept(RegistrationState.CallResult.accepted());
       }
     };
   }

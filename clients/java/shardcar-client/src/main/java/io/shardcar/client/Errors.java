@@ -56,6 +56,33 @@ final class Errors {
     }
   }
 
+  /**
+   * Whether a call failed on its way rather than being answered by the sidecar (contract rule 3):
+   * the sidecar neither accepted nor refused it. UNAVAILABLE, CANCELLED, DEADLINE_EXCEEDED, and
+   * INTERNAL or UNKNOWN (an HTTP/2 GOAWAY or RST_STREAM on a connection the sidecar closed, a local
+   * failure): the sidecar itself never answers INTERNAL or UNKNOWN. The sidecar's own UNAVAILABLE
+   * ("send it again") is to be treated the same way.
+   */
+  static boolean isTransportFailure(Throwable t) {
+    return switch (Status.fromThrowable(t).getCode()) {
+      case UNAVAILABLE, CANCELLED, DEADLINE_EXCEEDED, INTERNAL, UNKNOWN -> true;
+      default -> false;
+    };
+  }
+
+  /** How the result of an answer or decline call counts: accepted, refused, or not delivered. */
+  static RegistrationState.CallResult callResult(String target, String what, Throwable t) {
+    if (t == null) {
+      return RegistrationState.CallResult.accepted();
+    }
+    if (isTransportFailure(t)) {
+      Status status = Status.fromThrowable(t);
+      return RegistrationState.CallResult.transportFailure(
+          status.getCode() + (status.getDescription() == null ? "" : ": " + status.getDescription()));
+    }
+    return RegistrationState.CallResult.refused(fromThrowable(target, what, t));
+  }
+
   /** Whether a failed first subscription is worth retrying (the sidecar may still be starting). */
   static boolean isTransient(Throwable t) {
     if (!(t instanceof StatusRuntimeException) && !(t instanceof io.grpc.StatusException)) {

@@ -1,21 +1,43 @@
 package io.shardcar.client;
 
-import java.util.concurrent.Future;
-
 /**
- * One item of one execution handed to a handler. {@code generation} is the stream it came from;
- * the mutable fields belong to the registration's event thread.
+ * The thread side of one started item: which thread runs its handler, so that a {@code Cancel}
+ * interrupts exactly that thread, and only while the handler runs. An item cancelled before a
+ * pool thread picked it up never calls its handler.
  */
 final class ItemRun {
-  final int generation;
+  final RegistrationState.ItemKey key;
   final ShardingContext ctx;
-  final String key;
-  Future<?> future;
-  boolean cancelled;
+  private Thread thread;
+  private boolean cancelled;
+  private boolean finished;
 
-  ItemRun(int generation, ShardingContext ctx) {
-    this.generation = generation;
+  ItemRun(RegistrationState.ItemKey key, ShardingContext ctx) {
+    this.key = key;
     this.ctx = ctx;
-    this.key = generation + "/" + ctx.getExecutionId() + "/" + ctx.getShardingItem();
+  }
+
+  /** On the item thread, before the handler: false when it was cancelled meanwhile (skip it). */
+  synchronized boolean begin() {
+    if (cancelled) {
+      return false;
+    }
+    thread = Thread.currentThread();
+    return true;
+  }
+
+  /** On the item thread, after the handler: no interrupt reaches it from now on. */
+  synchronized void end() {
+    thread = null;
+    finished = true;
+    Thread.interrupted(); // a cancel that raced with the return must not leak to the next item
+  }
+
+  /** Interrupts the handler's thread if it is running; a handler not started yet will not start. */
+  synchronized void cancel() {
+    cancelled = true;
+    if (thread != null && !finished) {
+      thread.interrupt();
+    }
   }
 }

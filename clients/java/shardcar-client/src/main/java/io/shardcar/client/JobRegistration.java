@@ -1,45 +1,45 @@
 package io.shardcar.client;
 
 import io.grpc.ManagedChannel;
+import io.grpc.Status;
 import io.grpc.stub.ClientCallStreamObserver;
 import io.grpc.stub.ClientResponseObserver;
-import io.shardcar.v1.Lease;
+import io.shardcar.client.RegistrationState.ItemKey;
+import io.shardcar.client.RegistrationState.Output;
 import io.shardcar.v1.SubscribeRequest;
-import io.shardcar.v1.Trigger;
 import io.shardcar.v1.WorkerEvent;
 import io.shardcar.v1.WorkerGrpc;
 import java.time.Duration;
-import java.util.ArrayList;
-import java.util.HashSet;
-import java.util.Iterator;
-import java.util.LinkedHashMap;
 import java.util.List;
 import java.util.Map;
-import java.util.Set;
+import java.util.OptionalLong;
 import java.util.concurrent.CompletableFuture;
+import java.util.concurrent.ConcurrentHashMap;
 import java.util.concurrent.ExecutionException;
-import java.util.concurrent.Executors;
 import java.util.concurrent.LinkedBlockingQueue;
 import java.util.concurrent.RejectedExecutionException;
-import java.util.concurrent.ScheduledExecutorService;
 import java.util.concurrent.ScheduledFuture;
+import java.util.concurrent.ScheduledThreadPoolExecutor;
+import java.util.concurrent.ThreadFactory;
 import java.util.concurrent.ThreadPoolExecutor;
 import java.util.concurrent.TimeUnit;
 import java.util.concurrent.TimeoutException;
 import java.util.concurrent.atomic.AtomicInteger;
+import java.util.function.Consumer;
+import java.util.function.Function;
 
 /**
- * One job subscribed by a {@link ShardcarWorker}: the stream of events from the sidecar, the
- * handler runs it causes, their answers, the lease that bounds them, and reconnection.
+ * One job subscribed by a {@link ShardcarWorker}: the driver of its {@link RegistrationState}.
+ * The state decides every rule of the worker contract without I/O; this class feeds it (stream
+ * events, finished handlers, call results, handlers asking {@link ShardingContext#isCancelled()},
+ * timer ticks) and performs what it returns (runs and interrupts handlers, sends the calls, ends
+ * the stream), and reconnects when a stream is lost.
  *
- * <p>All state changes happen on one event thread per registration; gRPC callbacks, timers and
- * finished handler runs post to it. Handlers run on a bounded pool of item threads.
- *
- * <p>Rules it enforces (DESIGN.md §1, §3): work runs only while the latest {@code Lease} is valid
- * ({@code valid_for} counted from receipt); when it runs out, or a {@code Revoke} names an item, or
- * the stream is lost, the affected handler threads are interrupted and their answers never sent.
- * Triggers that arrive without a valid lease are held until a renewal. After a reconnect, nothing
- * from before it is answered.
+ * <p>Threads: every input is applied under one lock, from whichever thread it comes (a gRPC
+ * callback, an item thread, a timer), so a handler's {@code isCancelled()} compares the lease with
+ * the clock at the moment of the call. The outputs are performed, in the order decided, on one
+ * event thread per registration, which also runs the timer and every {@link WorkerListener}
+ * callback. Handlers run on a bounded pool of item threads.
  */
 public final class JobRegistration implements AutoCloseable {
   /** Where a registration is in its life. */
@@ -55,7 +55,6 @@ public final class JobRegistration implements AutoCloseable {
   }
 
   private static final System.Logger LOG = System.getLogger(JobRegistration.class.getName());
-  private static final int MAX_ERROR_TEXT = 8192;
 
   private final Settings settings;
   private final ManagedChannel channel;
@@ -65,26 +64,27 @@ public final class JobRegistration implements AutoCloseable {
   private final JobConfig config;
   private final JobHandler handler;
   private final WorkerListener listener;
-  private final Runnable onTerminated;
-  private final ScheduledExecutorService events;
+  private final Consumer<Boolean> onTerminated;
+  private final ScheduledThreadPoolExecutor events;
   private final ThreadPoolExecutor items;
   private final Backoff backoff;
   private final CompletableFuture<Void> firstRegistration = new CompletableFuture<>();
   private final CompletableFuture<Void> terminated = new CompletableFuture<>();
 
+  /** Guards {@link #protocol}; held only while it decides (no I/O, no callbacks). */
+  private final Object lock = new Object();
+  private final RegistrationState protocol;
+
+  /** Handlers started and not yet returned (removed by their item thread). */
+  private final Map<ItemKey, ItemRun> runs = new ConcurrentHashMap<>();
+
   // Confined to the event thread.
-  private int generation;
   private ClientCallStreamObserver<SubscribeRequest> call;
+  private int callGeneration;
   private long connectDeadlineNanos;
-  private boolean leaseValid;
-  private long leaseDeadlineNanos;
-  private ScheduledFuture<?> leaseTimer;
-  private final Map<String, ItemRun> runs = new LinkedHashMap<>();
-  private final List<ShardingContext> held = new ArrayList<>();
-  private int answersInFlight;
-  private boolean shutdownReceived;
-  private boolean closing;
-  private String closeReason = "";
+  private ScheduledFuture<?> timer;
+  private long timerAt;
+  private RegistrationState.Stop stopped;
 
   // Published for other threads.
   private volatile State state = State.CONNECTING;
@@ -92,8 +92,6 @@ public final class JobRegistration implements AutoCloseable {
   private volatile String instanceId = "";
   private volatile JobConfig effectiveConfig;
   private volatile Assignment assignment = Assignment.NONE;
-  private volatile long publishedLeaseDeadline;
-  private volatile boolean publishedLeaseValid;
 
   JobRegistration(
       Settings settings,
@@ -101,7 +99,7 @@ public final class JobRegistration implements AutoCloseable {
       String jobName,
       JobConfig config,
       JobHandler handler,
-      Runnable onTerminated) {
+      Consumer<Boolean> onTerminated) {
     this.settings = settings;
     this.channel = channel;
     this.stub = WorkerGrpc.newStub(channel);
@@ -113,12 +111,15 @@ public final class JobRegistration implements AutoCloseable {
     this.listener = settings.listener();
     this.onTerminated = onTerminated;
     this.backoff = new Backoff(settings.backoffInitial(), settings.backoffMax());
-    java.util.concurrent.ThreadFactory eventThreads = namedDaemon("shardcar-" + jobName + "-events");
-    this.events = Executors.newSingleThreadScheduledExecutor(r -> {
+    this.protocol = new RegistrationState(jobName, RegistrationState.Clock.SYSTEM, !settings.reconnectAfterShutdown());
+    ThreadFactory eventThreads = namedDaemon("shardcar-" + jobName + "-events");
+    this.events = new ScheduledThreadPoolExecutor(1, r -> {
       Thread t = eventThreads.newThread(r);
       eventThread = t;
       return t;
     });
+    this.events.setExecuteExistingDelayedTasksAfterShutdownPolicy(false);
+    this.events.setRemoveOnCancelPolicy(true);
     this.items = new ThreadPoolExecutor(
         settings.itemConcurrency(),
         settings.itemConcurrency(),
@@ -129,12 +130,10 @@ public final class JobRegistration implements AutoCloseable {
     this.items.allowCoreThreadTimeOut(true);
   }
 
-  /** Starts subscribing and waits for the first {@code Registered} (or a definite failure). */
+  /** Starts subscribing and waits for the first {@code Registered} and assignment (or a definite failure). */
   void start() {
-    events.execute(() -> {
-      connectDeadlineNanos = System.nanoTime() + settings.connectTimeout().toNanos();
-      connect();
-    });
+    connectDeadlineNanos = System.nanoTime() + settings.connectTimeout().toNanos();
+    post(this::connect);
     long waitMillis = settings.connectTimeout().toMillis() + 5_000;
     try {
       firstRegistration.get(waitMillis, TimeUnit.MILLISECONDS);
@@ -179,11 +178,14 @@ public final class JobRegistration implements AutoCloseable {
   }
 
   /**
-   * Whether the latest lease from the sidecar is still valid, that is, whether this worker may
-   * work now. False before the first lease, after it ran out unrenewed, and while reconnecting.
+   * Whether the latest lease from the sidecar is valid now, that is, whether this worker may work:
+   * until the earlier of {@code valid_for} after its receipt and its {@code expires_at}. False
+   * before the first lease, after it ran out unrenewed, and while reconnecting.
    */
   public boolean hasValidLease() {
-    return publishedLeaseValid && publishedLeaseDeadline - System.nanoTime() > 0;
+    synchronized (lock) {
+      return protocol.leaseValid();
+    }
   }
 
   /**
@@ -203,26 +205,23 @@ public final class JobRegistration implements AutoCloseable {
   }
 
   /**
-   * Stops taking work, lets running items finish and answer for up to the worker's shutdown grace
-   * period (then interrupts them, unanswered), ends the stream so the sidecar removes the
-   * instance, and releases the threads. Idempotent; never throws.
+   * Stops taking work (new triggers are declined), lets running items finish and answer for up to
+   * the worker's shutdown grace period (then interrupts them; each is declined once it returns),
+   * ends the stream so the sidecar removes the instance, and releases the threads. Idempotent;
+   * never throws.
    */
   @Override
   public void close() {
     if (terminated.isDone()) {
       return;
     }
-    try {
-      events.execute(() -> beginClose("closed by the worker"));
-    } catch (RejectedExecutionException e) {
-      return;
-    }
+    beginClose("closed by the worker", settings.shutdownGracePeriod());
     if (Thread.currentThread() == eventThread) {
       return; // called from a listener: the close completes once this callback returns
     }
-    long graceMillis = settings.shutdownGracePeriod().toMillis();
+    long waitMillis = settings.shutdownGracePeriod().toMillis() + settings.answerTimeout().toMillis() + 2_000;
     try {
-      terminated.get(graceMillis + settings.answerTimeout().toMillis() + 2_000, TimeUnit.MILLISECONDS);
+      terminated.get(waitMillis, TimeUnit.MILLISECONDS);
     } catch (InterruptedException e) {
       Thread.currentThread().interrupt();
     } catch (ExecutionException | TimeoutException e) {
@@ -234,15 +233,66 @@ public final class JobRegistration implements AutoCloseable {
     return terminated;
   }
 
-  // ---- event thread -------------------------------------------------------------------------
+  // ---- inputs (any thread) -------------------------------------------------------------------
+
+  /** Applies one input under the lock and queues its outputs, then {@code then}, on the event thread. */
+  private void input(Function<RegistrationState, List<Output>> step, Runnable then) {
+    synchronized (lock) {
+      List<Output> outputs = step.apply(protocol);
+      // Queued under the lock: outputs are performed in the order they were decided.
+      post(() -> {
+        perform(outputs);
+        if (then != null) {
+          then.run();
+        }
+        rearm();
+      });
+    }
+  }
+
+  private void input(Function<RegistrationState, List<Output>> step) {
+    input(step, null);
+  }
+
+  /** {@link ShardingContext#isCancelled()} of a started item: decided now, from the clock. */
+  private boolean isCancelled(ItemKey key) {
+    synchronized (lock) {
+      RegistrationState.Check check = protocol.check(key);
+      if (!check.outputs().isEmpty()) {
+        post(() -> {
+          perform(check.outputs());
+          rearm();
+        });
+      }
+      return check.cancelled();
+    }
+  }
+
+  private void beginClose(String reason, Duration grace) {
+    input(s -> s.close(reason, grace, settings.answerTimeout()));
+  }
+
+  // ---- event thread --------------------------------------------------------------------------
 
   private void connect() {
-    if (closing) {
+    synchronized (lock) {
+      if (protocol.isClosing()) {
+        return;
+      }
+      List<Output> outputs = protocol.streamOpened();
+      int gen = protocol.generation();
+      post(() -> {
+        perform(outputs);
+        subscribe(gen);
+        rearm();
+      });
+    }
+  }
+
+  private void subscribe(int gen) {
+    if (terminated.isDone()) {
       return;
     }
-    generation++;
-    final int gen = generation;
-    shutdownReceived = false;
     if (gen > 1) {
       // The channel keeps its own (long) reconnect backoff; ours decides when to try.
       channel.resetConnectBackoff();
@@ -259,218 +309,49 @@ public final class JobRegistration implements AutoCloseable {
       @Override
       public void beforeStart(ClientCallStreamObserver<SubscribeRequest> requestStream) {
         call = requestStream; // runs synchronously inside subscribe(), on the event thread
+        callGeneration = gen;
       }
 
       @Override
       public void onNext(WorkerEvent event) {
-        long receivedAt = System.nanoTime();
-        post(() -> onEvent(gen, event, receivedAt));
+        input(s -> s.onEvent(gen, event));
       }
 
       @Override
       public void onError(Throwable t) {
-        post(() -> onStreamEnd(gen, t));
+        streamEnded(gen, t);
       }
 
       @Override
       public void onCompleted() {
-        post(() -> onStreamEnd(gen, null));
+        streamEnded(gen, null);
       }
     });
   }
 
-  private void onEvent(int gen, WorkerEvent event, long receivedAt) {
-    if (gen != generation || terminated.isDone()) {
-      return;
-    }
-    switch (event.getEventCase()) {
-      case REGISTERED -> {
-        instanceId = event.getRegistered().getInstanceId();
-        if (event.getRegistered().hasConfig()) {
-          try {
-            effectiveConfig = ProtoMapping.fromProto(event.getRegistered().getConfig());
-          } catch (ShardcarException e) {
-            LOG.log(System.Logger.Level.WARNING, "job {0}: unreadable effective config: {1}", jobName, e.getMessage());
-          }
-        }
-        state = closing ? state : State.ACTIVE;
-        backoff.reset();
-        LOG.log(System.Logger.Level.INFO, "job {0}: registered as {1} (stream {2})", jobName, instanceId, gen);
-        notify(() -> listener.onRegistered(jobName, instanceId, effectiveConfig));
-      }
-      case ASSIGNMENT -> {
-        assignment = ProtoMapping.fromProto(event.getAssignment());
-        Assignment a = assignment;
-        notify(() -> listener.onAssignment(jobName, a));
-        // register() returns once the current assignment is known (it follows Registered).
-        firstRegistration.complete(null);
-      }
-      case LEASE -> {
-        onLease(gen, event.getLease(), receivedAt);
-        firstRegistration.complete(null);
-      }
-      case TRIGGER -> onTrigger(gen, event.getTrigger());
-      case REVOKE -> onRevoke(new HashSet<>(event.getRevoke().getItemsList()), event.getRevoke().getReason());
-      case SHUTDOWN -> {
-        shutdownReceived = true;
-        String reason = event.getShutdown().getReason();
-        LOG.log(System.Logger.Level.INFO, "job {0}: sidecar shutdown: {1}", jobName, reason);
-        dropHeld("sidecar shutdown: " + reason);
-        notify(() -> listener.onShutdown(jobName, reason));
-      }
-      default -> LOG.log(System.Logger.Level.DEBUG, "job {0}: ignoring unknown event", jobName);
-    }
-  }
-
-  private void onLease(int gen, Lease lease, long receivedAt) {
-    long validNanos = TimeUnit.SECONDS.toNanos(lease.getValidFor().getSeconds()) + lease.getValidFor().getNanos();
-    leaseDeadlineNanos = receivedAt + validNanos;
-    if (leaseTimer != null) {
-      leaseTimer.cancel(false);
-    }
-    long remaining = leaseDeadlineNanos - System.nanoTime();
-    if (remaining <= 0) {
-      expireLease();
-      return;
-    }
-    boolean wasValid = leaseValid;
-    leaseValid = true;
-    publishedLeaseDeadline = leaseDeadlineNanos;
-    publishedLeaseValid = true;
-    leaseTimer = events.schedule(() -> checkLease(gen), remaining, TimeUnit.NANOSECONDS);
-    if (!wasValid && !held.isEmpty() && !closing) {
-      List<ShardingContext> start = new ArrayList<>(held);
-      held.clear();
-      LOG.log(System.Logger.Level.INFO, "job {0}: lease renewed, starting {1} held item(s)", jobName, start.size());
-      start.forEach(ctx -> submit(gen, ctx));
-    }
-  }
-
-  private void checkLease(int gen) {
-    if (gen != generation || !leaseValid) {
-      return;
-    }
-    long remaining = leaseDeadlineNanos - System.nanoTime();
-    if (remaining <= 0) {
-      expireLease();
+  private void streamEnded(int gen, Throwable error) {
+    String why;
+    if (error == null) {
+      why = "the sidecar ended it";
     } else {
-      leaseTimer = events.schedule(() -> checkLease(gen), remaining, TimeUnit.NANOSECONDS);
+      Status status = Status.fromThrowable(error);
+      why = status.getCode() + (status.getDescription() == null ? "" : ": " + status.getDescription());
     }
+    input(s -> s.streamEnded(gen, why), () -> afterStreamEnd(gen, error));
   }
 
-  private boolean leaseValidNow() {
-    if (leaseValid && leaseDeadlineNanos - System.nanoTime() <= 0) {
-      expireLease();
+  /** Reconnects after a lost stream, unless the state stopped (then nothing is left to do). */
+  private void afterStreamEnd(int gen, Throwable error) {
+    if (gen == callGeneration) {
+      call = null;
     }
-    return leaseValid;
-  }
-
-  private void expireLease() {
-    if (!leaseValid && runs.isEmpty()) {
+    if (terminated.isDone()) {
       return;
     }
-    leaseValid = false;
-    publishedLeaseValid = false;
-    LOG.log(System.Logger.Level.WARNING,
-        "job {0}: lease ran out without renewal; stopping {1} running item(s) until the sidecar renews it",
-        jobName, runs.size());
-    notify(() -> listener.onLeaseExpired(jobName));
-    cancelRuns(run -> true, "lease ran out without renewal");
-    maybeFinishClose();
-  }
-
-  private void onTrigger(int gen, Trigger trigger) {
-    List<ShardingContext> contexts = ProtoMapping.contexts(jobName, trigger);
-    if (closing || shutdownReceived) {
-      LOG.log(System.Logger.Level.INFO, "job {0}: ignoring trigger {1} while shutting down",
-          jobName, trigger.getExecutionId());
-      return;
-    }
-    if (!leaseValidNow()) {
-      LOG.log(System.Logger.Level.INFO, "job {0}: holding trigger {1} until the lease is renewed",
-          jobName, trigger.getExecutionId());
-      held.addAll(contexts);
-      return;
-    }
-    contexts.forEach(ctx -> submit(gen, ctx));
-  }
-
-  private void submit(int gen, ShardingContext ctx) {
-    ItemRun run = new ItemRun(gen, ctx);
-    runs.put(run.key, run);
-    try {
-      run.future = items.submit(() -> runItem(run));
-    } catch (RejectedExecutionException e) {
-      runs.remove(run.key);
-    }
-  }
-
-  /** Item thread: runs the handler, then hands the outcome back to the event thread. */
-  private void runItem(ItemRun run) {
-    String failure = null;
-    try {
-      handler.execute(run.ctx);
-    } catch (Throwable t) {
-      failure = describe(t);
-    }
-    String outcome = failure;
-    post(() -> onItemFinished(run, outcome));
-  }
-
-  private void onItemFinished(ItemRun run, String failure) {
-    if (run.cancelled) {
-      return; // its answer was given up when it was cancelled
-    }
-    runs.remove(run.key);
-    if (run.generation != generation) {
-      cancelled(run, "the stream it came from is gone");
-    } else if (!leaseValidNow()) {
-      cancelled(run, "lease ran out without renewal");
-    } else {
-      answer(run, failure);
-    }
-    maybeFinishClose();
-  }
-
-  private void answer(ItemRun run, String failure) {
-    answersInFlight++;
-    String execution = run.ctx.getExecutionId();
-    int item = run.ctx.getShardingItem();
-    answers.send(instanceId, execution, item, failure, refused -> {
-      if (refused != null) {
-        LOG.log(System.Logger.Level.WARNING, "job {0}: {1}", jobName, refused.getMessage());
+    synchronized (lock) {
+      if (gen != protocol.generation() || protocol.isClosing()) {
+        return;
       }
-      post(() -> answered(execution, item, failure, refused));
-    });
-  }
-
-  private void answered(String execution, int item, String failure, ShardcarException refused) {
-    answersInFlight--;
-    notify(() -> listener.onAnswered(jobName, execution, item, failure, refused));
-    maybeFinishClose();
-  }
-
-  private void onRevoke(Set<Integer> revoked, String reason) {
-    LOG.log(System.Logger.Level.INFO, "job {0}: items {1} revoked: {2}", jobName, revoked, reason);
-    cancelRuns(run -> revoked.contains(run.ctx.getShardingItem()), "revoked: " + reason);
-    for (Iterator<ShardingContext> it = held.iterator(); it.hasNext(); ) {
-      ShardingContext ctx = it.next();
-      if (revoked.contains(ctx.getShardingItem())) {
-        it.remove();
-        notify(() -> listener.onCancelled(jobName, ctx.getExecutionId(), ctx.getShardingItem(), "revoked: " + reason));
-      }
-    }
-    maybeFinishClose();
-  }
-
-  private void onStreamEnd(int gen, Throwable error) {
-    if (gen != generation || terminated.isDone()) {
-      return;
-    }
-    call = null;
-    if (closing) {
-      maybeFinishClose();
-      return;
     }
     if (!firstRegistration.isDone()) {
       if (error != null && Errors.isTransient(error) && System.nanoTime() - connectDeadlineNanos < 0) {
@@ -479,25 +360,13 @@ public final class JobRegistration implements AutoCloseable {
         firstRegistration.completeExceptionally(error != null ? error
             : new SidecarUnavailableException(settings.target(),
                 "subscribe to job '" + jobName + "': the sidecar ended the stream before registering the worker", null));
-        beginClose("the first subscription failed");
+        beginClose("the first subscription failed", Duration.ZERO);
       }
-      return;
-    }
-    if (shutdownReceived) {
-      // Remote shutdown or drain: running items may finish and answer while the lease lasts.
-      beginClose("the sidecar shut the worker down");
       return;
     }
     ShardcarException cause = error == null
         ? new SidecarUnavailableException(settings.target(), "the sidecar ended the stream of job '" + jobName + "'", null)
         : Errors.fromThrowable(settings.target(), "stream of job '" + jobName + "'", error);
-    leaseValid = false;
-    publishedLeaseValid = false;
-    if (leaseTimer != null) {
-      leaseTimer.cancel(false);
-    }
-    cancelRuns(run -> true, "the stream to the sidecar was lost");
-    dropHeld("the stream to the sidecar was lost");
     long delay = backoff.nextDelayMillis();
     state = State.RECONNECTING;
     LOG.log(System.Logger.Level.WARNING, "job {0}: {1}; reconnecting in {2} ms", jobName, cause.getMessage(), delay);
@@ -505,78 +374,187 @@ public final class JobRegistration implements AutoCloseable {
     events.schedule(this::connect, delay, TimeUnit.MILLISECONDS);
   }
 
-  private void beginClose(String reason) {
-    if (closing) {
-      return;
+  private void perform(List<Output> outputs) {
+    for (Output output : outputs) {
+      if (output instanceof RegistrationState.Start start) {
+        startItem(start.key(), start.context());
+      } else if (output instanceof RegistrationState.Cancel cancel) {
+        ItemRun run = runs.get(cancel.key());
+        if (run != null) {
+          run.cancel();
+        }
+        LOG.log(System.Logger.Level.INFO, "job {0}: item {1} of execution {2} stopped, not answered: {3}",
+            jobName, cancel.key().item(), cancel.key().executionId(), cancel.reason());
+        notify(() -> listener.onCancelled(jobName, cancel.key().executionId(), cancel.key().item(), cancel.reason()));
+      } else if (output instanceof RegistrationState.Call c) {
+        answers.send(c, result -> input(s -> s.callResult(c.id(), result)));
+      } else if (output instanceof RegistrationState.Stop stop) {
+        finish(stop);
+      } else if (output instanceof RegistrationState.Notice notice) {
+        observe(notice);
+      }
     }
-    closing = true;
-    closeReason = reason;
-    dropHeld(reason);
-    events.schedule(this::forceClose, settings.shutdownGracePeriod().toMillis(), TimeUnit.MILLISECONDS);
-    maybeFinishClose();
+    maybeTerminate();
   }
 
-  private void forceClose() {
-    cancelRuns(run -> true, closeReason + " (shutdown grace period over)");
-    finish();
-  }
-
-  private void maybeFinishClose() {
-    if (closing && runs.isEmpty() && answersInFlight == 0) {
-      finish();
+  private void startItem(ItemKey key, ShardingContext ctx) {
+    ItemRun run = new ItemRun(key, ctx);
+    ctx.attach(() -> isCancelled(key));
+    runs.put(key, run);
+    try {
+      items.execute(() -> runItem(run));
+    } catch (RejectedExecutionException e) {
+      runs.remove(key); // the pool is shut down: the registration is over
     }
   }
 
-  private void finish() {
+  /** Item thread: runs the handler (unless it was cancelled before it started), then reports. */
+  private void runItem(ItemRun run) {
+    String failure = null;
+    try {
+      if (run.begin() && !isCancelled(run.key)) {
+        handler.execute(run.ctx);
+      }
+    } catch (Throwable t) {
+      failure = describe(t);
+    } finally {
+      run.end();
+      runs.remove(run.key);
+    }
+    synchronized (lock) {
+      List<Output> outputs = protocol.itemDone(run.key, failure);
+      // From now on the context tells how the item ended: answered (not cancelled), or not.
+      boolean answered = outputs.stream().anyMatch(o -> o instanceof RegistrationState.Call c
+          && c.rpc() != RegistrationState.Rpc.DECLINE);
+      run.ctx.attach(answered ? () -> false : () -> true);
+      post(() -> {
+        perform(outputs);
+        rearm();
+      });
+    }
+  }
+
+  private void observe(RegistrationState.Notice notice) {
+    if (notice instanceof RegistrationState.Registered r) {
+      instanceId = r.registered().getInstanceId();
+      if (r.registered().hasConfig()) {
+        try {
+          effectiveConfig = ProtoMapping.fromProto(r.registered().getConfig());
+        } catch (ShardcarException e) {
+          LOG.log(System.Logger.Level.WARNING, "job {0}: unreadable effective config: {1}", jobName, e.getMessage());
+        }
+      }
+      if (state != State.CLOSED) {
+        state = State.ACTIVE;
+      }
+      backoff.reset();
+      LOG.log(System.Logger.Level.INFO, "job {0}: registered as {1}", jobName, instanceId);
+      String id = instanceId;
+      JobConfig effective = effectiveConfig;
+      notify(() -> listener.onRegistered(jobName, id, effective));
+    } else if (notice instanceof RegistrationState.Assigned a) {
+      Assignment now = ProtoMapping.fromProto(a.assignment());
+      assignment = now;
+      notify(() -> listener.onAssignment(jobName, now));
+      firstRegistration.complete(null); // register() returns once the current assignment is known
+    } else if (notice instanceof RegistrationState.ShutdownReceived s) {
+      LOG.log(System.Logger.Level.INFO, "job {0}: sidecar shutdown: {1}", jobName, s.reason());
+      notify(() -> listener.onShutdown(jobName, s.reason()));
+    } else if (notice instanceof RegistrationState.LeaseExpired e) {
+      LOG.log(System.Logger.Level.WARNING, "job {0}: {1}; running items stop until the sidecar renews it",
+          jobName, e.reason());
+      notify(() -> listener.onLeaseExpired(jobName));
+    } else if (notice instanceof RegistrationState.Answered a) {
+      if (a.refused() != null) {
+        LOG.log(System.Logger.Level.WARNING, "job {0}: {1}", jobName, a.refused().getMessage());
+      }
+      notify(() -> listener.onAnswered(jobName, a.executionId(), a.item(), a.failure(), a.refused()));
+    } else if (notice instanceof RegistrationState.Declined d) {
+      if (d.refused() != null) {
+        LOG.log(System.Logger.Level.WARNING, "job {0}: {1}", jobName, d.refused().getMessage());
+      } else {
+        LOG.log(System.Logger.Level.INFO, "job {0}: declined item(s) {1} of execution {2}: {3}",
+            jobName, d.items(), d.executionId(), d.reason());
+      }
+      notify(() -> listener.onDeclined(jobName, d.executionId(), d.items(), d.reason(), d.refused()));
+    } else if (notice instanceof RegistrationState.Dropped d) {
+      LOG.log(System.Logger.Level.INFO, "job {0}: {1} of item(s) {2} of execution {3} dropped: {4}",
+          jobName, d.rpc(), d.items(), d.executionId(), d.why());
+      notify(() -> listener.onAnswerDropped(jobName, d.rpc().name(), d.executionId(), d.items(), d.why()));
+    }
+  }
+
+  /** Keeps one timer armed for the state's next deadline (a lapse, a resend, a close deadline). */
+  private void rearm() {
     if (terminated.isDone()) {
       return;
     }
+    OptionalLong next;
+    synchronized (lock) {
+      next = protocol.nextWakeupNanos();
+    }
+    if (next.isEmpty()) {
+      if (timer != null) {
+        timer.cancel(false);
+        timer = null;
+      }
+      return;
+    }
+    if (timer != null && timerAt == next.getAsLong()) {
+      return;
+    }
+    if (timer != null) {
+      timer.cancel(false);
+    }
+    timerAt = next.getAsLong();
+    long delay = Math.max(0, timerAt - System.nanoTime());
+    timer = events.schedule(() -> {
+      timer = null;
+      input(RegistrationState::tick);
+    }, delay, TimeUnit.NANOSECONDS);
+  }
+
+  /**
+   * The state stopped: ends the stream, stops the handlers, and terminates once the calls still in
+   * flight have their results (each has a deadline), so their rulings reach the listener.
+   */
+  private void finish(RegistrationState.Stop stop) {
+    if (terminated.isDone() || stopped != null) {
+      return;
+    }
+    stopped = stop;
     if (call != null) {
-      call.cancel(closeReason, null);
+      call.cancel(stop.reason(), null); // the sidecar removes the instance at once
       call = null;
     }
-    if (leaseTimer != null) {
-      leaseTimer.cancel(false);
+    if (timer != null) {
+      timer.cancel(false);
+      timer = null;
     }
     state = State.CLOSED;
-    publishedLeaseValid = false;
     items.shutdownNow();
-    firstRegistration.completeExceptionally(new WorkerClosedException("registration of job '" + jobName + "' closed: " + closeReason));
-    LOG.log(System.Logger.Level.INFO, "job {0}: registration closed: {1}", jobName, closeReason);
-    onTerminated.run();
-    terminated.complete(null);
-    events.shutdown();
+    runs.values().forEach(ItemRun::cancel);
+    firstRegistration.completeExceptionally(
+        new WorkerClosedException("registration of job '" + jobName + "' closed: " + stop.reason()));
+    LOG.log(System.Logger.Level.INFO, "job {0}: registration closed: {1}", jobName, stop.reason());
   }
 
-  private void cancelRuns(java.util.function.Predicate<ItemRun> which, String reason) {
-    List<ItemRun> victims = new ArrayList<>();
-    for (ItemRun run : runs.values()) {
-      if (which.test(run)) {
-        victims.add(run);
+  /** After {@link #finish}: the end, once no call is in flight. */
+  private void maybeTerminate() {
+    if (stopped == null || terminated.isDone()) {
+      return;
+    }
+    synchronized (lock) {
+      if (protocol.hasCallsInFlight()) {
+        return;
       }
     }
-    for (ItemRun run : victims) {
-      runs.remove(run.key);
-      run.cancelled = true;
-      run.ctx.cancel();
-      if (run.future != null) {
-        run.future.cancel(true);
-      }
-      cancelled(run, reason);
+    try {
+      onTerminated.accept(stopped.bySidecar());
+    } finally {
+      terminated.complete(null);
+      events.shutdown();
     }
-  }
-
-  private void dropHeld(String reason) {
-    for (ShardingContext ctx : held) {
-      notify(() -> listener.onCancelled(jobName, ctx.getExecutionId(), ctx.getShardingItem(), reason));
-    }
-    held.clear();
-  }
-
-  private void cancelled(ItemRun run, String reason) {
-    LOG.log(System.Logger.Level.INFO, "job {0}: item {1} of execution {2} stopped, not answered: {3}",
-        jobName, run.ctx.getShardingItem(), run.ctx.getExecutionId(), reason);
-    notify(() -> listener.onCancelled(jobName, run.ctx.getExecutionId(), run.ctx.getShardingItem(), reason));
   }
 
   private void notify(Runnable callback) {
@@ -595,18 +573,22 @@ public final class JobRegistration implements AutoCloseable {
     }
   }
 
+  /**
+   * The failure text reported for a handler that threw: its {@code toString()} and its causes, at
+   * most {@value Answers#MAX_TEXT_BYTES} bytes of UTF-8 (cut at a character boundary).
+   */
   static String describe(Throwable t) {
-    StringBuilder text = new StringBuilder(t.toString());
+    StringBuilder text = new StringBuilder(String.valueOf(t));
     for (Throwable cause = t.getCause(); cause != null && cause != t; cause = cause.getCause()) {
-      text.append("; caused by ").append(cause);
-      if (text.length() > MAX_ERROR_TEXT) {
+      if (text.length() > Answers.MAX_TEXT_BYTES) {
         break;
       }
+      text.append("; caused by ").append(cause);
     }
-    return text.length() > MAX_ERROR_TEXT ? text.substring(0, MAX_ERROR_TEXT) : text.toString();
+    return Answers.truncateUtf8(text.toString(), Answers.MAX_TEXT_BYTES);
   }
 
-  private static java.util.concurrent.ThreadFactory namedDaemon(String prefix) {
+  private static ThreadFactory namedDaemon(String prefix) {
     AtomicInteger counter = new AtomicInteger();
     return r -> {
       Thread t = new Thread(r, prefix + "-" + counter.incrementAndGet());

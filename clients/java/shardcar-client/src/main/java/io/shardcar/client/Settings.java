@@ -15,4 +15,5 @@ record Settings(
     Duration backoffMax,
     Duration answerTimeout,
     Duration shutdownGracePeriod,
+    boolean reconnectAfterShutdown,
     WorkerListener listener) {}

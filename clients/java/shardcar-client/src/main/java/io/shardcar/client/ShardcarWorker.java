@@ -22,6 +22,12 @@ import java.util.logging.Logger;
  * worker subscribes, runs the handler once per item of every trigger, answers each item, honours
  * leases and revokes, and reconnects when the sidecar restarts.
  *
+ * <p>A {@code Shutdown} from the sidecar (drain on SIGTERM, remote shutdown) stops the
+ * registration it names once running items were answered and the sidecar ended the stream; when
+ * that leaves the worker without registrations, the worker closes itself, so
+ * {@link #awaitTermination()} returns. {@link Builder#reconnectAfterShutdown(boolean)} subscribes
+ * again instead.
+ *
  * <pre>{@code
  * try (ShardcarWorker worker = ShardcarWorker.builder().target("127.0.0.1:50061").build()) {
  *   worker.register(
@@ -107,11 +113,22 @@ public final class ShardcarWorker implements AutoCloseable {
     }
     JobRegistration[] self = new JobRegistration[1];
     JobRegistration registration = new JobRegistration(
-        settings, channel, jobName, config, handler, () -> registrations.remove(self[0]));
+        settings, channel, jobName, config, handler, bySidecar -> terminated(self[0], bySidecar));
     self[0] = registration;
     registrations.add(registration);
     registration.start();
     return registration;
+  }
+
+  /** A registration ended; after the sidecar's {@code Shutdown} of the last one, the worker stops. */
+  private void terminated(JobRegistration registration, boolean bySidecarShutdown) {
+    registrations.remove(registration);
+    if (bySidecarShutdown && registrations.isEmpty() && !closing) {
+      // Not on the registration's event thread: close() waits for the channel.
+      Thread stopper = new Thread(this::close, "shardcar-worker-stop");
+      stopper.setDaemon(true);
+      stopper.start();
+    }
   }
 
   /** The registrations that are still open. */
@@ -165,6 +182,7 @@ public final class ShardcarWorker implements AutoCloseable {
     private Duration backoffMax = Duration.ofSeconds(5);
     private Duration answerTimeout = Duration.ofSeconds(10);
     private Duration shutdownGracePeriod = Duration.ofSeconds(10);
+    private boolean reconnectAfterShutdown;
     private WorkerListener listener = new WorkerListener() {};
     private Function<String, String> environment = System::getenv;
 
@@ -218,7 +236,7 @@ public final class ShardcarWorker implements AutoCloseable {
       return this;
     }
 
-    /** Deadline of each Complete/ReportFailure call (default 10 s). */
+    /** Deadline of each Complete/ReportFailure/Decline call (default 10 s); one that runs out is sent again. */
     public Builder answerTimeout(Duration timeout) {
       this.answerTimeout = positive(timeout, "answerTimeout");
       return this;
@@ -230,6 +248,16 @@ public final class ShardcarWorker implements AutoCloseable {
       if (grace.isNegative()) {
         throw new IllegalArgumentException("shutdownGracePeriod must not be negative");
       }
+      return this;
+    }
+
+    /**
+     * What a registration does once the sidecar sent {@code Shutdown} (drain, remote shutdown) and
+     * ended the stream: stop (false, the default; the worker closes when no registration is left),
+     * or subscribe again with the reconnect backoff (true; for a sidecar that is restarted).
+     */
+    public Builder reconnectAfterShutdown(boolean reconnect) {
+      this.reconnectAfterShutdown = reconnect;
       return this;
     }
 
@@ -268,6 +296,7 @@ public final class ShardcarWorker implements AutoCloseable {
           backoffMax,
           answerTimeout,
           shutdownGracePeriod,
+          reconnectAfterShutdown,
           listener);
     }
 

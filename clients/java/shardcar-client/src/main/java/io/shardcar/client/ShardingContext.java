@@ -2,6 +2,7 @@ package io.shardcar.client;
 
 import java.time.Instant;
 import java.util.Objects;
+import java.util.function.BooleanSupplier;
 
 /**
  * What a {@link JobHandler} gets for one item of one execution: ElasticJob's
@@ -19,7 +20,7 @@ public final class ShardingContext {
   private final TriggerSource source;
   private final long fencingToken;
   private final Instant fireTime;
-  private volatile boolean cancelled;
+  private volatile BooleanSupplier cancellation;
 
   public ShardingContext(
       String jobName,
@@ -93,15 +94,21 @@ public final class ShardingContext {
   }
 
   /**
-   * True once this item was revoked, the lease ran out, or the stream was lost: the result will
-   * not be reported, so the handler should stop. The handler's thread is interrupted as well.
+   * True once this item was revoked, the lease ran out, the stream was lost, or the worker's
+   * shutdown grace period is over: its result will not be reported, so the handler should stop.
+   * Evaluated when called: the lease deadline is compared with the clock now, so the first call
+   * after the process was paused past its lease already returns true. The handler's thread is
+   * interrupted as well, once a timer notices. After the handler returned: false when its answer
+   * was sent, true when the item was declined instead. False for a context not started by a worker.
    */
   public boolean isCancelled() {
-    return cancelled;
+    BooleanSupplier c = cancellation;
+    return c != null && c.getAsBoolean();
   }
 
-  void cancel() {
-    cancelled = true;
+  /** Set by the worker before the handler runs. */
+  void attach(BooleanSupplier cancellation) {
+    this.cancellation = cancellation;
   }
 
   @Override

@@ -77,6 +77,20 @@ public final class Recorder implements WorkerListener {
     add(new Event("Answered", jobName, executionId, item, failure, refused, null));
   }
 
+  /** {@code text}: the reason; {@code item}: the first item given back. */
+  @Override
+  public void onDeclined(String jobName, String executionId, List<Integer> items, String reason,
+      ShardcarException refused) {
+    add(new Event("Declined", jobName, executionId, items.isEmpty() ? -1 : items.get(0), reason, refused, null));
+  }
+
+  /** {@code text}: the rpc and why. */
+  @Override
+  public void onAnswerDropped(String jobName, String rpc, String executionId, List<Integer> items, String why) {
+    add(new Event("AnswerDropped", jobName, executionId, items.isEmpty() ? -1 : items.get(0), rpc + ": " + why,
+        null, null));
+  }
+
   @Override
   public void onCancelled(String jobName, String executionId, int item, String reason) {
     add(new Event("Cancelled", jobName, executionId, item, reason, null, null));

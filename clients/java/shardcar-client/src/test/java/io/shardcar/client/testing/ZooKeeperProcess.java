@@ -10,11 +10,11 @@ import java.util.stream.Stream;
 
 /**
  * A real single-node ZooKeeper (Debian's {@code zookeeper} package) on a free loopback port with a
- * temporary data directory, for integration tests. Ready when {@code srvr} reports standalone mode.
+ * temporary data directory, for integration tests, started by the repository's
+ * {@code scripts/zk.sh run} (the one way shardcar starts ZooKeeper; it replaces itself with the
+ * server). Ready when {@code srvr} reports standalone mode.
  */
 public final class ZooKeeperProcess implements AutoCloseable {
-  private static final String CLASSPATH =
-      "/etc/zookeeper/conf:/usr/share/java/zookeeper.jar:/usr/share/java/slf4j-simple.jar";
 
   private final int port;
   private final Path dir;
@@ -38,28 +38,13 @@ public final class ZooKeeperProcess implements AutoCloseable {
     int port = Processes.freePort();
     try {
       Path dir = Files.createTempDirectory("shardcar-zk-");
-      Files.createDirectories(dir.resolve("data"));
-      Path cfg = dir.resolve("zoo.cfg");
-      Files.writeString(cfg, String.join("\n",
-          "tickTime=2000",
-          "initLimit=10",
-          "syncLimit=5",
-          "dataDir=" + dir.resolve("data"),
-          "clientPort=" + port,
-          "clientPortAddress=127.0.0.1",
-          "maxClientCnxns=0",
-          "admin.enableServer=false",
-          "4lw.commands.whitelist=ruok,srvr,mntr,stat,cons",
-          ""));
       Path log = Processes.logDir().resolve("zookeeper-" + port + ".log");
       List<String> cmd = List.of(
-          Path.of(System.getProperty("java.home"), "bin", "java").toString(),
-          "-Xmx256m",
-          "-Dzookeeper.log.dir=" + dir,
-          "-cp", CLASSPATH,
-          "org.apache.zookeeper.server.quorum.QuorumPeerMain",
-          cfg.toString());
-      Process process = new ProcessBuilder(cmd).redirectErrorStream(true).redirectOutput(log.toFile()).start();
+          "bash", script().toString(), "run", dir.toString(), Integer.toString(port));
+      ProcessBuilder builder = new ProcessBuilder(cmd).redirectErrorStream(true).redirectOutput(log.toFile());
+      builder.environment().put("ZK_FORCE_SYNC", "no");
+      builder.environment().put("JAVA", Path.of(System.getProperty("java.home"), "bin", "java").toString());
+      Process process = builder.start();
       ZooKeeperProcess zk = new ZooKeeperProcess(port, dir, process);
       Processes.await(process, log, Duration.ofSeconds(30), "ZooKeeper on port " + port,
           () -> Processes.fourLetter(port, "srvr").contains("Mode: standalone"));
@@ -67,6 +52,17 @@ public final class ZooKeeperProcess implements AutoCloseable {
     } catch (IOException e) {
       throw new IllegalStateException("cannot start ZooKeeper", e);
     }
+  }
+
+  /** {@code scripts/zk.sh} of the repository this test runs in (searched upwards from here). */
+  private static Path script() {
+    for (Path at = Path.of("").toAbsolutePath(); at != null; at = at.getParent()) {
+      Path candidate = at.resolve("scripts").resolve("zk.sh");
+      if (Files.isRegularFile(candidate)) {
+        return candidate;
+      }
+    }
+    throw new IllegalStateException("scripts/zk.sh not found above " + Path.of("").toAbsolutePath());
   }
 
   /** {@code 127.0.0.1:PORT}. */

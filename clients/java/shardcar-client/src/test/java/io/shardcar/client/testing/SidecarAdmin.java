@@ -1,0 +1,63 @@
+package io.shardcar.client.testing;
+
+import io.grpc.ManagedChannel;
+import io.grpc.ManagedChannelBuilder;
+import io.shardcar.v1.AdminGrpc;
+import io.shardcar.v1.ExecutionInfo;
+import io.shardcar.v1.ListExecutionsRequest;
+import io.shardcar.v1.TriggerJobRequest;
+import java.time.Duration;
+import java.util.List;
+import java.util.Optional;
+import java.util.concurrent.TimeUnit;
+import java.util.function.Predicate;
+
+/** The sidecar's {@code Admin} service, for tests: trigger a job by hand, read its executions. */
+public final class SidecarAdmin implements AutoCloseable {
+  private final ManagedChannel channel;
+  private final AdminGrpc.AdminBlockingStub stub;
+
+  public SidecarAdmin(SidecarProcess sidecar) {
+    this.channel = ManagedChannelBuilder.forTarget(sidecar.target()).usePlaintext().build();
+    this.stub = AdminGrpc.newBlockingStub(channel);
+  }
+
+  /** Runs the job once now on every live instance; returns the instances asked to run. */
+  public List<String> trigger(String jobName) {
+    return stub.withDeadlineAfter(10, TimeUnit.SECONDS)
+        .triggerJob(TriggerJobRequest.newBuilder().setJobName(jobName).build())
+        .getInstanceIdsList();
+  }
+
+  /** Finished executions of the job, newest first. */
+  public List<ExecutionInfo> executions(String jobName) {
+    return stub.withDeadlineAfter(10, TimeUnit.SECONDS)
+        .listExecutions(ListExecutionsRequest.newBuilder().setJobName(jobName).build())
+        .getExecutionsList();
+  }
+
+  /** Waits until the sidecar lists a finished execution that matches. */
+  public ExecutionInfo awaitExecution(String jobName, String what, Duration timeout, Predicate<ExecutionInfo> match) {
+    long deadline = System.nanoTime() + timeout.toNanos();
+    List<ExecutionInfo> seen = List.of();
+    while (System.nanoTime() - deadline < 0) {
+      seen = executions(jobName);
+      Optional<ExecutionInfo> found = seen.stream().filter(match).findFirst();
+      if (found.isPresent()) {
+        return found.get();
+      }
+      Processes.sleep(100);
+    }
+    throw new AssertionError("timed out after " + timeout + " waiting for " + what + "; executions: " + seen);
+  }
+
+  @Override
+  public void close() {
+    channel.shutdownNow();
+    try {
+      channel.awaitTermination(5, TimeUnit.SECONDS);
+    } catch (InterruptedException e) {
+      Thread.currentThread().interrupt();
+    }
+  }
+}

@@ -1,0 +1,142 @@
+package io.shardcar.client.testing;
+
+import io.shardcar.client.Assignment;
+import io.shardcar.client.JobConfig;
+import io.shardcar.client.JobRegistration;
+import io.shardcar.client.ShardcarException;
+import io.shardcar.client.ShardcarWorker;
+import io.shardcar.client.ShardingContext;
+import io.shardcar.client.WorkerListener;
+import java.time.Duration;
+import java.util.List;
+import java.util.concurrent.TimeUnit;
+import java.util.concurrent.atomic.AtomicBoolean;
+import java.util.concurrent.locks.LockSupport;
+
+/**
+ * A worker JVM that a test starts as a child process ({@link WorkerProcess}), so that the test
+ * can freeze it with SIGSTOP. It prints one line per thing that happens, for the parent to wait
+ * on:
+ *
+ * <pre>
+ * READY {instanceId}                     register() returned
+ * STARTED {execution} {item}             a handler began
+ * CHECK_FALSE {execution} {item}         (spin) the first isCancelled() check, which said false
+ * CANCELLED_SEEN {execution} {item} sinceLastFalseMs={ms} interrupted={bool}
+ *                                        (spin) the first check that said true, and how long after
+ *                                        the last check that said false
+ * ANSWERED {execution} {item} failure={text} refused={null|message}
+ * DECLINED {execution} {items} refused={null|message} reason={text}
+ * DROPPED {rpc} {execution} {items} why={text}
+ * CANCELLED {execution} {item} reason={text}
+ * LEASE_EXPIRED / SHUTDOWN reason={text} / DISCONNECTED / TERMINATED
+ * </pre>
+ *
+ * <p>Arguments: {@code target jobName mode}. Mode {@code spin}: the first item's handler checks
+ * {@code isCancelled()} every 2 ms until it says true, then returns normally (so only the
+ * contract keeps it from being answered); every other handler returns at once. Mode
+ * {@code quick}: every handler returns at once. The job fires only when triggered by hand.
+ */
+public final class WorkerMain {
+  /** A cron that never fires in a test's lifetime: triggers come from {@code Admin.TriggerJob}. */
+  public static final String NEVER = "0 0 0 1 1 ? 2099";
+
+  private WorkerMain() {}
+
+  public static void main(String[] args) throws Exception {
+    String target = args[0];
+    String jobName = args[1];
+    boolean spin = args[2].equals("spin");
+    AtomicBoolean first = new AtomicBoolean(true);
+    ShardcarWorker worker = ShardcarWorker.builder()
+        .target(target)
+        .connectTimeout(Duration.ofSeconds(20))
+        .reconnectBackoff(Duration.ofMillis(100), Duration.ofSeconds(1))
+        .shutdownGracePeriod(Duration.ofSeconds(2))
+        .listener(new Printer())
+        .build();
+    JobRegistration registration = worker.register(
+        JobConfig.newBuilder(jobName, 1).cron(NEVER).overwrite(true).build(),
+        ctx -> {
+          print("STARTED " + ctx.getExecutionId() + " " + ctx.getShardingItem());
+          if (spin && first.getAndSet(false)) {
+            spinUntilCancelled(ctx);
+          }
+        });
+    print("READY " + registration.getInstanceId());
+    worker.awaitTermination();
+    print("TERMINATED");
+  }
+
+  private static void spinUntilCancelled(ShardingContext ctx) {
+    long lastFalse = System.nanoTime();
+    boolean reported = false;
+    long giveUp = lastFalse + TimeUnit.SECONDS.toNanos(120);
+    while (System.nanoTime() - giveUp < 0) {
+      boolean cancelled = ctx.isCancelled();
+      long now = System.nanoTime();
+      if (cancelled) {
+        print("CANCELLED_SEEN " + ctx.getExecutionId() + " " + ctx.getShardingItem()
+            + " sinceLastFalseMs=" + TimeUnit.NANOSECONDS.toMillis(now - lastFalse)
+            + " interrupted=" + Thread.currentThread().isInterrupted());
+        return;
+      }
+      lastFalse = now;
+      if (!reported) {
+        reported = true;
+        print("CHECK_FALSE " + ctx.getExecutionId() + " " + ctx.getShardingItem());
+      }
+      LockSupport.parkNanos(TimeUnit.MILLISECONDS.toNanos(2)); // returns early when interrupted
+    }
+  }
+
+  static synchronized void print(String line) {
+    System.out.println(line);
+    System.out.flush();
+  }
+
+  private static final class Printer implements WorkerListener {
+    @Override
+    public void onAssignment(String jobName, Assignment assignment) {
+      print("ASSIGNMENT " + assignment.itemNumbers());
+    }
+
+    @Override
+    public void onAnswered(String jobName, String executionId, int item, String failure, ShardcarException refused) {
+      print("ANSWERED " + executionId + " " + item + " failure=" + failure + " refused="
+          + (refused == null ? null : refused.getMessage()));
+    }
+
+    @Override
+    public void onDeclined(String jobName, String executionId, List<Integer> items, String reason,
+        ShardcarException refused) {
+      print("DECLINED " + executionId + " " + items.toString().replace(" ", "") + " refused="
+          + (refused == null ? null : refused.getMessage()) + " reason=" + reason);
+    }
+
+    @Override
+    public void onAnswerDropped(String jobName, String rpc, String executionId, List<Integer> items, String why) {
+      print("DROPPED " + rpc + " " + executionId + " " + items.toString().replace(" ", "") + " why=" + why);
+    }
+
+    @Override
+    public void onCancelled(String jobName, String executionId, int item, String reason) {
+      print("CANCELLED " + executionId + " " + item + " reason=" + reason);
+    }
+
+    @Override
+    public void onLeaseExpired(String jobName) {
+      print("LEASE_EXPIRED");
+    }
+
+    @Override
+    public void onShutdown(String jobName, String reason) {
+      print("SHUTDOWN reason=" + reason);
+    }
+
+    @Override
+    public void onDisconnected(String jobName, ShardcarException cause, long retryInMillis) {
+      print("DISCONNECTED " + cause.getMessage());
+    }
+  }
+}
