@@ -175,11 +175,22 @@ pub(super) fn map_err(e: zk::Error, path: &str) -> Error {
     }
 }
 
-/// Whether an error still proves the server answered (for `last_proof`).
-fn answered(e: &Error) -> bool {
-    !matches!(
+/// Whether an error is the server's own answer, and so still proves the session was alive when
+/// the request was sent (for `last_proof`). A whitelist: every other error may come from the
+/// client alone (a dropped request on a dead connection reads as `UnexpectedError`, a stalled
+/// one as a custom "no response" error) and proves nothing.
+pub(super) fn server_answered(e: &zk::Error) -> bool {
+    matches!(
         e,
-        Error::SessionExpired | Error::ConnectionLoss | Error::Timeout(_) | Error::Closed
+        zk::Error::NoNode
+            | zk::Error::NodeExists
+            | zk::Error::BadVersion
+            | zk::Error::NotEmpty
+            | zk::Error::NoAuth
+            | zk::Error::InvalidAcl
+            | zk::Error::NoChildrenForEphemerals
+            | zk::Error::NoWatcher
+            | zk::Error::QuotaExceeded
     )
 }
 
@@ -203,11 +214,11 @@ where
             return Err(Error::SessionExpired);
         }
         let sent = Instant::now();
-        let r = f(client).await.map_err(|e| map_err(e, path));
-        if r.as_ref().err().is_none_or(answered) {
+        let r = f(client).await;
+        if r.as_ref().err().is_none_or(server_answered) {
             shared.prove(current, sent);
         }
-        r
+        r.map_err(|e| map_err(e, path))
     })
     .await
     .unwrap_or(Err(Error::Timeout(op_timeout)));

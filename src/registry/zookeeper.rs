@@ -213,7 +213,12 @@ impl ZkSession {
                     Op::Check { path, version } => w.add_check_version(path, *version)?,
                 }
             }
-            Ok(w.commit().await)
+            // A request that failed as a whole is the client's error (it proves nothing about the
+            // session); a failed operation is the server's answer.
+            match w.commit().await {
+                Err(zk::MultiWriteError::RequestFailed { source }) => Err(source),
+                other => Ok(other),
+            }
         })
         .await?;
         match r {
@@ -271,6 +276,16 @@ impl ZkSession {
                     let data: Vec<_> = batch.iter().map(|p| c.get_data(p)).collect();
                     let kids: Vec<_> = batch.iter().map(|p| c.list_children(p)).collect();
                     let (data, kids) = futures::join!(join_all(data), join_all(kids));
+                    // An error from the client itself (not the server's answer) fails the whole
+                    // batch here, so that it proves nothing about the session.
+                    let client_error = data
+                        .iter()
+                        .filter_map(|r| r.as_ref().err())
+                        .chain(kids.iter().filter_map(|r| r.as_ref().err()))
+                        .find(|e| !zk_session::server_answered(e));
+                    if let Some(e) = client_error {
+                        return Err(e.clone());
+                    }
                     Ok(data.into_iter().zip(kids).collect::<Vec<_>>())
                 })
                 .await?;
