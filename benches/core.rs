@@ -25,7 +25,7 @@ use common::{
     job_config, subscribe_request, zookeeper::four_letter_word, Sidecar, SidecarOptions,
     TestWorker, ZooKeeper,
 };
-use shardcar::proto::worker_event::Event;
+use shardcar::proto::subscribe_response::Event;
 use shardcar::proto::JobConfig;
 
 const NEVER: &str = "0 0 0 1 1 ? 2099";

@@ -7,8 +7,8 @@
 //! ```
 //! `ENDPOINT` defaults to `$SHARDCAR_ENDPOINT`, else `http://127.0.0.1:50061`; `NAME` labels the
 //! output (default `worker`). The job is `demoJob`: 4 items, every 3 seconds, failover on.
-use shardcar::proto::worker_client::WorkerClient;
-use shardcar::proto::worker_event::Event;
+use shardcar::proto::subscribe_response::Event;
+use shardcar::proto::worker_service_client::WorkerServiceClient;
 use shardcar::proto::{CompleteRequest, JobConfig, SubscribeRequest, Trigger};
 use std::collections::HashMap;
 use std::time::Duration;
@@ -41,7 +41,7 @@ async fn main() -> anyhow::Result<()> {
         .unwrap_or_else(|| "http://127.0.0.1:50061".to_string());
     let name = args.next().unwrap_or_else(|| "worker".to_string());
 
-    let mut client = WorkerClient::connect(endpoint.clone()).await?;
+    let mut client = WorkerServiceClient::connect(endpoint.clone()).await?;
     let request = SubscribeRequest {
         job_name: JOB.to_string(),
         config: Some(demo_job()),
@@ -92,7 +92,7 @@ async fn main() -> anyhow::Result<()> {
 
 /// "Works" on the trigger's items, then completes it.
 async fn run(
-    mut client: WorkerClient<tonic::transport::Channel>,
+    mut client: WorkerServiceClient<tonic::transport::Channel>,
     name: String,
     instance_id: String,
     trigger: Trigger,

@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Installs what shardcar's tests and demo need on Debian/Ubuntu (bookworm tested):
-# ZooKeeper's jars (package `zookeeper`, which brings a Java runtime), procps, and — when the
-# client directories exist — the Python venv (.venv) and the Java build tools.
+# ZooKeeper's jars (package `zookeeper`, which brings a Java runtime), procps, buf (into .tools/,
+# from npm), and — when the client directories exist — the Python venv (.venv) and the Java
+# build tools.
 #
 # Idempotent: `apt-get update` runs only when a package is missing, the venv is refreshed only
 # when clients/python/pyproject.toml changed. Runs as root, or through sudo when available.
@@ -108,6 +109,19 @@ install_python_deps() {
     touch "$stamp"
 }
 
+# buf (proto lint and breaking-change check) from npm's @bufbuild/buf, which ships the binary,
+# pinned, into .tools/ (not committed). Skipped when that version is already there.
+BUF_VERSION=1.47.2
+install_buf() {
+    local tools="$ROOT/.tools" have=""
+    [ -x "$tools/node_modules/.bin/buf" ] && have="$("$tools/node_modules/.bin/buf" --version 2>/dev/null || true)"
+    [ "$have" = "$BUF_VERSION" ] && return 0
+    command -v npm >/dev/null 2>&1 || apt_install nodejs npm
+    log "npm install @bufbuild/buf@$BUF_VERSION (into .tools/)"
+    mkdir -p "$tools"
+    npm install --silent --no-audit --no-fund --prefix "$tools" "@bufbuild/buf@$BUF_VERSION" >/dev/null
+}
+
 # Hook for the Java client: a JDK (javac) and Maven. Does nothing without clients/java.
 install_java_deps() {
     [ -d "$ROOT/clients/java" ] || return 0
@@ -117,6 +131,7 @@ install_java_deps() {
 
 install_system_deps
 install_rust_components
+install_buf
 if [ "$WITH_PYTHON" -eq 1 ]; then install_python_deps; fi
 if [ "$WITH_JAVA" -eq 1 ]; then install_java_deps; fi
 log "ok"

@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # shellcheck disable=SC2317 # the step functions are run indirectly, through run_step
 # THE test command of shardcar (also run by CI through .ci/run):
-#   dependencies → cargo fmt --check → the Python stubs regenerated and compared with the committed
+#   dependencies → cargo fmt --check → buf lint + breaking (proto/) → the Python stubs regenerated and compared with the committed
 #   ones → cargo clippy (all targets, -D warnings) → cargo test (all
 #   targets; the integration tests start real ZooKeeper and sidecar processes) → the Python
 #   client's pytest suite → the Java client's `mvn verify`, each client suite against the
@@ -9,7 +9,7 @@
 #   comes last and the exit status is non-zero if any step failed.
 #
 # Usage: scripts/test.sh [--no-deps] [--fail-fast] [STEP...]
-#   STEP: deps fmt stubs clippy rust python java (default: all of them; `--no-deps` drops `deps`)
+#   STEP: deps fmt proto stubs clippy rust python java (default: all of them; `--no-deps` drops `deps`)
 # Environment: CARGO_TARGET_DIR is honoured; CARGO_TEST_ARGS are passed to `cargo test`
 # (e.g. CARGO_TEST_ARGS="-- --test-threads=1"), PYTEST_ARGS to pytest, MVN_ARGS to Maven.
 set -euo pipefail
@@ -17,7 +17,7 @@ set -euo pipefail
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 cd "$ROOT"
 
-ALL_STEPS=(deps fmt stubs clippy rust python java)
+ALL_STEPS=(deps fmt proto stubs clippy rust python java)
 STEPS=()
 FAIL_FAST=0
 NO_DEPS=0
@@ -26,7 +26,7 @@ for arg in "$@"; do
         --no-deps) NO_DEPS=1 ;;
         --fail-fast) FAIL_FAST=1 ;;
         -h|--help) sed -n '3,13p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
-        deps|fmt|stubs|clippy|rust|python|java) STEPS+=("$arg") ;;
+        deps|fmt|proto|stubs|clippy|rust|python|java) STEPS+=("$arg") ;;
         *) echo "test.sh: unknown argument: $arg (try --help)" >&2; exit 64 ;;
     esac
 done
@@ -104,6 +104,15 @@ python_tests() {
     return "$rc"
 }
 
+# The contract: `buf lint` (STANDARD, proto/buf.yaml), and no breaking change against the v1
+# baseline image proto/v1-baseline.binpb (rebuild it with `buf build proto -o
+# proto/v1-baseline.binpb` only when a break is intended, i.e. for a new major version).
+proto_check() {
+    local buf="$ROOT/.tools/node_modules/.bin/buf"
+    [ -x "$buf" ] || { echo "no $buf: run scripts/install-deps.sh" >&2; return 1; }
+    "$buf" lint proto && "$buf" breaking proto --against proto/v1-baseline.binpb
+}
+
 # The committed Python stubs must be what the proto generates: regenerate them with the pinned
 # grpcio-tools (its own venv, made once) and fail on any difference.
 stubs_check() {
@@ -141,6 +150,9 @@ if want deps; then
 fi
 if want fmt; then
     run_step fmt "cargo fmt --check" cargo fmt --all -- --check
+fi
+if want proto; then
+    run_step proto "buf lint and buf breaking against the v1 baseline (proto/)" proto_check
 fi
 if want stubs; then
     if [ -d clients/python ]; then

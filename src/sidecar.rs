@@ -16,16 +16,16 @@ use tokio_util::task::TaskTracker;
 use tonic::transport::Server;
 use tracing::{info, warn};
 
-use crate::api::admin::AdminService;
+use crate::api::admin::AdminApi;
 use crate::api::connection::TrackedIo;
-use crate::api::worker::WorkerService;
+use crate::api::worker::WorkerApi;
 use crate::config::Settings;
 use crate::coordination::{Coordinator, CoordinatorSettings};
 use crate::ops::history::{History, HistoryFileError};
 use crate::ops::metrics::Metrics;
 use crate::ops::OpsObserver;
-use crate::proto::admin_server::AdminServer;
-use crate::proto::worker_server::WorkerServer;
+use crate::proto::admin_service_server::AdminServiceServer;
+use crate::proto::worker_service_server::WorkerServiceServer;
 use crate::registry::{Registry, SessionState, ZkSettings};
 use crate::schedule::Timer;
 
@@ -136,8 +136,8 @@ pub async fn run(
     );
 
     let (health, health_service) = tonic_health::server::health_reporter();
-    health.set_serving::<WorkerServer<WorkerService>>().await;
-    health.set_serving::<AdminServer<AdminService>>().await;
+    health.set_serving::<WorkerServiceServer<WorkerApi>>().await;
+    health.set_serving::<AdminServiceServer<AdminApi>>().await;
     let draining = CancellationToken::new();
     tracker.spawn(track_health(
         registry.clone(),
@@ -160,8 +160,10 @@ pub async fn run(
         .add_service(health_service)
         .add_service(reflection_v1)
         .add_service(reflection_v1alpha)
-        .add_service(WorkerServer::new(WorkerService::new(coordinator.clone())))
-        .add_service(AdminServer::new(AdminService::new(
+        .add_service(WorkerServiceServer::new(WorkerApi::new(
+            coordinator.clone(),
+        )))
+        .add_service(AdminServiceServer::new(AdminApi::new(
             registry.clone(),
             history.clone(),
             tracker.clone(),
@@ -182,9 +184,11 @@ pub async fn run(
                 "shutting down: draining workers"
             );
             draining.cancel();
-            health.set_not_serving::<AdminServer<AdminService>>().await;
             health
-                .set_not_serving::<WorkerServer<WorkerService>>()
+                .set_not_serving::<AdminServiceServer<AdminApi>>()
+                .await;
+            health
+                .set_not_serving::<WorkerServiceServer<WorkerApi>>()
                 .await;
             health
                 .set_service_status("", tonic_health::ServingStatus::NotServing)
@@ -298,10 +302,12 @@ async fn track_health(
             tonic_health::ServingStatus::NotServing
         };
         health.set_service_status("", status).await;
-        health
-            .set_service_status("shardcar.v1.Worker", status)
-            .await;
-        health.set_service_status("shardcar.v1.Admin", status).await;
+        for service in [
+            crate::proto::worker_service_server::SERVICE_NAME,
+            crate::proto::admin_service_server::SERVICE_NAME,
+        ] {
+            health.set_service_status(service, status).await;
+        }
         if draining.is_cancelled() {
             return;
         }

@@ -312,9 +312,10 @@ async fn triggers_reach_the_owners_and_complete_clears_running() {
     let err = a.complete("no-such-execution", &[0]).await.unwrap_err();
     assert_eq!(err.code(), Code::NotFound);
     let t = b.next_trigger(WAIT).await.unwrap();
-    let mut foreign = shardcar::proto::worker_client::WorkerClient::connect(cars[1].endpoint())
-        .await
-        .unwrap();
+    let mut foreign =
+        shardcar::proto::worker_service_client::WorkerServiceClient::connect(cars[1].endpoint())
+            .await
+            .unwrap();
     let err = foreign
         .complete(shardcar::proto::CompleteRequest {
             instance_id: "127.0.0.9@-@1".into(),
@@ -414,7 +415,7 @@ async fn standalone_mode_serves_a_worker_end_to_end() {
             events.iter().any(|(_, e)| {
                 matches!(
                     e.event,
-                    Some(shardcar::proto::worker_event::Event::Lease(_))
+                    Some(shardcar::proto::subscribe_response::Event::Lease(_))
                 )
             })
         },

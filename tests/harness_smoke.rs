@@ -4,11 +4,11 @@
 mod common;
 
 use common::{free_port, job_config, subscribe_request, zk_tree, StreamEnd, TestWorker, ZooKeeper};
-use shardcar::proto::worker_server::{Worker, WorkerServer};
+use shardcar::proto::worker_service_server::{WorkerService, WorkerServiceServer};
 use shardcar::proto::{
-    worker_event::Event, Assignment, CompleteRequest, CompleteResponse, DeclineRequest,
+    subscribe_response::Event, Assignment, CompleteRequest, CompleteResponse, DeclineRequest,
     DeclineResponse, Registered, ReportFailureRequest, ReportFailureResponse, ShardItem,
-    SubscribeRequest, Trigger, TriggerSource, WorkerEvent,
+    SubscribeRequest, SubscribeResponse, Trigger, TriggerSource,
 };
 use std::collections::HashSet;
 use std::pin::Pin;
@@ -179,10 +179,10 @@ struct FakeWorkerService {
     dropped_tx: Arc<Mutex<Option<tokio::sync::oneshot::Sender<()>>>>,
 }
 
-type EventStream = Pin<Box<dyn futures::Stream<Item = Result<WorkerEvent, Status>> + Send>>;
+type EventStream = Pin<Box<dyn futures::Stream<Item = Result<SubscribeResponse, Status>> + Send>>;
 
 #[tonic::async_trait]
-impl Worker for FakeWorkerService {
+impl WorkerService for FakeWorkerService {
     type SubscribeStream = EventStream;
 
     async fn subscribe(
@@ -197,7 +197,7 @@ impl Worker for FakeWorkerService {
         let (tx, rx) = mpsc::channel(16);
         let dropped_tx = self.dropped_tx.lock().unwrap().take();
         tokio::spawn(async move {
-            let event = |e| Ok(WorkerEvent { event: Some(e) });
+            let event = |e| Ok(SubscribeResponse { event: Some(e) });
             let items = vec![
                 ShardItem {
                     item: 0,
@@ -288,7 +288,7 @@ async fn test_worker_records_events_answers_and_closes() {
         .expect("bind");
     let server = tokio::spawn(
         tonic::transport::Server::builder()
-            .add_service(WorkerServer::new(service.clone()))
+            .add_service(WorkerServiceServer::new(service.clone()))
             .serve_with_incoming(tokio_stream::wrappers::TcpListenerStream::new(listener)),
     );
     let endpoint = format!("http://127.0.0.1:{port}");
@@ -397,8 +397,8 @@ async fn standalone_sidecar_registers_a_worker() {
 #[test]
 fn ledger_catches_overlaps_and_missing_reruns() {
     use common::ledger::{Ledger, Stop};
-    use shardcar::proto::worker_event::Event;
-    use shardcar::proto::{ShardItem, Trigger, TriggerSource, WorkerEvent};
+    use shardcar::proto::subscribe_response::Event;
+    use shardcar::proto::{ShardItem, SubscribeResponse, Trigger, TriggerSource};
     use std::time::{Duration, Instant};
 
     let t0 = Instant::now();
@@ -415,7 +415,7 @@ fn ledger_catches_overlaps_and_missing_reruns() {
         };
         (
             at(ms),
-            WorkerEvent {
+            SubscribeResponse {
                 event: Some(Event::Trigger(t)),
             },
         )

@@ -13,7 +13,7 @@ use common::{
     ZooKeeper,
 };
 use serde_json::Value;
-use shardcar::proto::admin_client::AdminClient;
+use shardcar::proto::admin_service_client::AdminServiceClient;
 use shardcar::proto::{SubscribeRequest, TriggerSource, WatchJobRequest};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tonic_health::pb::health_check_response::ServingStatus;
@@ -270,7 +270,7 @@ async fn ctl_and_metrics_against_a_standalone_sidecar() {
     assert_eq!(metric(&m, "shardcar_zookeeper_connected"), 1.0);
 
     // Items, then the whole job, disabled and enabled again, seen by a watcher too.
-    let mut admin = AdminClient::connect(car.endpoint()).await.unwrap();
+    let mut admin = AdminServiceClient::connect(car.endpoint()).await.unwrap();
     let mut watch = admin
         .watch_job(WatchJobRequest {
             job_name: "reports".into(),
@@ -545,7 +545,7 @@ async fn health_follows_zookeeper_and_reflection_lists_services() {
     })
     .await;
     let endpoint = car.endpoint();
-    for service in ["", "shardcar.v1.Worker", "shardcar.v1.Admin"] {
+    for service in ["", "shardcar.v1.WorkerService", "shardcar.v1.AdminService"] {
         wait_health(&endpoint, service, ServingStatus::Serving).await;
     }
 
@@ -576,8 +576,8 @@ async fn health_follows_zookeeper_and_reflection_lists_services() {
         };
         let names: Vec<String> = list.service.into_iter().map(|s| s.name).collect();
         for want in [
-            "shardcar.v1.Worker",
-            "shardcar.v1.Admin",
+            "shardcar.v1.WorkerService",
+            "shardcar.v1.AdminService",
             "grpc.health.v1.Health",
         ] {
             assert!(names.iter().any(|n| n == want), "{want} not in {names:?}");
@@ -602,18 +602,31 @@ async fn health_follows_zookeeper_and_reflection_lists_services() {
         let Some(MessageResponse::ListServicesResponse(list)) = response.message_response else {
             panic!("not a service list: {response:?}");
         };
-        assert!(list.service.iter().any(|s| s.name == "shardcar.v1.Admin"));
+        assert!(list
+            .service
+            .iter()
+            .any(|s| s.name == "shardcar.v1.AdminService"));
     }
 
     // ZooKeeper goes away: NOT_SERVING, and the metrics say so; it returns: SERVING again.
     zk.stop(0).await;
     wait_health(&endpoint, "", ServingStatus::NotServing).await;
-    wait_health(&endpoint, "shardcar.v1.Admin", ServingStatus::NotServing).await;
+    wait_health(
+        &endpoint,
+        "shardcar.v1.AdminService",
+        ServingStatus::NotServing,
+    )
+    .await;
     let m = scrape(&metrics_addr).await;
     assert_eq!(metric(&m, "shardcar_zookeeper_connected"), 0.0);
     zk.start_node(0).await;
     wait_health(&endpoint, "", ServingStatus::Serving).await;
-    wait_health(&endpoint, "shardcar.v1.Worker", ServingStatus::Serving).await;
+    wait_health(
+        &endpoint,
+        "shardcar.v1.WorkerService",
+        ServingStatus::Serving,
+    )
+    .await;
     let m = scrape(&metrics_addr).await;
     assert_eq!(metric(&m, "shardcar_zookeeper_connected"), 1.0);
     let recoveries = metric(&m, "shardcar_zookeeper_reconnects_total")

@@ -1,4 +1,4 @@
-//! The `shardcar.v1.Admin` service: operations on the namespace for `shardcar ctl` and any UI.
+//! The `shardcar.v1.AdminService`: operations on the namespace for `shardcar ctl` and any UI.
 //! Each call validates its request (errors name the field) and hands it to [`crate::ops::jobs`],
 //! which reads and writes ElasticJob's layout; `ListExecutions` reads this sidecar's
 //! [`History`]; `WatchJob` follows the job's subtree with one recursive watch.
@@ -18,25 +18,25 @@ use crate::elasticjob::paths::{JobNode, JobPaths, ServerStatus};
 use crate::ops::history::History;
 use crate::ops::jobs::{self, check_job_name, AdminError, JobInfo, JobStatus, JobSummary};
 use crate::proto;
-use crate::proto::admin_server::Admin;
+use crate::proto::admin_service_server::AdminService;
 use crate::registry::{Registry, WatchEvent};
 
-/// Changes arriving within this long of each other are reported in one `JobChange`.
+/// Changes arriving within this long of each other are reported in one `WatchJobResponse`.
 const WATCH_DEBOUNCE: Duration = Duration::from_millis(100);
-/// `JobChange` messages buffered for a slow watcher before the watch waits for it.
+/// `WatchJobResponse` messages buffered for a slow watcher before the watch waits for it.
 const WATCH_BUFFER: usize = 16;
 
 /// The Admin service of one sidecar.
-pub struct AdminService {
+pub struct AdminApi {
     registry: Registry,
     history: Arc<History>,
     /// `WatchJob` followers run here, so a shutdown waits for them.
     tracker: TaskTracker,
 }
 
-impl AdminService {
-    pub fn new(registry: Registry, history: Arc<History>, tracker: TaskTracker) -> AdminService {
-        AdminService {
+impl AdminApi {
+    pub fn new(registry: Registry, history: Arc<History>, tracker: TaskTracker) -> AdminApi {
+        AdminApi {
             registry,
             history,
             tracker,
@@ -69,8 +69,9 @@ fn now() -> prost_types::Timestamp {
 }
 
 #[tonic::async_trait]
-impl Admin for AdminService {
-    type WatchJobStream = Pin<Box<dyn Stream<Item = Result<proto::JobChange, Status>> + Send>>;
+impl AdminService for AdminApi {
+    type WatchJobStream =
+        Pin<Box<dyn Stream<Item = Result<proto::WatchJobResponse, Status>> + Send>>;
 
     async fn list_jobs(
         &self,
@@ -88,7 +89,9 @@ impl Admin for AdminService {
     ) -> Result<Response<proto::GetJobResponse>, Status> {
         let req = request.into_inner();
         let job = jobs::get_job(&self.registry, job_name(&req.job_name)?).await?;
-        Ok(Response::new(job_to_wire(&job)))
+        Ok(Response::new(proto::GetJobResponse {
+            job: Some(job_to_wire(&job)),
+        }))
     }
 
     async fn put_job(
@@ -299,10 +302,10 @@ async fn follow(
     registry: Registry,
     paths: JobPaths,
     mut watch: crate::registry::Watch,
-    first: proto::GetJobResponse,
-    tx: mpsc::Sender<Result<proto::JobChange, Status>>,
+    first: proto::JobDetail,
+    tx: mpsc::Sender<Result<proto::WatchJobResponse, Status>>,
 ) {
-    let message = proto::JobChange {
+    let message = proto::WatchJobResponse {
         at: Some(now()),
         changes: Vec::new(),
         job: Some(first),
@@ -328,14 +331,14 @@ async fn follow(
             continue;
         }
         let message = match jobs::get_job(&registry, paths.job_name()).await {
-            Ok(job) => proto::JobChange {
+            Ok(job) => proto::WatchJobResponse {
                 at: Some(now()),
                 changes,
                 job: Some(job_to_wire(&job)),
                 removed: false,
             },
             Err(AdminError::JobNotFound(_)) => {
-                let removed = proto::JobChange {
+                let removed = proto::WatchJobResponse {
                     at: Some(now()),
                     changes,
                     job: None,
@@ -365,8 +368,8 @@ fn status_to_wire(s: JobStatus) -> proto::JobState {
 }
 
 /// The wire form of a job's state.
-pub fn job_to_wire(job: &JobInfo) -> proto::GetJobResponse {
-    proto::GetJobResponse {
+pub fn job_to_wire(job: &JobInfo) -> proto::JobDetail {
+    proto::JobDetail {
         config: Some(to_proto(&job.config, &job.extras)),
         state: status_to_wire(job.status) as i32,
         leader: job.leader.clone(),

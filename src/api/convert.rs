@@ -77,7 +77,8 @@ pub fn from_proto(
         params.insert(*item, value.clone());
     }
     let strategy = match proto::ShardingStrategy::try_from(c.sharding_strategy) {
-        Ok(proto::ShardingStrategy::AvgAllocation) => None,
+        // Unset means ElasticJob's default, as an absent `jobShardingStrategyType` does.
+        Ok(proto::ShardingStrategy::Unspecified | proto::ShardingStrategy::AvgAllocation) => None,
         Ok(proto::ShardingStrategy::Odevity) => Some(StrategyType::Odevity),
         Ok(proto::ShardingStrategy::RoundRobin) => Some(StrategyType::RoundRobin),
         Err(_) => {

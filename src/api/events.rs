@@ -5,7 +5,7 @@ use std::time::UNIX_EPOCH;
 use crate::api::convert::to_proto;
 use crate::coordination::{ExecutionRecord, Source, Trigger, WorkerEvent};
 use crate::ops::history::item_outcome;
-use crate::proto::{self, worker_event::Event};
+use crate::proto::{self, subscribe_response::Event};
 
 /// The wire enum of an execution source.
 pub fn source(s: Source) -> proto::TriggerSource {
@@ -48,7 +48,7 @@ fn trigger(t: Trigger) -> proto::Trigger {
 }
 
 /// A worker event as sent on the `Subscribe` stream.
-pub fn to_wire(event: WorkerEvent) -> proto::WorkerEvent {
+pub fn to_wire(event: WorkerEvent) -> proto::SubscribeResponse {
     let event = match event {
         WorkerEvent::Registered {
             instance_id,
@@ -79,7 +79,7 @@ pub fn to_wire(event: WorkerEvent) -> proto::WorkerEvent {
         WorkerEvent::Revoke { items, reason } => Event::Revoke(proto::Revoke { items, reason }),
         WorkerEvent::Shutdown { reason } => Event::Shutdown(proto::Shutdown { reason }),
     };
-    proto::WorkerEvent { event: Some(event) }
+    proto::SubscribeResponse { event: Some(event) }
 }
 
 fn outcome_proto(name: &str) -> proto::ExecutionOutcome {

@@ -1,4 +1,4 @@
-//! The `shardcar.v1.Worker` service: validates requests, then hands them to the
+//! The `shardcar.v1.WorkerService`: validates requests, then hands them to the
 //! [`Coordinator`]. Every error names the field or state a client must fix.
 
 use std::pin::Pin;
@@ -15,23 +15,23 @@ use crate::coordination::{
     Connection, CoordError, Coordinator, InProcess, ItemOutcome, Subscription,
 };
 use crate::elasticjob::instance::instance_id;
-use crate::proto::worker_server::Worker;
+use crate::proto::worker_service_server::WorkerService;
 use crate::proto::{
     CompleteRequest, CompleteResponse, DeclineRequest, DeclineResponse, ReportFailureRequest,
-    ReportFailureResponse, SubscribeRequest, WorkerEvent,
+    ReportFailureResponse, SubscribeRequest, SubscribeResponse,
 };
 
 /// The longest `ReportFailure.error` and `Decline.reason` accepted, in bytes.
 pub const MAX_ERROR_BYTES: usize = 16 * 1024;
 
 /// The worker service of one sidecar.
-pub struct WorkerService {
+pub struct WorkerApi {
     coordinator: Coordinator,
 }
 
-impl WorkerService {
-    pub fn new(coordinator: Coordinator) -> WorkerService {
-        WorkerService { coordinator }
+impl WorkerApi {
+    pub fn new(coordinator: Coordinator) -> WorkerApi {
+        WorkerApi { coordinator }
     }
 }
 
@@ -82,8 +82,8 @@ fn check_execution_id(id: &str) -> Result<(), Status> {
 }
 
 #[tonic::async_trait]
-impl Worker for WorkerService {
-    type SubscribeStream = Pin<Box<dyn Stream<Item = Result<WorkerEvent, Status>> + Send>>;
+impl WorkerService for WorkerApi {
+    type SubscribeStream = Pin<Box<dyn Stream<Item = Result<SubscribeResponse, Status>> + Send>>;
 
     async fn subscribe(
         &self,

@@ -153,13 +153,18 @@ pub fn parse(file: &str, text: &str) -> Result<proto::JobConfig, JobFileError> {
     };
     let sharding_strategy = match raw.sharding_strategy.as_deref().map(str::trim) {
         None | Some("") => proto::ShardingStrategy::AvgAllocation,
-        Some(name) => proto::ShardingStrategy::from_str_name(&name.to_ascii_uppercase())
-            .ok_or_else(|| {
-                value_error(
-                    "sharding_strategy",
-                    format!("{name:?} is not AVG_ALLOCATION, ODEVITY or ROUND_ROBIN"),
-                )
-            })?,
+        Some(name) => {
+            let upper = name.to_ascii_uppercase();
+            let bare = upper.trim_start_matches("SHARDING_STRATEGY_");
+            proto::ShardingStrategy::from_str_name(&format!("SHARDING_STRATEGY_{bare}"))
+                .filter(|s| *s != proto::ShardingStrategy::Unspecified)
+                .ok_or_else(|| {
+                    value_error(
+                        "sharding_strategy",
+                        format!("{name:?} is not AVG_ALLOCATION, ODEVITY or ROUND_ROBIN"),
+                    )
+                })?
+        }
     };
     let props = raw
         .props

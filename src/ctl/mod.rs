@@ -18,7 +18,7 @@ use tonic::{Code, Request, Status};
 use crate::config::DEFAULT_LISTEN;
 use crate::elasticjob::paths::validate_job_name;
 use crate::proto;
-use crate::proto::admin_client::AdminClient;
+use crate::proto::admin_service_client::AdminServiceClient;
 
 /// How long to wait for the sidecar to accept the connection.
 const CONNECT_TIMEOUT: Duration = Duration::from_secs(5);
@@ -257,7 +257,7 @@ pub async fn run(args: CtlArgs, env: &HashMap<String, String>) -> Result<(), Ctl
         },
         other => other,
     })?;
-    let mut admin = AdminClient::new(channel);
+    let mut admin = AdminServiceClient::new(channel);
     let json = args.json;
     let refused = |status: Status| -> CtlError {
         if status.code() == Code::Unavailable && status.message().contains("transport") {
@@ -285,7 +285,13 @@ pub async fn run(args: CtlArgs, env: &HashMap<String, String>) -> Result<(), Ctl
                 .get_job(request(proto::GetJobRequest { job_name: name }))
                 .await
                 .map_err(refused)?
-                .into_inner();
+                .into_inner()
+                .job
+                .ok_or_else(|| {
+                    CtlError::Refused(Status::internal(
+                        "the sidecar answered GetJob without a job",
+                    ))
+                })?;
             emit(json, render::job(&job), render::job_json(&job));
         }
         Verb::Job(JobVerb::Put { .. }) => {
@@ -420,7 +426,7 @@ fn read_job_file(file: &str) -> Result<proto::JobConfig, CtlError> {
 }
 
 async fn toggle_run(
-    admin: &mut AdminClient<Channel>,
+    admin: &mut AdminServiceClient<Channel>,
     toggle: Toggle,
     disable: bool,
     json: bool,

@@ -60,12 +60,14 @@ pub fn state_name(state: i32) -> &'static str {
         Ok(proto::JobState::Crashed) => "CRASHED",
         Ok(proto::JobState::Disabled) => "DISABLED",
         Ok(proto::JobState::ShardingFlag) => "SHARDING_FLAG",
-        Err(_) => "UNKNOWN",
+        Ok(proto::JobState::Unspecified) | Err(_) => "UNKNOWN",
     }
 }
 
 fn source_name(source: i32) -> &'static str {
-    proto::TriggerSource::try_from(source).map_or("UNKNOWN", |s| s.as_str_name())
+    proto::TriggerSource::try_from(source).map_or("UNKNOWN", |s| {
+        s.as_str_name().trim_start_matches("TRIGGER_SOURCE_")
+    })
 }
 
 fn outcome_name(outcome: i32) -> &'static str {
@@ -78,7 +80,15 @@ fn outcome_name(outcome: i32) -> &'static str {
 }
 
 fn strategy_name(strategy: i32) -> &'static str {
-    proto::ShardingStrategy::try_from(strategy).map_or("UNKNOWN", |s| s.as_str_name())
+    // ElasticJob's names; unset means its default.
+    match proto::ShardingStrategy::try_from(strategy) {
+        Ok(proto::ShardingStrategy::Unspecified | proto::ShardingStrategy::AvgAllocation) => {
+            "AVG_ALLOCATION"
+        }
+        Ok(proto::ShardingStrategy::Odevity) => "ODEVITY",
+        Ok(proto::ShardingStrategy::RoundRobin) => "ROUND_ROBIN",
+        Err(_) => "UNKNOWN",
+    }
 }
 
 fn timestamp(t: &Option<prost_types::Timestamp>) -> String {
@@ -168,7 +178,7 @@ pub fn config_json(c: &proto::JobConfig) -> Value {
     })
 }
 
-pub fn job_json(j: &proto::GetJobResponse) -> Value {
+pub fn job_json(j: &proto::JobDetail) -> Value {
     json!({
         "config": j.config.as_ref().map(config_json),
         "state": state_name(j.state),
@@ -230,7 +240,7 @@ pub fn items(items: &[proto::ItemInfo]) -> String {
 }
 
 /// `ctl job show NAME`.
-pub fn job(j: &proto::GetJobResponse) -> String {
+pub fn job(j: &proto::JobDetail) -> String {
     let c = j.config.clone().unwrap_or_default();
     let mut out = format!("Job {}  [{}]\n", c.job_name, state_name(j.state));
     let schedule = if c.cron.is_empty() {
@@ -366,7 +376,7 @@ pub fn executions_json(list: &[proto::ExecutionInfo]) -> Value {
 }
 
 /// One message of `ctl watch`.
-pub fn change(c: &proto::JobChange) -> String {
+pub fn change(c: &proto::WatchJobResponse) -> String {
     let at = timestamp(&c.at);
     let mut out = String::new();
     if c.changes.is_empty() {
@@ -391,7 +401,7 @@ pub fn change(c: &proto::JobChange) -> String {
     out
 }
 
-pub fn change_json(c: &proto::JobChange) -> Value {
+pub fn change_json(c: &proto::WatchJobResponse) -> Value {
     json!({
         "at": timestamp(&c.at),
         "changes": c.changes,
@@ -415,7 +425,7 @@ mod tests {
 
     #[test]
     fn job_view_shows_items_and_servers() {
-        let state = proto::GetJobResponse {
+        let state = proto::JobDetail {
             config: Some(proto::JobConfig {
                 job_name: "orders".into(),
                 cron: "0/5 * * * * ?".into(),

@@ -10,7 +10,7 @@
 //! end of the worker's lease once its sidecar was frozen or killed (the worker stops on its own
 //! then). A run with none of these is still going when the ledger is checked.
 use super::TimedEvent;
-use shardcar::proto::worker_event::Event;
+use shardcar::proto::subscribe_response::Event;
 use shardcar::proto::TriggerSource;
 use std::time::{Duration, Instant};
 

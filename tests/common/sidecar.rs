@@ -6,7 +6,7 @@
 use super::free_port;
 use super::log_tail;
 use super::process::{mark_log, Process};
-use shardcar::proto::worker_client::WorkerClient;
+use shardcar::proto::worker_service_client::WorkerServiceClient;
 use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
 use std::process::{Command, ExitStatus};
@@ -224,8 +224,8 @@ impl Sidecar {
     ///
     /// # Panics
     /// When it cannot connect.
-    pub async fn client(&self) -> WorkerClient<Channel> {
-        WorkerClient::connect(self.endpoint())
+    pub async fn client(&self) -> WorkerServiceClient<Channel> {
+        WorkerServiceClient::connect(self.endpoint())
             .await
             .unwrap_or_else(|e| panic!("cannot connect to the sidecar at {}: {e}", self.endpoint()))
     }

@@ -8,11 +8,11 @@
 //! `valid_for` and `expires_at`), declines a trigger that comes without one, stops at the end of
 //! its lease or on `Revoke` and declines what it stopped, and answers only on the stream that
 //! delivered the trigger. Its runs are recorded ([`TestWorker::strict_runs`]).
-use shardcar::proto::worker_client::WorkerClient;
-use shardcar::proto::worker_event::Event;
+use shardcar::proto::subscribe_response::Event;
+use shardcar::proto::worker_service_client::WorkerServiceClient;
 use shardcar::proto::{
     Assignment, CompleteRequest, DeclineRequest, JobConfig, Lease, Registered,
-    ReportFailureRequest, Revoke, Shutdown, SubscribeRequest, Trigger, WorkerEvent,
+    ReportFailureRequest, Revoke, Shutdown, SubscribeRequest, SubscribeResponse, Trigger,
 };
 use std::fmt;
 use std::sync::atomic::{AtomicU32, Ordering};
@@ -27,7 +27,7 @@ use tonic::Status;
 const REGISTER_TIMEOUT: Duration = Duration::from_secs(15);
 
 /// One received event and when it arrived.
-pub type TimedEvent = (Instant, WorkerEvent);
+pub type TimedEvent = (Instant, SubscribeResponse);
 
 /// How a worker's stream ended.
 #[derive(Clone, Debug)]
@@ -134,7 +134,7 @@ impl Shared {
 /// A subscribed worker; see the module docs.
 pub struct TestWorker {
     endpoint: String,
-    client: WorkerClient<Channel>,
+    client: WorkerServiceClient<Channel>,
     shared: Arc<Shared>,
     instance_id: String,
     close_tx: Option<oneshot::Sender<()>>,
@@ -152,7 +152,7 @@ impl TestWorker {
         endpoint: &str,
         request: SubscribeRequest,
     ) -> Result<TestWorker, Status> {
-        let mut client = WorkerClient::connect(endpoint.to_string())
+        let mut client = WorkerServiceClient::connect(endpoint.to_string())
             .await
             .map_err(|e| Status::unavailable(format!("cannot connect to {endpoint}: {e}")))?;
         let stream = client.subscribe(request).await?.into_inner();
@@ -197,7 +197,7 @@ impl TestWorker {
     }
 
     /// A clone of this worker's gRPC client.
-    pub fn client(&self) -> WorkerClient<Channel> {
+    pub fn client(&self) -> WorkerServiceClient<Channel> {
         self.client.clone()
     }
 
@@ -513,10 +513,10 @@ impl Drop for TestWorker {
 
 /// The background task: records events until the stream ends or the test closes it.
 async fn read_events(
-    mut stream: tonic::Streaming<WorkerEvent>,
+    mut stream: tonic::Streaming<SubscribeResponse>,
     mut close_rx: oneshot::Receiver<()>,
     shared: Arc<Shared>,
-    client: WorkerClient<Channel>,
+    client: WorkerServiceClient<Channel>,
 ) {
     let mut instance_id = String::new();
     let end = loop {
@@ -606,7 +606,7 @@ async fn read_events(
 
 /// One trigger of the strict worker (see the module docs).
 async fn strict_run(
-    mut client: WorkerClient<Channel>,
+    mut client: WorkerServiceClient<Channel>,
     shared: Arc<Shared>,
     instance_id: String,
     trigger: Trigger,
@@ -709,7 +709,7 @@ async fn strict_run(
 }
 
 async fn auto_complete(
-    mut client: WorkerClient<Channel>,
+    mut client: WorkerServiceClient<Channel>,
     shared: Arc<Shared>,
     instance_id: String,
     trigger: Trigger,

@@ -17,9 +17,9 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use prost::Message;
-use shardcar::proto::worker_client::WorkerClient;
-use shardcar::proto::worker_event::Event;
-use shardcar::proto::{CompleteRequest, SubscribeRequest, Trigger, WorkerEvent};
+use shardcar::proto::subscribe_response::Event;
+use shardcar::proto::worker_service_client::WorkerServiceClient;
+use shardcar::proto::{CompleteRequest, SubscribeRequest, SubscribeResponse, Trigger};
 
 const ENV_ENDPOINT: &str = "SHARDCAR_CHILD";
 const ENV_REQUEST: &str = "SHARDCAR_CHILD_REQUEST";
@@ -45,7 +45,9 @@ pub fn main_if_child() {
             .expect("request");
     let runtime = tokio::runtime::Runtime::new().expect("runtime");
     runtime.block_on(async move {
-        let mut client = WorkerClient::connect(endpoint).await.expect("connect");
+        let mut client = WorkerServiceClient::connect(endpoint)
+            .await
+            .expect("connect");
         let mut stream = client
             .subscribe(request)
             .await
@@ -95,7 +97,7 @@ pub fn main_if_child() {
 /// is open, never once it has ended. The gRPC code of the sidecar's reply, or `None` (void).
 fn answer(
     handle: &tokio::runtime::Handle,
-    client: &WorkerClient<tonic::transport::Channel>,
+    client: &WorkerServiceClient<tonic::transport::Channel>,
     request: &CompleteRequest,
     stream_open: &AtomicBool,
 ) -> Option<i32> {
@@ -130,7 +132,7 @@ pub fn is_transport_error(status: &tonic::Status) -> bool {
 
 #[derive(Default)]
 struct Seen {
-    events: Vec<(Instant, WorkerEvent)>,
+    events: Vec<(Instant, SubscribeResponse)>,
     answers: Vec<(String, Option<i32>)>,
     /// When each `Complete` was sent.
     sent: Vec<(String, Instant)>,
@@ -176,7 +178,7 @@ impl ChildWorker {
                     .find_map(|tag| line.find(tag).map(|at| line[at..].to_string()))
                     .unwrap_or_default();
                 if let Some(payload) = line.strip_prefix("EVENT ") {
-                    let event = WorkerEvent::decode(unhex(payload.trim()).as_slice())
+                    let event = SubscribeResponse::decode(unhex(payload.trim()).as_slice())
                         .unwrap_or_else(|e| panic!("bad event line {payload:?}: {e}"));
                     seen.events.push((Instant::now(), event));
                 } else if let Some(answer) = line.strip_prefix("ANSWER ") {
@@ -217,7 +219,7 @@ impl ChildWorker {
             .unwrap_or_default()
     }
 
-    pub fn events(&self) -> Vec<(Instant, WorkerEvent)> {
+    pub fn events(&self) -> Vec<(Instant, SubscribeResponse)> {
         self.seen.lock().unwrap().events.clone()
     }
 

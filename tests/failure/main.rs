@@ -20,7 +20,7 @@ use common::{
     job_config, subscribe_request, zk_tree, Sidecar, SidecarOptions, TestWorker, TimedEvent,
     ZooKeeper,
 };
-use shardcar::proto::worker_event::Event;
+use shardcar::proto::subscribe_response::Event;
 use shardcar::proto::{CompleteRequest, JobConfig, Trigger, TriggerSource};
 use tonic::Code;
 use zookeeper_client::{Acls, Client, CreateMode};

@@ -55,9 +55,9 @@ def is_log(pattern: str):
 
 
 def executions(sidecar, job: str) -> Dict[str, pb.ExecutionInfo]:
-    """The sidecar's record of the job's finished executions, by id (Admin.ListExecutions)."""
+    """The sidecar's record of the job's finished executions, by id (AdminService.ListExecutions)."""
     with grpc.insecure_channel(sidecar.target) as channel:
-        reply = pb_grpc.AdminStub(channel).ListExecutions(
+        reply = pb_grpc.AdminServiceStub(channel).ListExecutions(
             pb.ListExecutionsRequest(job_name=job), timeout=10)
     return {e.execution_id: e for e in reply.executions}
 

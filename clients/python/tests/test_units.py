@@ -44,6 +44,35 @@ def test_config_round_trip():
     assert JobConfig.from_proto(cfg.to_proto()) == cfg
 
 
+def test_sharding_strategy_maps_to_the_prefixed_wire_values():
+    wire = {
+        "AVG_ALLOCATION": pb.SHARDING_STRATEGY_AVG_ALLOCATION,
+        "ODEVITY": pb.SHARDING_STRATEGY_ODEVITY,
+        "ROUND_ROBIN": pb.SHARDING_STRATEGY_ROUND_ROBIN,
+    }
+    assert [s.name for s in ShardingStrategy] == list(wire)
+    for name, value in wire.items():
+        member = ShardingStrategy[name]
+        assert JobConfig(job_name="j", sharding_strategy=member).to_proto().sharding_strategy == value
+        # The user-facing name works as well, in any case, and is stored as the member.
+        for spelled in (name, name.lower()):
+            cfg = JobConfig(job_name="j", sharding_strategy=spelled)  # type: ignore[arg-type]
+            assert cfg.sharding_strategy is member
+            assert cfg.to_proto().sharding_strategy == value
+        assert ShardingStrategy.from_proto(value) is member
+        assert JobConfig.from_proto(
+            pb.JobConfig(job_name="j", sharding_strategy=value)).sharding_strategy is member
+    # The default is ElasticJob's, sent explicitly; an unset strategy on the wire reads as it.
+    assert JobConfig(job_name="j").to_proto().sharding_strategy == pb.SHARDING_STRATEGY_AVG_ALLOCATION
+    assert ShardingStrategy.from_proto(pb.SHARDING_STRATEGY_UNSPECIFIED) is \
+        ShardingStrategy.AVG_ALLOCATION
+    assert JobConfig.from_proto(pb.JobConfig(job_name="j")).sharding_strategy is \
+        ShardingStrategy.AVG_ALLOCATION
+    for bad in ("SHARDING_STRATEGY_ODEVITY", "RANDOM", "", 99, None):
+        with pytest.raises(ValueError, match="unknown sharding strategy"):
+            JobConfig(job_name="j", sharding_strategy=bad)  # type: ignore[arg-type]
+
+
 def test_subscribe_request_carries_pid_and_config(monkeypatch):
     req = subscribe_request(JobConfig(job_name="j"), overwrite=True, instance_id="", labels={"a": "b"})
     assert req.job_name == "j" and req.overwrite and req.pid > 0 and req.HasField("config")
@@ -107,17 +136,42 @@ def test_invalid_config_names_the_field():
 
 
 def test_events_convert():
-    ev = pb.WorkerEvent(trigger=pb.Trigger(
+    ev = pb.SubscribeResponse(trigger=pb.Trigger(
         execution_id="e1", task_id="t", items=[pb.ShardItem(item=1, parameter="b")],
-        job_parameter="jp", sharding_total_count=2, source=pb.FAILOVER,
+        job_parameter="jp", sharding_total_count=2, source=pb.TRIGGER_SOURCE_FAILOVER,
         fencing_tokens={1: 42}))
     ev.trigger.fire_time.seconds = 1_700_000_000
     trig = event_from_proto(ev, "j")
     assert isinstance(trig, Trigger)
     assert trig.items == (ShardItem(1, "b"),) and trig.source is TriggerSource.FAILOVER
     assert trig.fencing_tokens == {1: 42} and trig.fire_time.year == 2023
-    lease = event_from_proto(pb.WorkerEvent(lease=pb.Lease(sequence=5)), "j")
+    lease = event_from_proto(pb.SubscribeResponse(lease=pb.Lease(sequence=5)), "j")
     assert isinstance(lease, Lease) and lease.sequence == 5
+
+
+def test_trigger_sources_map_from_the_prefixed_wire_values():
+    def source_of(value: int) -> TriggerSource:
+        trig = event_from_proto(pb.SubscribeResponse(trigger=pb.Trigger(
+            execution_id="e", items=[pb.ShardItem(item=0)], source=value)), "j")
+        assert isinstance(trig, Trigger)
+        return trig.source
+
+    assert source_of(pb.TRIGGER_SOURCE_CRON) is TriggerSource.CRON
+    assert source_of(pb.TRIGGER_SOURCE_MISFIRE) is TriggerSource.MISFIRE
+    assert source_of(pb.TRIGGER_SOURCE_FAILOVER) is TriggerSource.FAILOVER
+    assert source_of(pb.TRIGGER_SOURCE_MANUAL) is TriggerSource.MANUAL
+    assert [s.value for s in TriggerSource] == ["CRON", "MISFIRE", "FAILOVER", "MANUAL", "UNKNOWN"]
+
+
+def test_unspecified_trigger_source_is_unknown_not_cron():
+    # Proto3 zero value: a Trigger without a source (never sent) must not pass for a cron fire.
+    trig = event_from_proto(pb.SubscribeResponse(trigger=pb.Trigger(
+        execution_id="e", items=[pb.ShardItem(item=0)])), "j")
+    assert isinstance(trig, Trigger)
+    assert trig.source is TriggerSource.UNKNOWN and trig.source is not TriggerSource.CRON
+    assert TriggerSource.from_proto(pb.TRIGGER_SOURCE_UNSPECIFIED) is TriggerSource.UNKNOWN
+    # A value newer than this client (an open enum on the wire) is unknown as well, not an error.
+    assert TriggerSource.from_proto(99) is TriggerSource.UNKNOWN
 
 
 class Clock(_core.Clock):
@@ -372,7 +426,7 @@ async def test_context_wait_async_wakes_on_cancel_from_another_thread():
 
 
 def test_lease_read_after_its_expires_at_is_not_valid():
-    ev = pb.WorkerEvent(lease=pb.Lease(valid_for={"seconds": 3}, sequence=2))
+    ev = pb.SubscribeResponse(lease=pb.Lease(valid_for={"seconds": 3}, sequence=2))
     ev.lease.expires_at.FromSeconds(int(time.time()) - 1)
     lease = event_from_proto(ev, "j")
     assert isinstance(lease, Lease) and not lease.valid
@@ -384,7 +438,7 @@ def test_lease_read_after_its_expires_at_is_not_valid():
 
 def test_lease_valid_uses_receipt_time():
     lease = event_from_proto(
-        pb.WorkerEvent(lease=pb.Lease(valid_for={"seconds": 2}, sequence=1)), "j")
+        pb.SubscribeResponse(lease=pb.Lease(valid_for={"seconds": 2}, sequence=1)), "j")
     assert lease.valid and 1.9 < lease.expires_at - time.monotonic() <= 2.0
 
 

@@ -6,11 +6,14 @@ import asyncio
 import logging
 import time
 
+import grpc
 import pytest
 
 import shardcar
 import shardcar.aio
-from shardcar import Assignment, JobConfig, ShardingContext, TriggerSource, Worker
+from shardcar import Assignment, JobConfig, ShardingContext, ShardingStrategy, TriggerSource, Worker
+from shardcar._proto import shardcar_pb2 as pb
+from shardcar._proto import shardcar_pb2_grpc as pb_grpc
 
 from conftest import wait_until
 from helpers import Calls, WorkerThread
@@ -120,6 +123,34 @@ def test_low_level_stream_and_answers(sidecar):
         sub.complete("no-such-execution", [0])
     sub.close()
     assert list(events) == []  # closing ends the iteration quietly
+    worker.close()
+
+
+def test_strategy_and_manual_source_round_trip_through_the_sidecar(sidecar):
+    # The renamed contract end to end: a strategy given by its user-facing name goes out as
+    # SHARDING_STRATEGY_ROUND_ROBIN and comes back as ROUND_ROBIN (Registered, AdminService's
+    # JobDetail); a trigger-once arrives as TRIGGER_SOURCE_MANUAL and reads as MANUAL.
+    worker = Worker(sidecar.target)
+    sub = worker.subscribe(JobConfig(job_name="manual", sharding_total_count=2,
+                                     sharding_strategy="ROUND_ROBIN"))  # type: ignore[arg-type]
+    events = iter(sub)
+    first = next(events)
+    assert isinstance(first, shardcar.Registered) and first.config is not None
+    assert first.config.sharding_strategy is ShardingStrategy.ROUND_ROBIN
+    # The first Assignment may come before the leader has sharded (no items yet).
+    next(e for e in events if isinstance(e, shardcar.Assignment) and set(e.item_numbers) == {0, 1})
+    with grpc.insecure_channel(sidecar.target) as channel:
+        admin = pb_grpc.AdminServiceStub(channel)
+        detail = admin.GetJob(pb.GetJobRequest(job_name="manual"), timeout=10).job
+        assert detail.config.job_name == "manual"
+        assert detail.config.sharding_strategy == pb.SHARDING_STRATEGY_ROUND_ROBIN
+        assert detail.state == pb.JOB_STATE_OK
+        triggered = admin.TriggerJob(pb.TriggerJobRequest(job_name="manual"), timeout=10)
+    assert list(triggered.instance_ids) == [first.instance_id]
+    trigger = next(e for e in events if isinstance(e, shardcar.Trigger))
+    assert trigger.source is TriggerSource.MANUAL
+    sub.complete(trigger.execution_id, [i.item for i in trigger.items])
+    sub.close()
     worker.close()
 
 

@@ -126,7 +126,7 @@ AnswerRequest = Union[pb.CompleteRequest, pb.ReportFailureRequest, pb.DeclineReq
 
 
 def answer_request(call: "AnswerCall") -> Tuple[str, AnswerRequest]:
-    """The ``Worker`` service method (``"Complete"``, ``"ReportFailure"``, ``"Decline"``) and the
+    """The ``WorkerService`` method (``"Complete"``, ``"ReportFailure"``, ``"Decline"``) and the
     request of an answer the protocol core asked to send."""
     rpc = call.rpc.value
     if rpc == "complete":

@@ -89,7 +89,11 @@ class Subscription:
     """
 
     def __init__(
-        self, stub: pb_grpc.WorkerStub, request: pb.SubscribeRequest, target: str, timeout: float
+        self,
+        stub: pb_grpc.WorkerServiceStub,
+        request: pb.SubscribeRequest,
+        target: str,
+        timeout: float,
     ) -> None:
         self.job_name = request.job_name
         self.instance_id: Optional[str] = None
@@ -210,18 +214,18 @@ class Worker:
         self.exit_on_shutdown = exit_on_shutdown
         self._options = options
         self._channel: Optional[grpc.aio.Channel] = None
-        self._stub: Optional[pb_grpc.WorkerStub] = None
+        self._stub: Optional[pb_grpc.WorkerServiceStub] = None
         self._jobs: List[_JobRunner] = []
         self._assignment_callbacks: List[AssignmentCallback] = []
         self._stop: Optional[asyncio.Event] = None
         self._force = False
 
-    def _ensure_channel(self) -> pb_grpc.WorkerStub:
+    def _ensure_channel(self) -> pb_grpc.WorkerServiceStub:
         if self._stub is None:
             self._channel = grpc.aio.insecure_channel(
                 self.target, options=channel_options(self.target, self._options)
             )
-            self._stub = pb_grpc.WorkerStub(self._channel)
+            self._stub = pb_grpc.WorkerServiceStub(self._channel)
         return self._stub
 
     def job(

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import enum
 from dataclasses import dataclass, field
-from typing import Mapping, Optional
+from typing import Mapping, Optional, Union
 
 from ._proto import shardcar_pb2 as pb
 
@@ -18,11 +18,43 @@ __all__ = ["JobConfig", "ShardingStrategy"]
 
 
 class ShardingStrategy(enum.IntEnum):
-    """How the job leader spreads items over instances (ElasticJob's built-in strategies)."""
+    """How the job leader spreads items over instances (ElasticJob's built-in strategies).
 
-    AVG_ALLOCATION = pb.AVG_ALLOCATION
-    ODEVITY = pb.ODEVITY
-    ROUND_ROBIN = pb.ROUND_ROBIN
+    The values are the wire's ``SHARDING_STRATEGY_*`` numbers. A name works too wherever a
+    strategy is taken: ``ShardingStrategy.parse("ROUND_ROBIN")``, or
+    ``JobConfig(sharding_strategy="ROUND_ROBIN")``.
+    """
+
+    AVG_ALLOCATION = pb.SHARDING_STRATEGY_AVG_ALLOCATION
+    ODEVITY = pb.SHARDING_STRATEGY_ODEVITY
+    ROUND_ROBIN = pb.SHARDING_STRATEGY_ROUND_ROBIN
+
+    @classmethod
+    def parse(cls, value: "Union[ShardingStrategy, str, int]") -> "ShardingStrategy":
+        """A strategy from a member, its name (``"AVG_ALLOCATION"``, ``"ODEVITY"``,
+        ``"ROUND_ROBIN"``, any case) or its wire number; ``ValueError`` for anything else."""
+        if isinstance(value, cls):
+            return value
+        if isinstance(value, str):
+            try:
+                return cls[value.strip().upper()]
+            except KeyError:
+                pass
+        elif isinstance(value, int) and not isinstance(value, bool):
+            try:
+                return cls.from_proto(value)
+            except ValueError:
+                pass
+        names = ", ".join(m.name for m in cls)
+        raise ValueError(f"unknown sharding strategy {value!r} (one of {names})")
+
+    @classmethod
+    def from_proto(cls, value: int) -> "ShardingStrategy":
+        """The strategy a wire value means; unset (``SHARDING_STRATEGY_UNSPECIFIED``) is
+        ``AVG_ALLOCATION``, ElasticJob's default, as the sidecar reads it."""
+        if value == pb.SHARDING_STRATEGY_UNSPECIFIED:
+            return cls.AVG_ALLOCATION
+        return cls(value)
 
 
 @dataclass(frozen=True)
@@ -43,6 +75,7 @@ class JobConfig:
     failover: bool = False
     misfire: Optional[bool] = None
     monitor_execution: Optional[bool] = None
+    # A ``ShardingStrategy`` or its name (``"ROUND_ROBIN"``); stored as the member.
     sharding_strategy: ShardingStrategy = ShardingStrategy.AVG_ALLOCATION
     max_time_diff_seconds: Optional[int] = None
     reconcile_interval_minutes: Optional[int] = None
@@ -50,6 +83,11 @@ class JobConfig:
     disabled: bool = False
     props: Mapping[str, str] = field(default_factory=dict)
     execution_timeout_seconds: int = 0
+
+    def __post_init__(self) -> None:
+        object.__setattr__(
+            self, "sharding_strategy", ShardingStrategy.parse(self.sharding_strategy)
+        )
 
     def to_proto(self) -> pb.JobConfig:
         """The wire message; optional fields are set only when not ``None``."""
@@ -96,7 +134,7 @@ class JobConfig:
             failover=msg.failover,
             misfire=opt("misfire"),  # type: ignore[arg-type]
             monitor_execution=opt("monitor_execution"),  # type: ignore[arg-type]
-            sharding_strategy=ShardingStrategy(msg.sharding_strategy),
+            sharding_strategy=ShardingStrategy.from_proto(msg.sharding_strategy),
             max_time_diff_seconds=opt("max_time_diff_seconds"),  # type: ignore[arg-type]
             reconcile_interval_minutes=opt("reconcile_interval_minutes"),  # type: ignore[arg-type]
             description=msg.description,

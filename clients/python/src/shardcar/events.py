@@ -1,7 +1,7 @@
 """Typed events of a worker stream and the per-item :class:`ShardingContext`.
 
-The sidecar streams ``WorkerEvent`` messages; :func:`event_from_proto` turns each into one of the
-frozen dataclasses below, which is what ``Worker.subscribe`` yields.
+The sidecar streams ``SubscribeResponse`` messages; :func:`event_from_proto` turns each into one
+of the frozen dataclasses below, which is what ``Worker.subscribe`` yields.
 """
 
 from __future__ import annotations
@@ -33,16 +33,31 @@ __all__ = [
 
 
 class TriggerSource(str, enum.Enum):
-    """Why an execution started (ElasticJob's execution sources, plus manual triggers)."""
+    """Why an execution started (ElasticJob's execution sources, plus manual triggers).
+
+    ``UNKNOWN`` is a trigger whose source the sidecar left unset (``TRIGGER_SOURCE_UNSPECIFIED``,
+    which it never sends) or sent as a value this client does not know: the work is still to be
+    done, but nothing is known about why.
+    """
 
     CRON = "CRON"
     MISFIRE = "MISFIRE"
     FAILOVER = "FAILOVER"
     MANUAL = "MANUAL"
+    UNKNOWN = "UNKNOWN"
 
     @classmethod
     def from_proto(cls, value: int) -> "TriggerSource":
-        return cls(pb.TriggerSource.Name(value))
+        """The source a wire ``TriggerSource`` means; never ``CRON`` for an unset one."""
+        return _SOURCE_FROM_PROTO.get(value, cls.UNKNOWN)
+
+
+_SOURCE_FROM_PROTO: Dict[int, TriggerSource] = {
+    pb.TRIGGER_SOURCE_CRON: TriggerSource.CRON,
+    pb.TRIGGER_SOURCE_MISFIRE: TriggerSource.MISFIRE,
+    pb.TRIGGER_SOURCE_FAILOVER: TriggerSource.FAILOVER,
+    pb.TRIGGER_SOURCE_MANUAL: TriggerSource.MANUAL,
+}
 
 
 @dataclass(frozen=True)
@@ -128,8 +143,8 @@ class Lease:
 Event = Union[Registered, Assignment, Trigger, Revoke, Shutdown, Lease]
 
 
-def event_from_proto(msg: pb.WorkerEvent, job_name: str) -> Optional[Event]:
-    """Converts one ``WorkerEvent``; ``None`` for an event kind this client does not know."""
+def event_from_proto(msg: pb.SubscribeResponse, job_name: str) -> Optional[Event]:
+    """Converts one ``SubscribeResponse``; ``None`` for an event kind this client does not know."""
     kind = msg.WhichOneof("event")
     if kind == "registered":
         r = msg.registered

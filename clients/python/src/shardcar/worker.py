@@ -84,7 +84,11 @@ class Subscription:
     """
 
     def __init__(
-        self, stub: pb_grpc.WorkerStub, request: pb.SubscribeRequest, target: str, timeout: float
+        self,
+        stub: pb_grpc.WorkerServiceStub,
+        request: pb.SubscribeRequest,
+        target: str,
+        timeout: float,
     ) -> None:
         self.job_name = request.job_name
         self.instance_id: Optional[str] = None
@@ -213,7 +217,7 @@ class Worker:
         self._channel = grpc.insecure_channel(
             self.target, options=channel_options(self.target, options)
         )
-        self._stub = pb_grpc.WorkerStub(self._channel)
+        self._stub = pb_grpc.WorkerServiceStub(self._channel)
         self._jobs: List[_JobRunner] = []
         self._assignment_callbacks: List[AssignmentCallback] = []
         self._stop = threading.Event()

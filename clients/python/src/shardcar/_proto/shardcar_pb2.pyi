@@ -10,19 +10,22 @@ DESCRIPTOR: _descriptor.FileDescriptor
 
 class ShardingStrategy(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
     __slots__ = ()
-    AVG_ALLOCATION: _ClassVar[ShardingStrategy]
-    ODEVITY: _ClassVar[ShardingStrategy]
-    ROUND_ROBIN: _ClassVar[ShardingStrategy]
+    SHARDING_STRATEGY_UNSPECIFIED: _ClassVar[ShardingStrategy]
+    SHARDING_STRATEGY_AVG_ALLOCATION: _ClassVar[ShardingStrategy]
+    SHARDING_STRATEGY_ODEVITY: _ClassVar[ShardingStrategy]
+    SHARDING_STRATEGY_ROUND_ROBIN: _ClassVar[ShardingStrategy]
 
 class TriggerSource(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
     __slots__ = ()
-    CRON: _ClassVar[TriggerSource]
-    MISFIRE: _ClassVar[TriggerSource]
-    FAILOVER: _ClassVar[TriggerSource]
-    MANUAL: _ClassVar[TriggerSource]
+    TRIGGER_SOURCE_UNSPECIFIED: _ClassVar[TriggerSource]
+    TRIGGER_SOURCE_CRON: _ClassVar[TriggerSource]
+    TRIGGER_SOURCE_MISFIRE: _ClassVar[TriggerSource]
+    TRIGGER_SOURCE_FAILOVER: _ClassVar[TriggerSource]
+    TRIGGER_SOURCE_MANUAL: _ClassVar[TriggerSource]
 
 class JobState(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
     __slots__ = ()
+    JOB_STATE_UNSPECIFIED: _ClassVar[JobState]
     JOB_STATE_OK: _ClassVar[JobState]
     JOB_STATE_CRASHED: _ClassVar[JobState]
     JOB_STATE_DISABLED: _ClassVar[JobState]
@@ -34,13 +37,16 @@ class ExecutionOutcome(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
     EXECUTION_OUTCOME_COMPLETED: _ClassVar[ExecutionOutcome]
     EXECUTION_OUTCOME_FAILED: _ClassVar[ExecutionOutcome]
     EXECUTION_OUTCOME_REVOKED: _ClassVar[ExecutionOutcome]
-AVG_ALLOCATION: ShardingStrategy
-ODEVITY: ShardingStrategy
-ROUND_ROBIN: ShardingStrategy
-CRON: TriggerSource
-MISFIRE: TriggerSource
-FAILOVER: TriggerSource
-MANUAL: TriggerSource
+SHARDING_STRATEGY_UNSPECIFIED: ShardingStrategy
+SHARDING_STRATEGY_AVG_ALLOCATION: ShardingStrategy
+SHARDING_STRATEGY_ODEVITY: ShardingStrategy
+SHARDING_STRATEGY_ROUND_ROBIN: ShardingStrategy
+TRIGGER_SOURCE_UNSPECIFIED: TriggerSource
+TRIGGER_SOURCE_CRON: TriggerSource
+TRIGGER_SOURCE_MISFIRE: TriggerSource
+TRIGGER_SOURCE_FAILOVER: TriggerSource
+TRIGGER_SOURCE_MANUAL: TriggerSource
+JOB_STATE_UNSPECIFIED: JobState
 JOB_STATE_OK: JobState
 JOB_STATE_CRASHED: JobState
 JOB_STATE_DISABLED: JobState
@@ -123,7 +129,7 @@ class JobConfig(_message.Message):
     execution_timeout_seconds: int
     def __init__(self, job_name: _Optional[str] = ..., cron: _Optional[str] = ..., time_zone: _Optional[str] = ..., sharding_total_count: _Optional[int] = ..., sharding_item_parameters: _Optional[_Mapping[int, str]] = ..., job_parameter: _Optional[str] = ..., failover: bool = ..., misfire: bool = ..., monitor_execution: bool = ..., sharding_strategy: _Optional[_Union[ShardingStrategy, str]] = ..., max_time_diff_seconds: _Optional[int] = ..., reconcile_interval_minutes: _Optional[int] = ..., description: _Optional[str] = ..., disabled: bool = ..., props: _Optional[_Mapping[str, str]] = ..., execution_timeout_seconds: _Optional[int] = ...) -> None: ...
 
-class WorkerEvent(_message.Message):
+class SubscribeResponse(_message.Message):
     __slots__ = ("registered", "assignment", "trigger", "revoke", "shutdown", "lease")
     REGISTERED_FIELD_NUMBER: _ClassVar[int]
     ASSIGNMENT_FIELD_NUMBER: _ClassVar[int]
@@ -299,6 +305,12 @@ class GetJobRequest(_message.Message):
     def __init__(self, job_name: _Optional[str] = ...) -> None: ...
 
 class GetJobResponse(_message.Message):
+    __slots__ = ("job",)
+    JOB_FIELD_NUMBER: _ClassVar[int]
+    job: JobDetail
+    def __init__(self, job: _Optional[_Union[JobDetail, _Mapping]] = ...) -> None: ...
+
+class JobDetail(_message.Message):
     __slots__ = ("config", "state", "leader", "servers", "instances", "items", "sharding_necessary")
     CONFIG_FIELD_NUMBER: _ClassVar[int]
     STATE_FIELD_NUMBER: _ClassVar[int]
@@ -540,7 +552,7 @@ class WatchJobRequest(_message.Message):
     job_name: str
     def __init__(self, job_name: _Optional[str] = ...) -> None: ...
 
-class JobChange(_message.Message):
+class WatchJobResponse(_message.Message):
     __slots__ = ("at", "changes", "job", "removed")
     AT_FIELD_NUMBER: _ClassVar[int]
     CHANGES_FIELD_NUMBER: _ClassVar[int]
@@ -548,6 +560,6 @@ class JobChange(_message.Message):
     REMOVED_FIELD_NUMBER: _ClassVar[int]
     at: _timestamp_pb2.Timestamp
     changes: _containers.RepeatedScalarFieldContainer[str]
-    job: GetJobResponse
+    job: JobDetail
     removed: bool
-    def __init__(self, at: _Optional[_Union[_timestamp_pb2.Timestamp, _Mapping]] = ..., changes: _Optional[_Iterable[str]] = ..., job: _Optional[_Union[GetJobResponse, _Mapping]] = ..., removed: bool = ...) -> None: ...
+    def __init__(self, at: _Optional[_Union[_timestamp_pb2.Timestamp, _Mapping]] = ..., changes: _Optional[_Iterable[str]] = ..., job: _Optional[_Union[JobDetail, _Mapping]] = ..., removed: bool = ...) -> None: ...

@@ -5,7 +5,7 @@ import grpc
 from . import shardcar_pb2 as shardcar_dot_v1_dot_shardcar__pb2
 
 
-class WorkerStub(object):
+class WorkerServiceStub(object):
     """Missing associated documentation comment in .proto file."""
 
     def __init__(self, channel):
@@ -15,28 +15,28 @@ class WorkerStub(object):
             channel: A grpc.Channel.
         """
         self.Subscribe = channel.unary_stream(
-                '/shardcar.v1.Worker/Subscribe',
+                '/shardcar.v1.WorkerService/Subscribe',
                 request_serializer=shardcar_dot_v1_dot_shardcar__pb2.SubscribeRequest.SerializeToString,
-                response_deserializer=shardcar_dot_v1_dot_shardcar__pb2.WorkerEvent.FromString,
+                response_deserializer=shardcar_dot_v1_dot_shardcar__pb2.SubscribeResponse.FromString,
                 )
         self.Complete = channel.unary_unary(
-                '/shardcar.v1.Worker/Complete',
+                '/shardcar.v1.WorkerService/Complete',
                 request_serializer=shardcar_dot_v1_dot_shardcar__pb2.CompleteRequest.SerializeToString,
                 response_deserializer=shardcar_dot_v1_dot_shardcar__pb2.CompleteResponse.FromString,
                 )
         self.ReportFailure = channel.unary_unary(
-                '/shardcar.v1.Worker/ReportFailure',
+                '/shardcar.v1.WorkerService/ReportFailure',
                 request_serializer=shardcar_dot_v1_dot_shardcar__pb2.ReportFailureRequest.SerializeToString,
                 response_deserializer=shardcar_dot_v1_dot_shardcar__pb2.ReportFailureResponse.FromString,
                 )
         self.Decline = channel.unary_unary(
-                '/shardcar.v1.Worker/Decline',
+                '/shardcar.v1.WorkerService/Decline',
                 request_serializer=shardcar_dot_v1_dot_shardcar__pb2.DeclineRequest.SerializeToString,
                 response_deserializer=shardcar_dot_v1_dot_shardcar__pb2.DeclineResponse.FromString,
                 )
 
 
-class WorkerServicer(object):
+class WorkerServiceServicer(object):
     """Missing associated documentation comment in .proto file."""
 
     def Subscribe(self, request, context):
@@ -73,12 +73,12 @@ class WorkerServicer(object):
         raise NotImplementedError('Method not implemented!')
 
 
-def add_WorkerServicer_to_server(servicer, server):
+def add_WorkerServiceServicer_to_server(servicer, server):
     rpc_method_handlers = {
             'Subscribe': grpc.unary_stream_rpc_method_handler(
                     servicer.Subscribe,
                     request_deserializer=shardcar_dot_v1_dot_shardcar__pb2.SubscribeRequest.FromString,
-                    response_serializer=shardcar_dot_v1_dot_shardcar__pb2.WorkerEvent.SerializeToString,
+                    response_serializer=shardcar_dot_v1_dot_shardcar__pb2.SubscribeResponse.SerializeToString,
             ),
             'Complete': grpc.unary_unary_rpc_method_handler(
                     servicer.Complete,
@@ -97,12 +97,12 @@ def add_WorkerServicer_to_server(servicer, server):
             ),
     }
     generic_handler = grpc.method_handlers_generic_handler(
-            'shardcar.v1.Worker', rpc_method_handlers)
+            'shardcar.v1.WorkerService', rpc_method_handlers)
     server.add_generic_rpc_handlers((generic_handler,))
 
 
  # This class is part of an EXPERIMENTAL API.
-class Worker(object):
+class WorkerService(object):
     """Missing associated documentation comment in .proto file."""
 
     @staticmethod
@@ -116,9 +116,9 @@ class Worker(object):
             wait_for_ready=None,
             timeout=None,
             metadata=None):
-        return grpc.experimental.unary_stream(request, target, '/shardcar.v1.Worker/Subscribe',
+        return grpc.experimental.unary_stream(request, target, '/shardcar.v1.WorkerService/Subscribe',
             shardcar_dot_v1_dot_shardcar__pb2.SubscribeRequest.SerializeToString,
-            shardcar_dot_v1_dot_shardcar__pb2.WorkerEvent.FromString,
+            shardcar_dot_v1_dot_shardcar__pb2.SubscribeResponse.FromString,
             options, channel_credentials,
             insecure, call_credentials, compression, wait_for_ready, timeout, metadata)
 
@@ -133,7 +133,7 @@ class Worker(object):
             wait_for_ready=None,
             timeout=None,
             metadata=None):
-        return grpc.experimental.unary_unary(request, target, '/shardcar.v1.Worker/Complete',
+        return grpc.experimental.unary_unary(request, target, '/shardcar.v1.WorkerService/Complete',
             shardcar_dot_v1_dot_shardcar__pb2.CompleteRequest.SerializeToString,
             shardcar_dot_v1_dot_shardcar__pb2.CompleteResponse.FromString,
             options, channel_credentials,
@@ -150,7 +150,7 @@ class Worker(object):
             wait_for_ready=None,
             timeout=None,
             metadata=None):
-        return grpc.experimental.unary_unary(request, target, '/shardcar.v1.Worker/ReportFailure',
+        return grpc.experimental.unary_unary(request, target, '/shardcar.v1.WorkerService/ReportFailure',
             shardcar_dot_v1_dot_shardcar__pb2.ReportFailureRequest.SerializeToString,
             shardcar_dot_v1_dot_shardcar__pb2.ReportFailureResponse.FromString,
             options, channel_credentials,
@@ -167,14 +167,14 @@ class Worker(object):
             wait_for_ready=None,
             timeout=None,
             metadata=None):
-        return grpc.experimental.unary_unary(request, target, '/shardcar.v1.Worker/Decline',
+        return grpc.experimental.unary_unary(request, target, '/shardcar.v1.WorkerService/Decline',
             shardcar_dot_v1_dot_shardcar__pb2.DeclineRequest.SerializeToString,
             shardcar_dot_v1_dot_shardcar__pb2.DeclineResponse.FromString,
             options, channel_credentials,
             insecure, call_credentials, compression, wait_for_ready, timeout, metadata)
 
 
-class AdminStub(object):
+class AdminServiceStub(object):
     """---------------------------------------------------------------------------------------------
     Operations. `Admin` reads and writes ElasticJob's namespace layout exactly as ElasticJob's own
     console and lifecycle API do, so the running coordinators (shardcar and Java alike) react
@@ -191,78 +191,78 @@ class AdminStub(object):
             channel: A grpc.Channel.
         """
         self.ListJobs = channel.unary_unary(
-                '/shardcar.v1.Admin/ListJobs',
+                '/shardcar.v1.AdminService/ListJobs',
                 request_serializer=shardcar_dot_v1_dot_shardcar__pb2.ListJobsRequest.SerializeToString,
                 response_deserializer=shardcar_dot_v1_dot_shardcar__pb2.ListJobsResponse.FromString,
                 )
         self.GetJob = channel.unary_unary(
-                '/shardcar.v1.Admin/GetJob',
+                '/shardcar.v1.AdminService/GetJob',
                 request_serializer=shardcar_dot_v1_dot_shardcar__pb2.GetJobRequest.SerializeToString,
                 response_deserializer=shardcar_dot_v1_dot_shardcar__pb2.GetJobResponse.FromString,
                 )
         self.PutJob = channel.unary_unary(
-                '/shardcar.v1.Admin/PutJob',
+                '/shardcar.v1.AdminService/PutJob',
                 request_serializer=shardcar_dot_v1_dot_shardcar__pb2.PutJobRequest.SerializeToString,
                 response_deserializer=shardcar_dot_v1_dot_shardcar__pb2.PutJobResponse.FromString,
                 )
         self.RemoveJob = channel.unary_unary(
-                '/shardcar.v1.Admin/RemoveJob',
+                '/shardcar.v1.AdminService/RemoveJob',
                 request_serializer=shardcar_dot_v1_dot_shardcar__pb2.RemoveJobRequest.SerializeToString,
                 response_deserializer=shardcar_dot_v1_dot_shardcar__pb2.RemoveJobResponse.FromString,
                 )
         self.TriggerJob = channel.unary_unary(
-                '/shardcar.v1.Admin/TriggerJob',
+                '/shardcar.v1.AdminService/TriggerJob',
                 request_serializer=shardcar_dot_v1_dot_shardcar__pb2.TriggerJobRequest.SerializeToString,
                 response_deserializer=shardcar_dot_v1_dot_shardcar__pb2.TriggerJobResponse.FromString,
                 )
         self.DisableJob = channel.unary_unary(
-                '/shardcar.v1.Admin/DisableJob',
+                '/shardcar.v1.AdminService/DisableJob',
                 request_serializer=shardcar_dot_v1_dot_shardcar__pb2.DisableJobRequest.SerializeToString,
                 response_deserializer=shardcar_dot_v1_dot_shardcar__pb2.DisableJobResponse.FromString,
                 )
         self.EnableJob = channel.unary_unary(
-                '/shardcar.v1.Admin/EnableJob',
+                '/shardcar.v1.AdminService/EnableJob',
                 request_serializer=shardcar_dot_v1_dot_shardcar__pb2.EnableJobRequest.SerializeToString,
                 response_deserializer=shardcar_dot_v1_dot_shardcar__pb2.EnableJobResponse.FromString,
                 )
         self.DisableItem = channel.unary_unary(
-                '/shardcar.v1.Admin/DisableItem',
+                '/shardcar.v1.AdminService/DisableItem',
                 request_serializer=shardcar_dot_v1_dot_shardcar__pb2.DisableItemRequest.SerializeToString,
                 response_deserializer=shardcar_dot_v1_dot_shardcar__pb2.DisableItemResponse.FromString,
                 )
         self.EnableItem = channel.unary_unary(
-                '/shardcar.v1.Admin/EnableItem',
+                '/shardcar.v1.AdminService/EnableItem',
                 request_serializer=shardcar_dot_v1_dot_shardcar__pb2.EnableItemRequest.SerializeToString,
                 response_deserializer=shardcar_dot_v1_dot_shardcar__pb2.EnableItemResponse.FromString,
                 )
         self.DisableServer = channel.unary_unary(
-                '/shardcar.v1.Admin/DisableServer',
+                '/shardcar.v1.AdminService/DisableServer',
                 request_serializer=shardcar_dot_v1_dot_shardcar__pb2.DisableServerRequest.SerializeToString,
                 response_deserializer=shardcar_dot_v1_dot_shardcar__pb2.DisableServerResponse.FromString,
                 )
         self.EnableServer = channel.unary_unary(
-                '/shardcar.v1.Admin/EnableServer',
+                '/shardcar.v1.AdminService/EnableServer',
                 request_serializer=shardcar_dot_v1_dot_shardcar__pb2.EnableServerRequest.SerializeToString,
                 response_deserializer=shardcar_dot_v1_dot_shardcar__pb2.EnableServerResponse.FromString,
                 )
         self.ShutdownInstance = channel.unary_unary(
-                '/shardcar.v1.Admin/ShutdownInstance',
+                '/shardcar.v1.AdminService/ShutdownInstance',
                 request_serializer=shardcar_dot_v1_dot_shardcar__pb2.ShutdownInstanceRequest.SerializeToString,
                 response_deserializer=shardcar_dot_v1_dot_shardcar__pb2.ShutdownInstanceResponse.FromString,
                 )
         self.ListExecutions = channel.unary_unary(
-                '/shardcar.v1.Admin/ListExecutions',
+                '/shardcar.v1.AdminService/ListExecutions',
                 request_serializer=shardcar_dot_v1_dot_shardcar__pb2.ListExecutionsRequest.SerializeToString,
                 response_deserializer=shardcar_dot_v1_dot_shardcar__pb2.ListExecutionsResponse.FromString,
                 )
         self.WatchJob = channel.unary_stream(
-                '/shardcar.v1.Admin/WatchJob',
+                '/shardcar.v1.AdminService/WatchJob',
                 request_serializer=shardcar_dot_v1_dot_shardcar__pb2.WatchJobRequest.SerializeToString,
-                response_deserializer=shardcar_dot_v1_dot_shardcar__pb2.JobChange.FromString,
+                response_deserializer=shardcar_dot_v1_dot_shardcar__pb2.WatchJobResponse.FromString,
                 )
 
 
-class AdminServicer(object):
+class AdminServiceServicer(object):
     """---------------------------------------------------------------------------------------------
     Operations. `Admin` reads and writes ElasticJob's namespace layout exactly as ElasticJob's own
     console and lifecycle API do, so the running coordinators (shardcar and Java alike) react
@@ -368,7 +368,7 @@ class AdminServicer(object):
         raise NotImplementedError('Method not implemented!')
 
 
-def add_AdminServicer_to_server(servicer, server):
+def add_AdminServiceServicer_to_server(servicer, server):
     rpc_method_handlers = {
             'ListJobs': grpc.unary_unary_rpc_method_handler(
                     servicer.ListJobs,
@@ -438,16 +438,16 @@ def add_AdminServicer_to_server(servicer, server):
             'WatchJob': grpc.unary_stream_rpc_method_handler(
                     servicer.WatchJob,
                     request_deserializer=shardcar_dot_v1_dot_shardcar__pb2.WatchJobRequest.FromString,
-                    response_serializer=shardcar_dot_v1_dot_shardcar__pb2.JobChange.SerializeToString,
+                    response_serializer=shardcar_dot_v1_dot_shardcar__pb2.WatchJobResponse.SerializeToString,
             ),
     }
     generic_handler = grpc.method_handlers_generic_handler(
-            'shardcar.v1.Admin', rpc_method_handlers)
+            'shardcar.v1.AdminService', rpc_method_handlers)
     server.add_generic_rpc_handlers((generic_handler,))
 
 
  # This class is part of an EXPERIMENTAL API.
-class Admin(object):
+class AdminService(object):
     """---------------------------------------------------------------------------------------------
     Operations. `Admin` reads and writes ElasticJob's namespace layout exactly as ElasticJob's own
     console and lifecycle API do, so the running coordinators (shardcar and Java alike) react
@@ -468,7 +468,7 @@ class Admin(object):
             wait_for_ready=None,
             timeout=None,
             metadata=None):
-        return grpc.experimental.unary_unary(request, target, '/shardcar.v1.Admin/ListJobs',
+        return grpc.experimental.unary_unary(request, target, '/shardcar.v1.AdminService/ListJobs',
             shardcar_dot_v1_dot_shardcar__pb2.ListJobsRequest.SerializeToString,
             shardcar_dot_v1_dot_shardcar__pb2.ListJobsResponse.FromString,
             options, channel_credentials,
@@ -485,7 +485,7 @@ class Admin(object):
             wait_for_ready=None,
             timeout=None,
             metadata=None):
-        return grpc.experimental.unary_unary(request, target, '/shardcar.v1.Admin/GetJob',
+        return grpc.experimental.unary_unary(request, target, '/shardcar.v1.AdminService/GetJob',
             shardcar_dot_v1_dot_shardcar__pb2.GetJobRequest.SerializeToString,
             shardcar_dot_v1_dot_shardcar__pb2.GetJobResponse.FromString,
             options, channel_credentials,
@@ -502,7 +502,7 @@ class Admin(object):
             wait_for_ready=None,
             timeout=None,
             metadata=None):
-        return grpc.experimental.unary_unary(request, target, '/shardcar.v1.Admin/PutJob',
+        return grpc.experimental.unary_unary(request, target, '/shardcar.v1.AdminService/PutJob',
             shardcar_dot_v1_dot_shardcar__pb2.PutJobRequest.SerializeToString,
             shardcar_dot_v1_dot_shardcar__pb2.PutJobResponse.FromString,
             options, channel_credentials,
@@ -519,7 +519,7 @@ class Admin(object):
             wait_for_ready=None,
             timeout=None,
             metadata=None):
-        return grpc.experimental.unary_unary(request, target, '/shardcar.v1.Admin/RemoveJob',
+        return grpc.experimental.unary_unary(request, target, '/shardcar.v1.AdminService/RemoveJob',
             shardcar_dot_v1_dot_shardcar__pb2.RemoveJobRequest.SerializeToString,
             shardcar_dot_v1_dot_shardcar__pb2.RemoveJobResponse.FromString,
             options, channel_credentials,
@@ -536,7 +536,7 @@ class Admin(object):
             wait_for_ready=None,
             timeout=None,
             metadata=None):
-        return grpc.experimental.unary_unary(request, target, '/shardcar.v1.Admin/TriggerJob',
+        return grpc.experimental.unary_unary(request, target, '/shardcar.v1.AdminService/TriggerJob',
             shardcar_dot_v1_dot_shardcar__pb2.TriggerJobRequest.SerializeToString,
             shardcar_dot_v1_dot_shardcar__pb2.TriggerJobResponse.FromString,
             options, channel_credentials,
@@ -553,7 +553,7 @@ class Admin(object):
             wait_for_ready=None,
             timeout=None,
             metadata=None):
-        return grpc.experimental.unary_unary(request, target, '/shardcar.v1.Admin/DisableJob',
+        return grpc.experimental.unary_unary(request, target, '/shardcar.v1.AdminService/DisableJob',
             shardcar_dot_v1_dot_shardcar__pb2.DisableJobRequest.SerializeToString,
             shardcar_dot_v1_dot_shardcar__pb2.DisableJobResponse.FromString,
             options, channel_credentials,
@@ -570,7 +570,7 @@ class Admin(object):
             wait_for_ready=None,
             timeout=None,
             metadata=None):
-        return grpc.experimental.unary_unary(request, target, '/shardcar.v1.Admin/EnableJob',
+        return grpc.experimental.unary_unary(request, target, '/shardcar.v1.AdminService/EnableJob',
             shardcar_dot_v1_dot_shardcar__pb2.EnableJobRequest.SerializeToString,
             shardcar_dot_v1_dot_shardcar__pb2.EnableJobResponse.FromString,
             options, channel_credentials,
@@ -587,7 +587,7 @@ class Admin(object):
             wait_for_ready=None,
             timeout=None,
             metadata=None):
-        return grpc.experimental.unary_unary(request, target, '/shardcar.v1.Admin/DisableItem',
+        return grpc.experimental.unary_unary(request, target, '/shardcar.v1.AdminService/DisableItem',
             shardcar_dot_v1_dot_shardcar__pb2.DisableItemRequest.SerializeToString,
             shardcar_dot_v1_dot_shardcar__pb2.DisableItemResponse.FromString,
             options, channel_credentials,
@@ -604,7 +604,7 @@ class Admin(object):
             wait_for_ready=None,
             timeout=None,
             metadata=None):
-        return grpc.experimental.unary_unary(request, target, '/shardcar.v1.Admin/EnableItem',
+        return grpc.experimental.unary_unary(request, target, '/shardcar.v1.AdminService/EnableItem',
             shardcar_dot_v1_dot_shardcar__pb2.EnableItemRequest.SerializeToString,
             shardcar_dot_v1_dot_shardcar__pb2.EnableItemResponse.FromString,
             options, channel_credentials,
@@ -621,7 +621,7 @@ class Admin(object):
             wait_for_ready=None,
             timeout=None,
             metadata=None):
-        return grpc.experimental.unary_unary(request, target, '/shardcar.v1.Admin/DisableServer',
+        return grpc.experimental.unary_unary(request, target, '/shardcar.v1.AdminService/DisableServer',
             shardcar_dot_v1_dot_shardcar__pb2.DisableServerRequest.SerializeToString,
             shardcar_dot_v1_dot_shardcar__pb2.DisableServerResponse.FromString,
             options, channel_credentials,
@@ -638,7 +638,7 @@ class Admin(object):
             wait_for_ready=None,
             timeout=None,
             metadata=None):
-        return grpc.experimental.unary_unary(request, target, '/shardcar.v1.Admin/EnableServer',
+        return grpc.experimental.unary_unary(request, target, '/shardcar.v1.AdminService/EnableServer',
             shardcar_dot_v1_dot_shardcar__pb2.EnableServerRequest.SerializeToString,
             shardcar_dot_v1_dot_shardcar__pb2.EnableServerResponse.FromString,
             options, channel_credentials,
@@ -655,7 +655,7 @@ class Admin(object):
             wait_for_ready=None,
             timeout=None,
             metadata=None):
-        return grpc.experimental.unary_unary(request, target, '/shardcar.v1.Admin/ShutdownInstance',
+        return grpc.experimental.unary_unary(request, target, '/shardcar.v1.AdminService/ShutdownInstance',
             shardcar_dot_v1_dot_shardcar__pb2.ShutdownInstanceRequest.SerializeToString,
             shardcar_dot_v1_dot_shardcar__pb2.ShutdownInstanceResponse.FromString,
             options, channel_credentials,
@@ -672,7 +672,7 @@ class Admin(object):
             wait_for_ready=None,
             timeout=None,
             metadata=None):
-        return grpc.experimental.unary_unary(request, target, '/shardcar.v1.Admin/ListExecutions',
+        return grpc.experimental.unary_unary(request, target, '/shardcar.v1.AdminService/ListExecutions',
             shardcar_dot_v1_dot_shardcar__pb2.ListExecutionsRequest.SerializeToString,
             shardcar_dot_v1_dot_shardcar__pb2.ListExecutionsResponse.FromString,
             options, channel_credentials,
@@ -689,8 +689,8 @@ class Admin(object):
             wait_for_ready=None,
             timeout=None,
             metadata=None):
-        return grpc.experimental.unary_stream(request, target, '/shardcar.v1.Admin/WatchJob',
+        return grpc.experimental.unary_stream(request, target, '/shardcar.v1.AdminService/WatchJob',
             shardcar_dot_v1_dot_shardcar__pb2.WatchJobRequest.SerializeToString,
-            shardcar_dot_v1_dot_shardcar__pb2.JobChange.FromString,
+            shardcar_dot_v1_dot_shardcar__pb2.WatchJobResponse.FromString,
             options, channel_credentials,
             insecure, call_credentials, compression, wait_for_ready, timeout, metadata)

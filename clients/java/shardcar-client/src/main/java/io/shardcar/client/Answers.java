@@ -4,7 +4,7 @@ import io.grpc.stub.StreamObserver;
 import io.shardcar.v1.CompleteRequest;
 import io.shardcar.v1.DeclineRequest;
 import io.shardcar.v1.ReportFailureRequest;
-import io.shardcar.v1.WorkerGrpc;
+import io.shardcar.v1.WorkerServiceGrpc;
 import java.util.concurrent.TimeUnit;
 import java.util.function.Consumer;
 
@@ -17,17 +17,17 @@ final class Answers {
   /** The longest {@code ReportFailure.error} and {@code Decline.reason} the sidecar accepts, in bytes of UTF-8. */
   static final int MAX_TEXT_BYTES = 16 * 1024;
 
-  private final WorkerGrpc.WorkerStub stub;
+  private final WorkerServiceGrpc.WorkerServiceStub stub;
   private final Settings settings;
 
-  Answers(WorkerGrpc.WorkerStub stub, Settings settings) {
+  Answers(WorkerServiceGrpc.WorkerServiceStub stub, Settings settings) {
     this.stub = stub;
     this.settings = settings;
   }
 
   /** Sends {@code call}; {@code done} gets its result, on a gRPC thread. */
   void send(RegistrationState.Call call, Consumer<RegistrationState.CallResult> done) {
-    WorkerGrpc.WorkerStub s = stub.withDeadlineAfter(settings.answerTimeout().toMillis(), TimeUnit.MILLISECONDS);
+    WorkerServiceGrpc.WorkerServiceStub s = stub.withDeadlineAfter(settings.answerTimeout().toMillis(), TimeUnit.MILLISECONDS);
     String what = describe(call);
     switch (call.rpc()) {
       case COMPLETE -> s.complete(

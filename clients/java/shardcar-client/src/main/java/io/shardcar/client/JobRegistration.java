@@ -7,8 +7,8 @@ import io.grpc.stub.ClientResponseObserver;
 import io.shardcar.client.RegistrationState.ItemKey;
 import io.shardcar.client.RegistrationState.Output;
 import io.shardcar.v1.SubscribeRequest;
-import io.shardcar.v1.WorkerEvent;
-import io.shardcar.v1.WorkerGrpc;
+import io.shardcar.v1.SubscribeResponse;
+import io.shardcar.v1.WorkerServiceGrpc;
 import java.time.Duration;
 import java.util.List;
 import java.util.Map;
@@ -58,7 +58,7 @@ public final class JobRegistration implements AutoCloseable {
 
   private final Settings settings;
   private final ManagedChannel channel;
-  private final WorkerGrpc.WorkerStub stub;
+  private final WorkerServiceGrpc.WorkerServiceStub stub;
   private final Answers answers;
   private final String jobName;
   private final JobConfig config;
@@ -102,7 +102,7 @@ public final class JobRegistration implements AutoCloseable {
       Consumer<Boolean> onTerminated) {
     this.settings = settings;
     this.channel = channel;
-    this.stub = WorkerGrpc.newStub(channel);
+    this.stub = WorkerServiceGrpc.newStub(channel);
     this.answers = new Answers(stub, settings);
     this.jobName = jobName;
     this.config = config;
@@ -305,7 +305,7 @@ public final class JobRegistration implements AutoCloseable {
     if (config != null) {
       request.setConfig(ProtoMapping.toProto(config)).setOverwrite(config.isOverwrite());
     }
-    stub.subscribe(request.build(), new ClientResponseObserver<SubscribeRequest, WorkerEvent>() {
+    stub.subscribe(request.build(), new ClientResponseObserver<SubscribeRequest, SubscribeResponse>() {
       @Override
       public void beforeStart(ClientCallStreamObserver<SubscribeRequest> requestStream) {
         call = requestStream; // runs synchronously inside subscribe(), on the event thread
@@ -313,7 +313,7 @@ public final class JobRegistration implements AutoCloseable {
       }
 
       @Override
-      public void onNext(WorkerEvent event) {
+      public void onNext(SubscribeResponse event) {
         input(s -> s.onEvent(gen, event));
       }
 

@@ -18,7 +18,7 @@ final class ProtoMapping {
         .putAllShardingItemParameters(c.getShardingItemParameters())
         .setJobParameter(c.getJobParameter())
         .setFailover(c.isFailover())
-        .setShardingStrategy(io.shardcar.v1.ShardingStrategy.valueOf(c.getShardingStrategy().name()))
+        .setShardingStrategy(toProto(c.getShardingStrategy()))
         .setDescription(c.getDescription())
         .setDisabled(c.isDisabled())
         .putAllProps(c.getProps())
@@ -51,8 +51,9 @@ final class ProtoMapping {
         .disabled(p.getDisabled())
         .props(p.getPropsMap())
         .executionTimeoutSeconds(p.getExecutionTimeoutSeconds());
-    if (p.getShardingStrategy() != io.shardcar.v1.ShardingStrategy.UNRECOGNIZED) {
-      b.shardingStrategy(ShardingStrategy.valueOf(p.getShardingStrategy().name()));
+    ShardingStrategy strategy = fromProto(p.getShardingStrategy());
+    if (strategy != null) {
+      b.shardingStrategy(strategy);
     }
     if (p.hasMisfire()) {
       b.misfire(p.getMisfire());
@@ -77,12 +78,39 @@ final class ProtoMapping {
     return new Assignment(items, a.getLeader(), a.getEpoch());
   }
 
+  static io.shardcar.v1.ShardingStrategy toProto(ShardingStrategy s) {
+    return switch (s) {
+      case AVG_ALLOCATION -> io.shardcar.v1.ShardingStrategy.SHARDING_STRATEGY_AVG_ALLOCATION;
+      case ODEVITY -> io.shardcar.v1.ShardingStrategy.SHARDING_STRATEGY_ODEVITY;
+      case ROUND_ROBIN -> io.shardcar.v1.ShardingStrategy.SHARDING_STRATEGY_ROUND_ROBIN;
+    };
+  }
+
+  /**
+   * The client's strategy for a proto one; unset means {@link ShardingStrategy#AVG_ALLOCATION}
+   * (ElasticJob's default, as the sidecar reads it). {@code null} for a value this client does
+   * not know (a newer sidecar): the caller keeps its default then.
+   */
+  static ShardingStrategy fromProto(io.shardcar.v1.ShardingStrategy s) {
+    return switch (s) {
+      case SHARDING_STRATEGY_UNSPECIFIED, SHARDING_STRATEGY_AVG_ALLOCATION -> ShardingStrategy.AVG_ALLOCATION;
+      case SHARDING_STRATEGY_ODEVITY -> ShardingStrategy.ODEVITY;
+      case SHARDING_STRATEGY_ROUND_ROBIN -> ShardingStrategy.ROUND_ROBIN;
+      case UNRECOGNIZED -> null;
+    };
+  }
+
+  /**
+   * The client's source for a proto one. {@code TRIGGER_SOURCE_UNSPECIFIED} (never sent) and values
+   * this client does not know read as {@link TriggerSource#UNKNOWN}, never as a cron fire.
+   */
   static TriggerSource fromProto(io.shardcar.v1.TriggerSource s) {
     return switch (s) {
-      case MISFIRE -> TriggerSource.MISFIRE;
-      case FAILOVER -> TriggerSource.FAILOVER;
-      case MANUAL -> TriggerSource.MANUAL;
-      default -> TriggerSource.CRON;
+      case TRIGGER_SOURCE_CRON -> TriggerSource.CRON;
+      case TRIGGER_SOURCE_MISFIRE -> TriggerSource.MISFIRE;
+      case TRIGGER_SOURCE_FAILOVER -> TriggerSource.FAILOVER;
+      case TRIGGER_SOURCE_MANUAL -> TriggerSource.MANUAL;
+      case TRIGGER_SOURCE_UNSPECIFIED, UNRECOGNIZED -> TriggerSource.UNKNOWN;
     };
   }
 

@@ -1,8 +1,8 @@
 package io.shardcar.client;
 
 import io.shardcar.v1.Lease;
+import io.shardcar.v1.SubscribeResponse;
 import io.shardcar.v1.Trigger;
-import io.shardcar.v1.WorkerEvent;
 import java.time.Duration;
 import java.time.Instant;
 import java.util.ArrayList;
@@ -287,7 +287,7 @@ final class RegistrationState {
   }
 
   /** An event read from stream {@code gen}. */
-  List<Output> onEvent(int gen, WorkerEvent event) {
+  List<Output> onEvent(int gen, SubscribeResponse event) {
     List<Output> out = new ArrayList<>();
     if (phase == Phase.STOPPED || gen != generation || !streamOpen) {
       return out;

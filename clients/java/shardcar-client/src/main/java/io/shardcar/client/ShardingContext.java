@@ -40,7 +40,7 @@ public final class ShardingContext {
     this.shardingItem = shardingItem;
     this.shardingParameter = Objects.requireNonNullElse(shardingParameter, "");
     this.executionId = Objects.requireNonNullElse(executionId, "");
-    this.source = Objects.requireNonNullElse(source, TriggerSource.CRON);
+    this.source = Objects.requireNonNullElse(source, TriggerSource.UNKNOWN);
     this.fencingToken = fencingToken;
     this.fireTime = fireTime;
   }
@@ -76,6 +76,7 @@ public final class ShardingContext {
     return executionId;
   }
 
+  /** Why the execution started; {@link TriggerSource#UNKNOWN} when the sidecar did not say. */
   public TriggerSource getSource() {
     return source;
   }

@@ -9,5 +9,10 @@ public enum TriggerSource {
   /** Items taken over from an instance that crashed. */
   FAILOVER,
   /** Triggered once by an operator. */
-  MANUAL
+  MANUAL,
+  /**
+   * The sidecar did not say, or sent a source this client does not know (a newer sidecar, or
+   * {@code TRIGGER_SOURCE_UNSPECIFIED}). Never assumed to be a cron fire.
+   */
+  UNKNOWN
 }

@@ -21,7 +21,7 @@ class JobConfigTest {
     assertFalse(p.hasMaxTimeDiffSeconds());
     assertFalse(p.hasReconcileIntervalMinutes());
     assertEquals("", p.getCron());
-    assertEquals(io.shardcar.v1.ShardingStrategy.AVG_ALLOCATION, p.getShardingStrategy());
+    assertEquals(io.shardcar.v1.ShardingStrategy.SHARDING_STRATEGY_AVG_ALLOCATION, p.getShardingStrategy());
 
     io.shardcar.v1.JobConfig set = ProtoMapping.toProto(JobConfig.newBuilder("orders", 3)
         .misfire(false).monitorExecution(false).maxTimeDiffSeconds(-1).reconcileIntervalMinutes(0).build());

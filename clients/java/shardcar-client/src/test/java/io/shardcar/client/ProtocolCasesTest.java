@@ -22,8 +22,8 @@ import io.shardcar.v1.Registered;
 import io.shardcar.v1.Revoke;
 import io.shardcar.v1.ShardItem;
 import io.shardcar.v1.Shutdown;
+import io.shardcar.v1.SubscribeResponse;
 import io.shardcar.v1.Trigger;
-import io.shardcar.v1.WorkerEvent;
 import java.io.IOException;
 import java.nio.file.Files;
 import java.nio.file.Path;
@@ -220,16 +220,16 @@ class ProtocolCasesTest {
     return key;
   }
 
-  static WorkerEvent event(JsonNode step, String where) {
+  static SubscribeResponse event(JsonNode step, String where) {
     long at = step.get("at").asLong();
     long sentAt = step.has("sent_at") ? step.get("sent_at").asLong() : at;
     return switch (step.get("event").asText()) {
-      case "registered" -> WorkerEvent.newBuilder()
+      case "registered" -> SubscribeResponse.newBuilder()
           .setRegistered(Registered.newBuilder().setInstanceId(step.get("instance_id").asText()))
           .build();
       case "lease" -> {
         long validFor = step.get("valid_for").asLong();
-        yield WorkerEvent.newBuilder()
+        yield SubscribeResponse.newBuilder()
             .setLease(Lease.newBuilder()
                 .setValidFor(Duration.newBuilder()
                     .setSeconds(validFor / 1000)
@@ -248,14 +248,14 @@ class ProtocolCasesTest {
           t.addItems(ShardItem.newBuilder().setItem(item.asInt()));
           t.putFencingTokens(item.asInt(), 1);
         }
-        yield WorkerEvent.newBuilder().setTrigger(t).build();
+        yield SubscribeResponse.newBuilder().setTrigger(t).build();
       }
       case "revoke" -> {
         Revoke.Builder r = Revoke.newBuilder().setReason("revoked by the case");
         step.get("items").forEach(i -> r.addItems(i.asInt()));
-        yield WorkerEvent.newBuilder().setRevoke(r).build();
+        yield SubscribeResponse.newBuilder().setRevoke(r).build();
       }
-      case "shutdown" -> WorkerEvent.newBuilder()
+      case "shutdown" -> SubscribeResponse.newBuilder()
           .setShutdown(Shutdown.newBuilder().setReason("shutdown by the case"))
           .build();
       default -> throw new AssertionError("unknown event: " + where);

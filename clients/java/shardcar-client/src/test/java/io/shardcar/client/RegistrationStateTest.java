@@ -20,8 +20,8 @@ import io.shardcar.v1.Lease;
 import io.shardcar.v1.Registered;
 import io.shardcar.v1.ShardItem;
 import io.shardcar.v1.Shutdown;
+import io.shardcar.v1.SubscribeResponse;
 import io.shardcar.v1.Trigger;
-import io.shardcar.v1.WorkerEvent;
 import java.time.Duration;
 import java.util.List;
 import java.util.concurrent.TimeUnit;
@@ -34,13 +34,13 @@ class RegistrationStateTest {
   private RegistrationState registered(boolean stopOnShutdown) {
     RegistrationState s = new RegistrationState("job", clock, stopOnShutdown);
     s.streamOpened();
-    s.onEvent(s.generation(), WorkerEvent.newBuilder()
+    s.onEvent(s.generation(), SubscribeResponse.newBuilder()
         .setRegistered(Registered.newBuilder().setInstanceId("10.0.0.1@-@7")).build());
     return s;
   }
 
-  private static WorkerEvent lease(long validForMillis, long expiresAtMillis) {
-    return WorkerEvent.newBuilder().setLease(Lease.newBuilder()
+  private static SubscribeResponse lease(long validForMillis, long expiresAtMillis) {
+    return SubscribeResponse.newBuilder().setLease(Lease.newBuilder()
         .setValidFor(com.google.protobuf.Duration.newBuilder()
             .setSeconds(validForMillis / 1000)
             .setNanos((int) TimeUnit.MILLISECONDS.toNanos(validForMillis % 1000)))
@@ -48,12 +48,12 @@ class RegistrationStateTest {
         .build();
   }
 
-  private static WorkerEvent trigger(String execution, int... items) {
+  private static SubscribeResponse trigger(String execution, int... items) {
     Trigger.Builder t = Trigger.newBuilder().setExecutionId(execution).setShardingTotalCount(4);
     for (int i : items) {
       t.addItems(ShardItem.newBuilder().setItem(i));
     }
-    return WorkerEvent.newBuilder().setTrigger(t).build();
+    return SubscribeResponse.newBuilder().setTrigger(t).build();
   }
 
   private static <T> List<T> only(List<Output> outputs, Class<T> kind) {
@@ -86,12 +86,27 @@ class RegistrationStateTest {
   @Test
   void aLeaseWithoutExpiresAtIsBoundedByValidForAlone() {
     RegistrationState s = registered(true);
-    s.onEvent(s.generation(), WorkerEvent.newBuilder().setLease(Lease.newBuilder()
+    s.onEvent(s.generation(), SubscribeResponse.newBuilder().setLease(Lease.newBuilder()
         .setValidFor(com.google.protobuf.Duration.newBuilder().setSeconds(3))).build());
     clock.nowMillis = 2999;
     assertTrue(s.leaseValid());
     clock.nowMillis = 3000;
     assertFalse(s.leaseValid());
+  }
+
+  @Test
+  void aTriggerWithoutASourceIsRunWithAnUnknownSourceNotAsACronFire() {
+    RegistrationState s = registered(true);
+    s.onEvent(s.generation(), lease(10_000, 10_000));
+    List<Start> started = only(s.onEvent(s.generation(), trigger("e1", 0, 1)), Start.class);
+    assertEquals(2, started.size());
+    started.forEach(st -> assertEquals(TriggerSource.UNKNOWN, st.context().getSource()));
+
+    SubscribeResponse manual = SubscribeResponse.newBuilder().setTrigger(trigger("e2", 2).getTrigger().toBuilder()
+        .setSource(io.shardcar.v1.TriggerSource.TRIGGER_SOURCE_MANUAL)).build();
+    started = only(s.onEvent(s.generation(), manual), Start.class);
+    assertEquals(1, started.size());
+    assertEquals(TriggerSource.MANUAL, started.get(0).context().getSource());
   }
 
   @Test
@@ -131,7 +146,7 @@ class RegistrationStateTest {
   @Test
   void afterShutdownTheRegistrationStopsOnlyOnceTheStreamHasEnded() {
     RegistrationState s = registered(true);
-    s.onEvent(s.generation(), WorkerEvent.newBuilder().setShutdown(Shutdown.newBuilder().setReason("drain")).build());
+    s.onEvent(s.generation(), SubscribeResponse.newBuilder().setShutdown(Shutdown.newBuilder().setReason("drain")).build());
     assertFalse(s.isStopped());
     Stop stop = only(s.streamEnded(s.generation(), "ended"), Stop.class).get(0);
     assertTrue(stop.bySidecar());
@@ -143,7 +158,7 @@ class RegistrationStateTest {
     RegistrationState s = registered(true);
     s.onEvent(s.generation(), lease(3000, 3000));
     ItemKey key = start(s, "e1");
-    s.onEvent(s.generation(), WorkerEvent.newBuilder().setShutdown(Shutdown.getDefaultInstance()).build());
+    s.onEvent(s.generation(), SubscribeResponse.newBuilder().setShutdown(Shutdown.getDefaultInstance()).build());
     Call complete = only(s.itemDone(key, null), Call.class).get(0);
     assertEquals(1, only(s.streamEnded(s.generation(), "drained"), Stop.class).size());
     assertTrue(s.hasCallsInFlight());
@@ -157,7 +172,7 @@ class RegistrationStateTest {
   @Test
   void withReconnectAfterShutdownTheEndedStreamIsJustLost() {
     RegistrationState s = registered(false);
-    s.onEvent(s.generation(), WorkerEvent.newBuilder().setShutdown(Shutdown.getDefaultInstance()).build());
+    s.onEvent(s.generation(), SubscribeResponse.newBuilder().setShutdown(Shutdown.getDefaultInstance()).build());
     assertTrue(only(s.streamEnded(s.generation(), "ended"), Stop.class).isEmpty());
     assertFalse(s.isStopped());
     assertTrue(s.streamOpened().isEmpty());

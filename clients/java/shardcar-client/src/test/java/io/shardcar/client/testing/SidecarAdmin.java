@@ -2,7 +2,7 @@ package io.shardcar.client.testing;
 
 import io.grpc.ManagedChannel;
 import io.grpc.ManagedChannelBuilder;
-import io.shardcar.v1.AdminGrpc;
+import io.shardcar.v1.AdminServiceGrpc;
 import io.shardcar.v1.ExecutionInfo;
 import io.shardcar.v1.ListExecutionsRequest;
 import io.shardcar.v1.TriggerJobRequest;
@@ -12,14 +12,14 @@ import java.util.Optional;
 import java.util.concurrent.TimeUnit;
 import java.util.function.Predicate;
 
-/** The sidecar's {@code Admin} service, for tests: trigger a job by hand, read its executions. */
+/** The sidecar's {@code AdminService}, for tests: trigger a job by hand, read its executions. */
 public final class SidecarAdmin implements AutoCloseable {
   private final ManagedChannel channel;
-  private final AdminGrpc.AdminBlockingStub stub;
+  private final AdminServiceGrpc.AdminServiceBlockingStub stub;
 
   public SidecarAdmin(SidecarProcess sidecar) {
     this.channel = ManagedChannelBuilder.forTarget(sidecar.target()).usePlaintext().build();
-    this.stub = AdminGrpc.newBlockingStub(channel);
+    this.stub = AdminServiceGrpc.newBlockingStub(channel);
   }
 
   /** Runs the job once now on every live instance; returns the instances asked to run. */
