@@ -5,19 +5,21 @@
 #   ones → cargo clippy (all targets, -D warnings) → cargo test (all
 #   targets; the integration tests start real ZooKeeper and sidecar processes) → the Python
 #   client's pytest suite → the Java client's `mvn verify`, each client suite against the
-#   sidecar binary that `cargo test` built. Every step runs even after a failure; a summary
+#   sidecar binary that `cargo test` built → the nemesis fault soak, short profile (2 seeds ×
+#   60 s, scripts/nemesis.sh). Every step runs even after a failure; a summary
 #   comes last and the exit status is non-zero if any step failed.
 #
 # Usage: scripts/test.sh [--no-deps] [--fail-fast] [STEP...]
-#   STEP: deps fmt proto stubs clippy rust python java (default: all of them; `--no-deps` drops `deps`)
+#   STEP: deps fmt proto stubs clippy rust python java nemesis (default: all of them; `--no-deps` drops `deps`)
 # Environment: CARGO_TARGET_DIR is honoured; CARGO_TEST_ARGS are passed to `cargo test`
-# (e.g. CARGO_TEST_ARGS="-- --test-threads=1"), PYTEST_ARGS to pytest, MVN_ARGS to Maven.
+# (e.g. CARGO_TEST_ARGS="-- --test-threads=1"), PYTEST_ARGS to pytest, MVN_ARGS to Maven;
+# NEMESIS_SEEDS (default "1 2") and NEMESIS_DURATION (default 60s) choose the fault soak's profile.
 set -euo pipefail
 
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 cd "$ROOT"
 
-ALL_STEPS=(deps fmt proto stubs clippy rust python java)
+ALL_STEPS=(deps fmt proto stubs clippy rust python java nemesis)
 STEPS=()
 FAIL_FAST=0
 NO_DEPS=0
@@ -26,7 +28,7 @@ for arg in "$@"; do
         --no-deps) NO_DEPS=1 ;;
         --fail-fast) FAIL_FAST=1 ;;
         -h|--help) sed -n '3,13p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
-        deps|fmt|proto|stubs|clippy|rust|python|java) STEPS+=("$arg") ;;
+        deps|fmt|proto|stubs|clippy|rust|python|java|nemesis) STEPS+=("$arg") ;;
         *) echo "test.sh: unknown argument: $arg (try --help)" >&2; exit 64 ;;
     esac
 done
@@ -130,6 +132,17 @@ stubs_check() {
     fi
 }
 
+# The fault soak's short profile: fixed seeds, so that a red run replays the same schedule
+# (scripts/nemesis.sh --seed S); every seed must end with 0 violations.
+nemesis_soak() {
+    local seed rc=0
+    for seed in ${NEMESIS_SEEDS:-1 2}; do
+        scripts/nemesis.sh --seed "$seed" --duration "${NEMESIS_DURATION:-60s}" ||
+            rc=1
+    done
+    return "$rc"
+}
+
 java_tests() {
     local rc
     rm -rf clients/java/*/target/surefire-reports
@@ -190,5 +203,8 @@ if want java; then
     else
         skip java "no clients/java"
     fi
+fi
+if want nemesis; then
+    run_step nemesis "nemesis fault soak, seeds ${NEMESIS_SEEDS:-1 2} × ${NEMESIS_DURATION:-60s} (scripts/nemesis.sh)" nemesis_soak
 fi
 summary

@@ -1,0 +1,122 @@
+//! The fixed shape of a soak: the jobs, the sidecars, the worker slots and the timing settings
+//! every other module reads. Nothing here depends on the seed.
+
+use shardcar::proto::{JobConfig, TriggerSource};
+use std::time::Duration;
+
+/// Sidecars in the cluster (each one a "host": 127.0.0.2, 127.0.0.3, ...).
+pub const SIDECARS: usize = 3;
+/// The sidecars' ZooKeeper session timeout (the harness default), which makes leases 2 s.
+pub const SESSION: Duration = Duration::from_secs(4);
+/// Worker lease length: half the session timeout.
+pub const LEASE: Duration = Duration::from_secs(2);
+/// The ZooKeeper namespace of the soak.
+pub const NAMESPACE: &str = "nemesis";
+
+/// One job of the soak.
+#[derive(Clone, Copy, Debug)]
+pub struct JobSpec {
+    pub name: &'static str,
+    pub cron: &'static str,
+    /// Seconds between fires (the cron fires on every multiple of it).
+    pub period_s: u64,
+    pub items: i32,
+    pub failover: bool,
+    /// `execution_timeout_seconds` (0: none).
+    pub timeout_s: u32,
+}
+
+/// Cron jobs of 1 s and 2 s, failover on and off, monitorExecution on everywhere.
+pub const JOBS: [JobSpec; 4] = [
+    JobSpec {
+        name: "nem-fo-1s",
+        cron: "* * * * * ?",
+        period_s: 1,
+        items: 2,
+        failover: true,
+        timeout_s: 6,
+    },
+    JobSpec {
+        name: "nem-fo-2s",
+        cron: "0/2 * * * * ?",
+        period_s: 2,
+        items: 4,
+        failover: true,
+        timeout_s: 6,
+    },
+    JobSpec {
+        name: "nem-nofo-1s",
+        cron: "* * * * * ?",
+        period_s: 1,
+        items: 3,
+        failover: false,
+        timeout_s: 6,
+    },
+    JobSpec {
+        name: "nem-nofo-2s",
+        cron: "0/2 * * * * ?",
+        period_s: 2,
+        items: 2,
+        failover: false,
+        timeout_s: 0,
+    },
+];
+
+/// Worker slots: one worker process per (sidecar, job). A slot keeps its number when its
+/// process is killed and started again (with a new pid, so a new instance id).
+pub const SLOTS: usize = SIDECARS * JOBS.len();
+
+pub fn slot_of(car: usize, job: usize) -> usize {
+    car * JOBS.len() + job
+}
+
+pub fn car_of_slot(slot: usize) -> usize {
+    slot / JOBS.len()
+}
+
+pub fn job_of_slot(slot: usize) -> usize {
+    slot % JOBS.len()
+}
+
+/// The advertised IP of sidecar `car`.
+pub fn car_ip(car: usize) -> String {
+    format!("127.0.0.{}", car + 2)
+}
+
+/// Trigger sources as sent on the wire.
+pub const CRON: i32 = TriggerSource::Cron as i32;
+pub const FAILOVER: i32 = TriggerSource::Failover as i32;
+
+/// The configuration every worker of job `job` subscribes with.
+pub fn job_config(job: usize) -> JobConfig {
+    let spec = JOBS[job];
+    JobConfig {
+        job_name: spec.name.to_string(),
+        cron: spec.cron.to_string(),
+        sharding_total_count: spec.items,
+        failover: spec.failover,
+        misfire: Some(true),
+        monitor_execution: Some(true),
+        execution_timeout_seconds: spec.timeout_s,
+        description: "nemesis soak job".to_string(),
+        ..Default::default()
+    }
+}
+
+/// The host's wall clock in microseconds since the epoch: the one clock of the soak. Every
+/// process of the soak runs on this host, so the nemesis, its workers and the fencing store
+/// all stamp events on the same clock (the one the contract's `expires_at` is on).
+pub fn wall_us() -> u64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map(|d| d.as_micros() as u64)
+        .unwrap_or(0)
+}
+
+/// A 64-bit mix (splitmix64): seeded, order-independent values for workers (item durations).
+pub fn mix(mut x: u64) -> u64 {
+    x = x.wrapping_add(0x9E37_79B9_7F4A_7C15);
+    x = (x ^ (x >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
+    x = (x ^ (x >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
+    x ^ (x >> 31)
+}
