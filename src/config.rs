@@ -62,28 +62,26 @@ fn bad(setting: &str, message: impl Into<String>) -> SettingsError {
 /// The default listen address.
 pub const DEFAULT_LISTEN: &str = "127.0.0.1:50061";
 
-/// Parses `10s`, `500ms`, `2m`, `1h` or a bare number of seconds.
+/// Parses a duration: `10s`, `500ms`, `2m`, `1h 30m` (humantime's syntax) or a bare number of
+/// seconds (`3`, `0.5`).
 pub fn parse_duration(text: &str) -> Result<Duration, String> {
     let t = text.trim();
-    let (number, unit) = match t.find(|c: char| !c.is_ascii_digit() && c != '.') {
-        Some(pos) => t.split_at(pos),
-        None => (t, "s"),
-    };
-    let value: f64 = number
-        .parse()
-        .map_err(|_| format!("{text:?} is not a duration like 10s, 500ms or 2m"))?;
-    let seconds = match unit {
-        "ms" => value / 1000.0,
-        "s" => value,
-        "m" => value * 60.0,
-        "h" => value * 3600.0,
-        _ => return Err(format!("{text:?} has an unknown unit (use ms, s, m or h)")),
-    };
-    if !seconds.is_finite() || seconds < 0.0 {
-        return Err(format!("{text:?} is not a positive duration"));
+    if !t.is_empty() && t.chars().all(|c| c.is_ascii_digit() || c == '.') {
+        let seconds: f64 = t
+            .parse()
+            .map_err(|_| format!("{text:?} is not a duration like 10s, 500ms or 2m"))?;
+        return Duration::try_from_secs_f64(seconds)
+            .map_err(|_| format!("{text:?} is too long to be a duration"));
     }
-    Duration::try_from_secs_f64(seconds)
-        .map_err(|_| format!("{text:?} is too long to be a duration"))
+    humantime::parse_duration(t).map_err(|e| match e {
+        humantime::DurationError::NumberOverflow => {
+            format!("{text:?} is too long to be a duration")
+        }
+        humantime::DurationError::UnknownUnit { unit, .. } => {
+            format!("{text:?} has an unknown unit {unit:?} (use ms, s, m or h)")
+        }
+        _ => format!("{text:?} is not a duration like 10s, 500ms or 2m"),
+    })
 }
 
 /// The default number of finished executions kept in memory.
@@ -512,7 +510,12 @@ mod tests {
         assert_eq!(parse_duration("2m"), Ok(Duration::from_secs(120)));
         assert_eq!(parse_duration("3"), Ok(Duration::from_secs(3)));
         assert!(parse_duration("ten").is_err());
-        assert!(parse_duration("5y").is_err());
+        assert!(parse_duration("5 parsecs").is_err());
+        assert_eq!(parse_duration("1h 30m"), Ok(Duration::from_secs(5400)));
+        assert_eq!(parse_duration("0.5"), Ok(Duration::from_millis(500)));
+        assert!(parse_duration("99999999999999999999h")
+            .unwrap_err()
+            .contains("too long"));
     }
 
     #[test]

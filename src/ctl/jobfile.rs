@@ -41,7 +41,7 @@ pub enum JobFileError {
 #[derive(Deserialize)]
 #[serde(untagged)]
 enum ItemParameters {
-    Map(BTreeMap<i32, serde_yaml::Value>),
+    Map(BTreeMap<i32, serde_yaml_ng::Value>),
     /// ElasticJob's `0=a,1=b`.
     Text(String),
 }
@@ -71,18 +71,18 @@ struct RawJob {
     reconcile_interval_minutes: Option<i32>,
     description: Option<String>,
     disabled: Option<bool>,
-    props: Option<BTreeMap<String, serde_yaml::Value>>,
+    props: Option<BTreeMap<String, serde_yaml_ng::Value>>,
     #[serde(alias = "executionTimeoutSeconds")]
     execution_timeout_seconds: Option<u32>,
     #[serde(flatten)]
-    other: BTreeMap<String, serde_yaml::Value>,
+    other: BTreeMap<String, serde_yaml_ng::Value>,
 }
 
-fn scalar(v: &serde_yaml::Value) -> Option<String> {
+fn scalar(v: &serde_yaml_ng::Value) -> Option<String> {
     match v {
-        serde_yaml::Value::String(s) => Some(s.clone()),
-        serde_yaml::Value::Number(n) => Some(n.to_string()),
-        serde_yaml::Value::Bool(b) => Some(b.to_string()),
+        serde_yaml_ng::Value::String(s) => Some(s.clone()),
+        serde_yaml_ng::Value::Number(n) => Some(n.to_string()),
+        serde_yaml_ng::Value::Bool(b) => Some(b.to_string()),
         _ => None,
     }
 }
@@ -93,7 +93,7 @@ fn scalar(v: &serde_yaml::Value) -> Option<String> {
 /// Syntax errors, unknown keys, and values of the wrong kind, each naming the key. The values
 /// themselves (cron, counts...) are checked by the sidecar, which names the field.
 pub fn parse(file: &str, text: &str) -> Result<proto::JobConfig, JobFileError> {
-    let raw: RawJob = serde_yaml::from_str(text)
+    let raw: RawJob = serde_yaml_ng::from_str(text)
         .map_err(|e| JobFileError::Syntax(file.to_string(), e.to_string()))?;
     if let Some(key) = raw
         .other

@@ -295,7 +295,7 @@ impl JobConfiguration {
             message,
         };
         let text = std::str::from_utf8(data).map_err(|e| yaml_err(e.to_string()))?;
-        let raw: RawConfig = serde_yaml::from_str(text).map_err(|e| yaml_err(e.to_string()))?;
+        let raw: RawConfig = serde_yaml_ng::from_str(text).map_err(|e| yaml_err(e.to_string()))?;
         let job_name = raw.job_name.ok_or(LayoutError::MissingKey {
             node: NODE,
             key: "jobName",
@@ -317,14 +317,14 @@ impl JobConfiguration {
             (None, None) => None,
         };
         let extra = match raw.job_extra_configurations {
-            None | Some(serde_yaml::Value::Null) => None,
-            Some(serde_yaml::Value::Sequence(s)) if s.is_empty() => None,
+            None | Some(serde_yaml_ng::Value::Null) => None,
+            Some(serde_yaml_ng::Value::Sequence(s)) if s.is_empty() => None,
             Some(value) => Some(
                 raw_block(text, "jobExtraConfigurations").unwrap_or_else(|| {
                     // Not in block layout: re-render it (loses only formatting).
-                    let mut m = serde_yaml::Mapping::new();
+                    let mut m = serde_yaml_ng::Mapping::new();
                     m.insert("jobExtraConfigurations".into(), value);
-                    serde_yaml::to_string(&m).unwrap_or_default()
+                    serde_yaml_ng::to_string(&m).unwrap_or_default()
                 }),
             ),
         };
@@ -397,7 +397,7 @@ struct RawConfig {
     job_executor_thread_pool_size_provider_type: Option<Text>,
     job_error_handler_type: Option<Text>,
     job_listener_types: Option<Vec<Text>>,
-    job_extra_configurations: Option<serde_yaml::Value>,
+    job_extra_configurations: Option<serde_yaml_ng::Value>,
     description: Option<Text>,
     props: Option<Pairs>,
     disabled: Option<Text>,

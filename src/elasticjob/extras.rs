@@ -31,7 +31,7 @@ impl JobExtras {
         if data.iter().all(u8::is_ascii_whitespace) {
             return Ok(JobExtras::default());
         }
-        serde_yaml::from_slice(data).map_err(|e| LayoutError::Yaml {
+        serde_yaml_ng::from_slice(data).map_err(|e| LayoutError::Yaml {
             node: "shardcar",
             message: e.to_string(),
         })

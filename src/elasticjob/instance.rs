@@ -59,7 +59,7 @@ struct RawInstance {
 /// has no `jobInstanceId`.
 pub fn parse_instance_yaml(data: &[u8]) -> Result<InstanceInfo, LayoutError> {
     const NODE: &str = "instances/{id}";
-    let raw: RawInstance = serde_yaml::from_slice(data).map_err(|e| LayoutError::Yaml {
+    let raw: RawInstance = serde_yaml_ng::from_slice(data).map_err(|e| LayoutError::Yaml {
         node: NODE,
         message: e.to_string(),
     })?;

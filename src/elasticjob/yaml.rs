@@ -7,6 +7,10 @@
 //! single-quoted, double-quoted and literal scalars, line folding at column 80, `!!binary`
 //! for non-printable strings, indentless block sequences and nested block mappings.
 //! Columns are counted in UTF-16 code units, as Java does.
+//!
+//! Writing stays hand-written on purpose: no YAML library emits SnakeYAML's exact bytes, and the
+//! vectors of real ElasticJob 3.0.4 (tests) hold it to them. Reading goes through
+//! `serde_yaml_ng` (the maintained fork of `serde_yaml`).
 
 use super::yaml_resolve::resolves_to_str;
 

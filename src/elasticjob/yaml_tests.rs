@@ -83,7 +83,7 @@ fn long_plain_values_fold_at_column_80() {
     assert!(lines.len() > 1, "{out}");
     assert!(lines[1].starts_with("  word"), "{out}");
     // folded lines read back to the same value
-    let back: std::collections::BTreeMap<String, String> = serde_yaml::from_str(&out).unwrap();
+    let back: std::collections::BTreeMap<String, String> = serde_yaml_ng::from_str(&out).unwrap();
     assert_eq!(back["k"], v);
     // The first line breaks at the first space after column 80.
     assert_eq!(lines[0].len(), 82, "{out}");
@@ -97,7 +97,8 @@ fn long_single_quoted_and_double_quoted_fold_and_read_back() {
     ] {
         let out = one(&v);
         assert!(out.lines().count() > 1, "{out}");
-        let back: std::collections::BTreeMap<String, String> = serde_yaml::from_str(&out).unwrap();
+        let back: std::collections::BTreeMap<String, String> =
+            serde_yaml_ng::from_str(&out).unwrap();
         assert_eq!(back["k"], v, "{out}");
     }
 }
