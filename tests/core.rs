@@ -377,6 +377,24 @@ async fn invalid_subscribe_is_refused_naming_the_field_and_leaves_zookeeper_unto
             "message {:?} should name {field}",
             err.message()
         );
+        // The rich details say the same without parsing: BadRequest names the field.
+        let details = tonic_types::StatusExt::get_error_details(&err);
+        let info = details.error_info().expect("an ErrorInfo");
+        assert_eq!(
+            (info.reason.as_str(), info.domain.as_str()),
+            ("INVALID_ARGUMENT", "shardcar.v1")
+        );
+        let violations = &details
+            .bad_request()
+            .expect("a BadRequest")
+            .field_violations;
+        assert_eq!(
+            violations
+                .iter()
+                .map(|v| v.field.as_str())
+                .collect::<Vec<_>>(),
+            [field]
+        );
     }
     let missing = SubscribeRequest {
         job_name: "nojob".into(),
@@ -388,6 +406,11 @@ async fn invalid_subscribe_is_refused_naming_the_field_and_leaves_zookeeper_unto
         .err()
         .expect("refused");
     assert_eq!(err.code(), Code::NotFound);
+    let details = tonic_types::StatusExt::get_error_details(&err);
+    assert_eq!(
+        details.error_info().map(|i| i.reason.as_str()),
+        Some("NOT_FOUND")
+    );
     let tree = zk_tree(&zk.connect_string(), ns).await;
     let touched: Vec<&String> = tree
         .keys()
@@ -441,6 +464,56 @@ async fn standalone_mode_serves_a_worker_end_to_end() {
         .err()
         .expect("refused");
     assert_eq!(err.code(), Code::AlreadyExists);
+}
+
+/// Containers sharing one sidecar all have pid 1: an `instance_suffix` per process keeps their
+/// instances apart, in ElasticJob's `{ip}@-@{suffix}` form; a pid alone collides.
+#[tokio::test(flavor = "multi_thread")]
+async fn workers_with_the_same_pid_join_apart_with_an_instance_suffix() {
+    let zk = ZooKeeper::start().await;
+    let ns = "core-suffix";
+    let cars = sidecars(&zk, ns, &["127.0.0.2"]).await;
+    let request = |suffix: &str| SubscribeRequest {
+        pid: 1,
+        instance_suffix: suffix.into(),
+        ..subscribe_request(job_config("boxed", EVERY_SECOND, 4))
+    };
+    let a = TestWorker::subscribe(&cars[0].endpoint(), request("1-5f0c2a"))
+        .await
+        .unwrap();
+    let b = TestWorker::subscribe(&cars[0].endpoint(), request("1-9e77d1"))
+        .await
+        .unwrap();
+    assert_eq!(a.instance_id(), "127.0.0.2@-@1-5f0c2a");
+    assert_eq!(b.instance_id(), "127.0.0.2@-@1-9e77d1");
+    wait_partition(&[&a, &b], 4).await;
+    let tree = zk_tree(&zk.connect_string(), ns).await;
+    for id in [a.instance_id(), b.instance_id()] {
+        let node = data(&tree, &format!("/{ns}/boxed/instances/{id}")).expect("instance node");
+        assert_eq!(node, format!("jobInstanceId: {id}\nserverIp: 127.0.0.2\n"));
+    }
+    // Without a suffix, a second pid 1 is the same instance id: refused, not merged.
+    let first = TestWorker::subscribe(&cars[0].endpoint(), request(""))
+        .await
+        .unwrap();
+    assert_eq!(first.instance_id(), "127.0.0.2@-@1");
+    let err = TestWorker::subscribe(&cars[0].endpoint(), request(""))
+        .await
+        .err()
+        .expect("the second pid-1 worker is refused");
+    assert_eq!(err.code(), Code::AlreadyExists);
+    for bad in ["a@-@b", "has space", &"x".repeat(65)] {
+        let err = TestWorker::subscribe(&cars[0].endpoint(), request(bad))
+            .await
+            .err()
+            .expect("refused");
+        assert_eq!(err.code(), Code::InvalidArgument, "{bad}");
+        assert!(
+            err.message().contains("instance_suffix"),
+            "{}",
+            err.message()
+        );
+    }
 }
 
 /// shardcar writes what ElasticJob 3.0.4 writes: compare with the vectors, node for node.

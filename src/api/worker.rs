@@ -58,6 +58,23 @@ fn check_instance_id(id: &str) -> Result<(), Status> {
     Ok(())
 }
 
+/// ElasticJob finds the ip of an instance before the first `@-@` and the task id splits on
+/// `@-@`, so a suffix keeps to a plain alphabet.
+fn check_instance_suffix(suffix: &str) -> Result<(), Status> {
+    let ok = (1..=64).contains(&suffix.len())
+        && suffix
+            .chars()
+            .all(|c| c.is_ascii_alphanumeric() || matches!(c, '.' | '_' | '-'));
+    if ok {
+        Ok(())
+    } else {
+        Err(invalid(
+            "instance_suffix",
+            format!("{suffix:?} must be 1 to 64 characters of A-Z, a-z, 0-9, '.', '_' and '-' (e.g. \"{{pid}}-{{random}}\")"),
+        ))
+    }
+}
+
 fn check_text(field: &str, text: &str) -> Result<(), Status> {
     if text.len() > MAX_ERROR_BYTES {
         return Err(invalid(
@@ -98,6 +115,14 @@ impl WorkerService for WorkerApi {
         let id = if !req.instance_id.is_empty() {
             check_instance_id(&req.instance_id)?;
             req.instance_id.clone()
+        } else if !req.instance_suffix.is_empty() {
+            check_instance_suffix(&req.instance_suffix)?;
+            format!(
+                "{}{}{}",
+                self.coordinator.ip(),
+                crate::elasticjob::instance::DELIMITER,
+                req.instance_suffix
+            )
         } else if req.pid == 0 {
             return Err(invalid(
                 "pid",
