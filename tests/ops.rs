@@ -96,7 +96,7 @@ async fn scrape(addr: &str) -> BTreeMap<String, f64> {
     let (head, body) = response.split_once("\r\n\r\n").expect("an HTTP response");
     assert!(head.starts_with("HTTP/1.1 200 OK"), "{head}");
     assert!(
-        head.contains("Content-Type: text/plain; version=0.0.4"),
+        head.contains("Content-Type: application/openmetrics-text; version=1.0.0"),
         "{head}"
     );
     body.lines()
@@ -229,43 +229,43 @@ async fn ctl_and_metrics_against_a_standalone_sidecar() {
     assert_eq!(
         metric(
             &m,
-            "shardcar_triggers_total{job=\"reports\",source=\"MANUAL\"}"
+            "shardcar_triggers_total{job_name=\"reports\",source=\"MANUAL\"}"
         ),
         3.0
     );
     assert_eq!(
         metric(
             &m,
-            "shardcar_executions_total{job=\"reports\",outcome=\"completed\"}"
+            "shardcar_executions_total{job_name=\"reports\",outcome=\"completed\"}"
         ),
         3.0
     );
     assert_eq!(
-        metric(&m, "shardcar_completions_total{job=\"reports\"}"),
+        metric(&m, "shardcar_completions_total{job_name=\"reports\"}"),
         6.0
     );
     assert_eq!(
         metric(
             &m,
-            "shardcar_execution_duration_seconds_count{job=\"reports\"}"
+            "shardcar_execution_duration_seconds_count{job_name=\"reports\"}"
         ),
         3.0
     );
     assert_eq!(
         metric(
             &m,
-            "shardcar_execution_duration_seconds_bucket{job=\"reports\",le=\"+Inf\"}"
+            "shardcar_execution_duration_seconds_bucket{le=\"+Inf\",job_name=\"reports\"}"
         ),
         3.0
     );
     assert_eq!(
         metric(
             &m,
-            "shardcar_trigger_latency_seconds_count{job=\"reports\"}"
+            "shardcar_trigger_latency_seconds_count{job_name=\"reports\"}"
         ),
         3.0
     );
-    assert_eq!(metric(&m, "shardcar_workers{job=\"reports\"}"), 1.0);
+    assert_eq!(metric(&m, "shardcar_workers{job_name=\"reports\"}"), 1.0);
     assert_eq!(metric(&m, "shardcar_leader_jobs"), 1.0);
     assert_eq!(metric(&m, "shardcar_zookeeper_connected"), 1.0);
 
@@ -355,7 +355,7 @@ async fn ctl_and_metrics_against_a_standalone_sidecar() {
     worker.wait_stream_end(WAIT).await.unwrap();
     assert!(worker.shutdown().is_some(), "{}", worker.summary());
     let m = scrape(&metrics_addr).await;
-    assert_eq!(metric(&m, "shardcar_workers{job=\"reports\"}"), 0.0);
+    assert_eq!(metric(&m, "shardcar_workers{job_name=\"reports\"}"), 0.0);
 
     // Remove.
     assert_eq!(

@@ -107,11 +107,7 @@ fn respond(head: &[u8], metrics: &Metrics) -> (&'static str, &'static str, Strin
         );
     }
     match path {
-        "/metrics" => (
-            "200 OK",
-            "text/plain; version=0.0.4; charset=utf-8",
-            metrics.render(),
-        ),
+        "/metrics" => ("200 OK", super::metrics::CONTENT_TYPE, metrics.render()),
         "/" => (
             "200 OK",
             PLAIN,
@@ -147,8 +143,8 @@ mod tests {
         tokio::spawn(serve(listener, metrics, cancel.clone(), TaskTracker::new()));
         let ok = get(addr, "GET /metrics HTTP/1.1\r\nHost: x\r\n\r\n").await;
         assert!(ok.starts_with("HTTP/1.1 200 OK\r\n"), "{ok}");
-        assert!(ok.contains("text/plain; version=0.0.4"));
-        assert!(ok.contains("shardcar_triggers_total{job=\"j\",source=\"CRON\"} 1\n"));
+        assert!(ok.contains("application/openmetrics-text; version=1.0.0"));
+        assert!(ok.contains("shardcar_triggers_total{job_name=\"j\",source=\"CRON\"} 1\n"));
         let missing = get(addr, "GET /nope HTTP/1.1\r\n\r\n").await;
         assert!(missing.starts_with("HTTP/1.1 404"), "{missing}");
         let post = get(addr, "POST /metrics HTTP/1.1\r\n\r\n").await;

@@ -1,18 +1,28 @@
-//! Prometheus metrics of one sidecar, kept in memory and rendered in the text exposition format
-//! (version 0.0.4) for `GET /metrics` (see [`http`](super::http)).
+//! Prometheus metrics of one sidecar, kept by `prometheus-client` and rendered in the
+//! OpenMetrics text format for `GET /metrics` (see [`http`](super::http)).
 //!
 //! Naming follows Prometheus' conventions: the `shardcar_` prefix, base units (seconds), `_total`
-//! for counters. The only labels are `job` (bounded by the jobs configured), `source`, `outcome`
-//! and `state` (small fixed sets); never an instance id, execution id or item.
+//! for counters. The only labels are `job_name` (bounded by the jobs configured; not `job`, which
+//! is Prometheus' own target label), `source`, `outcome` and `state` (small fixed sets); never an
+//! instance id, execution id or item.
 
 use std::collections::BTreeMap;
-use std::fmt::Write;
 use std::sync::Mutex;
 use std::time::Duration;
 
+use prometheus_client::encoding::{EncodeLabelSet, EncodeLabelValue, LabelValueEncoder};
+use prometheus_client::metrics::counter::Counter;
+use prometheus_client::metrics::family::Family;
+use prometheus_client::metrics::gauge::Gauge;
+use prometheus_client::metrics::histogram::Histogram;
+use prometheus_client::metrics::info::Info;
+use prometheus_client::registry::Registry as MetricRegistry;
 use tokio_util::sync::CancellationToken;
 
 use crate::registry::{Registry, SessionState};
+
+/// The content type of [`Metrics::render`]'s output.
+pub const CONTENT_TYPE: &str = "application/openmetrics-text; version=1.0.0; charset=utf-8";
 
 /// Bucket upper bounds (seconds) of `shardcar_execution_duration_seconds`.
 const DURATION_BUCKETS: &[f64] = &[
@@ -23,358 +33,322 @@ const LATENCY_BUCKETS: &[f64] = &[
     0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0,
 ];
 
-/// A cumulative histogram.
-#[derive(Debug, Clone)]
-struct Histogram {
-    bounds: &'static [f64],
-    /// Count per bucket (not cumulative); the last one is `+Inf`.
-    counts: Vec<u64>,
-    sum: f64,
-    count: u64,
-}
-
-impl Histogram {
-    fn new(bounds: &'static [f64]) -> Histogram {
-        Histogram {
-            bounds,
-            counts: vec![0; bounds.len() + 1],
-            sum: 0.0,
-            count: 0,
-        }
-    }
-
-    fn observe(&mut self, value: f64) {
-        let slot = self
-            .bounds
-            .iter()
-            .position(|b| value <= *b)
-            .unwrap_or(self.bounds.len());
-        self.counts[slot] += 1;
-        self.sum += value;
-        self.count += 1;
-    }
-}
-
 /// The ZooKeeper session as a metric (`shardcar_zookeeper_session_state{state}`).
 const SESSION_STATES: [&str; 4] = ["connected", "disconnected", "expired", "closed"];
 
-#[derive(Debug, Default, Clone)]
-struct Inner {
-    triggers: BTreeMap<(String, &'static str), u64>,
-    executions: BTreeMap<(String, &'static str), u64>,
-    completions: BTreeMap<String, u64>,
-    failures: BTreeMap<String, u64>,
-    misfires: BTreeMap<String, u64>,
-    failovers: BTreeMap<String, u64>,
-    revokes: BTreeMap<String, u64>,
-    durations: BTreeMap<String, Histogram>,
-    latencies: BTreeMap<String, Histogram>,
-    workers: BTreeMap<String, i64>,
-    leader: BTreeMap<String, bool>,
-    session_state: Option<&'static str>,
-    reconnects: u64,
-    expirations: u64,
+/// A job name as a label value, escaped as the exposition format wants (backslash, double
+/// quote, line feed): job names come from ZooKeeper and may hold any of them.
+#[derive(Clone, Debug, Hash, PartialEq, Eq)]
+struct JobName(String);
+
+impl EncodeLabelValue for JobName {
+    fn encode(&self, encoder: &mut LabelValueEncoder) -> std::fmt::Result {
+        use std::fmt::Write as _;
+        for c in self.0.chars() {
+            match c {
+                '\\' => encoder.write_str("\\\\")?,
+                '"' => encoder.write_str("\\\"")?,
+                '\n' => encoder.write_str("\\n")?,
+                c => encoder.write_char(c)?,
+            }
+        }
+        Ok(())
+    }
 }
 
-/// Every metric of the sidecar. Updates take a short lock with no await inside.
-#[derive(Debug, Default)]
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct JobLabels {
+    job_name: JobName,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct SourceLabels {
+    job_name: JobName,
+    source: &'static str,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct OutcomeLabels {
+    job_name: JobName,
+    outcome: &'static str,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct StateLabels {
+    state: &'static str,
+}
+
+type HistogramFamily = Family<JobLabels, Histogram, fn() -> Histogram>;
+
+fn job(name: &str) -> JobLabels {
+    JobLabels {
+        job_name: JobName(name.to_string()),
+    }
+}
+
+/// Every metric of the sidecar. Updates are atomic; no await inside.
 pub struct Metrics {
-    inner: Mutex<Inner>,
+    registry: MetricRegistry,
+    triggers: Family<SourceLabels, Counter>,
+    executions: Family<OutcomeLabels, Counter>,
+    completions: Family<JobLabels, Counter>,
+    failures: Family<JobLabels, Counter>,
+    misfires: Family<JobLabels, Counter>,
+    failovers: Family<JobLabels, Counter>,
+    revokes: Family<JobLabels, Counter>,
+    durations: HistogramFamily,
+    latencies: HistogramFamily,
+    workers: Family<JobLabels, Gauge>,
+    job_leader: Family<JobLabels, Gauge>,
+    leader_jobs: Gauge,
+    /// Which jobs this sidecar leads, for `leader_jobs`.
+    leading: Mutex<BTreeMap<String, bool>>,
+    session_state: Family<StateLabels, Gauge>,
+    connected: Gauge,
+    reconnects: Counter,
+    expirations: Counter,
 }
 
-fn bump(map: &mut BTreeMap<String, u64>, job: &str, by: u64) {
-    *map.entry(job.to_string()).or_default() += by;
+impl std::fmt::Debug for Metrics {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Metrics").finish_non_exhaustive()
+    }
+}
+
+impl Default for Metrics {
+    fn default() -> Metrics {
+        Metrics::new()
+    }
 }
 
 impl Metrics {
     pub fn new() -> Metrics {
-        Metrics::default()
-    }
-
-    fn with<R>(&self, f: impl FnOnce(&mut Inner) -> R) -> R {
-        // Short critical section: counters only, no await.
-        let mut inner = self.inner.lock().unwrap_or_else(|e| e.into_inner());
-        f(&mut inner)
+        let mut r = MetricRegistry::default();
+        r.register(
+            "shardcar_build",
+            "The version of this sidecar",
+            Info::new(vec![("version", env!("CARGO_PKG_VERSION"))]),
+        );
+        let m = Metrics {
+            triggers: Family::default(),
+            executions: Family::default(),
+            completions: Family::default(),
+            failures: Family::default(),
+            misfires: Family::default(),
+            failovers: Family::default(),
+            revokes: Family::default(),
+            durations: Family::new_with_constructor(|| {
+                Histogram::new(DURATION_BUCKETS.iter().copied())
+            }),
+            latencies: Family::new_with_constructor(|| {
+                Histogram::new(LATENCY_BUCKETS.iter().copied())
+            }),
+            workers: Family::default(),
+            job_leader: Family::default(),
+            leader_jobs: Gauge::default(),
+            leading: Mutex::new(BTreeMap::new()),
+            session_state: Family::default(),
+            connected: Gauge::default(),
+            reconnects: Counter::default(),
+            expirations: Counter::default(),
+            registry: MetricRegistry::default(),
+        };
+        // Counters are registered without `_total`; the encoder adds it.
+        r.register(
+            "shardcar_triggers",
+            "Triggers sent to workers, by job and trigger source",
+            m.triggers.clone(),
+        );
+        r.register(
+            "shardcar_executions",
+            "Executions ended, by job and outcome (completed, failed, revoked)",
+            m.executions.clone(),
+        );
+        r.register(
+            "shardcar_completions",
+            "Items reported complete by workers",
+            m.completions.clone(),
+        );
+        r.register(
+            "shardcar_failures",
+            "Items reported failed by workers",
+            m.failures.clone(),
+        );
+        r.register(
+            "shardcar_misfires",
+            "Items flagged misfire because they were still running at a fire",
+            m.misfires.clone(),
+        );
+        r.register(
+            "shardcar_failovers",
+            "Failed items this sidecar took over",
+            m.failovers.clone(),
+        );
+        r.register(
+            "shardcar_revokes",
+            "Items revoked from workers (lease lapse, timeout, fencing, shutdown)",
+            m.revokes.clone(),
+        );
+        r.register(
+            "shardcar_execution_duration_seconds",
+            "Time from sending a trigger to the end of the execution",
+            m.durations.clone(),
+        );
+        r.register(
+            "shardcar_trigger_latency_seconds",
+            "Time from a trigger's fire instant to sending it to the worker",
+            m.latencies.clone(),
+        );
+        r.register(
+            "shardcar_workers",
+            "Worker streams connected to this sidecar, by job",
+            m.workers.clone(),
+        );
+        r.register(
+            "shardcar_job_leader",
+            "1 when one of this sidecar's instances is the job's leader",
+            m.job_leader.clone(),
+        );
+        r.register(
+            "shardcar_leader_jobs",
+            "Jobs this sidecar leads",
+            m.leader_jobs.clone(),
+        );
+        r.register(
+            "shardcar_zookeeper_session_state",
+            "1 for the current state of the registry session (connected, disconnected, expired, closed)",
+            m.session_state.clone(),
+        );
+        r.register(
+            "shardcar_zookeeper_connected",
+            "1 while the registry session is connected",
+            m.connected.clone(),
+        );
+        r.register(
+            "shardcar_zookeeper_reconnects",
+            "Reconnections to ZooKeeper within the same session",
+            m.reconnects.clone(),
+        );
+        r.register(
+            "shardcar_zookeeper_session_expirations",
+            "ZooKeeper sessions that expired (a new one was opened)",
+            m.expirations.clone(),
+        );
+        for state in SESSION_STATES {
+            m.session_state.get_or_create(&StateLabels { state }).set(0);
+        }
+        Metrics { registry: r, ..m }
     }
 
     /// A trigger was sent to a worker, `latency` after its fire instant.
-    pub fn trigger_sent(&self, job: &str, source: &'static str, latency: Duration) {
-        self.with(|m| {
-            *m.triggers.entry((job.to_string(), source)).or_default() += 1;
-            m.latencies
-                .entry(job.to_string())
-                .or_insert_with(|| Histogram::new(LATENCY_BUCKETS))
-                .observe(latency.as_secs_f64());
-        });
+    pub fn trigger_sent(&self, job_name: &str, source: &'static str, latency: Duration) {
+        self.triggers
+            .get_or_create(&SourceLabels {
+                job_name: JobName(job_name.to_string()),
+                source,
+            })
+            .inc();
+        self.latencies
+            .get_or_create(&job(job_name))
+            .observe(latency.as_secs_f64());
     }
 
     /// An execution ended with `outcome`, after `duration`; `completed`/`failed` items.
     pub fn execution_finished(
         &self,
-        job: &str,
+        job_name: &str,
         outcome: &'static str,
         duration: Duration,
         completed: u64,
         failed: u64,
     ) {
-        self.with(|m| {
-            *m.executions.entry((job.to_string(), outcome)).or_default() += 1;
-            bump(&mut m.completions, job, completed);
-            bump(&mut m.failures, job, failed);
-            m.durations
-                .entry(job.to_string())
-                .or_insert_with(|| Histogram::new(DURATION_BUCKETS))
-                .observe(duration.as_secs_f64());
-        });
+        self.executions
+            .get_or_create(&OutcomeLabels {
+                job_name: JobName(job_name.to_string()),
+                outcome,
+            })
+            .inc();
+        let labels = job(job_name);
+        self.completions.get_or_create(&labels).inc_by(completed);
+        self.failures.get_or_create(&labels).inc_by(failed);
+        self.durations
+            .get_or_create(&labels)
+            .observe(duration.as_secs_f64());
     }
 
-    pub fn misfired(&self, job: &str, items: usize) {
-        self.with(|m| bump(&mut m.misfires, job, items as u64));
+    pub fn misfired(&self, job_name: &str, items: usize) {
+        self.misfires
+            .get_or_create(&job(job_name))
+            .inc_by(items as u64);
     }
 
-    pub fn failover_taken(&self, job: &str) {
-        self.with(|m| bump(&mut m.failovers, job, 1));
+    pub fn failover_taken(&self, job_name: &str) {
+        self.failovers.get_or_create(&job(job_name)).inc();
     }
 
-    pub fn revoked(&self, job: &str, items: usize) {
-        self.with(|m| bump(&mut m.revokes, job, items as u64));
+    pub fn revoked(&self, job_name: &str, items: usize) {
+        self.revokes
+            .get_or_create(&job(job_name))
+            .inc_by(items as u64);
     }
 
     /// A worker joined (`+1`) or left (`-1`) a job.
-    pub fn worker(&self, job: &str, joined: bool) {
-        self.with(|m| {
-            let n = m.workers.entry(job.to_string()).or_default();
-            *n = if joined { *n + 1 } else { (*n - 1).max(0) };
-        });
+    pub fn worker(&self, job_name: &str, joined: bool) {
+        let g = self.workers.get_or_create(&job(job_name));
+        if joined {
+            g.inc();
+        } else if g.get() > 0 {
+            g.dec();
+        }
     }
 
-    pub fn leadership(&self, job: &str, leader: bool) {
-        self.with(|m| {
-            m.leader.insert(job.to_string(), leader);
-        });
+    pub fn leadership(&self, job_name: &str, leader: bool) {
+        self.job_leader
+            .get_or_create(&job(job_name))
+            .set(i64::from(leader));
+        let mut leading = self.leading.lock().unwrap_or_else(|e| e.into_inner());
+        leading.insert(job_name.to_string(), leader);
+        self.leader_jobs
+            .set(leading.values().filter(|l| **l).count() as i64);
     }
 
     /// Records a session state change: a return to `Connected` within the same session counts
     /// as a reconnect, a new generation as an expiry.
     pub fn session(&self, previous: Option<&SessionState>, now: &SessionState) {
-        self.with(|m| {
-            m.session_state = Some(match now {
-                SessionState::Connected { .. } => "connected",
-                SessionState::Disconnected { .. } => "disconnected",
-                SessionState::Expired { .. } => "expired",
-                SessionState::Closed => "closed",
-            });
-            match (previous, now) {
-                (
-                    Some(SessionState::Disconnected { generation: g, .. }),
-                    SessionState::Connected { generation, .. },
-                ) if g == generation => m.reconnects += 1,
-                (Some(SessionState::Connected { .. }), SessionState::Expired { .. })
-                | (Some(SessionState::Disconnected { .. }), SessionState::Expired { .. }) => {
-                    m.expirations += 1
-                }
-                _ => {}
+        let current = match now {
+            SessionState::Connected { .. } => "connected",
+            SessionState::Disconnected { .. } => "disconnected",
+            SessionState::Expired { .. } => "expired",
+            SessionState::Closed => "closed",
+        };
+        for state in SESSION_STATES {
+            self.session_state
+                .get_or_create(&StateLabels { state })
+                .set(i64::from(state == current));
+        }
+        self.connected.set(i64::from(current == "connected"));
+        match (previous, now) {
+            (
+                Some(SessionState::Disconnected { generation: g, .. }),
+                SessionState::Connected { generation, .. },
+            ) if g == generation => {
+                self.reconnects.inc();
             }
-        });
+            (Some(SessionState::Connected { .. }), SessionState::Expired { .. })
+            | (Some(SessionState::Disconnected { .. }), SessionState::Expired { .. }) => {
+                self.expirations.inc();
+            }
+            _ => {}
+        }
     }
 
-    /// The text exposition of every metric.
+    /// The OpenMetrics text exposition of every metric (content type [`CONTENT_TYPE`]).
     pub fn render(&self) -> String {
-        // Copy, so rendering happens outside the lock.
-        let m = self.with(|m| m.clone());
         let mut out = String::with_capacity(4096);
-        let v = env!("CARGO_PKG_VERSION");
-        header(
-            &mut out,
-            "shardcar_build_info",
-            "gauge",
-            "Always 1; the version of this sidecar.",
-        );
-        let _ = writeln!(out, "shardcar_build_info{{version=\"{}\"}} 1", escape(v));
-
-        header(
-            &mut out,
-            "shardcar_triggers_total",
-            "counter",
-            "Triggers sent to workers, by job and trigger source.",
-        );
-        for ((job, source), n) in &m.triggers {
-            let _ = writeln!(
-                out,
-                "shardcar_triggers_total{{job=\"{}\",source=\"{source}\"}} {n}",
-                escape(job)
-            );
-        }
-        header(
-            &mut out,
-            "shardcar_executions_total",
-            "counter",
-            "Executions ended, by job and outcome (completed, failed, revoked).",
-        );
-        for ((job, outcome), n) in &m.executions {
-            let _ = writeln!(
-                out,
-                "shardcar_executions_total{{job=\"{}\",outcome=\"{outcome}\"}} {n}",
-                escape(job)
-            );
-        }
-        let per_job: [(&str, &str, &BTreeMap<String, u64>); 5] = [
-            (
-                "shardcar_completions_total",
-                "Items reported complete by workers.",
-                &m.completions,
-            ),
-            (
-                "shardcar_failures_total",
-                "Items reported failed by workers.",
-                &m.failures,
-            ),
-            (
-                "shardcar_misfires_total",
-                "Items flagged misfire because they were still running at a fire.",
-                &m.misfires,
-            ),
-            (
-                "shardcar_failovers_total",
-                "Failed items this sidecar took over.",
-                &m.failovers,
-            ),
-            (
-                "shardcar_revokes_total",
-                "Items revoked from workers (lease lapse, timeout, fencing, shutdown).",
-                &m.revokes,
-            ),
-        ];
-        for (name, help, map) in per_job {
-            header(&mut out, name, "counter", help);
-            for (job, n) in map {
-                let _ = writeln!(out, "{name}{{job=\"{}\"}} {n}", escape(job));
-            }
-        }
-        header(
-            &mut out,
-            "shardcar_execution_duration_seconds",
-            "histogram",
-            "Time from sending a trigger to the end of the execution.",
-        );
-        for (job, h) in &m.durations {
-            histogram(&mut out, "shardcar_execution_duration_seconds", job, h);
-        }
-        header(
-            &mut out,
-            "shardcar_trigger_latency_seconds",
-            "histogram",
-            "Time from a trigger's fire instant to sending it to the worker.",
-        );
-        for (job, h) in &m.latencies {
-            histogram(&mut out, "shardcar_trigger_latency_seconds", job, h);
-        }
-        header(
-            &mut out,
-            "shardcar_workers",
-            "gauge",
-            "Worker streams connected to this sidecar, by job.",
-        );
-        for (job, n) in &m.workers {
-            let _ = writeln!(out, "shardcar_workers{{job=\"{}\"}} {n}", escape(job));
-        }
-        header(
-            &mut out,
-            "shardcar_job_leader",
-            "gauge",
-            "1 when one of this sidecar's instances is the job's leader.",
-        );
-        for (job, leader) in &m.leader {
-            let _ = writeln!(
-                out,
-                "shardcar_job_leader{{job=\"{}\"}} {}",
-                escape(job),
-                u8::from(*leader)
-            );
-        }
-        header(
-            &mut out,
-            "shardcar_leader_jobs",
-            "gauge",
-            "Jobs this sidecar leads.",
-        );
-        let _ = writeln!(
-            out,
-            "shardcar_leader_jobs {}",
-            m.leader.values().filter(|l| **l).count()
-        );
-        header(&mut out, "shardcar_zookeeper_session_state", "gauge",
-               "1 for the current state of the registry session (connected, disconnected, expired, closed).");
-        for state in SESSION_STATES {
-            let on = u8::from(m.session_state == Some(state));
-            let _ = writeln!(
-                out,
-                "shardcar_zookeeper_session_state{{state=\"{state}\"}} {on}"
-            );
-        }
-        header(
-            &mut out,
-            "shardcar_zookeeper_connected",
-            "gauge",
-            "1 while the registry session is connected.",
-        );
-        let _ = writeln!(
-            out,
-            "shardcar_zookeeper_connected {}",
-            u8::from(m.session_state == Some("connected"))
-        );
-        header(
-            &mut out,
-            "shardcar_zookeeper_reconnects_total",
-            "counter",
-            "Reconnections to ZooKeeper within the same session.",
-        );
-        let _ = writeln!(out, "shardcar_zookeeper_reconnects_total {}", m.reconnects);
-        header(
-            &mut out,
-            "shardcar_zookeeper_session_expirations_total",
-            "counter",
-            "ZooKeeper sessions that expired (a new one was opened).",
-        );
-        let _ = writeln!(
-            out,
-            "shardcar_zookeeper_session_expirations_total {}",
-            m.expirations
-        );
+        // Writing to a String cannot fail.
+        let _ = prometheus_client::encoding::text::encode(&mut out, &self.registry);
         out
     }
-}
-
-fn header(out: &mut String, name: &str, kind: &str, help: &str) {
-    let _ = writeln!(out, "# HELP {name} {help}");
-    let _ = writeln!(out, "# TYPE {name} {kind}");
-}
-
-fn histogram(out: &mut String, name: &str, job: &str, h: &Histogram) {
-    let job = escape(job);
-    let mut cumulative = 0;
-    for (i, bound) in h.bounds.iter().enumerate() {
-        cumulative += h.counts[i];
-        let _ = writeln!(
-            out,
-            "{name}_bucket{{job=\"{job}\",le=\"{bound}\"}} {cumulative}"
-        );
-    }
-    let _ = writeln!(
-        out,
-        "{name}_bucket{{job=\"{job}\",le=\"+Inf\"}} {}",
-        h.count
-    );
-    let _ = writeln!(out, "{name}_sum{{job=\"{job}\"}} {}", h.sum);
-    let _ = writeln!(out, "{name}_count{{job=\"{job}\"}} {}", h.count);
-}
-
-/// Escapes a label value (backslash, double quote, line feed).
-fn escape(value: &str) -> String {
-    value
-        .replace('\\', "\\\\")
-        .replace('"', "\\\"")
-        .replace('\n', "\\n")
 }
 
 /// Follows the registry session into `metrics` until `cancel`.
@@ -401,10 +375,6 @@ mod tests {
     use super::*;
     use std::time::Instant;
 
-    fn line<'a>(text: &'a str, prefix: &str) -> Option<&'a str> {
-        text.lines().find(|l| l.starts_with(prefix))
-    }
-
     #[test]
     fn counters_and_histograms_render() {
         let m = Metrics::new();
@@ -421,46 +391,29 @@ mod tests {
         m.leadership("orders", true);
         m.leadership("other", false);
         let t = m.render();
-        assert_eq!(
-            line(
-                &t,
-                "shardcar_triggers_total{job=\"orders\",source=\"CRON\"}"
-            ),
-            Some("shardcar_triggers_total{job=\"orders\",source=\"CRON\"} 2")
-        );
-        assert!(t.contains("shardcar_executions_total{job=\"orders\",outcome=\"failed\"} 1\n"));
-        assert!(t.contains("shardcar_completions_total{job=\"orders\"} 3\n"));
-        assert!(t.contains("shardcar_failures_total{job=\"orders\"} 1\n"));
-        assert!(t.contains("shardcar_misfires_total{job=\"orders\"} 2\n"));
-        assert!(t.contains("shardcar_revokes_total{job=\"a\\\"b\"} 1\n"));
-        assert!(t.contains("shardcar_workers{job=\"orders\"} 1\n"));
-        assert!(t.contains("shardcar_leader_jobs 1\n"));
-        assert!(
-            t.contains("shardcar_trigger_latency_seconds_bucket{job=\"orders\",le=\"0.005\"} 1\n")
-        );
-        assert!(t.contains("shardcar_trigger_latency_seconds_bucket{job=\"orders\",le=\"5\"} 2\n"));
-        assert!(
-            t.contains("shardcar_trigger_latency_seconds_bucket{job=\"orders\",le=\"+Inf\"} 3\n")
-        );
-        assert!(t.contains(
-            "shardcar_execution_duration_seconds_bucket{job=\"orders\",le=\"3600\"} 1\n"
-        ));
-        assert!(t.contains("shardcar_execution_duration_seconds_count{job=\"orders\"} 2\n"));
-        assert!(t.contains("# TYPE shardcar_execution_duration_seconds histogram\n"));
-        // Every sample line belongs to a declared metric family.
-        let families: Vec<&str> = t
-            .lines()
-            .filter_map(|l| l.strip_prefix("# TYPE "))
-            .filter_map(|l| l.split(' ').next())
-            .collect();
-        for l in t.lines().filter(|l| !l.starts_with('#')) {
-            let name = l.split(['{', ' ']).next().unwrap();
-            let base = name
-                .trim_end_matches("_bucket")
-                .trim_end_matches("_sum")
-                .trim_end_matches("_count");
-            assert!(families.contains(&name) || families.contains(&base), "{l}");
+        for want in [
+            "shardcar_build_info{version=\"",
+            "shardcar_triggers_total{job_name=\"orders\",source=\"CRON\"} 2\n",
+            "shardcar_executions_total{job_name=\"orders\",outcome=\"failed\"} 1\n",
+            "shardcar_completions_total{job_name=\"orders\"} 3\n",
+            "shardcar_failures_total{job_name=\"orders\"} 1\n",
+            "shardcar_misfires_total{job_name=\"orders\"} 2\n",
+            "shardcar_revokes_total{job_name=\"a\\\"b\"} 1\n",
+            "shardcar_workers{job_name=\"orders\"} 1\n",
+            "shardcar_job_leader{job_name=\"orders\"} 1\n",
+            "shardcar_leader_jobs 1\n",
+            "shardcar_trigger_latency_seconds_bucket{le=\"0.005\",job_name=\"orders\"} 1\n",
+            "shardcar_trigger_latency_seconds_bucket{le=\"5.0\",job_name=\"orders\"} 2\n",
+            "shardcar_trigger_latency_seconds_bucket{le=\"+Inf\",job_name=\"orders\"} 3\n",
+            "shardcar_execution_duration_seconds_bucket{le=\"3600.0\",job_name=\"orders\"} 1\n",
+            "shardcar_execution_duration_seconds_count{job_name=\"orders\"} 2\n",
+            "# TYPE shardcar_execution_duration_seconds histogram\n",
+            "# TYPE shardcar_triggers counter\n",
+        ] {
+            assert!(t.contains(want), "{want:?} missing from\n{t}");
         }
+        assert!(t.ends_with("# EOF\n"), "{t}");
+        assert!(!t.contains("..\n"), "a HELP text ends in two periods:\n{t}");
     }
 
     #[test]
@@ -482,14 +435,14 @@ mod tests {
         m.session(None, &c1);
         m.session(Some(&c1), &d1);
         let t = m.render();
-        assert!(t.contains("shardcar_zookeeper_connected 0\n"));
+        assert!(t.contains("shardcar_zookeeper_connected 0\n"), "{t}");
         assert!(t.contains("shardcar_zookeeper_session_state{state=\"disconnected\"} 1\n"));
         m.session(Some(&d1), &c1);
         m.session(Some(&c1), &d1);
         m.session(Some(&d1), &e1);
         m.session(Some(&e1), &c2);
         let t = m.render();
-        assert!(t.contains("shardcar_zookeeper_reconnects_total 1\n"));
+        assert!(t.contains("shardcar_zookeeper_reconnects_total 1\n"), "{t}");
         assert!(t.contains("shardcar_zookeeper_session_expirations_total 1\n"));
         assert!(t.contains("shardcar_zookeeper_connected 1\n"));
         assert!(t.contains("shardcar_zookeeper_session_state{state=\"connected\"} 1\n"));
