@@ -7,6 +7,16 @@ use super::*;
 /// Sends `count` subscriptions for `config`'s job, each cancelled by the client 0–4 ms after it
 /// was sent (a worker killed while starting, a client deadline, a crash loop).
 async fn cancelled_subscribes(car: &Sidecar, config: &JobConfig, count: u32) {
+    cancelled_subscribes_within(car, config, count, 5).await;
+}
+
+/// As [`cancelled_subscribes`], each cancelled `n % spread_ms` ms after it was sent.
+async fn cancelled_subscribes_within(
+    car: &Sidecar,
+    config: &JobConfig,
+    count: u32,
+    spread_ms: u32,
+) {
     let client = car.client().await;
     for n in 0..count {
         let mut client = client.clone();
@@ -17,7 +27,7 @@ async fn cancelled_subscribes(car: &Sidecar, config: &JobConfig, count: u32) {
                 drop(response);
             }
         });
-        tokio::time::sleep(Duration::from_micros(u64::from(n % 5) * 1000)).await;
+        tokio::time::sleep(Duration::from_millis(u64::from(n % spread_ms))).await;
         call.abort();
         let _ = call.await;
     }
@@ -60,6 +70,48 @@ async fn subscribes_cancelled_while_joining_leave_no_ghost_instances() {
         .await
         .unwrap_or_else(|e| panic!("the live worker must own every item again: {e}"));
     assert_eq!(items, [0, 1, 2, 3]);
+}
+
+/// Found by the nemesis (seed 1123): with no live worker on this sidecar, its job driver has
+/// retired, so every Subscribe starts a new one that first sets the job up. A cancel during
+/// that setup was lost, and the instance was then created for a stream already gone: a ghost
+/// that owned items and led the job.
+#[tokio::test(flavor = "multi_thread")]
+async fn subscribes_cancelled_while_the_job_is_being_set_up_leave_no_ghost() {
+    let zk = ZooKeeper::start().await;
+    let ns = "fail-ghosts-setup";
+    let car = car(&zk, ns, "127.0.0.2").await;
+    let config = job_config("ghostsetup", NEVER, 2);
+    let mut first = TestWorker::subscribe(&car.endpoint(), subscribe_request(config.clone()))
+        .await
+        .unwrap();
+    wait_n_items(&first, 2).await;
+    first.close().await;
+    // The first setup of each new driver takes a few registry round trips: cancels spread
+    // over 0-24 ms land before, during and after it.
+    cancelled_subscribes_within(&car, &config, 100, 25).await;
+    let settled = common::eventually(WAIT, || async {
+        instances(&zk, ns, "ghostsetup")
+            .await
+            .is_empty()
+            .then_some(())
+    })
+    .await;
+    assert!(
+        settled.is_some(),
+        "no instance may outlive its stream, got {:?}\n{}",
+        instances(&zk, ns, "ghostsetup").await,
+        car.log_tail(30)
+    );
+    // And a real worker gets every item.
+    let live = TestWorker::subscribe(&car.endpoint(), subscribe_request(config.clone()))
+        .await
+        .unwrap();
+    let items = live
+        .wait_items(|items| items.len() == 2, WAIT)
+        .await
+        .unwrap_or_else(|e| panic!("the live worker must own every item: {e}"));
+    assert_eq!(items, [0, 1]);
 }
 
 #[tokio::test(flavor = "multi_thread")]

@@ -203,6 +203,30 @@ impl JobState {
         out: &mut Vec<Action>,
     ) {
         let Some(id) = self.streams.get(&stream).cloned() else {
+            // A join still waiting for the job's setup has no local instance yet: drop it, or
+            // its instance would be created later for a stream that is already gone.
+            let before = self.joins_waiting.len();
+            let waiting = std::mem::take(&mut self.joins_waiting);
+            for join in waiting {
+                match join {
+                    Input::Join {
+                        reply, stream: s, ..
+                    } if s == stream => {
+                        self.reply(
+                            reply,
+                            Reply::Joined(Err(CoordError::Unavailable(
+                                "the stream ended while subscribing".into(),
+                            ))),
+                            out,
+                        );
+                        out.push(Action::EndStream { stream });
+                    }
+                    other => self.joins_waiting.push(other),
+                }
+            }
+            if self.joins_waiting.len() < before {
+                info!(job = %self.name, stream, ?end, "a subscribe ended before its instance existed");
+            }
             return;
         };
         if self.locals.get(&id).is_some_and(|l| l.gone.is_none()) {

@@ -72,6 +72,44 @@ fn a_subscribe_cancelled_before_its_instance_exists_leaves_no_ghost() {
 }
 
 #[test]
+fn a_subscribe_cancelled_while_the_job_is_set_up_leaves_no_ghost() {
+    // Found by the nemesis (seed 1123): a Subscribe cancelled 11 ms after it was sent, while a
+    // new job driver was still setting the job up. The end of the stream came before the join
+    // had a local instance, was dropped, and the instance then lived on without a stream,
+    // owning items and leading the job.
+    let mut s = Script::new("j");
+    let actions = s.step(Input::Join {
+        reply: 1,
+        stream: 1,
+        instance_id: ME.into(),
+        config: None,
+        overwrite: false,
+    });
+    assert_eq!(kinds(&actions), ["SetUp"]);
+    let ended = s.step(Input::StreamEnded {
+        stream: 1,
+        end: StreamEnd::ByWorker,
+    });
+    assert!(writes(&ended).is_empty(), "{:?}", kinds(&ended));
+    let tree = s.tree(&config(2, false), &[], "");
+    let after = s.step(Input::Done {
+        op: setup_op(&actions).unwrap(),
+        result: IoResult::SetUp(Ok(tree)),
+    });
+    let after = s.commit_all(after);
+    assert!(
+        !writes(&after).contains(&"+/j/instances/10.0.0.1@-@7".to_string()),
+        "no instance is created for a stream that already ended: {:?}",
+        writes(&after)
+    );
+    assert!(!kinds(&after).contains(&"Registered"));
+    assert!(
+        s.state.idle(),
+        "nothing is left of the cancelled subscription"
+    );
+}
+
+#[test]
 fn a_worker_that_closes_its_stream_leaves_at_once_and_its_running_items_fail_over() {
     let (mut s, stream) = ready(2, true);
     let t = run(&mut s, 1000);
