@@ -235,6 +235,14 @@ fn fault_covers(fr: &FaultRec, t: u64, now: u64) -> bool {
     a <= t && t <= b
 }
 
+/// Whether a fault disturbs the fire at `f`: it covers `f`, or began while the fire's first
+/// write could still be in flight (the sidecar's per-call deadline, a quarter of the session).
+fn fault_disturbs_fire(fr: &FaultRec, f: u64, now: u64) -> bool {
+    let (a, b) = fr.window(now);
+    let in_flight = spec::SESSION.as_micros() as u64 / 4;
+    a <= f + in_flight && f <= b
+}
+
 fn fault_in_scope(fr: &FaultRec, job: usize, item: i32, slots: &[usize]) -> bool {
     match fr.scope() {
         Scope::Global => true,
@@ -311,10 +319,9 @@ pub fn lost_fires(h: &History, p: &Params, fig: &mut Figures) -> Vec<Violation> 
                             .and_then(|r| r.slot),
                     )
                     .collect();
-                let faulted = h
-                    .faults
-                    .iter()
-                    .any(|fr| fault_covers(fr, f, now) && fault_in_scope(fr, job, item, &slots));
+                let faulted = h.faults.iter().any(|fr| {
+                    fault_disturbs_fire(fr, f, now) && fault_in_scope(fr, job, item, &slots)
+                });
                 let stable = at.len() == 1 && key(&before) == key(&at) && key(&after) == key(&at);
                 let excuse = if faulted {
                     Some("a fault window")
@@ -337,14 +344,16 @@ pub fn lost_fires(h: &History, p: &Params, fig: &mut Figures) -> Vec<Violation> 
                     .iter()
                     .any(|r| r.source == spec::CRON && r.fire_us.abs_diff(f) <= MS);
                 // Busy: the owner (any run, the sidecar needs a moment to finish an execution)
-                // or the item itself near f: ElasticJob coalesces the fire into a misfire.
+                // or the item itself near f: ElasticJob coalesces the fire into a misfire. A
+                // run is the sidecar's from its decision (a FAILOVER claim or a catch-up made
+                // just before f reaches the worker just after it), not only from its receipt.
                 let busy: Vec<&Run> = h
                     .runs
                     .iter()
                     .filter(|r| {
                         ((r.pid == owner.pid && r.gen == owner.gen)
                             || (r.job == job && r.item == item))
-                            && r.start < f
+                            && decided(r) < f
                             && h.run_end_or(r, now) + 500 * MS > f
                     })
                     .collect();
@@ -436,6 +445,16 @@ pub fn lost_fires(h: &History, p: &Params, fig: &mut Figures) -> Vec<Violation> 
         }
     }
     out
+}
+
+/// When the sidecar decided a run: its trigger's fire instant for a catch-up or a failover claim
+/// (never later than the receipt), else the receipt.
+fn decided(r: &Run) -> u64 {
+    if r.source != spec::CRON && r.fire_us > 0 {
+        r.start.min(r.fire_us)
+    } else {
+        r.start
+    }
 }
 
 // ----- bounds ---------------------------------------------------------------------------------

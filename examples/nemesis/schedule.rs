@@ -225,9 +225,11 @@ impl Kind {
             Kind::SidecarKill { .. }
             | Kind::SidecarPauseLong { .. }
             | Kind::SidecarPauseShort { .. }
-            | Kind::SidecarTerm { .. }
             | Kind::Partition { .. }
             | Kind::SessionExpiry { .. } => s(3),
+            // A drain that cannot reach ZooKeeper exits without closing its session, whose
+            // instances (and the `running` nodes they hold) then last until it expires.
+            Kind::SidecarTerm { .. } => SESSION + s(1),
             // From the kill (see `FaultRec::window`): a leader election, reconnections.
             Kind::ZkKill { .. } => SESSION + s(2),
             Kind::ZkSilent { .. } => s(3),
