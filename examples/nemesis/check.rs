@@ -615,9 +615,13 @@ pub fn bounds(h: &History, p: &Params, fig: &mut Figures) -> Vec<Violation> {
                                 && k <= fb
                         })
                     };
-                    let fair = (0..spec::SIDECARS).filter(|c| c != car).any(|c| {
-                        other_cars_calm(c)
-                            && h.streams.values().any(|s| {
+                    // Every other sidecar calm (the job's leader, which releases the items,
+                    // may be on any of them), and one of them with a worker of the job.
+                    let fair = (0..spec::SIDECARS)
+                        .filter(|c| c != car)
+                        .all(other_cars_calm)
+                        && (0..spec::SIDECARS).filter(|c| c != car).any(|c| {
+                        h.streams.values().any(|s| {
                                 s.job == r.job
                                     && s.car == c
                                     && s.open_at(k)
