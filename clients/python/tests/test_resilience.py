@@ -121,7 +121,8 @@ async def test_lease_expiry_cancels_asyncio_handler(make_sidecar):
 
 def test_reconnects_after_sidecar_restart_and_drops_old_executions(make_sidecar):
     sidecar = make_sidecar()
-    worker = Worker(sidecar.target, connect_timeout=5, backoff_max=0.5)
+    # A unique instance id (pid and a random suffix) is chosen once: the reconnect reuses it.
+    worker = Worker(sidecar.target, connect_timeout=5, backoff_max=0.5, unique_instance=True)
     calls = Calls()
     first = {}
     first_started = threading.Event()
@@ -144,8 +145,8 @@ def test_reconnects_after_sidecar_restart_and_drops_old_executions(make_sidecar)
         wait_until(lambda: len(calls.executions()) >= n + 2, 20,
                    what="triggers from the restarted sidecar")
     assert wt.error is None
-    assert all(c.instance_id for c in calls.snapshot())
-    assert old_instance  # same pid → the new instance id may equal the old one; both registered
+    assert old_instance.endswith(f"@-@{worker.instance_suffix}")
+    assert {c.instance_id for c in calls.snapshot()} == {old_instance}
 
 
 def test_ctrl_c_drains_the_example_worker(sidecar):

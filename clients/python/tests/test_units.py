@@ -2,15 +2,24 @@
 
 from __future__ import annotations
 
+import os
+import re
 import threading
 import time
 
 import grpc
+import grpc.aio
 import pytest
+from google.rpc import error_details_pb2, status_pb2
 
 import shardcar
 from shardcar import JobConfig, ShardingStrategy
-from shardcar._common import resolve_target, subscribe_request
+from shardcar._common import (
+    resolve_target,
+    resolve_unique_instance,
+    running_in_container,
+    subscribe_request,
+)
 from shardcar._proto import shardcar_pb2 as pb
 from shardcar import _core
 from shardcar._common import failure_text, truncate_utf8
@@ -81,6 +90,88 @@ def test_subscribe_request_carries_pid_and_config(monkeypatch):
     assert not bare.HasField("config") and bare.instance_id == "x"
 
 
+@pytest.mark.parametrize(
+    "pid,environ,files,expected",
+    [
+        (4242, {}, (), False),
+        (1, {}, (), True),  # the first process of a container
+        (4242, {}, ("/.dockerenv",), True),
+        (4242, {}, ("/run/.containerenv",), True),  # Podman
+        (4242, {"KUBERNETES_SERVICE_HOST": "10.96.0.1"}, (), True),
+        (4242, {"KUBERNETES_SERVICE_HOST": ""}, (), False),
+        (4242, {"HOSTNAME": "abc"}, ("/etc/hostname",), False),
+    ],
+)
+def test_container_detection(pid, environ, files, expected):
+    assert running_in_container(pid=pid, environ=environ,
+                                exists=lambda path: path in files) is expected
+
+
+def test_unique_instance_auto_follows_container_detection(monkeypatch):
+    import shardcar._common as common
+
+    monkeypatch.setattr(common, "running_in_container", lambda: True)
+    assert resolve_unique_instance(None, "") is True
+    assert shardcar.Worker("127.0.0.1:1").unique_instance is True
+    monkeypatch.setattr(common, "running_in_container", lambda: False)
+    assert resolve_unique_instance(None, "") is False
+    worker = shardcar.Worker("127.0.0.1:1")
+    assert worker.unique_instance is False and worker.instance_suffix == ""
+    # Forced either way, whatever the detection says.
+    assert resolve_unique_instance(True, "") is True
+    monkeypatch.setattr(common, "running_in_container", lambda: True)
+    assert resolve_unique_instance(False, "") is False
+    # An explicit instance id is used as it is: no suffix, and forcing one is a mistake.
+    assert resolve_unique_instance(None, "10.0.0.1@-@a") is False
+    assert resolve_unique_instance(False, "10.0.0.1@-@a") is False
+    with pytest.raises(ValueError, match="instance_id"):
+        resolve_unique_instance(True, "10.0.0.1@-@a")
+
+
+@pytest.mark.parametrize("make", [shardcar.Worker, "aio"])
+def test_a_unique_worker_sends_pid_and_a_random_suffix_kept_across_reconnects(make):
+    import shardcar.aio
+
+    if make == "aio":
+        make = shardcar.aio.Worker
+    worker = make("127.0.0.1:1", unique_instance=True)
+    suffix = worker.instance_suffix
+    assert re.fullmatch(rf"{os.getpid()}-[0-9a-f]{{8}}", suffix), suffix
+    assert len(suffix) <= 64  # the sidecar's limit, of [A-Za-z0-9._-]
+    # Every (re)subscription of this worker carries the same suffix.
+    first = subscribe_request(JobConfig(job_name="j"), overwrite=False, instance_id="",
+                              labels={}, instance_suffix=worker.instance_suffix)
+    assert first.instance_suffix == suffix and first.pid == os.getpid()
+    assert worker.instance_suffix == suffix
+    # Another worker of the same process gets another suffix: they may join the same job.
+    other = make("127.0.0.1:1", unique_instance=True)
+    assert other.instance_suffix != suffix
+    assert other.instance_suffix.startswith(f"{os.getpid()}-")
+    # Off, or with an explicit instance id: no suffix (the sidecar uses the pid or the id).
+    assert make("127.0.0.1:1", unique_instance=False).instance_suffix == ""
+    explicit = make("127.0.0.1:1", instance_id="10.0.0.1@-@mine")
+    assert explicit.instance_suffix == "" and explicit.instance_id == "10.0.0.1@-@mine"
+    with pytest.raises(ValueError):
+        make("127.0.0.1:1", instance_id="10.0.0.1@-@mine", unique_instance=True)
+
+
+def test_the_raw_subscription_sends_the_workers_suffix():
+    sent = []
+
+    class Stub:
+        def Subscribe(self, request):
+            sent.append(request)
+            return iter(())
+
+    worker = shardcar.Worker("127.0.0.1:1", unique_instance=True)
+    worker._stub = Stub()
+    for _ in range(2):  # a reconnect subscribes again, with the same suffix
+        worker.subscribe(JobConfig(job_name="j"))
+    assert [r.instance_suffix for r in sent] == [worker.instance_suffix] * 2
+    assert all(r.instance_id == "" for r in sent)
+    worker.close()
+
+
 def test_target_resolution(monkeypatch):
     monkeypatch.delenv("SHARDCAR_TARGET", raising=False)
     assert resolve_target(None) == "127.0.0.1:50061"
@@ -97,6 +188,24 @@ def test_unix_targets_send_localhost_authority():
 
 
 class _Err(grpc.RpcError):
+    """A failed call as gRPC raises it: code, message and (optionally) trailing metadata."""
+
+    def __init__(self, code, details, trailing=None):
+        self._code, self._details, self._trailing = code, details, trailing
+
+    def code(self):
+        return self._code
+
+    def details(self):
+        return self._details
+
+    def trailing_metadata(self):
+        return self._trailing
+
+
+class _BareErr(grpc.RpcError):
+    """An error object without trailing metadata at all (some wrappers raise those)."""
+
     def __init__(self, code, details):
         self._code, self._details = code, details
 
@@ -105,6 +214,26 @@ class _Err(grpc.RpcError):
 
     def details(self):
         return self._details
+
+
+def _status(code, message, reason=None, fields=(), domain="shardcar.v1"):
+    """A ``google.rpc.Status`` as the sidecar sends it: an ErrorInfo, then a BadRequest."""
+    status = status_pb2.Status(code=code.value[0], message=message)
+    if reason is not None:
+        status.details.add().Pack(error_details_pb2.ErrorInfo(reason=reason, domain=domain))
+    if fields:
+        bad = error_details_pb2.BadRequest(field_violations=[
+            error_details_pb2.BadRequest.FieldViolation(field=f, description=f"{f} is wrong")
+            for f in fields])
+        status.details.add().Pack(bad)
+    return status
+
+
+def _rich_err(code, message, reason=None, fields=(), status=None):
+    status = status if status is not None else _status(code, message, reason, fields)
+    trailing = (("content-type", "application/grpc"),
+                ("grpc-status-details-bin", status.SerializeToString()))
+    return _Err(code, message, trailing)
 
 
 @pytest.mark.parametrize(
@@ -126,13 +255,138 @@ def test_status_codes_map_to_error_classes(code, during, cls):
     assert err.code == code and "details here" in str(err)
 
 
-def test_invalid_config_names_the_field():
+def test_invalid_config_names_the_field_from_the_bad_request():
+    message = "invalid config.cron: cron expression \"x\" has 1 fields"
     err = from_rpc_error(
-        _Err(grpc.StatusCode.INVALID_ARGUMENT, "sharding_total_count must be in 1..=100000, got 0"),
+        _rich_err(grpc.StatusCode.INVALID_ARGUMENT, message, "INVALID_ARGUMENT", ["config.cron"]),
         target="t", during="subscribe",
     )
-    assert err.field == "sharding_total_count"
-    assert "sharding_total_count" in str(err)
+    assert isinstance(err, shardcar.InvalidJobConfigError)
+    assert err.field == "cron"  # the JobConfig field, as the client names it
+    assert err.request_field == "config.cron"  # as on the wire
+    assert err.reason == "INVALID_ARGUMENT"
+    assert err.details == message and "field `cron`" in str(err)
+
+
+@pytest.mark.parametrize(
+    "wire,field,what",
+    [
+        ("config.sharding_total_count", "sharding_total_count", "job config"),
+        ("config.sharding_item_parameters", "sharding_item_parameters", "job config"),
+        ("config.time_zone", "time_zone", "job config"),
+        ("job_name", "job_name", "job config"),
+        ("instance_suffix", "instance_suffix", "request"),
+        ("pid", "pid", "request"),
+    ],
+)
+def test_the_wire_field_maps_to_the_clients_naming(wire, field, what):
+    err = from_rpc_error(_rich_err(grpc.StatusCode.INVALID_ARGUMENT, "bad", "INVALID_ARGUMENT",
+                                   [wire]), target="t", during="subscribe")
+    assert isinstance(err, shardcar.InvalidJobConfigError)
+    assert (err.field, err.request_field) == (field, wire)
+    assert str(err).startswith(f"invalid {what} (field `{field}`)")
+
+
+def test_the_field_never_comes_from_the_message():
+    # The message names other fields; only the BadRequest counts, and without one there is none.
+    message = "sharding_total_count must be in 1..=100000, got 0 (see cron and time_zone)"
+    named = from_rpc_error(
+        _rich_err(grpc.StatusCode.INVALID_ARGUMENT, message, "INVALID_ARGUMENT",
+                  ["config.time_zone"]), target="t", during="subscribe")
+    assert named.field == "time_zone"
+    for bare in (_Err(grpc.StatusCode.INVALID_ARGUMENT, message),
+                 _BareErr(grpc.StatusCode.INVALID_ARGUMENT, message),
+                 _rich_err(grpc.StatusCode.INVALID_ARGUMENT, message, "INVALID_ARGUMENT")):
+        err = from_rpc_error(bare, target="t", during="subscribe")
+        assert isinstance(err, shardcar.InvalidJobConfigError)
+        assert err.field is None and err.request_field is None
+        assert str(err).startswith("invalid job config: ")
+
+
+def test_the_first_field_violation_is_the_field():
+    err = from_rpc_error(
+        _rich_err(grpc.StatusCode.INVALID_ARGUMENT, "m", "INVALID_ARGUMENT",
+                  ["config.cron", "config.time_zone"]), target="t", during="subscribe")
+    assert err.field == "cron"
+
+
+@pytest.mark.parametrize(
+    "code,reason,during,cls",
+    [
+        (grpc.StatusCode.NOT_FOUND, "NOT_FOUND", "subscribe", shardcar.JobNotFoundError),
+        (grpc.StatusCode.NOT_FOUND, "JOB_NOT_FOUND", "subscribe", shardcar.JobNotFoundError),
+        (grpc.StatusCode.ALREADY_EXISTS, "ALREADY_EXISTS", "subscribe",
+         shardcar.InstanceConflictError),
+        (grpc.StatusCode.NOT_FOUND, "NOT_FOUND", "answer", shardcar.ExecutionNotFoundError),
+        (grpc.StatusCode.FAILED_PRECONDITION, "FAILED_PRECONDITION", "answer",
+         shardcar.ExecutionFencedError),
+        (grpc.StatusCode.PERMISSION_DENIED, "PERMISSION_DENIED", "answer",
+         shardcar.PermissionDeniedError),
+        (grpc.StatusCode.FAILED_PRECONDITION, "CORRUPT_JOB_DATA", "subscribe", shardcar.RpcError),
+        (grpc.StatusCode.UNAVAILABLE, "REGISTRY_UNAVAILABLE", "subscribe",
+         shardcar.SidecarUnavailableError),
+        (grpc.StatusCode.UNAVAILABLE, "UNAVAILABLE", "subscribe",
+         shardcar.SidecarUnavailableError),
+        (grpc.StatusCode.UNAVAILABLE, "REGISTRY_UNAVAILABLE", "answer",
+         shardcar.AnswerTransportError),
+    ],
+)
+def test_every_error_carries_the_reason_of_its_error_info(code, reason, during, cls):
+    assert reason in shardcar.errors.REASONS
+    err = from_rpc_error(_rich_err(code, "the message", reason), target="t", during=during)
+    assert type(err) is cls
+    assert err.reason == reason and err.code == code and err.details == "the message"
+    assert err.field is None and err.request_field is None
+
+
+def test_a_registry_outage_is_not_reported_as_an_unreachable_sidecar():
+    err = from_rpc_error(_rich_err(grpc.StatusCode.UNAVAILABLE, "zk session lost",
+                                   "REGISTRY_UNAVAILABLE"), target="t:1", during="subscribe")
+    assert "registry" in str(err) and "unreachable" not in str(err)
+    unreachable = from_rpc_error(_Err(grpc.StatusCode.UNAVAILABLE, "connect failed"),
+                                 target="t:1", during="subscribe")
+    assert unreachable.reason is None and "unreachable at 't:1'" in str(unreachable)
+
+
+def test_an_invalid_answer_names_its_field_too():
+    err = from_rpc_error(_rich_err(grpc.StatusCode.INVALID_ARGUMENT, "item 9 is not in it",
+                                   "INVALID_ARGUMENT", ["items"]), target="t", during="answer")
+    assert type(err) is shardcar.RpcError
+    assert (err.reason, err.field, err.request_field) == ("INVALID_ARGUMENT", "items", "items")
+    assert "field `items`" in str(err)
+
+
+def test_details_that_do_not_belong_to_the_status_are_ignored():
+    # from_call checks the Status proto against the call's code and message.
+    other_code = _status(grpc.StatusCode.NOT_FOUND, "m", "NOT_FOUND")
+    other_message = _status(grpc.StatusCode.INVALID_ARGUMENT, "another", "INVALID_ARGUMENT",
+                            ["config.cron"])
+    for status in (other_code, other_message):
+        err = from_rpc_error(_rich_err(grpc.StatusCode.INVALID_ARGUMENT, "m", status=status),
+                             target="t", during="subscribe")
+        assert isinstance(err, shardcar.InvalidJobConfigError)
+        assert err.reason is None and err.field is None
+    foreign = _status(grpc.StatusCode.INVALID_ARGUMENT, "m", "QUOTA", domain="proxy.example")
+    err = from_rpc_error(_rich_err(grpc.StatusCode.INVALID_ARGUMENT, "m", status=foreign),
+                         target="t", during="subscribe")
+    assert err.reason is None  # not the sidecar's ErrorInfo
+    garbage = _Err(grpc.StatusCode.INVALID_ARGUMENT, "m",
+                   (("grpc-status-details-bin", b"\xff\xff not a status"),))
+    err = from_rpc_error(garbage, target="t", during="subscribe")
+    assert err.reason is None and err.field is None
+
+
+def test_rich_details_of_an_asyncio_error():
+    status = _status(grpc.StatusCode.INVALID_ARGUMENT, "bad cron", "INVALID_ARGUMENT",
+                     ["config.cron"])
+    err = grpc.aio.AioRpcError(
+        grpc.StatusCode.INVALID_ARGUMENT, grpc.aio.Metadata(),
+        grpc.aio.Metadata(("grpc-status-details-bin", status.SerializeToString())),
+        details="bad cron")
+    mapped = from_rpc_error(err, target="t", during="subscribe")
+    assert isinstance(mapped, shardcar.InvalidJobConfigError)
+    assert (mapped.reason, mapped.field, mapped.request_field) == (
+        "INVALID_ARGUMENT", "cron", "config.cron")
 
 
 def test_events_convert():

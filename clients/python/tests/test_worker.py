@@ -4,6 +4,9 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import os
+import re
+import threading
 import time
 
 import grpc
@@ -14,6 +17,7 @@ import shardcar.aio
 from shardcar import Assignment, JobConfig, ShardingContext, ShardingStrategy, TriggerSource, Worker
 from shardcar._proto import shardcar_pb2 as pb
 from shardcar._proto import shardcar_pb2_grpc as pb_grpc
+from shardcar.errors import from_rpc_error
 
 from conftest import wait_until
 from helpers import Calls, WorkerThread
@@ -181,23 +185,182 @@ def test_invalid_config_names_the_field(sidecar):
     with pytest.raises(shardcar.InvalidJobConfigError) as info:
         worker.run(handle_signals=False)
     assert info.value.field == "sharding_total_count"
+    assert info.value.request_field == "config.sharding_total_count"
+    assert info.value.reason == "INVALID_ARGUMENT"
     assert "sharding_total_count" in str(info.value)
     worker.close()
 
 
-def test_bad_cron_names_the_field(sidecar):
+def test_bad_cron_names_the_field_from_the_rich_details(sidecar):
+    # The sidecar's BadRequest names `config.cron`; the client exposes it as the JobConfig
+    # field `cron`, with the ErrorInfo's reason. The message is not read.
     worker = Worker(sidecar.target)
     with pytest.raises(shardcar.InvalidJobConfigError) as info:
         list(worker.subscribe(orders(job_name="badcron", cron="every tuesday")))
-    assert info.value.field == "cron"
+    err = info.value
+    assert err.code == grpc.StatusCode.INVALID_ARGUMENT
+    assert (err.reason, err.field, err.request_field) == ("INVALID_ARGUMENT", "cron", "config.cron")
+    assert str(err).startswith("invalid job config (field `cron`): ")
     worker.close()
+
+
+def test_an_invalid_instance_suffix_is_named_by_the_sidecar(sidecar):
+    # Not reachable through Worker (its suffix is always valid): the raw stub shows the
+    # sidecar's refusal of the field, mapped like any other.
+    with grpc.insecure_channel(sidecar.target) as channel:
+        stub = pb_grpc.WorkerServiceStub(channel)
+        request = pb.SubscribeRequest(job_name="suffixed", pid=os.getpid(),
+                                      instance_suffix="no/slash",
+                                      config=orders(job_name="suffixed").to_proto())
+        with pytest.raises(grpc.RpcError) as raised:
+            list(stub.Subscribe(request, timeout=10))
+    err = from_rpc_error(raised.value, target=sidecar.target, during="subscribe")
+    assert isinstance(err, shardcar.InvalidJobConfigError)
+    assert (err.reason, err.field) == ("INVALID_ARGUMENT", "instance_suffix")
 
 
 def test_subscribing_without_config_to_unknown_job_is_not_found(sidecar):
     worker = Worker(sidecar.target)
-    with pytest.raises(shardcar.JobNotFoundError):
+    with pytest.raises(shardcar.JobNotFoundError) as info:
         list(worker.subscribe("nobody-created-this"))
+    assert info.value.reason == "NOT_FOUND" and info.value.field is None
     worker.close()
+
+
+def test_two_unique_workers_of_one_process_share_a_job(sidecar):
+    # Two workers with the same pid (as containers sharing one sidecar are all pid 1) get
+    # distinct instance ids, `{ip}@-@{pid}-{random}`, and the items are split between them.
+    calls = [Calls(), Calls()]
+    threads = []
+    for mine in calls:
+        worker = Worker(sidecar.target, connect_timeout=5, unique_instance=True)
+
+        @worker.job(orders(job_name="shared"))
+        def handle(ctx: ShardingContext, mine=mine) -> None:
+            mine.add(ctx)
+
+        threads.append(WorkerThread(worker))
+    suffixes = [t.worker.instance_suffix for t in threads]
+    assert suffixes[0] != suffixes[1]
+
+    def latest_items(c: Calls) -> set:
+        snapshot = c.snapshot()
+        last = snapshot[-1].execution_id if snapshot else None
+        return {x.sharding_item for x in snapshot if x.execution_id == last}
+
+    def split() -> bool:
+        a, b = latest_items(calls[0]), latest_items(calls[1])
+        return bool(a) and bool(b) and not (a & b) and a | b == {0, 1}
+
+    with threads[0], threads[1]:
+        wait_until(split, 30, what="both workers to get an item of the job")
+    for t, c, suffix in zip(threads, calls, suffixes):
+        assert t.error is None
+        ids = {x.instance_id for x in c.snapshot()}
+        assert len(ids) == 1, ids
+        (instance_id,) = ids
+        ip, tail = instance_id.split("@-@")
+        assert ip and tail == suffix and re.fullmatch(rf"{os.getpid()}-[0-9a-f]{{8}}", tail)
+
+
+def test_without_unique_instance_the_id_is_ip_and_pid(sidecar):
+    worker = Worker(sidecar.target, unique_instance=False)
+    sub = worker.subscribe(orders(job_name="plain"))
+    registered = next(iter(sub))
+    assert isinstance(registered, shardcar.Registered)
+    assert registered.instance_id.endswith(f"@-@{os.getpid()}")
+    sub.close()
+    worker.close()
+
+
+def _shutdown_instance(sidecar, job: str, instance_id: str) -> None:
+    with grpc.insecure_channel(sidecar.target) as channel:
+        reply = pb_grpc.AdminServiceStub(channel).ShutdownInstance(
+            pb.ShutdownInstanceRequest(job_name=job, instance_id=instance_id), timeout=10)
+    assert list(reply.job_names) == [job]
+
+
+def test_a_remote_shutdown_stops_the_worker(sidecar, caplog):
+    """AdminService.ShutdownInstance: the worker gets ``Shutdown`` and takes no new work; the
+    sidecar takes the running item back (a remote shutdown revokes it: the handler sees
+    cancelled, the item is declined, never answered) and ends the stream; ``run()`` returns by
+    itself, without ``stop()``."""
+    caplog.set_level(logging.INFO, logger="shardcar")
+    worker = Worker(sidecar.target, connect_timeout=5)
+    starts = []
+    outcome = {}
+    running = threading.Event()
+
+    @worker.job(orders(job_name="remote-stop", sharding_total_count=1,
+                       sharding_item_parameters={}))
+    def handle(ctx: ShardingContext) -> None:
+        starts.append(time.time())
+        if running.is_set():
+            return
+        outcome["instance"] = ctx.instance_id
+        running.set()
+        outcome["cancelled"] = ctx.wait(30)
+        outcome["reason"] = ctx.cancel_reason
+
+    thread = threading.Thread(target=worker.run, kwargs={"handle_signals": False}, daemon=True)
+    try:
+        thread.start()
+        assert running.wait(15), "no item started"
+        _shutdown_instance(sidecar, "remote-stop", outcome["instance"])
+        thread.join(20)
+        assert not thread.is_alive(), "run() did not return after the sidecar's Shutdown"
+    finally:
+        worker.close()
+    shutdown_at = [r.created for r in caplog.records
+                   if "the sidecar sent Shutdown (" in r.getMessage()]
+    assert len(shutdown_at) == 1, [r.getMessage() for r in caplog.records]
+    assert any("the worker stops" in r.getMessage() for r in caplog.records)
+    assert outcome["cancelled"] is True and "remote shutdown" in outcome["reason"]
+    assert not [t for t in starts if t > shutdown_at[0]], "an item started after Shutdown"
+
+
+def test_a_raw_subscription_ends_after_shutdown(sidecar):
+    worker = Worker(sidecar.target)
+    sub = worker.subscribe(orders(job_name="raw-stop"))
+    events = iter(sub)
+    registered = next(events)
+    assert isinstance(registered, shardcar.Registered)
+    next(e for e in events if isinstance(e, shardcar.Lease))
+    _shutdown_instance(sidecar, "raw-stop", registered.instance_id)
+    rest = list(events)  # the loop ends by itself once the sidecar has ended the stream
+    assert any(isinstance(e, shardcar.Shutdown) for e in rest), rest
+    assert not any(isinstance(e, shardcar.Trigger) for e in rest[
+        next(i for i, e in enumerate(rest) if isinstance(e, shardcar.Shutdown)):])
+    sub.close()
+    worker.close()
+
+
+async def test_asyncio_worker_stops_after_a_remote_shutdown(sidecar):
+    worker = shardcar.aio.Worker(sidecar.target, connect_timeout=5)
+    running = asyncio.Event()
+    outcome = {}
+    ids = []
+
+    @worker.job(orders(job_name="async-remote-stop", sharding_total_count=1,
+                       sharding_item_parameters={}))
+    async def handle(ctx: ShardingContext) -> None:
+        ids.append(ctx.instance_id)
+        if running.is_set():
+            return
+        running.set()
+        try:
+            await asyncio.sleep(30)
+        except asyncio.CancelledError:
+            outcome["reason"] = ctx.cancel_reason
+            raise
+
+    task = asyncio.create_task(worker.run(handle_signals=False))
+    await asyncio.wait_for(running.wait(), 15)
+    await asyncio.get_running_loop().run_in_executor(
+        None, _shutdown_instance, sidecar, "async-remote-stop", ids[0])
+    await asyncio.wait_for(task, 20)  # returns by itself: no stop()
+    await worker.close()
+    assert "remote shutdown" in outcome["reason"]
 
 
 def test_unix_socket_target(make_sidecar, workdir):

@@ -5,9 +5,10 @@ from __future__ import annotations
 import logging
 import os
 import random
+import secrets
 import traceback
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Dict, List, Mapping, Optional, Tuple, Union
+from typing import TYPE_CHECKING, Callable, Dict, List, Mapping, Optional, Tuple, Union
 
 from ._proto import shardcar_pb2 as pb
 from .config import JobConfig
@@ -59,8 +60,61 @@ def job_name_of(job: JobSpec) -> str:
     return job.job_name if isinstance(job, JobConfig) else job
 
 
+#: Files a container runtime leaves in the root of a container (Docker, Podman).
+CONTAINER_MARKERS = ("/.dockerenv", "/run/.containerenv")
+
+
+def running_in_container(
+    *,
+    pid: Optional[int] = None,
+    environ: Optional[Mapping[str, str]] = None,
+    exists: Callable[[str], bool] = os.path.exists,
+) -> bool:
+    """Whether this process looks like it runs in a container, where its pid need not be unique
+    on the host (every container's first process is pid 1): it is pid 1, a runtime marker file
+    exists (``/.dockerenv``, ``/run/.containerenv``), or ``KUBERNETES_SERVICE_HOST`` is set.
+    The arguments are for tests; by default the process's own pid, environment and files."""
+    pid = os.getpid() if pid is None else pid
+    environ = os.environ if environ is None else environ
+    if pid == 1 or environ.get("KUBERNETES_SERVICE_HOST"):
+        return True
+    return any(exists(marker) for marker in CONTAINER_MARKERS)
+
+
+def resolve_unique_instance(unique_instance: Optional[bool], instance_id: str) -> bool:
+    """Whether a worker sends an ``instance_suffix``: never with an explicit ``instance_id``
+    (which the sidecar uses as it is), else ``unique_instance``, and when that is ``None``
+    (auto) whether the process runs in a container (:func:`running_in_container`)."""
+    if instance_id:
+        if unique_instance:
+            raise ValueError(
+                "instance_id and unique_instance=True exclude each other: an explicit "
+                "instance_id is used as it is"
+            )
+        return False
+    if unique_instance is None:
+        return running_in_container()
+    return bool(unique_instance)
+
+
+def new_instance_token() -> str:
+    """The random part of an instance suffix: 8 hex characters."""
+    return secrets.token_hex(4)
+
+
+def make_instance_suffix(token: str) -> str:
+    """``{pid}-{token}``: the ``SubscribeRequest.instance_suffix`` (the instance id becomes
+    ``{sidecar ip}@-@{pid}-{token}``)."""
+    return f"{os.getpid()}-{token}"
+
+
 def subscribe_request(
-    job: JobSpec, *, overwrite: bool, instance_id: str, labels: Mapping[str, str]
+    job: JobSpec,
+    *,
+    overwrite: bool,
+    instance_id: str,
+    labels: Mapping[str, str],
+    instance_suffix: str = "",
 ) -> pb.SubscribeRequest:
     """A ``SubscribeRequest``; a bare job name subscribes to an existing job without config."""
     req = pb.SubscribeRequest(
@@ -68,6 +122,7 @@ def subscribe_request(
         overwrite=overwrite,
         pid=os.getpid(),
         instance_id=instance_id,
+        instance_suffix=instance_suffix,
     )
     if isinstance(job, JobConfig):
         req.config.CopyFrom(job.to_proto())

@@ -40,7 +40,10 @@ from ._common import (
     failure_text,
     job_name_of,
     log,
+    make_instance_suffix,
+    new_instance_token,
     resolve_target,
+    resolve_unique_instance,
     subscribe_request,
     truncate_utf8,
 )
@@ -182,7 +185,8 @@ class Worker:
 
     Create it inside the event loop that runs it (``grpc.aio`` channels belong to one loop).
     ``exit_on_shutdown`` (default ``True``): after a sidecar ``Shutdown`` the job stops once the
-    sidecar has ended its stream; ``False`` reconnects instead.
+    sidecar has ended its stream; ``False`` reconnects instead. ``instance_id`` and
+    ``unique_instance`` choose the instance id as for the sync worker.
     """
 
     def __init__(
@@ -191,6 +195,7 @@ class Worker:
         *,
         max_concurrency: int = 8,
         instance_id: str = "",
+        unique_instance: Optional[bool] = None,
         labels: Optional[Mapping[str, str]] = None,
         connect_timeout: float = 10.0,
         backoff_initial: float = 0.1,
@@ -205,6 +210,8 @@ class Worker:
         self.target = resolve_target(target)
         self.max_concurrency = max_concurrency
         self.instance_id = instance_id
+        self.unique_instance = resolve_unique_instance(unique_instance, instance_id)
+        self._instance_token = new_instance_token()
         self.labels = dict(labels or {})
         self.connect_timeout = connect_timeout
         self.backoff_initial = backoff_initial
@@ -219,6 +226,13 @@ class Worker:
         self._assignment_callbacks: List[AssignmentCallback] = []
         self._stop: Optional[asyncio.Event] = None
         self._force = False
+
+    @property
+    def instance_suffix(self) -> str:
+        """The ``instance_suffix`` this worker subscribes with: ``{pid}-{8 random hex}``, the
+        same on every (re)connect of this worker; ``""`` when ``unique_instance`` is off (the
+        instance id is then ``instance_id``, or ``{sidecar ip}@-@{pid}``)."""
+        return make_instance_suffix(self._instance_token) if self.unique_instance else ""
 
     def _ensure_channel(self) -> pb_grpc.WorkerServiceStub:
         if self._stub is None:
@@ -256,7 +270,11 @@ class Worker:
     def subscribe(self, job: JobSpec, *, overwrite: bool = False) -> Subscription:
         """Opens a raw event stream for ``job`` (no handlers, no reconnect, leases not enforced)."""
         req = subscribe_request(
-            job, overwrite=overwrite, instance_id=self.instance_id, labels=self.labels
+            job,
+            overwrite=overwrite,
+            instance_id=self.instance_id,
+            labels=self.labels,
+            instance_suffix=self.instance_suffix,
         )
         return Subscription(self._ensure_channel(), req, self.target, self.answer_timeout)
 

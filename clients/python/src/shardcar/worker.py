@@ -29,7 +29,10 @@ from ._common import (
     failure_text,
     job_name_of,
     log,
+    make_instance_suffix,
+    new_instance_token,
     resolve_target,
+    resolve_unique_instance,
     subscribe_request,
     truncate_utf8,
 )
@@ -185,6 +188,15 @@ class Worker:
     ``exit_on_shutdown``: when the sidecar sends ``Shutdown``, the job stops once the sidecar
     has ended its stream (default); ``False`` reconnects instead, for a sidecar that is
     restarted in place.
+
+    The instance id (what the sidecar and ElasticJob call this worker) is ``instance_id`` when
+    given, used as it is. Otherwise it is ``{sidecar ip}@-@{suffix}``: with
+    ``unique_instance=True`` the suffix is ``{pid}-{8 random hex}``, chosen when the worker is
+    created and kept across reconnects (``instance_suffix``), so that workers whose pids are
+    not unique on the host (containers sharing one sidecar are all pid 1) get distinct ids;
+    with ``False`` it is the pid. ``None`` (the default) chooses ``True`` in a container (pid 1,
+    ``/.dockerenv`` or ``/run/.containerenv`` exists, or ``KUBERNETES_SERVICE_HOST`` is set)
+    and ``False`` elsewhere.
     """
 
     def __init__(
@@ -193,6 +205,7 @@ class Worker:
         *,
         max_concurrency: int = 8,
         instance_id: str = "",
+        unique_instance: Optional[bool] = None,
         labels: Optional[Mapping[str, str]] = None,
         connect_timeout: float = 10.0,
         backoff_initial: float = 0.1,
@@ -207,6 +220,8 @@ class Worker:
         self.target = resolve_target(target)
         self.max_concurrency = max_concurrency
         self.instance_id = instance_id
+        self.unique_instance = resolve_unique_instance(unique_instance, instance_id)
+        self._instance_token = new_instance_token()
         self.labels = dict(labels or {})
         self.connect_timeout = connect_timeout
         self.backoff_initial = backoff_initial
@@ -223,6 +238,13 @@ class Worker:
         self._stop = threading.Event()
         self._wake = threading.Event()
         self._force = False
+
+    @property
+    def instance_suffix(self) -> str:
+        """The ``instance_suffix`` this worker subscribes with: ``{pid}-{8 random hex}``, the
+        same on every (re)connect of this worker; ``""`` when ``unique_instance`` is off (the
+        instance id is then ``instance_id``, or ``{sidecar ip}@-@{pid}``)."""
+        return make_instance_suffix(self._instance_token) if self.unique_instance else ""
 
     # -- registration ---------------------------------------------------------------------------
     def job(
@@ -257,7 +279,11 @@ class Worker:
     def subscribe(self, job: JobSpec, *, overwrite: bool = False) -> Subscription:
         """Opens a raw event stream for ``job`` (no handlers, no reconnect, leases not enforced)."""
         req = subscribe_request(
-            job, overwrite=overwrite, instance_id=self.instance_id, labels=self.labels
+            job,
+            overwrite=overwrite,
+            instance_id=self.instance_id,
+            labels=self.labels,
+            instance_suffix=self.instance_suffix,
         )
         return Subscription(self._stub, req, self.target, self.answer_timeout)
 

@@ -57,7 +57,7 @@ EXECUTION_OUTCOME_FAILED: ExecutionOutcome
 EXECUTION_OUTCOME_REVOKED: ExecutionOutcome
 
 class SubscribeRequest(_message.Message):
-    __slots__ = ("job_name", "config", "overwrite", "pid", "instance_id", "labels")
+    __slots__ = ("job_name", "config", "overwrite", "pid", "instance_id", "labels", "instance_suffix")
     class LabelsEntry(_message.Message):
         __slots__ = ("key", "value")
         KEY_FIELD_NUMBER: _ClassVar[int]
@@ -71,13 +71,15 @@ class SubscribeRequest(_message.Message):
     PID_FIELD_NUMBER: _ClassVar[int]
     INSTANCE_ID_FIELD_NUMBER: _ClassVar[int]
     LABELS_FIELD_NUMBER: _ClassVar[int]
+    INSTANCE_SUFFIX_FIELD_NUMBER: _ClassVar[int]
     job_name: str
     config: JobConfig
     overwrite: bool
     pid: int
     instance_id: str
     labels: _containers.ScalarMap[str, str]
-    def __init__(self, job_name: _Optional[str] = ..., config: _Optional[_Union[JobConfig, _Mapping]] = ..., overwrite: bool = ..., pid: _Optional[int] = ..., instance_id: _Optional[str] = ..., labels: _Optional[_Mapping[str, str]] = ...) -> None: ...
+    instance_suffix: str
+    def __init__(self, job_name: _Optional[str] = ..., config: _Optional[_Union[JobConfig, _Mapping]] = ..., overwrite: bool = ..., pid: _Optional[int] = ..., instance_id: _Optional[str] = ..., labels: _Optional[_Mapping[str, str]] = ..., instance_suffix: _Optional[str] = ...) -> None: ...
 
 class JobConfig(_message.Message):
     __slots__ = ("job_name", "cron", "time_zone", "sharding_total_count", "sharding_item_parameters", "job_parameter", "failover", "misfire", "monitor_execution", "sharding_strategy", "max_time_diff_seconds", "reconcile_interval_minutes", "description", "disabled", "props", "execution_timeout_seconds")

@@ -1,0 +1,119 @@
+#!/usr/bin/env bash
+# Packaging smoke test of the Python client: builds an sdist and a wheel with `python -m build`,
+# installs each into a fresh venv and checks that the installed package works without a sidecar:
+# it imports, builds a JobConfig, its committed stubs import (SubscribeRequest has
+# instance_suffix), the rich error details decode, and py.typed and the .pyi ship.
+#
+# Usage: clients/python/scripts/package_smoke.sh
+#   PYTHON=python3.9 clients/python/scripts/package_smoke.sh     # another interpreter
+#   PIP_CONSTRAINT=old.txt clients/python/scripts/package_smoke.sh  # e.g. protobuf==4.25.*
+#
+# Needs PyPI (build, setuptools, the package's dependencies). Everything happens in a temporary
+# directory, removed on exit: the package is copied there first, so the work tree gets no
+# build/, dist/ or egg-info, and every run starts from nothing (idempotent).
+set -euo pipefail
+
+here="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
+pkg_root="$(cd "$here/.." && pwd)"
+python="${PYTHON:-python3}"
+tmp="$(mktemp -d "${TMPDIR:-/tmp}/shardcar-pkg-smoke.XXXXXX")"
+trap 'rm -rf "$tmp"' EXIT
+
+step() { printf '\n== %s\n' "$*"; }
+
+step "copy the package ($pkg_root)"
+mkdir -p "$tmp/src"
+tar -C "$pkg_root" \
+  --exclude='__pycache__' --exclude='*.pyc' --exclude='*.egg-info' \
+  --exclude='./build' --exclude='./dist' --exclude='.pytest_cache' \
+  -cf - . | tar -C "$tmp/src" -xf -
+
+step "build the sdist and the wheel ($("$python" -V 2>&1))"
+"$python" -m venv "$tmp/build-venv"
+"$tmp/build-venv/bin/pip" install --quiet --disable-pip-version-check build
+# Without --sdist/--wheel, build makes the sdist and then the wheel *from the sdist*: a file
+# missing from the sdist fails here.
+"$tmp/build-venv/bin/python" -m build --outdir "$tmp/dist" "$tmp/src" >"$tmp/build.log" 2>&1 \
+  || { cat "$tmp/build.log"; exit 1; }
+sdists=("$tmp"/dist/shardcar-*.tar.gz)
+wheels=("$tmp"/dist/shardcar-*-py3-none-any.whl)
+[[ ${#sdists[@]} -eq 1 && -f "${sdists[0]}" ]] || { echo "no single sdist in $tmp/dist" >&2; exit 1; }
+[[ ${#wheels[@]} -eq 1 && -f "${wheels[0]}" ]] || { echo "no single pure wheel in $tmp/dist" >&2; exit 1; }
+ls -l "$tmp/dist" | sed 1d
+
+# The check every install must pass; run outside the source tree so only the installed
+# package can be imported.
+cat >"$tmp/smoke.py" <<'PY'
+import importlib.metadata as md
+import os
+import sys
+from pathlib import Path
+
+import grpc
+from google.rpc import error_details_pb2, status_pb2
+
+import shardcar
+import shardcar.aio
+from shardcar import JobConfig, ShardingStrategy
+from shardcar._proto import shardcar_pb2, shardcar_pb2_grpc
+from shardcar.errors import from_rpc_error
+
+where = Path(shardcar.__file__).resolve()
+assert Path(sys.prefix).resolve() in where.parents, f"imported from {where}, not the venv"
+pkg = where.parent
+for shipped in ("py.typed", "_proto/shardcar_pb2.pyi"):
+    assert (pkg / shipped).is_file(), f"{shipped} is not installed"
+
+cfg = JobConfig(job_name="orders", cron="0/5 * * * * ?", sharding_total_count=4,
+                sharding_item_parameters={0: "north"}, sharding_strategy="ROUND_ROBIN")
+msg = cfg.to_proto()
+assert isinstance(msg, shardcar_pb2.JobConfig)
+assert msg.sharding_strategy == shardcar_pb2.SHARDING_STRATEGY_ROUND_ROBIN
+assert JobConfig.from_proto(msg) == cfg
+assert cfg.sharding_strategy is ShardingStrategy.ROUND_ROBIN
+
+req = shardcar_pb2.SubscribeRequest(job_name="orders", pid=os.getpid(), instance_suffix="1-0a1b2c3d")
+assert shardcar_pb2.SubscribeRequest.FromString(req.SerializeToString()).instance_suffix == "1-0a1b2c3d"
+assert hasattr(shardcar_pb2_grpc, "WorkerServiceStub") and hasattr(shardcar_pb2_grpc, "AdminServiceStub")
+
+worker = shardcar.Worker("127.0.0.1:1", unique_instance=True)
+assert worker.instance_suffix.startswith(f"{os.getpid()}-")
+worker.close()
+
+
+class Err(grpc.RpcError):
+    def code(self):
+        return grpc.StatusCode.INVALID_ARGUMENT
+
+    def details(self):
+        return "bad cron"
+
+    def trailing_metadata(self):
+        status = status_pb2.Status(code=3, message="bad cron")
+        status.details.add().Pack(error_details_pb2.ErrorInfo(reason="INVALID_ARGUMENT",
+                                                              domain="shardcar.v1"))
+        status.details.add().Pack(error_details_pb2.BadRequest(field_violations=[
+            error_details_pb2.BadRequest.FieldViolation(field="config.cron")]))
+        return (("grpc-status-details-bin", status.SerializeToString()),)
+
+
+err = from_rpc_error(Err(), target="t", during="subscribe")
+assert isinstance(err, shardcar.InvalidJobConfigError), err
+assert (err.reason, err.field, err.request_field) == ("INVALID_ARGUMENT", "cron", "config.cron")
+
+versions = {d: md.version(d) for d in
+            ("shardcar", "grpcio", "protobuf", "grpcio-status", "googleapis-common-protos")}
+print("smoke ok:", sys.version.split()[0], " ".join(f"{k}={v}" for k, v in versions.items()))
+PY
+
+smoke() {  # smoke NAME ARTIFACT
+  local venv="$tmp/venv-$1"
+  step "install the $1 into a fresh venv and run the smoke test"
+  "$python" -m venv "$venv"
+  "$venv/bin/pip" install --quiet --disable-pip-version-check "$2"
+  (cd "$tmp" && "$venv/bin/python" "$tmp/smoke.py")
+}
+
+smoke wheel "${wheels[0]}"
+smoke sdist "${sdists[0]}"
+step "package smoke passed: $(basename "${sdists[0]}") $(basename "${wheels[0]}")"
