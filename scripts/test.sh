@@ -4,7 +4,7 @@
 #   dependencies → cargo fmt --check → buf lint + breaking (proto/) → the Python stubs regenerated and compared with the committed
 #   ones → cargo clippy (all targets, -D warnings) → cargo test (all
 #   targets; the integration tests start real ZooKeeper and sidecar processes) → the Python
-#   client's pytest suite → the Java client's `mvn verify`, each client suite against the
+#   client's pytest suite and package smoke test (sdist, wheel) → the Java client's `mvn verify`, each client suite against the
 #   sidecar binary that `cargo test` built → the nemesis fault soak, short profile (2 seeds ×
 #   60 s, scripts/nemesis.sh). Every step runs even after a failure; a summary
 #   comes last and the exit status is non-zero if any step failed.
@@ -103,7 +103,9 @@ python_tests() {
     if [ "$rc" -eq 5 ]; then
         echo "pytest collected no tests in clients/python: that is a failure, the client must be tested" >&2
     fi
-    return "$rc"
+    [ "$rc" -eq 0 ] || return "$rc"
+    # The package as users get it: sdist and wheel, each installed into a fresh venv.
+    clients/python/scripts/package_smoke.sh
 }
 
 # The contract: `buf lint` (STANDARD, proto/buf.yaml), and no breaking change against the v1
