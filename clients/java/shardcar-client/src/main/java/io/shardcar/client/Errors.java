@@ -1,34 +1,60 @@
 package io.shardcar.client;
 
+import com.google.protobuf.Any;
+import com.google.protobuf.InvalidProtocolBufferException;
+import com.google.rpc.BadRequest;
+import com.google.rpc.ErrorInfo;
 import io.grpc.Status;
 import io.grpc.StatusRuntimeException;
-import java.util.List;
-import java.util.Locale;
-import java.util.regex.Matcher;
-import java.util.regex.Pattern;
+import io.grpc.protobuf.StatusProto;
 
 /** Turns gRPC failures into the client's {@link ShardcarException} hierarchy. */
 final class Errors {
-  /** Proto field name and the matching ElasticJob-style {@link JobConfig} name. */
-  private static final List<String[]> FIELDS = List.of(
-      new String[] {"sharding_item_parameters", "shardingItemParameters"},
-      new String[] {"sharding_total_count", "shardingTotalCount"},
-      new String[] {"sharding_strategy", "shardingStrategy"},
-      new String[] {"max_time_diff_seconds", "maxTimeDiffSeconds"},
-      new String[] {"reconcile_interval_minutes", "reconcileIntervalMinutes"},
-      new String[] {"execution_timeout_seconds", "executionTimeoutSeconds"},
-      new String[] {"monitor_execution", "monitorExecution"},
-      new String[] {"job_parameter", "jobParameter"},
-      new String[] {"time_zone", "timeZone"},
-      new String[] {"job_name", "jobName"},
-      new String[] {"description", "description"},
-      new String[] {"failover", "failover"},
-      new String[] {"disabled", "disabled"},
-      new String[] {"misfire", "misfire"},
-      new String[] {"props", "props"},
-      new String[] {"cron", "cron"});
-
   private Errors() {}
+
+  /**
+   * The rich details of a sidecar error: the reason of its {@code ErrorInfo} (domain
+   * {@value ErrorReasons#DOMAIN}) and the field of its {@code BadRequest}'s first violation.
+   * Both null when the status carries none (the call never reached the sidecar).
+   */
+  record Details(String reason, String requestField) {
+    static final Details NONE = new Details(null, null);
+
+    /** Reads {@code grpc-status-details-bin} of the failure (or of a cause); never throws. */
+    static Details of(Throwable t) {
+      com.google.rpc.Status rich;
+      try {
+        rich = StatusProto.fromThrowable(t);
+      } catch (RuntimeException e) {
+        return NONE; // an unreadable trailer: as if there were none
+      }
+      if (rich == null) {
+        return NONE;
+      }
+      String reason = null;
+      String field = null;
+      for (Any detail : rich.getDetailsList()) {
+        try {
+          if (reason == null && detail.is(ErrorInfo.class)) {
+            ErrorInfo info = detail.unpack(ErrorInfo.class);
+            if (ErrorReasons.DOMAIN.equals(info.getDomain()) && !info.getReason().isEmpty()) {
+              reason = info.getReason();
+            }
+          } else if (field == null && detail.is(BadRequest.class)) {
+            for (BadRequest.FieldViolation v : detail.unpack(BadRequest.class).getFieldViolationsList()) {
+              if (!v.getField().isEmpty()) {
+                field = v.getField();
+                break;
+              }
+            }
+          }
+        } catch (InvalidProtocolBufferException e) {
+          // a malformed detail is skipped; the others still count
+        }
+      }
+      return new Details(reason, field);
+    }
+  }
 
   /** Maps any failure of a call to the sidecar at {@code target}. */
   static ShardcarException fromThrowable(String target, String what, Throwable t) {
@@ -36,24 +62,62 @@ final class Errors {
       return se;
     }
     Status status = Status.fromThrowable(t);
+    Details details = Details.of(t);
+    String reason = details.reason();
     String desc = status.getDescription() == null ? status.getCode().name() : status.getDescription();
     switch (status.getCode()) {
       case UNAVAILABLE:
       case DEADLINE_EXCEEDED:
+        if (reason != null) {
+          // The sidecar answered: it is there, but cannot serve now (e.g. ZooKeeper unreachable).
+          return new SidecarUnavailableException(
+              target, what + ": the shardcar sidecar at " + target + " is unavailable (" + reason + "): " + desc,
+              t, reason);
+        }
         return new SidecarUnavailableException(
             target,
             what + ": cannot reach the shardcar sidecar at " + target + " (" + desc
                 + "); is `shardcar run` listening there? Set the target with the builder or SHARDCAR_TARGET",
             t);
-      case INVALID_ARGUMENT:
-        return new InvalidJobConfigException(fieldOf(desc), what + ": invalid job configuration: " + desc, t);
+      case INVALID_ARGUMENT: {
+        String field = details.requestField();
+        String kind = field == null || field.equals("config") || field.startsWith("config.")
+            ? "invalid job configuration" : "invalid request";
+        return new InvalidJobConfigException(
+            clientField(field), field, reason, what + ": " + kind + ": " + desc, t);
+      }
       case NOT_FOUND:
-        return new JobNotFoundException(what + ": " + desc, t);
+        return new JobNotFoundException(what + ": " + desc, t, reason);
       case ALREADY_EXISTS:
-        return new InstanceConflictException(what + ": " + desc, t);
+        return new InstanceConflictException(what + ": " + desc, t, reason);
       default:
-        return new ShardcarException(what + ": " + status.getCode() + ": " + desc, t);
+        return new ShardcarException(what + ": " + status.getCode() + ": " + desc, t, reason);
     }
+  }
+
+  /**
+   * A request field path from the sidecar's {@code BadRequest} in the client's spelling: the
+   * {@code config.} prefix dropped and snake case turned into camel case, which is ElasticJob's
+   * spelling of the {@link JobConfig} fields ({@code config.sharding_total_count} is
+   * {@code shardingTotalCount}, {@code instance_suffix} is {@code instanceSuffix}).
+   */
+  static String clientField(String requestField) {
+    if (requestField == null || requestField.isEmpty()) {
+      return null;
+    }
+    String path = requestField.startsWith("config.") ? requestField.substring("config.".length()) : requestField;
+    StringBuilder out = new StringBuilder(path.length());
+    boolean upper = false;
+    for (int i = 0; i < path.length(); i++) {
+      char c = path.charAt(i);
+      if (c == '_' && out.length() > 0 && out.charAt(out.length() - 1) != '.') {
+        upper = true;
+      } else {
+        out.append(upper ? Character.toUpperCase(c) : c);
+        upper = false;
+      }
+    }
+    return out.toString();
   }
 
   /**
@@ -93,26 +157,5 @@ final class Errors {
         || code == Status.Code.DEADLINE_EXCEEDED
         || code == Status.Code.ABORTED
         || code == Status.Code.RESOURCE_EXHAUSTED;
-  }
-
-  /** The first {@link JobConfig} field the sidecar's message names, in ElasticJob's spelling. */
-  static String fieldOf(String message) {
-    if (message == null) {
-      return null;
-    }
-    String lower = message.toLowerCase(Locale.ROOT);
-    String best = null;
-    int bestAt = Integer.MAX_VALUE;
-    for (String[] names : FIELDS) {
-      for (String name : names) {
-        Matcher m = Pattern.compile("(?<![a-z_])" + Pattern.quote(name.toLowerCase(Locale.ROOT)) + "(?![a-z_])")
-            .matcher(lower);
-        if (m.find() && m.start() < bestAt) {
-          bestAt = m.start();
-          best = names[1];
-        }
-      }
-    }
-    return best;
   }
 }

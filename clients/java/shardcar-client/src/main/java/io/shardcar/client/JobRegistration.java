@@ -158,7 +158,10 @@ public final class JobRegistration implements AutoCloseable {
     return jobName;
   }
 
-  /** The instance id the sidecar gave this worker ({@code {ip}@-@{pid}} unless overridden). */
+  /**
+   * The instance id the sidecar gave this worker: {@code {ip}@-@{pid}}, {@code {ip}@-@{pid}-{random}}
+   * with an {@link ShardcarWorker#getInstanceSuffix() instance suffix}, or the explicit one.
+   */
   public String getInstanceId() {
     return instanceId;
   }
@@ -297,15 +300,7 @@ public final class JobRegistration implements AutoCloseable {
       // The channel keeps its own (long) reconnect backoff; ours decides when to try.
       channel.resetConnectBackoff();
     }
-    SubscribeRequest.Builder request = SubscribeRequest.newBuilder()
-        .setJobName(jobName)
-        .setPid((int) settings.pid())
-        .setInstanceId(settings.instanceId())
-        .putAllLabels(settings.labels());
-    if (config != null) {
-      request.setConfig(ProtoMapping.toProto(config)).setOverwrite(config.isOverwrite());
-    }
-    stub.subscribe(request.build(), new ClientResponseObserver<SubscribeRequest, SubscribeResponse>() {
+    stub.subscribe(subscribeRequest(settings, jobName, config), new ClientResponseObserver<SubscribeRequest, SubscribeResponse>() {
       @Override
       public void beforeStart(ClientCallStreamObserver<SubscribeRequest> requestStream) {
         call = requestStream; // runs synchronously inside subscribe(), on the event thread
@@ -327,6 +322,23 @@ public final class JobRegistration implements AutoCloseable {
         streamEnded(gen, null);
       }
     });
+  }
+
+  /**
+   * What every subscription of a registration sends, the first and each reconnect alike: the same
+   * pid, explicit instance id or instance suffix, so the instance keeps its id.
+   */
+  static SubscribeRequest subscribeRequest(Settings settings, String jobName, JobConfig config) {
+    SubscribeRequest.Builder request = SubscribeRequest.newBuilder()
+        .setJobName(jobName)
+        .setPid((int) settings.pid())
+        .setInstanceId(settings.instanceId())
+        .setInstanceSuffix(settings.instanceSuffix())
+        .putAllLabels(settings.labels());
+    if (config != null) {
+      request.setConfig(ProtoMapping.toProto(config)).setOverwrite(config.isOverwrite());
+    }
+    return request.build();
   }
 
   private void streamEnded(int gen, Throwable error) {

@@ -8,6 +8,7 @@ record Settings(
     String target,
     long pid,
     String instanceId,
+    String instanceSuffix,
     Map<String, String> labels,
     int itemConcurrency,
     Duration connectTimeout,

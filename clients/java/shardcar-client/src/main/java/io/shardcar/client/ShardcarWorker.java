@@ -4,6 +4,8 @@ import io.grpc.Grpc;
 import io.grpc.InsecureChannelCredentials;
 import io.grpc.ManagedChannel;
 import io.grpc.ManagedChannelBuilder;
+import java.nio.file.Files;
+import java.nio.file.Path;
 import java.time.Duration;
 import java.util.ArrayList;
 import java.util.LinkedHashMap;
@@ -14,6 +16,7 @@ import java.util.concurrent.CopyOnWriteArrayList;
 import java.util.concurrent.CountDownLatch;
 import java.util.concurrent.TimeUnit;
 import java.util.function.Function;
+import java.util.function.Predicate;
 import java.util.logging.Level;
 import java.util.logging.Logger;
 
@@ -22,11 +25,21 @@ import java.util.logging.Logger;
  * worker subscribes, runs the handler once per item of every trigger, answers each item, honours
  * leases and revokes, and reconnects when the sidecar restarts.
  *
- * <p>A {@code Shutdown} from the sidecar (drain on SIGTERM, remote shutdown) stops the
- * registration it names once running items were answered and the sidecar ended the stream; when
- * that leaves the worker without registrations, the worker closes itself, so
- * {@link #awaitTermination()} returns. {@link Builder#reconnectAfterShutdown(boolean)} subscribes
+ * <p><b>A {@code Shutdown} from the sidecar means stop</b> (by default). On a sidecar drain
+ * (SIGTERM) or a remote {@code ShutdownInstance}, the registration it names takes no new work (new
+ * triggers are declined), lets the running items finish and answers them while the lease lasts;
+ * once the sidecar ended the stream the registration closes, without reconnecting. When that
+ * leaves the worker without registrations, the worker closes itself, so {@link #awaitTermination()}
+ * returns. {@link Builder#reconnectAfterShutdown(boolean) reconnectAfterShutdown(true)} subscribes
  * again instead.
+ *
+ * <p>A failed item (the handler threw: {@code ReportFailure}) is not retried before the job's
+ * next fire: it runs again at the next cron fire or manual trigger, not at once.
+ *
+ * <p>Instance ids: the sidecar names the instance {@code {sidecar ip}@-@{pid}}. In a container
+ * (where several workers sharing a sidecar may all be pid 1) the worker sends an instance suffix
+ * instead, and the id is {@code {ip}@-@{pid}-{8 random hex chars}}, the random part chosen once
+ * per JVM; see {@link Builder#instanceSuffix(InstanceSuffix)}.
  *
  * <pre>{@code
  * try (ShardcarWorker worker = ShardcarWorker.builder().target("127.0.0.1:50061").build()) {
@@ -42,6 +55,26 @@ public final class ShardcarWorker implements AutoCloseable {
   public static final String DEFAULT_TARGET = "127.0.0.1:50061";
   /** Environment variable naming the sidecar when the builder sets no target. */
   public static final String TARGET_ENV = "SHARDCAR_TARGET";
+
+  /**
+   * Whether the worker sends an {@code instance_suffix}, so that its instance id is
+   * {@code {ip}@-@{pid}-{random}} instead of {@code {ip}@-@{pid}}. The pid alone is not unique when
+   * several containers share one sidecar (each may be pid 1); the suffix adds eight random hex
+   * characters chosen once per JVM, reused by every reconnect. An explicit
+   * {@link Builder#instanceId(String) instance id} always wins.
+   */
+  public enum InstanceSuffix {
+    /**
+     * The default: a suffix when the worker runs in a container (its pid is 1, {@code /.dockerenv}
+     * or {@code /run/.containerenv} exists, or {@code KUBERNETES_SERVICE_HOST} is set), none
+     * otherwise.
+     */
+    AUTO,
+    /** Always a suffix. */
+    ALWAYS,
+    /** Never a suffix: the instance id is {@code {ip}@-@{pid}}. */
+    NEVER
+  }
 
   /** Held so that the level set on it is not lost to garbage collection. */
   private static final Logger NETTY_BOOTSTRAP_LOG =
@@ -67,6 +100,11 @@ public final class ShardcarWorker implements AutoCloseable {
     this.channel = builder.build();
   }
 
+  /**
+   * A builder with the defaults.
+   *
+   * @return a new builder
+   */
   public static Builder builder() {
     return new Builder();
   }
@@ -75,9 +113,24 @@ public final class ShardcarWorker implements AutoCloseable {
     return target.startsWith("unix:");
   }
 
-  /** The gRPC target this worker dials. */
+  /**
+   * The gRPC target this worker dials.
+   *
+   * @return the target, e.g. {@code 127.0.0.1:50061}
+   */
   public String getTarget() {
     return settings.target();
+  }
+
+  /**
+   * The {@code instance_suffix} this worker sends ({@code {pid}-{random}}), so that its instance
+   * ids are {@code {sidecar ip}@-@{suffix}}; empty when it sends none (an explicit instance id, or
+   * no container and {@link InstanceSuffix#AUTO}, or {@link InstanceSuffix#NEVER}).
+   *
+   * @return the suffix, or an empty string
+   */
+  public String getInstanceSuffix() {
+    return settings.instanceSuffix();
   }
 
   /**
@@ -85,6 +138,9 @@ public final class ShardcarWorker implements AutoCloseable {
    * stored configuration when {@link JobConfig#isOverwrite()}), and runs {@code handler} for its
    * items. Blocks until the sidecar registered the instance.
    *
+   * @param config the job's configuration
+   * @param handler runs each item of each trigger
+   * @return the open registration
    * @throws InvalidJobConfigException when the sidecar rejects the configuration
    * @throws SidecarUnavailableException when the sidecar cannot be reached within the connect timeout
    * @throws InstanceConflictException when the instance id is already live for this job
@@ -98,6 +154,9 @@ public final class ShardcarWorker implements AutoCloseable {
   /**
    * Subscribes to a job that already exists (its configuration is the stored one).
    *
+   * @param jobName the job
+   * @param handler runs each item of each trigger
+   * @return the open registration
    * @throws JobNotFoundException when the sidecar does not know the job
    * @throws SidecarUnavailableException when the sidecar cannot be reached within the connect timeout
    */
@@ -131,17 +190,33 @@ public final class ShardcarWorker implements AutoCloseable {
     }
   }
 
-  /** The registrations that are still open. */
+  /**
+   * The registrations that are still open.
+   *
+   * @return a snapshot of them
+   */
   public List<JobRegistration> getRegistrations() {
     return new ArrayList<>(registrations);
   }
 
-  /** Blocks until {@link #close()} has finished (for a worker's {@code main}). */
+  /**
+   * Blocks until the worker has closed (for a worker's {@code main}): after {@link #close()}, or
+   * once a sidecar {@code Shutdown} stopped its last registration (the default; see
+   * {@link Builder#reconnectAfterShutdown(boolean)}).
+   *
+   * @throws InterruptedException when interrupted while waiting
+   */
   public void awaitTermination() throws InterruptedException {
     closed.await();
   }
 
-  /** @return false if the worker is still open after {@code timeout} */
+  /**
+   * Waits at most {@code timeout} for the worker to close (see {@link #awaitTermination()}).
+   *
+   * @param timeout how long to wait
+   * @return false if the worker is still open after {@code timeout}
+   * @throws InterruptedException when interrupted while waiting
+   */
   public boolean awaitTermination(Duration timeout) throws InterruptedException {
     return closed.await(timeout.toMillis(), TimeUnit.MILLISECONDS);
   }
@@ -175,6 +250,9 @@ public final class ShardcarWorker implements AutoCloseable {
     private String target;
     private long pid = ProcessHandle.current().pid();
     private String instanceId = "";
+    private InstanceSuffix instanceSuffix = InstanceSuffix.AUTO;
+    private String instanceSuffixToken = InstanceIds.JVM_TOKEN;
+    private Predicate<String> fileExists = path -> Files.exists(Path.of(path));
     private final Map<String, String> labels = new LinkedHashMap<>();
     private int itemConcurrency = Math.max(2, Runtime.getRuntime().availableProcessors());
     private Duration connectTimeout = Duration.ofSeconds(30);
@@ -191,30 +269,73 @@ public final class ShardcarWorker implements AutoCloseable {
     /**
      * {@code host:port} (default {@value #DEFAULT_TARGET}, or {@code $SHARDCAR_TARGET}), any gRPC
      * target such as {@code dns:///sidecar:50061}, or {@code unix:///path/to/socket}.
+     *
+     * @param target the sidecar's gRPC target
+     * @return this builder
      */
     public Builder target(String target) {
       this.target = target;
       return this;
     }
 
-    /** Overrides the pid sent to the sidecar (the instance id is {@code {ip}@-@{pid}}). */
+    /**
+     * Overrides the pid sent to the sidecar (the instance id is {@code {ip}@-@{pid}}, or
+     * {@code {ip}@-@{pid}-{random}} with an {@link #instanceSuffix(InstanceSuffix) instance
+     * suffix}); a pid of 1 counts as running in a container.
+     *
+     * @param pid the pid to send
+     * @return this builder
+     */
     public Builder pid(long pid) {
       this.pid = pid;
       return this;
     }
 
-    /** Uses this instance id instead of {@code {ip}@-@{pid}} (needed to run two workers of one job in one process). */
+    /**
+     * Uses this instance id instead of {@code {ip}@-@{pid}} (needed to run two workers of one job
+     * in one process). It wins over the {@link #instanceSuffix(InstanceSuffix) instance suffix}.
+     *
+     * @param instanceId the instance id, or null or empty for none
+     * @return this builder
+     */
     public Builder instanceId(String instanceId) {
       this.instanceId = instanceId == null ? "" : instanceId;
       return this;
     }
 
+    /**
+     * Whether to send an {@code instance_suffix} {@code {pid}-{random}} so that the instance id is
+     * unique per worker process on the host even when pids are not (containers sharing a
+     * sidecar): {@link InstanceSuffix#AUTO} (the default) when running in a container,
+     * {@link InstanceSuffix#ALWAYS}, or {@link InstanceSuffix#NEVER}. Ignored when an explicit
+     * {@link #instanceId(String) instance id} is set.
+     *
+     * @param mode when to send a suffix
+     * @return this builder
+     */
+    public Builder instanceSuffix(InstanceSuffix mode) {
+      this.instanceSuffix = Objects.requireNonNull(mode, "mode");
+      return this;
+    }
+
+    /**
+     * Adds a label sent with every subscription.
+     *
+     * @param key the label's name
+     * @param value its value (null is sent as empty)
+     * @return this builder
+     */
     public Builder label(String key, String value) {
       labels.put(Objects.requireNonNull(key, "key"), value == null ? "" : value);
       return this;
     }
 
-    /** How many items of this worker's triggers run at once, per job (default: cores, at least 2). */
+    /**
+     * How many items of this worker's triggers run at once, per job (default: cores, at least 2).
+     *
+     * @param threads items run at once, at least 1
+     * @return this builder
+     */
     public Builder itemConcurrency(int threads) {
       if (threads < 1) {
         throw new IllegalArgumentException("itemConcurrency must be at least 1, got " + threads);
@@ -223,26 +344,47 @@ public final class ShardcarWorker implements AutoCloseable {
       return this;
     }
 
-    /** How long {@code register} keeps trying to reach the sidecar (default 30 s). */
+    /**
+     * How long {@code register} keeps trying to reach the sidecar (default 30 s).
+     *
+     * @param timeout how long, positive
+     * @return this builder
+     */
     public Builder connectTimeout(Duration timeout) {
       this.connectTimeout = positive(timeout, "connectTimeout");
       return this;
     }
 
-    /** Reconnect delays: start at {@code initial} (200 ms), double up to {@code max} (5 s). */
+    /**
+     * Reconnect delays: start at {@code initial} (200 ms), double up to {@code max} (5 s).
+     *
+     * @param initial the first delay
+     * @param max the longest delay
+     * @return this builder
+     */
     public Builder reconnectBackoff(Duration initial, Duration max) {
       this.backoffInitial = positive(initial, "reconnectBackoff initial");
       this.backoffMax = positive(max, "reconnectBackoff max");
       return this;
     }
 
-    /** Deadline of each Complete/ReportFailure/Decline call (default 10 s); one that runs out is sent again. */
+    /**
+     * Deadline of each Complete/ReportFailure/Decline call (default 10 s); one that runs out is sent again.
+     *
+     * @param timeout the deadline, positive
+     * @return this builder
+     */
     public Builder answerTimeout(Duration timeout) {
       this.answerTimeout = positive(timeout, "answerTimeout");
       return this;
     }
 
-    /** How long {@code close()} lets running items finish before interrupting them (default 10 s). */
+    /**
+     * How long {@code close()} lets running items finish before interrupting them (default 10 s).
+     *
+     * @param grace the grace period, not negative
+     * @return this builder
+     */
     public Builder shutdownGracePeriod(Duration grace) {
       this.shutdownGracePeriod = Objects.requireNonNull(grace, "shutdownGracePeriod");
       if (grace.isNegative()) {
@@ -252,15 +394,27 @@ public final class ShardcarWorker implements AutoCloseable {
     }
 
     /**
-     * What a registration does once the sidecar sent {@code Shutdown} (drain, remote shutdown) and
-     * ended the stream: stop (false, the default; the worker closes when no registration is left),
-     * or subscribe again with the reconnect backoff (true; for a sidecar that is restarted).
+     * What a registration does once the sidecar sent {@code Shutdown} (SIGTERM drain, remote
+     * {@code ShutdownInstance}). In both cases it first takes no new work (new triggers are
+     * declined) and lets the running items finish and answer; once the sidecar ended the stream
+     * it stops (false, the default: a {@code Shutdown} means stop; the worker closes when no
+     * registration is left, so {@link ShardcarWorker#awaitTermination()} returns), or subscribes
+     * again with the reconnect backoff (true; for a sidecar that a supervisor restarts).
+     *
+     * @param reconnect whether to subscribe again after a {@code Shutdown}
+     * @return this builder
      */
     public Builder reconnectAfterShutdown(boolean reconnect) {
       this.reconnectAfterShutdown = reconnect;
       return this;
     }
 
+    /**
+     * Observes the worker's registrations, answers, cancellations and disconnects.
+     *
+     * @param listener the observer
+     * @return this builder
+     */
     public Builder listener(WorkerListener listener) {
       this.listener = Objects.requireNonNull(listener, "listener");
       return this;
@@ -270,6 +424,28 @@ public final class ShardcarWorker implements AutoCloseable {
     Builder environment(Function<String, String> environment) {
       this.environment = environment;
       return this;
+    }
+
+    /** Which files exist, for the container detection (tests pass a set). */
+    Builder fileExists(Predicate<String> fileExists) {
+      this.fileExists = fileExists;
+      return this;
+    }
+
+    /** The random part of the instance suffix (tests give two workers of one JVM their own). */
+    Builder instanceSuffixToken(String token) {
+      this.instanceSuffixToken = token;
+      return this;
+    }
+
+    /** The {@code instance_suffix} {@link #build()} will send, empty for none. */
+    String resolveInstanceSuffix() {
+      String suffix = InstanceIds.suffix(
+          instanceSuffix, instanceId, new InstanceIds.Probe(pid, fileExists, environment), instanceSuffixToken);
+      if (!suffix.isEmpty() && !InstanceIds.isValidSuffix(suffix)) {
+        throw new IllegalArgumentException("instance suffix " + suffix + " is not 1 to 64 characters of [A-Za-z0-9._-]");
+      }
+      return suffix;
     }
 
     /** The target that {@link #build()} will dial: explicit, else {@code $SHARDCAR_TARGET}, else the default. */
@@ -289,6 +465,7 @@ public final class ShardcarWorker implements AutoCloseable {
           resolveTarget(),
           pid,
           instanceId,
+          resolveInstanceSuffix(),
           Map.copyOf(labels),
           itemConcurrency,
           connectTimeout,
@@ -300,7 +477,11 @@ public final class ShardcarWorker implements AutoCloseable {
           listener);
     }
 
-    /** Creates the worker; nothing is dialled until the first {@code register}. */
+    /**
+     * Creates the worker; nothing is dialled until the first {@code register}.
+     *
+     * @return the worker
+     */
     public ShardcarWorker build() {
       return new ShardcarWorker(settings());
     }

@@ -50,6 +50,10 @@ public interface WorkerListener {
   /** The stream ended unexpectedly; a reconnect is scheduled after {@code retryInMillis}. */
   default void onDisconnected(String jobName, ShardcarException cause, long retryInMillis) {}
 
-  /** The sidecar sent {@code Shutdown} (remote shutdown or drain). */
+  /**
+   * The sidecar sent {@code Shutdown} (remote shutdown or drain): the registration takes no new
+   * work, lets the running items finish and answer, and stops once the sidecar ended the stream
+   * (unless {@link ShardcarWorker.Builder#reconnectAfterShutdown(boolean)} is set).
+   */
   default void onShutdown(String jobName, String reason) {}
 }

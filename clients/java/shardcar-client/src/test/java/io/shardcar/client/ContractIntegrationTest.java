@@ -5,6 +5,8 @@ import static org.junit.jupiter.api.Assertions.assertFalse;
 import static org.junit.jupiter.api.Assertions.assertNull;
 import static org.junit.jupiter.api.Assertions.assertTrue;
 
+import io.grpc.Status;
+import io.grpc.StatusRuntimeException;
 import io.shardcar.client.testing.Processes;
 import io.shardcar.client.testing.Recorder;
 import io.shardcar.client.testing.SidecarAdmin;
@@ -19,6 +21,7 @@ import java.util.Set;
 import java.util.concurrent.CountDownLatch;
 import java.util.concurrent.TimeUnit;
 import java.util.concurrent.atomic.AtomicBoolean;
+import java.util.concurrent.atomic.AtomicInteger;
 import java.util.concurrent.atomic.AtomicReference;
 import org.junit.jupiter.api.Tag;
 import org.junit.jupiter.api.Test;
@@ -186,6 +189,94 @@ class ContractIntegrationTest {
       assertEquals(1, recorder.events("Registered").size(), "subscribed once: " + recorder.events());
       assertTrue(recorder.events("Cancelled").isEmpty(), "nothing cancelled: " + recorder.events());
       assertTrue(sidecar.process().waitFor(30, TimeUnit.SECONDS), "the sidecar exited after its drain");
+    }
+  }
+
+  /**
+   * (b') Remote shutdown ({@code AdminService.ShutdownInstance}) while an item runs: the worker
+   * gets {@code Shutdown} and starts no new work, and it stops by default: the registration
+   * closes without reconnecting and {@code awaitTermination()} returns, while the sidecar keeps
+   * running. Unlike a drain, the sidecar takes the removed instance's running execution back, so
+   * the item ends by the contract in one of several ways (revoked and never answered, or its
+   * answer refused as {@code FAILED_PRECONDITION}), all checked.
+   */
+  @Test
+  void aRemoteShutdownInstanceStopsTheWorkerOnceTheRunningItemHasEnded() throws Exception {
+    String job = "remote-shutdown-job";
+    Recorder recorder = new Recorder();
+    CountDownLatch started = new CountDownLatch(1);
+    CountDownLatch release = new CountDownLatch(1);
+    AtomicReference<String> execution = new AtomicReference<>();
+    AtomicInteger runs = new AtomicInteger();
+    AtomicInteger heldItem = new AtomicInteger(-1);
+    AtomicBoolean cancelledAtEnd = new AtomicBoolean(true);
+    try (SidecarProcess sidecar = SidecarProcess.startStandalone();
+        SidecarAdmin admin = new SidecarAdmin(sidecar);
+        ShardcarWorker worker = ShardcarWorker.builder()
+            .target(sidecar.target())
+            .connectTimeout(Duration.ofSeconds(10))
+            .reconnectBackoff(Duration.ofMillis(100), Duration.ofSeconds(1))
+            .listener(recorder)
+            .build()) {
+      JobRegistration registration = worker.register(
+          JobConfig.newBuilder(job, 2).cron(WorkerMain.NEVER).build(),
+          ctx -> {
+            runs.incrementAndGet();
+            if (execution.compareAndSet(null, ctx.getExecutionId())) {
+              heldItem.set(ctx.getShardingItem());
+              started.countDown();
+              assertTrue(release.await(60, TimeUnit.SECONDS));
+              cancelledAtEnd.set(ctx.isCancelled());
+            }
+          });
+      long deadline = System.nanoTime() + WAIT.toNanos();
+      while (started.getCount() > 0 && System.nanoTime() - deadline < 0) {
+        admin.trigger(job);
+        started.await(5, TimeUnit.SECONDS);
+      }
+      assertEquals(0, started.getCount(), "the item started; recorded: " + recorder.events());
+      // The other item of the execution returns at once; only the first one is held.
+      recorder.await("the other item answered", WAIT,
+          e -> e.kind().equals("Answered") && e.executionId().equals(execution.get()) && e.item() != heldItem.get());
+      int runsBefore = runs.get();
+
+      assertEquals(List.of(job), admin.shutdownInstance(job, registration.getInstanceId()));
+      recorder.await("the sidecar's Shutdown", WAIT, e -> e.kind().equals("Shutdown"));
+      // No new work after the Shutdown: a trigger now is not run. The sidecar refuses it (the
+      // instance is no longer live: FAILED_PRECONDITION), or the worker would decline it.
+      try {
+        admin.trigger(job);
+      } catch (StatusRuntimeException e) {
+        assertEquals(Status.Code.FAILED_PRECONDITION, e.getStatus().getCode(), e.toString());
+      }
+      release.countDown();
+
+      assertTrue(registration.awaitClosed(WAIT), "the registration stopped once the sidecar ended the stream");
+      assertEquals(JobRegistration.State.CLOSED, registration.getState());
+      assertTrue(worker.awaitTermination(WAIT), "the worker stopped by default; recorded: " + recorder.events());
+      assertTrue(worker.getRegistrations().isEmpty());
+      assertEquals(runsBefore, runs.get(), "nothing started after the Shutdown; recorded: " + recorder.events());
+      assertTrue(recorder.events("Disconnected").isEmpty(), "no reconnect: " + recorder.events());
+      assertEquals(1, recorder.events("Registered").size(), "subscribed once: " + recorder.events());
+      List<Recorder.Event> answers = recorder.events("Answered").stream()
+          .filter(e -> e.executionId().equals(execution.get()) && e.item() == heldItem.get()).toList();
+      boolean revoked = recorder.events("Cancelled").stream()
+          .anyMatch(e -> e.executionId().equals(execution.get()) && e.item() == heldItem.get());
+      // This sidecar takes the removed instance's executions back: the running item is revoked
+      // (stopped, never answered), or its answer, sent while the stream was open, is refused as
+      // FAILED_PRECONDITION; either way it is answered at most once, never after a cancel.
+      assertTrue(answers.size() <= 1, "answered at most once: " + recorder.events());
+      if (revoked) {
+        assertTrue(answers.isEmpty(), "a revoked item is never answered: " + recorder.events());
+      } else if (!answers.isEmpty()) {
+        Recorder.Event answer = answers.get(0);
+        assertNull(answer.text(), "it completed: " + answer);
+        assertFalse(cancelledAtEnd.get(), "an answered item was not cancelled");
+        if (answer.error() != null) {
+          assertEquals(ErrorReasons.FAILED_PRECONDITION, answer.error().getReason().orElse(null), answer.toString());
+        }
+      }
+      assertTrue(sidecar.process().isAlive(), "a remote shutdown stops the worker, not the sidecar");
     }
   }
 

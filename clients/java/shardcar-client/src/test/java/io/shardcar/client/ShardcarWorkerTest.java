@@ -4,10 +4,13 @@ import static org.junit.jupiter.api.Assertions.assertEquals;
 import static org.junit.jupiter.api.Assertions.assertThrows;
 import static org.junit.jupiter.api.Assertions.assertTrue;
 
+import io.shardcar.client.ShardcarWorker.InstanceSuffix;
+import io.shardcar.v1.SubscribeRequest;
 import java.io.IOException;
 import java.net.ServerSocket;
 import java.time.Duration;
 import java.util.Map;
+import java.util.Set;
 import org.junit.jupiter.api.Test;
 
 /** Behaviour that needs no sidecar. */
@@ -53,5 +56,90 @@ class ShardcarWorkerTest {
   void builderRejectsNonsense() {
     assertThrows(IllegalArgumentException.class, () -> ShardcarWorker.builder().itemConcurrency(0));
     assertThrows(IllegalArgumentException.class, () -> ShardcarWorker.builder().connectTimeout(Duration.ZERO));
+  }
+
+  /** A builder whose container probe sees only {@code files} and {@code env}, with a fixed random token. */
+  private static ShardcarWorker.Builder probed(long pid, Set<String> files, Map<String, String> env) {
+    return ShardcarWorker.builder()
+        .target("127.0.0.1:1")
+        .pid(pid)
+        .fileExists(files::contains)
+        .environment(env::get)
+        .instanceSuffixToken("0123abcd");
+  }
+
+  @Test
+  void containersAreDetectedFromPidOneMarkerFilesOrKubernetes() {
+    InstanceIds.Probe host = new InstanceIds.Probe(4242, p -> false, k -> null);
+    assertEquals(false, InstanceIds.inContainer(host));
+    assertTrue(InstanceIds.inContainer(new InstanceIds.Probe(1, p -> false, k -> null)));
+    assertTrue(InstanceIds.inContainer(new InstanceIds.Probe(4242, "/.dockerenv"::equals, k -> null)));
+    assertTrue(InstanceIds.inContainer(new InstanceIds.Probe(4242, "/run/.containerenv"::equals, k -> null)));
+    assertTrue(InstanceIds.inContainer(new InstanceIds.Probe(4242, p -> false,
+        Map.of("KUBERNETES_SERVICE_HOST", "10.96.0.1")::get)));
+    assertEquals(false, InstanceIds.inContainer(new InstanceIds.Probe(4242, p -> false,
+        Map.of("KUBERNETES_SERVICE_HOST", "")::get)), "an empty variable is not set");
+  }
+
+  @Test
+  void autoSendsASuffixOnlyInAContainer() {
+    assertEquals("", probed(4242, Set.of(), Map.of()).resolveInstanceSuffix(), "a plain host keeps {ip}@-@{pid}");
+    assertEquals("1-0123abcd", probed(1, Set.of(), Map.of()).resolveInstanceSuffix());
+    assertEquals("4242-0123abcd", probed(4242, Set.of("/.dockerenv"), Map.of()).resolveInstanceSuffix());
+    assertEquals("4242-0123abcd", probed(4242, Set.of("/run/.containerenv"), Map.of()).resolveInstanceSuffix());
+    assertEquals("4242-0123abcd",
+        probed(4242, Set.of(), Map.of("KUBERNETES_SERVICE_HOST", "10.96.0.1")).resolveInstanceSuffix());
+  }
+
+  @Test
+  void theSuffixCanBeForcedOnOrOffAndAnExplicitInstanceIdWins() {
+    assertEquals("4242-0123abcd",
+        probed(4242, Set.of(), Map.of()).instanceSuffix(InstanceSuffix.ALWAYS).resolveInstanceSuffix());
+    assertEquals("", probed(1, Set.of("/.dockerenv"), Map.of()).instanceSuffix(InstanceSuffix.NEVER)
+        .resolveInstanceSuffix());
+    assertEquals("", probed(1, Set.of(), Map.of()).instanceSuffix(InstanceSuffix.ALWAYS).instanceId("me@-@1")
+        .resolveInstanceSuffix());
+    assertThrows(NullPointerException.class, () -> ShardcarWorker.builder().instanceSuffix(null));
+  }
+
+  @Test
+  void theRandomPartIsEightHexCharactersChosenOncePerJvm() {
+    assertTrue(InstanceIds.JVM_TOKEN.matches("[0-9a-f]{8}"), InstanceIds.JVM_TOKEN);
+    String a;
+    String b;
+    try (ShardcarWorker one = ShardcarWorker.builder().target("127.0.0.1:1").pid(7).instanceSuffix(InstanceSuffix.ALWAYS).build();
+        ShardcarWorker two = ShardcarWorker.builder().target("127.0.0.1:1").pid(7).instanceSuffix(InstanceSuffix.ALWAYS).build()) {
+      a = one.getInstanceSuffix();
+      b = two.getInstanceSuffix();
+    }
+    assertEquals("7-" + InstanceIds.JVM_TOKEN, a);
+    assertEquals(a, b);
+    assertTrue(InstanceIds.isValidSuffix(a));
+    assertTrue(InstanceIds.isValidSuffix(ProcessHandle.current().pid() + "-" + InstanceIds.JVM_TOKEN));
+    assertEquals(false, InstanceIds.isValidSuffix("a b"));
+    assertEquals(false, InstanceIds.isValidSuffix("x".repeat(65)));
+    assertThrows(IllegalArgumentException.class,
+        () -> probed(1, Set.of(), Map.of()).instanceSuffixToken("no/slash").resolveInstanceSuffix());
+  }
+
+  @Test
+  void everySubscriptionSendsTheSameSuffixSoReconnectsKeepTheId() {
+    Settings settings = probed(1, Set.of(), Map.of()).settings();
+    JobConfig config = JobConfig.newBuilder("j", 1).cron("* * * * * ?").build();
+    SubscribeRequest first = JobRegistration.subscribeRequest(settings, "j", config);
+    SubscribeRequest again = JobRegistration.subscribeRequest(settings, "j", config);
+    assertEquals("1-0123abcd", first.getInstanceSuffix());
+    assertEquals(1, first.getPid());
+    assertEquals("", first.getInstanceId());
+    assertEquals(first, again);
+
+    SubscribeRequest explicit = JobRegistration.subscribeRequest(
+        probed(1, Set.of(), Map.of()).instanceId("10.0.0.1@-@a").settings(), "j", config);
+    assertEquals("10.0.0.1@-@a", explicit.getInstanceId());
+    assertEquals("", explicit.getInstanceSuffix());
+
+    SubscribeRequest host = JobRegistration.subscribeRequest(probed(4242, Set.of(), Map.of()).settings(), "j", null);
+    assertEquals("", host.getInstanceSuffix());
+    assertEquals(4242, host.getPid());
   }
 }

@@ -227,13 +227,85 @@ class WorkerIntegrationTest {
 
   @Test
   void anInvalidConfigIsRefusedNamingTheField() {
+    // The field comes from the status's google.rpc.BadRequest, the reason from its ErrorInfo.
     InvalidJobConfigException badCron = assertThrows(InvalidJobConfigException.class,
         () -> worker.register(JobConfig.newBuilder("bad-cron", 1).cron("not a cron").build(), ctx -> { }));
     assertEquals("cron", badCron.getField().orElse(null), badCron.getMessage());
+    assertEquals("config.cron", badCron.getRequestField().orElse(null), badCron.getMessage());
+    assertEquals(ErrorReasons.INVALID_ARGUMENT, badCron.getReason().orElse(null), badCron.getMessage());
     InvalidJobConfigException badCount = assertThrows(InvalidJobConfigException.class,
         () -> worker.register(JobConfig.newBuilder("bad-count", 0).cron(EVERY_SECOND).build(), ctx -> { }));
     assertEquals("shardingTotalCount", badCount.getField().orElse(null), badCount.getMessage());
+    assertEquals("config.sharding_total_count", badCount.getRequestField().orElse(null), badCount.getMessage());
+    assertEquals(ErrorReasons.INVALID_ARGUMENT, badCount.getReason().orElse(null), badCount.getMessage());
     assertTrue(worker.getRegistrations().isEmpty());
+  }
+
+  /**
+   * Two workers that look like two containers sharing the sidecar: both pid 1, each with its own
+   * random part (as two JVMs would have). Their instance ids differ, both join one job and both
+   * get items; after a sidecar restart both come back under the same ids. Without the suffix the
+   * second is refused as a conflict (ALREADY_EXISTS), which is why containers need it.
+   */
+  @Test
+  void workersWithTheSamePidInContainersGetTheirOwnInstanceIdsAndShareAJob() {
+    String job = "suffix-job";
+    Recorder recorderA = new Recorder();
+    Recorder recorderB = new Recorder();
+    try (ShardcarWorker a = containerWorker("aaaa0001", recorderA);
+        ShardcarWorker b = containerWorker("bbbb0002", recorderB)) {
+      JobConfig config = JobConfig.newBuilder(job, 2).cron(EVERY_SECOND).build();
+      JobRegistration ra = a.register(config, ctx -> { });
+      JobRegistration rb = b.register(config, ctx -> { });
+      assertTrue(ra.getInstanceId().endsWith("@-@1-aaaa0001"), ra.getInstanceId());
+      assertTrue(rb.getInstanceId().endsWith("@-@1-bbbb0002"), rb.getInstanceId());
+      assertEquals(ra.getInstanceId().split("@-@")[0], rb.getInstanceId().split("@-@")[0], "one sidecar ip");
+
+      recorderA.await("worker a answered an item", WAIT, e -> e.kind().equals("Answered") && e.error() == null);
+      recorderB.await("worker b answered an item", WAIT, e -> e.kind().equals("Answered") && e.error() == null);
+
+      // The pid alone (what the sidecar uses without a suffix) collides: pid 1 is already live.
+      try (ShardcarWorker plain = ShardcarWorker.builder()
+          .target(sidecar.target())
+          .pid(1)
+          .instanceSuffix(ShardcarWorker.InstanceSuffix.NEVER)
+          .connectTimeout(Duration.ofSeconds(10))
+          .build();
+          ShardcarWorker samePid = ShardcarWorker.builder()
+              .target(sidecar.target())
+              .pid(1)
+              .instanceSuffix(ShardcarWorker.InstanceSuffix.NEVER)
+              .connectTimeout(Duration.ofSeconds(10))
+              .build()) {
+        plain.register(job, ctx -> { });
+        InstanceConflictException conflict = assertThrows(InstanceConflictException.class,
+            () -> samePid.register(job, ctx -> { }));
+        assertEquals(ErrorReasons.ALREADY_EXISTS, conflict.getReason().orElse(null), conflict.getMessage());
+      }
+
+      // Reconnects send the same suffix: the ids survive a sidecar restart.
+      sidecar.restart();
+      recorderA.await("worker a registered again", WAIT, 2, e -> e.kind().equals("Registered"));
+      recorderB.await("worker b registered again", WAIT, 2, e -> e.kind().equals("Registered"));
+      assertEquals(List.of(ra.getInstanceId(), ra.getInstanceId()),
+          recorderA.events("Registered").stream().map(Recorder.Event::text).toList());
+      assertEquals(List.of(rb.getInstanceId(), rb.getInstanceId()),
+          recorderB.events("Registered").stream().map(Recorder.Event::text).toList());
+    }
+  }
+
+  /** A worker as in a container: pid 1, the suffix forced on, {@code token} as its random part. */
+  private ShardcarWorker containerWorker(String token, Recorder listener) {
+    return ShardcarWorker.builder()
+        .target(sidecar.target())
+        .pid(1)
+        .instanceSuffix(ShardcarWorker.InstanceSuffix.ALWAYS)
+        .instanceSuffixToken(token)
+        .connectTimeout(Duration.ofSeconds(10))
+        .reconnectBackoff(Duration.ofMillis(100), Duration.ofSeconds(1))
+        .shutdownGracePeriod(Duration.ofSeconds(2))
+        .listener(listener)
+        .build();
   }
 
   @Test

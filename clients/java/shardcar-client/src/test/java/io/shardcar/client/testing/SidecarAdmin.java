@@ -5,6 +5,7 @@ import io.grpc.ManagedChannelBuilder;
 import io.shardcar.v1.AdminServiceGrpc;
 import io.shardcar.v1.ExecutionInfo;
 import io.shardcar.v1.ListExecutionsRequest;
+import io.shardcar.v1.ShutdownInstanceRequest;
 import io.shardcar.v1.TriggerJobRequest;
 import java.time.Duration;
 import java.util.List;
@@ -12,7 +13,7 @@ import java.util.Optional;
 import java.util.concurrent.TimeUnit;
 import java.util.function.Predicate;
 
-/** The sidecar's {@code AdminService}, for tests: trigger a job by hand, read its executions. */
+/** The sidecar's {@code AdminService}, for tests: trigger a job by hand, shut an instance down, read executions. */
 public final class SidecarAdmin implements AutoCloseable {
   private final ManagedChannel channel;
   private final AdminServiceGrpc.AdminServiceBlockingStub stub;
@@ -27,6 +28,13 @@ public final class SidecarAdmin implements AutoCloseable {
     return stub.withDeadlineAfter(10, TimeUnit.SECONDS)
         .triggerJob(TriggerJobRequest.newBuilder().setJobName(jobName).build())
         .getInstanceIdsList();
+  }
+
+  /** Remote shutdown of one instance in one job ({@code ShutdownInstance}); returns the jobs it was removed from. */
+  public List<String> shutdownInstance(String jobName, String instanceId) {
+    return stub.withDeadlineAfter(10, TimeUnit.SECONDS)
+        .shutdownInstance(ShutdownInstanceRequest.newBuilder().setJobName(jobName).setInstanceId(instanceId).build())
+        .getJobNamesList();
   }
 
   /** Finished executions of the job, newest first. */
