@@ -1,0 +1,312 @@
+//! Tests of `schedule.rs`.
+
+use super::*;
+use chrono::Timelike;
+
+fn utc(s: &str) -> DateTime<Utc> {
+    s.parse().unwrap()
+}
+
+fn next_n(cron: &str, tz: &str, from: &str, n: usize) -> Vec<String> {
+    let s = CronSchedule::parse(cron, tz).unwrap();
+    let mut t = utc(from);
+    let mut out = Vec::new();
+    for _ in 0..n {
+        match s.next_after(t) {
+            Some(next) => {
+                out.push(next.format("%a %Y-%m-%dT%H:%M:%SZ").to_string());
+                t = next;
+            }
+            None => break,
+        }
+    }
+    out
+}
+
+#[test]
+fn quartz_edge_cases() {
+    let from = "2026-02-01T00:00:00Z"; // a Sunday
+    let cases: [(&str, &[&str]); 12] = [
+        (
+            "0/5 * * * * ?",
+            &["Sun 2026-02-01T00:00:05Z", "Sun 2026-02-01T00:00:10Z"],
+        ),
+        (
+            "*/1 * * * * ?",
+            &["Sun 2026-02-01T00:00:01Z", "Sun 2026-02-01T00:00:02Z"],
+        ),
+        (
+            "0 0 12 L * ?",
+            &["Sat 2026-02-28T12:00:00Z", "Tue 2026-03-31T12:00:00Z"],
+        ),
+        (
+            "0 0 12 LW * ?",
+            &["Fri 2026-02-27T12:00:00Z", "Tue 2026-03-31T12:00:00Z"],
+        ),
+        (
+            "0 0 12 15W * ?",
+            &["Mon 2026-02-16T12:00:00Z", "Mon 2026-03-16T12:00:00Z"],
+        ),
+        (
+            "0 0 12 1W * ?",
+            &["Mon 2026-02-02T12:00:00Z", "Mon 2026-03-02T12:00:00Z"],
+        ),
+        (
+            "0 0 12 ? * 6#3",
+            &["Fri 2026-02-20T12:00:00Z", "Fri 2026-03-20T12:00:00Z"],
+        ),
+        (
+            "0 0 12 ? * 6L",
+            &["Fri 2026-02-27T12:00:00Z", "Fri 2026-03-27T12:00:00Z"],
+        ),
+        (
+            "0 0 12 ? * L",
+            &["Sat 2026-02-07T12:00:00Z", "Sat 2026-02-14T12:00:00Z"],
+        ),
+        // Quartz numbering: 1 = SUN, 4 = WED, 7 = SAT.
+        (
+            "0 0 12 ? * 1",
+            &["Sun 2026-02-01T12:00:00Z", "Sun 2026-02-08T12:00:00Z"],
+        ),
+        (
+            "0 0 12 ? * 4",
+            &["Wed 2026-02-04T12:00:00Z", "Wed 2026-02-11T12:00:00Z"],
+        ),
+        (
+            "0 0 12 ? * mon-fri",
+            &["Mon 2026-02-02T12:00:00Z", "Tue 2026-02-03T12:00:00Z"],
+        ),
+    ];
+    for (cron, want) in cases {
+        assert_eq!(next_n(cron, "UTC", from, 2), want, "{cron}");
+    }
+    assert_eq!(
+        next_n("0 0 12 L 2 ? 2028", "GMT", from, 1),
+        ["Tue 2028-02-29T12:00:00Z"]
+    );
+    assert_eq!(
+        next_n("0 0 12 1 1 ? 1999", "GMT", from, 1),
+        Vec::<String>::new()
+    );
+    assert_eq!(
+        next_n("0 0 12 ? * 7", "GMT", from, 1),
+        ["Sat 2026-02-07T12:00:00Z"]
+    );
+    // Strictly after: a time on the schedule gives the next one.
+    assert_eq!(
+        next_n("0/5 * * * * ?", "UTC", "2026-02-01T00:00:05Z", 1),
+        ["Sun 2026-02-01T00:00:10Z"]
+    );
+    assert_eq!(
+        next_n("0/5 * * * * ?", "UTC", "2026-02-01T00:00:04.999Z", 1),
+        ["Sun 2026-02-01T00:00:05Z"]
+    );
+}
+
+#[test]
+fn time_zones() {
+    let from = "2026-06-01T00:00:00Z";
+    let noon = |tz: &str| next_n("0 0 12 * * ?", tz, from, 1);
+    assert_eq!(noon("GMT+08:00"), ["Mon 2026-06-01T04:00:00Z"]);
+    assert_eq!(noon("GMT+8"), ["Mon 2026-06-01T04:00:00Z"]);
+    assert_eq!(noon("GMT+0800"), ["Mon 2026-06-01T04:00:00Z"]);
+    assert_eq!(noon("GMT-5"), ["Mon 2026-06-01T17:00:00Z"]);
+    assert_eq!(noon("GMT"), ["Mon 2026-06-01T12:00:00Z"]);
+    assert_eq!(noon("UTC"), ["Mon 2026-06-01T12:00:00Z"]);
+    assert_eq!(noon("Asia/Shanghai"), ["Mon 2026-06-01T04:00:00Z"]);
+    assert_eq!(noon("America/New_York"), ["Mon 2026-06-01T16:00:00Z"]); // EDT
+    let local = CronSchedule::parse("0 0 12 * * ?", "").unwrap();
+    let next = local.next_after(utc(from)).unwrap();
+    assert_eq!(next.with_timezone(&Local).hour(), 12);
+    assert_eq!(local.time_zone(), "");
+    assert_eq!(local.expression(), "0 0 12 * * ?");
+    for bad in [
+        "Mars/Base",
+        "GMT+25",
+        "GMT+8:5",
+        "GMT8",
+        "GMT+",
+        "gmt+8",
+        "+08:00",
+    ] {
+        let err = validate_time_zone(bad).unwrap_err().to_string();
+        assert!(err.contains(bad) && err.contains("IANA"), "{bad}: {err}");
+        assert!(CronSchedule::parse("0 0 12 * * ?", bad).is_err());
+    }
+}
+
+#[test]
+fn daylight_saving_time() {
+    let ny = "America/New_York";
+    // Spring forward (2026-03-08): 02:30 does not exist and fires at 03:00 EDT.
+    assert_eq!(
+        next_n("0 30 2 * * ?", ny, "2026-03-08T05:00:00Z", 2),
+        ["Sun 2026-03-08T07:00:00Z", "Mon 2026-03-09T06:30:00Z"]
+    );
+    // Fall back (2026-11-01): 01:30 happens twice and fires once.
+    assert_eq!(
+        next_n("0 30 1 * * ?", ny, "2026-11-01T04:00:00Z", 2),
+        ["Sun 2026-11-01T05:30:00Z", "Mon 2026-11-02T06:30:00Z"]
+    );
+}
+
+#[test]
+fn invalid_expressions_are_named() {
+    let cases = [
+        ("0 0 12 * *", "5 fields"),
+        ("0 0 12 * * ? 2027 x", "8 fields"),
+        ("0 0 12 * * *", "must be '?'"),
+        ("0 0 12 ? * ?", "only one"),
+        ("? 0 12 * * ?", "second"),
+        ("0 0 12 1? * ?", "must stand alone"),
+        ("0 0 25 * * ?", "hour"),
+        ("0 61 * * * ?", "minute"),
+        ("0 0 12 L-2 * ?", "L-n"),
+        ("0 0 12 ? * 8", "day-of-week"),
+        ("0 0 12 ? 13 *", "month"),
+        ("0 0 12 32 * ?", "day-of-month"),
+        ("0 0 12 * * ? 19x", "year"),
+        ("", "0 fields"),
+    ];
+    for (cron, needle) in cases {
+        let err = CronSchedule::parse(cron, "UTC").unwrap_err().to_string();
+        assert!(err.contains(needle), "{cron:?}: {err}");
+        assert!(err.contains(&format!("{cron:?}")), "{cron:?}: {err}");
+    }
+}
+
+fn every_second(key: &str, timer: &Timer, tx: &mpsc::Sender<Fire>) {
+    timer.schedule(
+        key.to_owned(),
+        CronSchedule::parse("* * * * * ?", "UTC").unwrap(),
+        tx.clone(),
+    );
+}
+
+#[test]
+fn stalled_schedule_fires_once_then_continues_from_now() {
+    let mut state = State::default();
+    let (tx, _rx) = mpsc::channel(8);
+    let t0 = utc("2026-02-01T00:00:00Z");
+    state.schedule(
+        "j".into(),
+        CronSchedule::parse("0/5 * * * * ?", "UTC").unwrap(),
+        tx,
+        t0,
+    );
+    assert_eq!(state.next_deadline(), Some(utc("2026-02-01T00:00:05Z")));
+    assert!(state.take_due(utc("2026-02-01T00:00:04Z")).is_empty());
+    // The process was paused for 37 s: one fire for the missed 00:00:05 instant.
+    let due = state.take_due(utc("2026-02-01T00:00:42Z"));
+    let fires: Vec<Fire> = due.into_iter().map(|(_, f)| f).collect();
+    assert_eq!(
+        fires,
+        [Fire {
+            key: "j".into(),
+            fire_time: utc("2026-02-01T00:00:05Z")
+        }]
+    );
+    assert_eq!(state.next_deadline(), Some(utc("2026-02-01T00:00:45Z")));
+    // Replace and cancel make older heap entries stale.
+    let (tx2, _rx2) = mpsc::channel(8);
+    state.schedule(
+        "j".into(),
+        CronSchedule::parse("0 0 * * * ?", "UTC").unwrap(),
+        tx2,
+        t0,
+    );
+    assert_eq!(state.next_deadline(), Some(utc("2026-02-01T01:00:00Z")));
+    state.cancel("j");
+    assert_eq!(state.next_deadline(), None);
+    assert!(state.take_due(utc("2026-02-02T00:00:00Z")).is_empty());
+}
+
+#[tokio::test]
+async fn fires_on_consecutive_seconds_then_cancel_stops_it() {
+    let timer = Timer::spawn();
+    let (tx, mut rx) = mpsc::channel(16);
+    every_second("j", &timer, &tx);
+    let mut times = Vec::new();
+    for _ in 0..3 {
+        let fire = tokio::time::timeout(Duration::from_secs(3), rx.recv())
+            .await
+            .unwrap()
+            .unwrap();
+        assert_eq!(fire.key, "j");
+        assert_eq!(fire.fire_time.nanosecond(), 0);
+        assert!(Utc::now() >= fire.fire_time, "fired early");
+        times.push(fire.fire_time);
+    }
+    assert_eq!(times[1] - times[0], chrono::Duration::seconds(1));
+    assert_eq!(times[2] - times[1], chrono::Duration::seconds(1));
+    timer.cancel("j");
+    // Anything already sent is drained; nothing arrives after that.
+    while rx.try_recv().is_ok() {}
+    assert!(tokio::time::timeout(Duration::from_millis(1500), rx.recv())
+        .await
+        .is_err());
+}
+
+#[tokio::test]
+async fn replace_sends_to_the_new_schedule_only() {
+    let timer = Timer::spawn();
+    let (tx1, mut rx1) = mpsc::channel(16);
+    let (tx2, mut rx2) = mpsc::channel(16);
+    every_second("j", &timer, &tx1);
+    every_second("j", &timer, &tx2);
+    let fire = tokio::time::timeout(Duration::from_secs(3), rx2.recv())
+        .await
+        .unwrap()
+        .unwrap();
+    assert_eq!(fire.key, "j");
+    assert!(rx1.try_recv().is_err());
+}
+
+#[tokio::test]
+async fn many_keys_share_one_task_and_a_full_queue_does_not_block_others() {
+    let timer = Timer::spawn();
+    let (tx, mut rx) = mpsc::channel(1000);
+    for i in 0..200 {
+        every_second(&format!("job-{i}"), &timer, &tx);
+    }
+    let (full_tx, _full_rx) = mpsc::channel(1);
+    every_second("full", &timer, &full_tx);
+    let mut seen = std::collections::HashSet::new();
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(4);
+    while seen.len() < 200 {
+        let fire = tokio::time::timeout_at(deadline, rx.recv())
+            .await
+            .unwrap()
+            .unwrap();
+        seen.insert(fire.key);
+    }
+    // Keep going past a second fire of the full queue: others still arrive.
+    let before = Utc::now();
+    loop {
+        let fire = tokio::time::timeout_at(deadline + Duration::from_secs(2), rx.recv())
+            .await
+            .unwrap()
+            .unwrap();
+        if fire.fire_time > before {
+            break;
+        }
+    }
+}
+
+#[tokio::test]
+async fn task_ends_when_the_last_handle_is_dropped() {
+    let timer = Timer::spawn();
+    let weak = Arc::downgrade(&timer.shared);
+    let clone = timer.clone();
+    drop(timer);
+    tokio::time::sleep(Duration::from_millis(50)).await;
+    assert!(weak.upgrade().is_some(), "a clone is still alive");
+    drop(clone);
+    for _ in 0..100 {
+        if weak.upgrade().is_none() {
+            return;
+        }
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    panic!("timer task still holds its state");
+}
