@@ -110,7 +110,12 @@ async fn subscribes_cancelled_while_the_job_is_being_set_up_leave_no_ghost() {
     let items = live
         .wait_items(|items| items.len() == 2, WAIT)
         .await
-        .unwrap_or_else(|e| panic!("the live worker must own every item: {e}"));
+        .unwrap_or_else(|e| {
+            panic!(
+                "the live worker must own every item: {e}\n{}",
+                car.log_tail(60)
+            )
+        });
     assert_eq!(items, [0, 1]);
 }
 

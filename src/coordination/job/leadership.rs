@@ -17,6 +17,25 @@ use crate::registry::{CreateMode, Error as RegError, Op, OpResult};
 
 impl JobState {
     pub(super) fn reconcile_leadership(&mut self, env: &Env, out: &mut Vec<Action>) {
+        // The leader node is ephemeral on this sidecar's session when it names an instance of
+        // this host: if that instance is gone (its election committed while its stream ended,
+        // say), nobody else can remove the node, and no election would ever happen again.
+        if let Some((leader, version)) = &self.view.leader {
+            if ip_of(leader) == self.settings.ip
+                && !self.locals.contains_key(leader)
+                && !self.view.instances.contains_key(leader)
+                && !self.in_flight(|p| matches!(p, Pending::Abdicate | Pending::Elect { .. }))
+            {
+                info!(job = %self.name, leader = %leader,
+                      "the leader is an instance of this host that is gone: removing its node");
+                let ops = vec![Op::Delete {
+                    path: self.paths.leader_election_instance(),
+                    version: Some(*version),
+                }];
+                self.commit(Pending::Abdicate, ops, &[], out);
+                return;
+            }
+        }
         let live: Vec<String> = self
             .locals
             .iter()

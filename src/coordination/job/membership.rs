@@ -15,7 +15,7 @@ use super::{Action, Env, Input, Observation, Reply, StreamKey};
 use crate::coordination::events::{StreamEnd, WorkerEvent};
 use crate::coordination::failover;
 use crate::coordination::CoordError;
-use crate::elasticjob::instance::instance_yaml;
+use crate::elasticjob::instance::{instance_yaml, ip_of};
 use crate::registry::{CreateMode, Error as RegError, Op, OpResult, SessionState};
 
 impl JobState {
@@ -311,6 +311,40 @@ impl JobState {
             }
         }
         self.reconcile_sidecar_node(env, out);
+        self.remove_orphans(env, out);
+    }
+
+    /// An instance node of this host, owned by this sidecar's current session, that no local
+    /// instance stands for: a registration whose answer was lost (a timeout, the connection
+    /// dropped) may still have created it. Nobody else can remove it, and it would own items as
+    /// a ghost: delete it (fenced on its version).
+    fn remove_orphans(&mut self, env: &Env, out: &mut Vec<Action>) {
+        let SessionState::Connected { session_id, .. } = env.session else {
+            return;
+        };
+        if self.in_flight(|p| matches!(p, Pending::Orphans)) {
+            return;
+        }
+        let ops: Vec<Op> = self
+            .view
+            .instances
+            .keys()
+            .filter(|id| ip_of(id) == self.settings.ip && !self.locals.contains_key(*id))
+            .filter_map(|id| {
+                let path = self.paths.instance(id);
+                let node = self.cache.get(&path)?;
+                (node.stat.ephemeral_owner == session_id && !self.inexact.contains(&path))
+                    .then_some(Op::Delete {
+                        path,
+                        version: Some(node.stat.version),
+                    })
+            })
+            .collect();
+        if !ops.is_empty() {
+            info!(job = %self.name, count = ops.len(),
+                  "removing instance nodes of this host that no worker stands for");
+            self.commit(Pending::Orphans, ops, &[], out);
+        }
     }
 
     /// Keeps `shardcar/sidecars/{ip}` (ephemeral) while this sidecar has local instances of the

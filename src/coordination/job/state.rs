@@ -152,6 +152,8 @@ pub(super) enum Pending {
         latch: LatchKey,
     },
     Abdicate,
+    /// Deleting instance nodes of this host that no local instance stands for.
+    Orphans,
     /// Waiting for the failover latch, then claiming flagged items.
     ClaimLatch,
     Claim {
@@ -492,7 +494,7 @@ impl JobState {
                 items,
             } => self.on_released(&execution_id, items, result, env, out),
             Pending::Leave { instance_id } => self.on_left(&instance_id, result, env, out),
-            Pending::MisfireFlags | Pending::SidecarNode | Pending::Abdicate => {
+            Pending::MisfireFlags | Pending::SidecarNode | Pending::Abdicate | Pending::Orphans => {
                 if let Err(e) = result {
                     self.write_failed("a registry write", &e, env);
                 }
