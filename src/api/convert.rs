@@ -76,12 +76,11 @@ pub fn from_proto(
         }
         params.insert(*item, value.clone());
     }
-    let strategy = match proto::ShardingStrategy::try_from(c.sharding_strategy) {
-        // Unset means ElasticJob's default, as an absent `jobShardingStrategyType` does.
-        Ok(proto::ShardingStrategy::Unspecified | proto::ShardingStrategy::AvgAllocation) => None,
-        Ok(proto::ShardingStrategy::Odevity) => Some(StrategyType::Odevity),
-        Ok(proto::ShardingStrategy::RoundRobin) => Some(StrategyType::RoundRobin),
-        Err(_) => {
+    let strategy = match strategy_from_proto(c.sharding_strategy) {
+        // ElasticJob's default is written as an absent `jobShardingStrategyType`.
+        Some(StrategyType::AvgAllocation) => None,
+        Some(other) => Some(other),
+        None => {
             return Err(invalid(
                 "config.sharding_strategy",
                 format!(
@@ -128,17 +127,35 @@ pub fn from_proto(
     Ok((config, extras))
 }
 
+/// ElasticJob's strategy for a wire value: unset means its default, AVG_ALLOCATION; `None` for a
+/// number this build does not know.
+pub fn strategy_from_proto(value: i32) -> Option<StrategyType> {
+    match proto::ShardingStrategy::try_from(value).ok()? {
+        proto::ShardingStrategy::Unspecified | proto::ShardingStrategy::AvgAllocation => {
+            Some(StrategyType::AvgAllocation)
+        }
+        proto::ShardingStrategy::Odevity => Some(StrategyType::Odevity),
+        proto::ShardingStrategy::RoundRobin => Some(StrategyType::RoundRobin),
+    }
+}
+
+/// The wire value of an ElasticJob strategy.
+pub fn strategy_to_proto(strategy: StrategyType) -> proto::ShardingStrategy {
+    match strategy {
+        StrategyType::AvgAllocation => proto::ShardingStrategy::AvgAllocation,
+        StrategyType::Odevity => proto::ShardingStrategy::Odevity,
+        StrategyType::RoundRobin => proto::ShardingStrategy::RoundRobin,
+    }
+}
+
 /// The wire form of an effective configuration (optional fields always set).
 pub fn to_proto(c: &JobConfiguration, extras: &JobExtras) -> proto::JobConfig {
-    let strategy = match c
-        .job_sharding_strategy_type
-        .as_deref()
-        .and_then(|s| StrategyType::parse(s).ok())
-    {
-        Some(StrategyType::Odevity) => proto::ShardingStrategy::Odevity,
-        Some(StrategyType::RoundRobin) => proto::ShardingStrategy::RoundRobin,
-        _ => proto::ShardingStrategy::AvgAllocation,
-    };
+    let strategy = strategy_to_proto(
+        c.job_sharding_strategy_type
+            .as_deref()
+            .and_then(|s| StrategyType::parse(s).ok())
+            .unwrap_or(StrategyType::AvgAllocation),
+    );
     proto::JobConfig {
         job_name: c.job_name.clone(),
         cron: c.cron.clone().unwrap_or_default(),

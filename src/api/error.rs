@@ -32,60 +32,42 @@ fn rich(code: Code, reason: &str, message: String, field: Option<(&str, &str)>) 
 
 impl From<CoordError> for Status {
     fn from(e: CoordError) -> Status {
-        let message = e.to_string();
-        match &e {
-            CoordError::InvalidArgument { field, message: m } => rich(
+        let (code, reason, field) = match &e {
+            CoordError::InvalidArgument { field, message } => (
                 Code::InvalidArgument,
                 "INVALID_ARGUMENT",
-                message.clone(),
-                Some((field, m)),
+                Some((field.as_str(), message.as_str())),
             ),
-            CoordError::NotFound(_) => rich(Code::NotFound, "NOT_FOUND", message, None),
-            CoordError::AlreadyExists(_) => {
-                rich(Code::AlreadyExists, "ALREADY_EXISTS", message, None)
+            CoordError::NotFound(_) => (Code::NotFound, "NOT_FOUND", None),
+            CoordError::AlreadyExists(_) => (Code::AlreadyExists, "ALREADY_EXISTS", None),
+            CoordError::PermissionDenied(_) => (Code::PermissionDenied, "PERMISSION_DENIED", None),
+            CoordError::FailedPrecondition(_) => {
+                (Code::FailedPrecondition, "FAILED_PRECONDITION", None)
             }
-            CoordError::PermissionDenied(_) => {
-                rich(Code::PermissionDenied, "PERMISSION_DENIED", message, None)
-            }
-            CoordError::FailedPrecondition(_) => rich(
-                Code::FailedPrecondition,
-                "FAILED_PRECONDITION",
-                message,
-                None,
-            ),
-            CoordError::Registry(_) => {
-                rich(Code::Unavailable, "REGISTRY_UNAVAILABLE", message, None)
-            }
-            CoordError::Unavailable(_) => rich(Code::Unavailable, "UNAVAILABLE", message, None),
-        }
+            CoordError::Registry(_) => (Code::Unavailable, "REGISTRY_UNAVAILABLE", None),
+            CoordError::Unavailable(_) => (Code::Unavailable, "UNAVAILABLE", None),
+        };
+        rich(code, reason, e.to_string(), field)
     }
 }
 
 impl From<AdminError> for Status {
     fn from(e: AdminError) -> Status {
-        let message = e.to_string();
-        match &e {
-            AdminError::JobNotFound(_) => rich(Code::NotFound, "JOB_NOT_FOUND", message, None),
-            AdminError::NotFound(_) => rich(Code::NotFound, "NOT_FOUND", message, None),
-            AdminError::InvalidArgument { field, message: m } => rich(
+        let (code, reason, field) = match &e {
+            AdminError::JobNotFound(_) => (Code::NotFound, "JOB_NOT_FOUND", None),
+            AdminError::NotFound(_) => (Code::NotFound, "NOT_FOUND", None),
+            AdminError::InvalidArgument { field, message } => (
                 Code::InvalidArgument,
                 "INVALID_ARGUMENT",
-                message.clone(),
-                Some((field, m)),
+                Some((field.as_str(), message.as_str())),
             ),
-            AdminError::FailedPrecondition(_) => rich(
-                Code::FailedPrecondition,
-                "FAILED_PRECONDITION",
-                message,
-                None,
-            ),
-            AdminError::Corrupt { .. } => {
-                rich(Code::FailedPrecondition, "CORRUPT_JOB_DATA", message, None)
+            AdminError::FailedPrecondition(_) => {
+                (Code::FailedPrecondition, "FAILED_PRECONDITION", None)
             }
-            AdminError::Registry(_) => {
-                rich(Code::Unavailable, "REGISTRY_UNAVAILABLE", message, None)
-            }
-        }
+            AdminError::Corrupt { .. } => (Code::FailedPrecondition, "CORRUPT_JOB_DATA", None),
+            AdminError::Registry(_) => (Code::Unavailable, "REGISTRY_UNAVAILABLE", None),
+        };
+        rich(code, reason, e.to_string(), field)
     }
 }
 

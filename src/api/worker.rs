@@ -117,12 +117,7 @@ impl WorkerService for WorkerApi {
             req.instance_id.clone()
         } else if !req.instance_suffix.is_empty() {
             check_instance_suffix(&req.instance_suffix)?;
-            format!(
-                "{}{}{}",
-                self.coordinator.ip(),
-                crate::elasticjob::instance::DELIMITER,
-                req.instance_suffix
-            )
+            instance_id(self.coordinator.ip(), &req.instance_suffix)
         } else if req.pid == 0 {
             return Err(invalid(
                 "pid",

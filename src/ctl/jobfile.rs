@@ -8,6 +8,7 @@ use std::collections::BTreeMap;
 
 use serde::Deserialize;
 
+use crate::elasticjob::strategy::StrategyType;
 use crate::proto;
 
 /// ElasticJob `config` keys that shardcar accepts in a job file but does not set: `PutJob`
@@ -156,14 +157,13 @@ pub fn parse(file: &str, text: &str) -> Result<proto::JobConfig, JobFileError> {
         Some(name) => {
             let upper = name.to_ascii_uppercase();
             let bare = upper.trim_start_matches("SHARDING_STRATEGY_");
-            proto::ShardingStrategy::from_str_name(&format!("SHARDING_STRATEGY_{bare}"))
-                .filter(|s| *s != proto::ShardingStrategy::Unspecified)
-                .ok_or_else(|| {
-                    value_error(
-                        "sharding_strategy",
-                        format!("{name:?} is not AVG_ALLOCATION, ODEVITY or ROUND_ROBIN"),
-                    )
-                })?
+            let strategy = StrategyType::parse(bare).map_err(|_| {
+                value_error(
+                    "sharding_strategy",
+                    format!("{name:?} is not AVG_ALLOCATION, ODEVITY or ROUND_ROBIN"),
+                )
+            })?;
+            crate::api::convert::strategy_to_proto(strategy)
         }
     };
     let props = raw

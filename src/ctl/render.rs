@@ -3,6 +3,7 @@
 
 use serde_json::{json, Value};
 
+use crate::elasticjob::strategy::StrategyType;
 use crate::proto;
 
 /// Aligns `rows` under `headers`, two spaces between columns, no trailing spaces.
@@ -80,15 +81,7 @@ fn outcome_name(outcome: i32) -> &'static str {
 }
 
 fn strategy_name(strategy: i32) -> &'static str {
-    // ElasticJob's names; unset means its default.
-    match proto::ShardingStrategy::try_from(strategy) {
-        Ok(proto::ShardingStrategy::Unspecified | proto::ShardingStrategy::AvgAllocation) => {
-            "AVG_ALLOCATION"
-        }
-        Ok(proto::ShardingStrategy::Odevity) => "ODEVITY",
-        Ok(proto::ShardingStrategy::RoundRobin) => "ROUND_ROBIN",
-        Err(_) => "UNKNOWN",
-    }
+    crate::api::convert::strategy_from_proto(strategy).map_or("UNKNOWN", StrategyType::as_str)
 }
 
 fn timestamp(t: &Option<prost_types::Timestamp>) -> String {

@@ -9,8 +9,9 @@ use super::LayoutError;
 /// The separator ElasticJob puts between the parts of instance ids and task ids.
 pub const DELIMITER: &str = "@-@";
 
-/// `{ip}@-@{pid}` — ElasticJob 3.x has no label suffix.
-pub fn instance_id(ip: &str, pid: u32) -> String {
+/// `{ip}@-@{pid}` — ElasticJob 3.x has no label suffix. Any text without `@-@` may stand for
+/// the pid (a worker's `instance_suffix`).
+pub fn instance_id(ip: &str, pid: impl std::fmt::Display) -> String {
     format!("{ip}{DELIMITER}{pid}")
 }
 

@@ -21,8 +21,7 @@ impl JobState {
         // this host: if that instance is gone (its election committed while its stream ended,
         // say), nobody else can remove the node, and no election would ever happen again.
         if let Some((leader, version)) = &self.view.leader {
-            if ip_of(leader) == self.settings.ip
-                && !self.locals.contains_key(leader)
+            if self.is_gone_instance_of_this_host(leader)
                 && !self.view.instances.contains_key(leader)
                 && !self.in_flight(|p| matches!(p, Pending::Abdicate | Pending::Elect { .. }))
             {

@@ -205,27 +205,21 @@ impl JobState {
         let Some(id) = self.streams.get(&stream).cloned() else {
             // A join still waiting for the job's setup has no local instance yet: drop it, or
             // its instance would be created later for a stream that is already gone.
-            let before = self.joins_waiting.len();
-            let waiting = std::mem::take(&mut self.joins_waiting);
-            for join in waiting {
-                match join {
-                    Input::Join {
-                        reply, stream: s, ..
-                    } if s == stream => {
-                        self.reply(
-                            reply,
-                            Reply::Joined(Err(CoordError::Unavailable(
-                                "the stream ended while subscribing".into(),
-                            ))),
-                            out,
-                        );
-                        out.push(Action::EndStream { stream });
-                    }
-                    other => self.joins_waiting.push(other),
+            let ended: Vec<Input> = self
+                .joins_waiting
+                .extract_if(
+                    ..,
+                    |j| matches!(j, Input::Join { stream: s, .. } if *s == stream),
+                )
+                .collect();
+            for join in ended {
+                if let Input::Join { reply, .. } = join {
+                    info!(job = %self.name, stream, ?end, "a subscribe ended before its instance existed");
+                    let error =
+                        CoordError::Unavailable("the stream ended while subscribing".into());
+                    self.reply(reply, Reply::Joined(Err(error)), out);
+                    out.push(Action::EndStream { stream });
                 }
-            }
-            if self.joins_waiting.len() < before {
-                info!(job = %self.name, stream, ?end, "a subscribe ended before its instance existed");
             }
             return;
         };
@@ -314,6 +308,12 @@ impl JobState {
         self.remove_orphans(env, out);
     }
 
+    /// Whether `id` names an instance of this host that no local instance stands for any more
+    /// (its nodes, ephemeral on this sidecar's session, are nobody else's to remove).
+    pub(super) fn is_gone_instance_of_this_host(&self, id: &str) -> bool {
+        ip_of(id) == self.settings.ip && !self.locals.contains_key(id)
+    }
+
     /// An instance node of this host, owned by this sidecar's current session, that no local
     /// instance stands for: a registration whose answer was lost (a timeout, the connection
     /// dropped) may still have created it. Nobody else can remove it, and it would own items as
@@ -329,7 +329,7 @@ impl JobState {
             .view
             .instances
             .keys()
-            .filter(|id| ip_of(id) == self.settings.ip && !self.locals.contains_key(*id))
+            .filter(|id| self.is_gone_instance_of_this_host(id))
             .filter_map(|id| {
                 let path = self.paths.instance(id);
                 let node = self.cache.get(&path)?;
