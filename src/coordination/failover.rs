@@ -82,6 +82,17 @@ pub fn start_ops(
     }];
     for i in items {
         ops.push(bump(paths, *i, epoch(view, *i)?));
+        // An item run as its owner's: fenced on the owner node too, so a start decided on a
+        // view older than a reshard (even this sidecar's own) fails instead of running an item
+        // that is already someone else's. A failover claim has its own fence (the claim).
+        if let Some((owner, stat)) = view.items.get(i).and_then(|it| it.owner.as_ref()) {
+            if owner == instance_id {
+                ops.push(Op::Check {
+                    path: paths.item_instance(*i),
+                    version: stat.version,
+                });
+            }
+        }
         ops.push(Op::create(paths.item_running(*i), instance_id, mode));
         ops.push(Op::SetData {
             path: paths.item_running(*i),
@@ -344,10 +355,20 @@ mod tests {
             [
                 "?/j/instances/10.0.0.1@-@1",
                 "=/j/sharding/1@Some(4)",
+                "?/j/sharding/1/instance",
                 "+/j/sharding/1/running",
                 "=/j/sharding/1/running@Some(0)"
             ]
         );
+        // The owner check carries the version the view read: a reshard since then fails it.
+        let mut v = view();
+        v.items.get_mut(&1).unwrap().owner.as_mut().unwrap().1.version = 3;
+        let ops = start_ops(&v, &JobPaths::new("j"), A, &[1]).unwrap();
+        assert!(ops.iter().any(|op| matches!(op,
+            Op::Check { path, version: 3 } if path == "/j/sharding/1/instance")));
+        // A claimed item (someone else's) is fenced by its claim, not by an owner check.
+        let claim = start_ops(&v, &JobPaths::new("j"), "10.0.0.9@-@9", &[1]).unwrap();
+        assert!(!paths_of(&claim).iter().any(|p| p.ends_with("/instance")));
         let mut v = view();
         v.items.get_mut(&2).unwrap().version = None;
         assert!(start_ops(&v, &JobPaths::new("j"), A, &[2]).is_none());
