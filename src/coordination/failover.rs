@@ -362,7 +362,14 @@ mod tests {
         );
         // The owner check carries the version the view read: a reshard since then fails it.
         let mut v = view();
-        v.items.get_mut(&1).unwrap().owner.as_mut().unwrap().1.version = 3;
+        v.items
+            .get_mut(&1)
+            .unwrap()
+            .owner
+            .as_mut()
+            .unwrap()
+            .1
+            .version = 3;
         let ops = start_ops(&v, &JobPaths::new("j"), A, &[1]).unwrap();
         assert!(ops.iter().any(|op| matches!(op,
             Op::Check { path, version: 3 } if path == "/j/sharding/1/instance")));

@@ -152,6 +152,25 @@ impl TestWorker {
         endpoint: &str,
         request: SubscribeRequest,
     ) -> Result<TestWorker, Status> {
+        Self::subscribe_with(endpoint, request, None).await
+    }
+
+    /// [`TestWorker::subscribe`] as a strict worker from its first event on (see
+    /// [`TestWorker::set_strict`]): no trigger can come before the mode is set and be left
+    /// unanswered.
+    pub async fn subscribe_strict(
+        endpoint: &str,
+        request: SubscribeRequest,
+        work: Duration,
+    ) -> Result<TestWorker, Status> {
+        Self::subscribe_with(endpoint, request, Some(work)).await
+    }
+
+    async fn subscribe_with(
+        endpoint: &str,
+        request: SubscribeRequest,
+        strict_work: Option<Duration>,
+    ) -> Result<TestWorker, Status> {
         let mut client = WorkerServiceClient::connect(endpoint.to_string())
             .await
             .map_err(|e| Status::unavailable(format!("cannot connect to {endpoint}: {e}")))?;
@@ -161,7 +180,10 @@ impl TestWorker {
             log: Mutex::new(Log::default()),
             changed_tx,
             auto_complete: false.into(),
-            strict: Mutex::new(StrictState::default()),
+            strict: Mutex::new(StrictState {
+                work: strict_work,
+                ..StrictState::default()
+            }),
             started: Instant::now(),
         });
         let (close_tx, close_rx) = oneshot::channel();

@@ -26,20 +26,32 @@ async fn sigterm_lets_a_running_item_finish_before_a_peer_may_start_it() {
     let mut a = graceful_car(&zk, ns, "127.0.0.2").await;
     let b = graceful_car(&zk, ns, "127.0.0.3").await;
     let config = job_config("finish", "* * * * * ?", 2);
-    let wa = TestWorker::subscribe(&a.endpoint(), subscribe_request(config.clone()))
-        .await
-        .unwrap();
-    let wb = TestWorker::subscribe(&b.endpoint(), subscribe_request(config))
-        .await
-        .unwrap();
+    // Strict from the start: a trigger that comes before the items settle is run too.
+    let wa = TestWorker::subscribe_strict(
+        &a.endpoint(),
+        subscribe_request(config.clone()),
+        Duration::from_millis(1500),
+    )
+    .await
+    .unwrap();
+    let wb = TestWorker::subscribe_strict(
+        &b.endpoint(),
+        subscribe_request(config),
+        Duration::from_millis(100),
+    )
+    .await
+    .unwrap();
     wait_n_items(&wa, 1).await;
     wait_n_items(&wb, 1).await;
     let item = wa.current_items()[0];
-    wa.set_strict(Duration::from_millis(1500));
-    wb.set_strict(Duration::from_millis(100));
-    let run = common::eventually(WAIT, || async { wa.strict_runs().into_iter().next() })
-        .await
-        .expect("A's worker runs its item");
+    // A run of A's item that is going on (the first one may have ended already).
+    let run = common::eventually(WAIT, || async {
+        wa.strict_runs()
+            .into_iter()
+            .find(|r| r.items.contains(&item) && r.end.is_none())
+    })
+    .await
+    .expect("A's worker runs its item");
     tokio::time::sleep(Duration::from_millis(300)).await;
     let term = Instant::now();
     a.terminate();
@@ -122,13 +134,13 @@ async fn sigterm_exits_within_the_grace_with_zookeeper_unreachable() {
     let mut zk = ZooKeeper::start().await;
     let ns = "drain-nozk";
     let mut a = graceful_car(&zk, ns, "127.0.0.2").await;
-    let w = TestWorker::subscribe(
+    let w = TestWorker::subscribe_strict(
         &a.endpoint(),
         subscribe_request(job_config("nozk", "* * * * * ?", 2)),
+        Duration::from_millis(800),
     )
     .await
     .unwrap();
-    w.set_strict(Duration::from_millis(800));
     common::eventually(WAIT, || async { w.strict_runs().into_iter().next() })
         .await
         .expect("a run");

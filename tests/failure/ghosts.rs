@@ -125,10 +125,13 @@ async fn with_a_cron_running_the_live_worker_keeps_running_every_item() {
     let ns = "fail-ghosts-cron";
     let car = car(&zk, ns, "127.0.0.2").await;
     let config = job_config("ghostcron", "* * * * * ?", 4);
-    let live = TestWorker::subscribe(&car.endpoint(), subscribe_request(config.clone()))
-        .await
-        .unwrap();
-    live.set_strict(Duration::from_millis(50));
+    let live = TestWorker::subscribe_strict(
+        &car.endpoint(),
+        subscribe_request(config.clone()),
+        Duration::from_millis(50),
+    )
+    .await
+    .unwrap();
     cancelled_subscribes(&car, &config, 30).await;
     let since = Instant::now();
     // Within a few cron periods every item is run to completion by the one live worker.

@@ -50,16 +50,16 @@ async fn a_sidecar_frozen_longer_than_the_lease_but_under_the_session_stalls_not
     let zk = ZooKeeper::start().await;
     let ns = "stall-sidecar";
     let mut a = car(&zk, ns, "127.0.0.2").await;
-    let w = TestWorker::subscribe(
+    let w = TestWorker::subscribe_strict(
         &a.endpoint(),
         subscribe_request(JobConfig {
             failover: true,
             ..job_config("frozen", "* * * * * ?", 2)
         }),
+        Duration::from_millis(300),
     )
     .await
     .unwrap();
-    w.set_strict(Duration::from_millis(300));
     every_item_runs_again(&w, 2, Instant::now()).await;
     // 3 s: the 2 s lease runs out, the 4 s session does not.
     a.pause();
@@ -89,16 +89,16 @@ async fn zookeeper_silent_for_more_than_a_quarter_of_the_session_stalls_nothing(
     let mut zk = ZooKeeper::start().await;
     let ns = "stall-zk";
     let a = car(&zk, ns, "127.0.0.2").await;
-    let w = TestWorker::subscribe(
+    let w = TestWorker::subscribe_strict(
         &a.endpoint(),
         subscribe_request(JobConfig {
             failover: true,
             ..job_config("silent", "* * * * * ?", 2)
         }),
+        Duration::from_millis(300),
     )
     .await
     .unwrap();
-    w.set_strict(Duration::from_millis(300));
     every_item_runs_again(&w, 2, Instant::now()).await;
     // 2.5 s: longer than a quarter of the session (no lease may be granted) and than the lease.
     zk.pause(0);

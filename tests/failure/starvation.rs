@@ -17,16 +17,14 @@ async fn a_killed_members_items_run_as_failover_before_any_catch_up_loop() {
         failover: true,
         ..job_config("starve", "0/5 * * * * ?", 4)
     };
-    let wa = TestWorker::subscribe(&a.endpoint(), subscribe_request(config.clone()))
+    let wa = TestWorker::subscribe_strict(&a.endpoint(), subscribe_request(config.clone()), RUN)
         .await
         .unwrap();
-    let wb = TestWorker::subscribe(&b.endpoint(), subscribe_request(config))
+    let wb = TestWorker::subscribe_strict(&b.endpoint(), subscribe_request(config), RUN)
         .await
         .unwrap();
     wait_n_items(&wa, 2).await;
     wait_n_items(&wb, 2).await;
-    wa.set_strict(RUN);
-    wb.set_strict(RUN);
     // Kill A one second into a run of its items.
     let run = common::eventually(Duration::from_secs(20), || async {
         wa.strict_runs().into_iter().find(|r| r.items.len() == 2)
