@@ -2,7 +2,8 @@
 //! its own loopback IP (127.0.0.2, 127.0.0.3, …), so several sidecars of one test look like
 //! several hosts to ZooKeeper. Ready = its gRPC port accepts TCP connections (it binds only after
 //! connecting to ZooKeeper). Its stderr goes to a log file; drop kills and reaps it.
-//! `SHARDCAR_TEST_BIN` overrides the binary (see [`binary`]).
+//! `SHARDCAR_TEST_BIN` overrides the binary (see [`binary`]); `SHARDCAR_TEST_LOG_DIR` keeps every
+//! sidecar's log there when it is dropped.
 use super::free_port;
 use super::log_tail;
 use super::process::{mark_log, Process};
@@ -296,6 +297,19 @@ impl Sidecar {
 impl Drop for Sidecar {
     /// A failing test shows the end of each sidecar's log: what it decided, and why.
     fn drop(&mut self) {
+        // SHARDCAR_TEST_LOG_DIR keeps every sidecar's log, passed or not (to compare a failing
+        // run with passing ones).
+        if let Some(dir) = std::env::var_os("SHARDCAR_TEST_LOG_DIR") {
+            let name = format!(
+                "{}-{}-{}-{}.log",
+                self.options.namespace,
+                self.options.advertise_ip,
+                std::process::id(),
+                self.port
+            );
+            let _ = std::fs::create_dir_all(&dir);
+            let _ = std::fs::copy(&self.log, std::path::Path::new(&dir).join(name));
+        }
         if std::thread::panicking() {
             // The whole log is kept beside the temp dir, which goes with this value.
             let kept = std::env::temp_dir().join(format!(

@@ -4,7 +4,7 @@
 
 use std::time::SystemTime;
 
-use tracing::info;
+use tracing::{debug, info};
 
 use super::state::JobState;
 use super::{Action, Env};
@@ -83,6 +83,9 @@ impl JobState {
             return;
         };
         local.lease.check_lapse(env.now, valid_for);
+        if !local.lease.valid(env.now, valid_for) {
+            debug!(job = %self.name, instance = %id, "lease granted (none was valid)");
+        }
         self.lease_sequence += 1;
         let expires_at = SystemTime::from(env.wall) + valid_for;
         out.push(Action::Send {

@@ -8,7 +8,7 @@
 //! (`shardcar/sidecars/{ip}`) tells the leader that items of its instances are looked after
 //! here, so the leader never hands them over early.
 
-use tracing::{info, warn};
+use tracing::{debug, info, warn};
 
 use super::state::{create_empty, Gone, JobState, Local, Pending, Phase};
 use super::{Action, Env, Input, Observation, Reply, StreamKey};
@@ -610,6 +610,8 @@ impl JobState {
         if local.sent.as_ref() == Some(&next) {
             return;
         }
+        debug!(job = %self.name, instance = %id, items = ?next.0, leader = next.1, epoch = next.2,
+               "assignment sent");
         out.push(Action::Send {
             stream: local.stream,
             event: WorkerEvent::Assignment {

@@ -46,7 +46,10 @@ impl JobState {
             return;
         }
         match ev {
-            WatchEvent::Resync => self.reload_wanted = true,
+            WatchEvent::Resync => {
+                debug!(job = %self.name, "watch attached again: re-reading the job");
+                self.reload_wanted = true;
+            }
             WatchEvent::Created(p) | WatchEvent::DataChanged(p) | WatchEvent::Deleted(p)
                 if matches!(
                     self.paths.classify(&p),

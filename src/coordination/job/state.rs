@@ -14,7 +14,7 @@
 use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::time::{Duration, Instant};
 
-use tracing::{info, warn};
+use tracing::{debug, info, warn};
 
 use super::{Action, Env, Input, IoResult, LatchKey, OpId, Reply, ReplyId, Settings, StreamKey};
 use crate::coordination::events::Source;
@@ -428,6 +428,7 @@ impl JobState {
             },
             (Pending::Reload, IoResult::Loaded(result)) => match result {
                 Ok(nodes) => {
+                    debug!(job = %self.name, nodes = nodes.len(), "job read");
                     self.cache.replace_all(nodes);
                     self.inexact.clear();
                     self.view_stale = true;
