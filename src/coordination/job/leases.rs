@@ -39,7 +39,7 @@ impl JobState {
                     &exec,
                     "the worker's lease ran out before the execution was answered",
                     Release::Abandoned,
-                    false,
+                    true,
                     out,
                 );
                 if let Some(void) = self.executions.get_mut(&exec).and_then(|e| e.void.as_mut()) {

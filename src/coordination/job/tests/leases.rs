@@ -71,6 +71,13 @@ fn a_lease_that_runs_out_voids_what_was_delivered_under_it() {
         writes(&lapsed).is_empty(),
         "the registry is not reachable: the release waits"
     );
+    // The worker learns at once that the execution is void (it stopped at the lapse anyway):
+    // whichever comes first after a pause, the lapse or the session's expiry, it gets a Revoke.
+    assert!(
+        kinds(&lapsed).contains(&"Revoke"),
+        "a Revoke tells the worker: {:?}",
+        kinds(&lapsed)
+    );
     s.healthy();
     let released = s.tick(4100);
     assert!(
