@@ -46,7 +46,7 @@ trap 'exit 130' INT TERM
 
 if [ "$DEMO_WORKER" = python ]; then
     say "installing what the demo needs (idempotent: apt packages, the Python client in .venv)"
-    scripts/install-deps.sh --no-java
+    scripts/install-deps.sh --no-java --no-package
 fi
 say "building shardcar and the demo worker"
 cargo build --quiet --bin shardcar --example demo_worker

@@ -1,23 +1,25 @@
 #!/usr/bin/env bash
 # Installs what shardcar's tests and demo need on Debian/Ubuntu (bookworm tested):
 # ZooKeeper's jars (package `zookeeper`, which brings a Java runtime), procps, buf (into .tools/,
-# from npm), and — when the client directories exist — the Python venv (.venv) and the Java
-# build tools.
+# from npm), cargo-deb (for scripts/package.sh), and — when the client directories exist — the
+# Python venv (.venv) and the Java build tools.
 #
 # Idempotent: `apt-get update` runs only when a package is missing, the venv is refreshed only
 # when clients/python/pyproject.toml changed. Runs as root, or through sudo when available.
 # The Rust toolchain (cargo, rustfmt, clippy) is expected to be installed already (rustup).
 #
-# Usage: scripts/install-deps.sh [--no-python] [--no-java]
+# Usage: scripts/install-deps.sh [--no-python] [--no-java] [--no-package]
 set -euo pipefail
 
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 WITH_PYTHON=1
 WITH_JAVA=1
+WITH_PACKAGE=1
 for arg in "$@"; do
     case "$arg" in
         --no-python) WITH_PYTHON=0 ;;
         --no-java) WITH_JAVA=0 ;;
+        --no-package) WITH_PACKAGE=0 ;;
         -h|--help) sed -n '2,10p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
         *) echo "install-deps.sh: unknown argument: $arg" >&2; exit 64 ;;
     esac
@@ -122,6 +124,17 @@ install_buf() {
     npm install --silent --no-audit --no-fund --prefix "$tools" "@bufbuild/buf@$BUF_VERSION" >/dev/null
 }
 
+# cargo-deb (the Debian package, scripts/package.sh), pinned; built from crates.io (about 2.5
+# minutes on 2 cores) unless that version is installed. Needs dpkg, which Debian has.
+CARGO_DEB_VERSION=3.8.0
+install_cargo_deb() {
+    local have=""
+    command -v cargo-deb >/dev/null 2>&1 && have="$(cargo-deb --version 2>/dev/null || true)"
+    case "$have" in *" $CARGO_DEB_VERSION"*|"$CARGO_DEB_VERSION") return 0 ;; esac
+    log "cargo install cargo-deb $CARGO_DEB_VERSION"
+    cargo install --quiet --locked --no-default-features --version "$CARGO_DEB_VERSION" cargo-deb
+}
+
 # Hook for the Java client: a JDK (javac) and Maven. Does nothing without clients/java.
 install_java_deps() {
     [ -d "$ROOT/clients/java" ] || return 0
@@ -132,6 +145,7 @@ install_java_deps() {
 install_system_deps
 install_rust_components
 install_buf
+if [ "$WITH_PACKAGE" -eq 1 ]; then install_cargo_deb; fi
 if [ "$WITH_PYTHON" -eq 1 ]; then install_python_deps; fi
 if [ "$WITH_JAVA" -eq 1 ]; then install_java_deps; fi
 log "ok"

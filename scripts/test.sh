@@ -5,12 +5,14 @@
 #   ones → cargo clippy (all targets, -D warnings) → cargo test (all
 #   targets; the integration tests start real ZooKeeper and sidecar processes) → the Python
 #   client's pytest suite and package smoke test (sdist, wheel) → the Java client's `mvn verify`, each client suite against the
-#   sidecar binary that `cargo test` built → the nemesis fault soak, short profile (2 seeds ×
+#   sidecar binary that `cargo test` built → the Debian package built from that binary,
+#   installed with dpkg, checked and removed (scripts/package.sh --dev --check; as root) → the
+#   nemesis fault soak, short profile (2 seeds ×
 #   60 s, scripts/nemesis.sh). Every step runs even after a failure; a summary
 #   comes last and the exit status is non-zero if any step failed.
 #
 # Usage: scripts/test.sh [--no-deps] [--fail-fast] [STEP...]
-#   STEP: deps fmt proto stubs clippy rust python java nemesis (default: all of them; `--no-deps` drops `deps`)
+#   STEP: deps fmt proto stubs clippy rust python java package nemesis (default: all of them; `--no-deps` drops `deps`)
 # Environment: CARGO_TARGET_DIR is honoured; CARGO_TEST_ARGS are passed to `cargo test`
 # (e.g. CARGO_TEST_ARGS="-- --test-threads=1"), PYTEST_ARGS to pytest, MVN_ARGS to Maven;
 # NEMESIS_SEEDS (default "1 2") and NEMESIS_DURATION (default 60s) choose the fault soak's profile.
@@ -19,7 +21,7 @@ set -euo pipefail
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 cd "$ROOT"
 
-ALL_STEPS=(deps fmt proto stubs clippy rust python java nemesis)
+ALL_STEPS=(deps fmt proto stubs clippy rust python java package nemesis)
 STEPS=()
 FAIL_FAST=0
 NO_DEPS=0
@@ -28,7 +30,7 @@ for arg in "$@"; do
         --no-deps) NO_DEPS=1 ;;
         --fail-fast) FAIL_FAST=1 ;;
         -h|--help) sed -n '3,13p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
-        deps|fmt|proto|stubs|clippy|rust|python|java|nemesis) STEPS+=("$arg") ;;
+        deps|fmt|proto|stubs|clippy|rust|python|java|package|nemesis) STEPS+=("$arg") ;;
         *) echo "test.sh: unknown argument: $arg (try --help)" >&2; exit 64 ;;
     esac
 done
@@ -204,6 +206,15 @@ if want java; then
         run_step java "Java client: mvn verify (clients/java)" java_tests
     else
         skip java "no clients/java"
+    fi
+fi
+if want package; then
+    if [ "$(id -u)" -eq 0 ]; then
+        run_step package "Debian package: build, dpkg -i, check, remove (scripts/package.sh --dev --check)" \
+            scripts/package.sh --dev --check
+    else
+        run_step package "Debian package: build only (not root: no dpkg -i) (scripts/package.sh --dev)" \
+            scripts/package.sh --dev
     fi
 fi
 if want nemesis; then

@@ -112,25 +112,44 @@ pub struct Flags {
 }
 
 /// Every setting: its TOML key (the flag is the key with `-`, the variable `SHARDCAR_` + the
-/// key in upper case), the default, and what it means. The README's table is this list.
-pub const SETTINGS: &[(&str, &str, &str)] = &[
-    ("zk", "(none: standalone)", "ZooKeeper connect string host:port[,host:port...]; without it the sidecar runs standalone (in-memory, one host)"),
-    ("namespace", "shardcar", "ZooKeeper namespace (ElasticJob's registry-center namespace), may contain '/'"),
-    ("listen", DEFAULT_LISTEN, "gRPC listen address: host:port or unix:///path"),
-    ("advertise_ip", "(detected)", "IPv4 address this sidecar registers as its server (servers/{ip}, instance ids)"),
-    ("session_timeout", "10s", "ZooKeeper session timeout (2s to 120s)"),
-    ("connection_timeout", "15s", "how long to wait for ZooKeeper at start"),
-    ("digest", "(none)", "ZooKeeper digest credentials user:password; nodes then get creator-only ACLs"),
-    ("lease", "half the session timeout", "worker lease length (capped at half the session timeout)"),
-    ("keepalive_interval", "1s", "HTTP/2 keepalive ping interval on worker connections"),
-    ("keepalive_timeout", "3s", "a worker that does not answer a ping within this long is dead"),
-    ("shutdown_grace", "10s", "SIGTERM: how long the drain may take (at least the lease); the process exits by then"),
-    ("log_level", "info", "log filter in RUST_LOG syntax (RUST_LOG is used when neither the flag is given)"),
-    ("log_format", "text", "text or json"),
-    ("metrics_listen", "(none: no endpoint)", "host:port of the Prometheus endpoint (GET /metrics)"),
-    ("history_size", "1000", "finished executions kept in memory for ListExecutions (0 to 1000000)"),
-    ("history_file", "(none)", "file to append finished executions to, one JSON object per line"),
+/// key in upper case), the default, what it means, and an example value (as TOML). The README's
+/// table is this list; so is the file `shardcar config` prints.
+pub const SETTINGS: &[(&str, &str, &str, &str)] = &[
+    ("zk", "(none: standalone)", "ZooKeeper connect string host:port[,host:port...]; without it the sidecar runs standalone (in-memory, one host)", r#""zk1:2181,zk2:2181,zk3:2181""#),
+    ("namespace", "shardcar", "ZooKeeper namespace (ElasticJob's registry-center namespace), may contain '/'", r#""shardcar""#),
+    ("listen", DEFAULT_LISTEN, "gRPC listen address: host:port or unix:///path", r#""127.0.0.1:50061""#),
+    ("advertise_ip", "(detected)", "IPv4 address this sidecar registers as its server (servers/{ip}, instance ids)", r#""10.0.0.5""#),
+    ("session_timeout", "10s", "ZooKeeper session timeout (2s to 120s)", r#""10s""#),
+    ("connection_timeout", "15s", "how long to wait for ZooKeeper at start", r#""15s""#),
+    ("digest", "(none)", "ZooKeeper digest credentials user:password; nodes then get creator-only ACLs", r#""user:password""#),
+    ("lease", "half the session timeout", "worker lease length (capped at half the session timeout)", r#""5s""#),
+    ("keepalive_interval", "1s", "HTTP/2 keepalive ping interval on worker connections", r#""1s""#),
+    ("keepalive_timeout", "3s", "a worker that does not answer a ping within this long is dead", r#""3s""#),
+    ("shutdown_grace", "10s", "SIGTERM: how long the drain may take (at least the lease); the process exits by then", r#""10s""#),
+    ("log_level", "info", "log filter in RUST_LOG syntax (RUST_LOG is used when neither the flag is given)", r#""info""#),
+    ("log_format", "text", "text or json", r#""text""#),
+    ("metrics_listen", "(none: no endpoint)", "host:port of the Prometheus endpoint (GET /metrics)", r#""127.0.0.1:9464""#),
+    ("history_size", "1000", "finished executions kept in memory for ListExecutions (0 to 1000000)", "1000"),
+    ("history_file", "(none)", "file to append finished executions to, one JSON object per line", r#""/var/lib/shardcar/history.jsonl""#),
 ];
+
+/// A settings file with every setting commented out: its meaning, default and an example
+/// (what `shardcar config` prints, and what the Debian package installs as
+/// `/etc/shardcar/shardcar.toml`).
+pub fn example_file() -> String {
+    let mut out = String::from(
+        "# shardcar settings (TOML), read by `shardcar run --config FILE` (or SHARDCAR_CONFIG=FILE).\n\
+         # Each setting may also be given as a flag (--session-timeout) or an environment variable\n\
+         # (SHARDCAR_SESSION_TIMEOUT); both override this file. Durations: 10s, 500ms, 2m.\n\
+         # Uncomment a line to change its default.\n",
+    );
+    for (key, default, meaning, example) in SETTINGS {
+        out.push_str(&format!(
+            "\n# {meaning}.\n# Default: {default}.\n# {key} = {example}\n"
+        ));
+    }
+    out
+}
 
 /// Where a raw value came from, as it is named in errors.
 type Origin = String;
@@ -163,11 +182,11 @@ impl FileSettings {
         let mut values = BTreeMap::new();
         for (key, value) in table {
             let origin = format!("{key} in {path}");
-            if !SETTINGS.iter().any(|(k, _, _)| *k == key) {
-                let hint = if SETTINGS.iter().any(|(k, _, _)| *k == key.replace('-', "_")) {
+            if !SETTINGS.iter().any(|(k, ..)| *k == key) {
+                let hint = if SETTINGS.iter().any(|(k, ..)| *k == key.replace('-', "_")) {
                     format!("; write it as {}", key.replace('-', "_"))
                 } else {
-                    let known: Vec<&str> = SETTINGS.iter().map(|(k, _, _)| *k).collect();
+                    let known: Vec<&str> = SETTINGS.iter().map(|(k, ..)| *k).collect();
                     format!("; known settings: {}", known.join(", "))
                 };
                 return Err(bad(&origin, format!("is not a setting{hint}")));

@@ -192,3 +192,58 @@ fn bad_files_are_named() {
         "SHARDCAR_HISTORY_SIZE"
     );
 }
+
+#[test]
+fn the_example_file_names_every_setting_and_each_example_is_valid() {
+    let text = example_file();
+    // As printed, everything is commented out: the defaults.
+    let empty = FileSettings::parse("example", &text, "--config").unwrap();
+    let defaults = Settings::resolve_layers(Flags::default(), &env(&[]), Some(empty)).unwrap();
+    assert_eq!(
+        defaults,
+        Settings::resolve(Flags::default(), &env(&[])).unwrap()
+    );
+    // Every setting is there, and with every line uncommented the file is valid as a whole.
+    let uncommented: String = text
+        .lines()
+        .map(|l| {
+            let bare = l.strip_prefix("# ").unwrap_or(l);
+            if SETTINGS
+                .iter()
+                .any(|(k, ..)| bare.starts_with(&format!("{k} = ")))
+            {
+                bare.to_string()
+            } else {
+                l.to_string()
+            }
+        })
+        .collect::<Vec<_>>()
+        .join("\n");
+    for (key, ..) in SETTINGS {
+        assert!(
+            uncommented
+                .lines()
+                .any(|l| l.starts_with(&format!("{key} = "))),
+            "{key} is missing from the example file"
+        );
+    }
+    // (The example history file's directory is the package's; here, one that exists.)
+    let tmp = std::env::temp_dir().join("history.jsonl");
+    let uncommented = uncommented.replace(
+        "\"/var/lib/shardcar/history.jsonl\"",
+        &format!("{:?}", tmp.display().to_string()),
+    );
+    let all = FileSettings::parse("example", &uncommented, "--config").unwrap();
+    let s = Settings::resolve_layers(Flags::default(), &env(&[]), Some(all)).unwrap();
+    assert_eq!(s.zk.as_deref(), Some("zk1:2181,zk2:2181,zk3:2181"));
+    assert_eq!(s.lease, Duration::from_secs(5));
+}
+
+#[test]
+fn the_packaged_settings_file_is_the_example_file() {
+    let packaged = include_str!("../scripts/deb/shardcar.toml");
+    assert!(
+        packaged == example_file(),
+        "scripts/deb/shardcar.toml differs from `shardcar config`: regenerate it with\n  cargo run -q -- config > scripts/deb/shardcar.toml"
+    );
+}

@@ -26,6 +26,9 @@ enum Command {
     Run(Box<RunArgs>),
     /// Operate jobs through a running sidecar's Admin API.
     Ctl(shardcar::ctl::CtlArgs),
+    /// Print a settings file with every setting commented out (its meaning, default and an
+    /// example), to start a `--config` file from: `shardcar config > shardcar.toml`.
+    Config,
 }
 
 #[derive(Args)]
@@ -98,6 +101,10 @@ fn main() -> ExitCode {
     let args = match cli.command {
         Command::Run(args) => *args,
         Command::Ctl(args) => return ctl(args),
+        Command::Config => {
+            print!("{}", shardcar::config::example_file());
+            return ExitCode::SUCCESS;
+        }
     };
     let flags = Flags {
         config: args.config,
