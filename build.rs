@@ -6,6 +6,8 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
     let out = PathBuf::from(std::env::var("OUT_DIR")?);
     let mut config = tonic_prost_build::Config::new();
     config.protoc_executable(protoc_bin_vendored::protoc_bin_path()?);
+    // `prost::Name` for every message: `ctl --json` finds its descriptor by full name.
+    config.enable_type_names();
     let well_known = protoc_bin_vendored::include_path()?;
     tonic_prost_build::configure()
         .file_descriptor_set_path(out.join("shardcar_descriptor.bin"))

@@ -160,10 +160,11 @@ async fn ctl_and_metrics_against_a_standalone_sidecar() {
     worker.set_auto_complete(true);
     worker.wait_items(|i| i.len() == 2, WAIT).await.unwrap();
 
+    // `--json` is the response in canonical proto3 JSON (what grpcurl prints).
     let jobs = ctl_json(&target, &["jobs"]).await;
-    assert_eq!(jobs[0]["job_name"], "reports");
-    assert_eq!(jobs[0]["state"], "OK");
-    assert_eq!(jobs[0]["instance_count"], 1);
+    assert_eq!(jobs["jobs"][0]["jobName"], "reports");
+    assert_eq!(jobs["jobs"][0]["state"], "JOB_STATE_OK");
+    assert_eq!(jobs["jobs"][0]["instanceCount"], 1);
     let show = ctl(&target, &["job", "show", "reports"]).await.stdout;
     assert!(show.starts_with("Job reports  [OK]\n"), "{show}");
     assert!(
@@ -173,7 +174,7 @@ async fn ctl_and_metrics_against_a_standalone_sidecar() {
         )),
         "{show}"
     );
-    let job = ctl_json(&target, &["job", "show", "reports"]).await;
+    let job = ctl_json(&target, &["job", "show", "reports"]).await["job"].clone();
     assert_eq!(job["leader"], worker.instance_id());
     assert_eq!(job["items"][1]["parameter"], "west");
     assert_eq!(job["items"][1]["owner"], worker.instance_id());
@@ -200,15 +201,15 @@ async fn ctl_and_metrics_against_a_standalone_sidecar() {
         );
     }
     let executions = common::eventually(WAIT, || async {
-        let list = ctl_json(&target, &["executions", "reports"]).await;
+        let list = ctl_json(&target, &["executions", "reports"]).await["executions"].clone();
         (list.as_array().map_or(0, Vec::len) == 3).then_some(list)
     })
     .await
     .expect("three executions in the history");
-    assert_eq!(executions[0]["outcome"], "completed");
-    assert_eq!(executions[0]["source"], "MANUAL");
+    assert_eq!(executions[0]["outcome"], "EXECUTION_OUTCOME_COMPLETED");
+    assert_eq!(executions[0]["source"], "TRIGGER_SOURCE_MANUAL");
     assert_eq!(executions[0]["items"], serde_json::json!([0, 1]));
-    assert_eq!(executions[0]["instance_id"], worker.instance_id());
+    assert_eq!(executions[0]["instanceId"], worker.instance_id());
     let table = ctl(&target, &["executions"]).await.stdout;
     assert!(table.starts_with("STARTED "), "{table}");
     assert_eq!(table.lines().count(), 4, "{table}");
@@ -297,18 +298,22 @@ async fn ctl_and_metrics_against_a_standalone_sidecar() {
     assert!(change.job.unwrap().items[1].disabled);
     drop(watch);
     assert_eq!(
-        ctl_json(&target, &["job", "show", "reports"]).await["items"][1]["disabled"],
+        ctl_json(&target, &["job", "show", "reports"]).await["job"]["items"][1]["disabled"],
         true
     );
     ctl(&target, &["enable", "reports", "--item", "1"]).await;
     assert_eq!(
-        ctl_json(&target, &["job", "show", "reports"]).await["items"][1]["disabled"],
-        false
+        ctl_json(&target, &["job", "show", "reports"]).await["job"]["items"][1]["disabled"],
+        Value::Null,
+        "false, the default, is left out"
     );
     let off = ctl(&target, &["disable", "reports"]).await;
     assert_eq!(off.stdout, "job reports disabled on 127.0.0.2\n");
     worker.wait_items(|i| i.is_empty(), WAIT).await.unwrap();
-    assert_eq!(ctl_json(&target, &["jobs"]).await[0]["state"], "DISABLED");
+    assert_eq!(
+        ctl_json(&target, &["jobs"]).await["jobs"][0]["state"],
+        "JOB_STATE_DISABLED"
+    );
     ctl(&target, &["enable", "reports"]).await;
     worker.wait_items(|i| i.len() == 2, WAIT).await.unwrap();
 
@@ -362,7 +367,7 @@ async fn ctl_and_metrics_against_a_standalone_sidecar() {
         ctl(&target, &["job", "rm", "reports"]).await.stdout,
         "job reports removed (0 instance(s) shut down)\n"
     );
-    assert_eq!(ctl_json(&target, &["jobs"]).await, serde_json::json!([]));
+    assert_eq!(ctl_json(&target, &["jobs"]).await, serde_json::json!({}));
 }
 
 #[tokio::test(flavor = "multi_thread")]
@@ -403,8 +408,8 @@ async fn ctl_over_a_unix_socket_and_an_unreachable_target() {
         put.stderr
     );
     let jobs = shardcar(&["ctl", "--json", "jobs"], &[("SHARDCAR_TARGET", &listen)]).await;
-    assert_eq!(jobs.json()[0]["job_name"], "once");
-    assert_eq!(jobs.json()[0]["cron"], "");
+    assert_eq!(jobs.json()["jobs"][0]["jobName"], "once");
+    assert_eq!(jobs.json()["jobs"][0]["cron"], Value::Null);
     child.kill().await.unwrap();
 
     let port = free_port();
@@ -462,7 +467,7 @@ async fn ctl_against_zookeeper_sidecars() {
     wb.wait_items(|i| i.len() == 2, WAIT).await.unwrap();
 
     // Sidecar B's view and A's agree: they read the same namespace.
-    let job = ctl_json(&b.addr().to_string(), &["job", "show", "billing"]).await;
+    let job = ctl_json(&b.addr().to_string(), &["job", "show", "billing"]).await["job"].clone();
     assert_eq!(job["servers"].as_array().unwrap().len(), 2);
     assert_eq!(job["instances"].as_array().unwrap().len(), 2);
     assert_eq!(job["config"]["failover"], true);
@@ -483,14 +488,14 @@ async fn ctl_against_zookeeper_sidecars() {
 
     // A trigger from sidecar A reaches the worker on B too.
     let out = ctl_json(&target, &["trigger", "billing"]).await;
-    assert_eq!(out["instance_ids"].as_array().unwrap().len(), 2);
+    assert_eq!(out["instanceIds"].as_array().unwrap().len(), 2);
     let t = wb.next_trigger(WAIT).await.unwrap();
     assert_eq!(t.source, TriggerSource::Manual as i32);
     wa.next_trigger(WAIT).await.unwrap();
 
     // Removing the job shuts both workers down and leaves nothing behind.
     let out = ctl_json(&target, &["job", "rm", "billing"]).await;
-    assert_eq!(out["instance_ids"].as_array().unwrap().len(), 2);
+    assert_eq!(out["instanceIds"].as_array().unwrap().len(), 2);
     wa.wait_stream_end(WAIT).await.unwrap();
     wb.wait_stream_end(WAIT).await.unwrap();
     let gone = common::eventually(WAIT, || async {

@@ -1,11 +1,12 @@
 //! `shardcar ctl`: the command line of the Admin API. Each verb is one Admin call against the
 //! sidecar at `--target` (else `SHARDCAR_TARGET`, else the address `shardcar run` listens on by
-//! default), shown as a table or, with `--json`, as JSON for scripts.
+//! default), shown as a table or, with `--json`, as the response in canonical proto3 JSON.
 //!
 //! Exit codes: 0 done; 1 the sidecar refused the request (the message is its status); 64 bad
 //! usage or job file; 69 the sidecar cannot be reached.
 
 pub mod jobfile;
+pub mod protojson;
 pub mod render;
 
 use std::collections::HashMap;
@@ -31,7 +32,7 @@ pub struct CtlArgs {
     /// Sidecar address: host:port or unix:///path [env: SHARDCAR_TARGET] [default: 127.0.0.1:50061]
     #[arg(long, global = true, value_name = "ADDR")]
     pub target: Option<String>,
-    /// Print JSON instead of tables
+    /// Print the response as canonical proto3 JSON (as grpcurl does) instead of tables
     #[arg(long, global = true)]
     pub json: bool,
     #[command(subcommand)]
@@ -227,13 +228,10 @@ fn check_name(name: &str) -> Result<(), CtlError> {
     validate_job_name(name).map_err(CtlError::Usage)
 }
 
-/// Writes `text` or `json` (pretty) to stdout.
-fn emit(json: bool, text: String, value: serde_json::Value) {
+/// Writes `text`, or with `--json` the response itself as canonical proto3 JSON (pretty).
+fn emit<M: prost::Message + prost::Name>(json: bool, text: String, response: &M) {
     if json {
-        println!(
-            "{}",
-            serde_json::to_string_pretty(&value).unwrap_or_default()
-        );
+        println!("{}", protojson::to_json(response, true));
     } else {
         print!("{text}");
     }
@@ -271,78 +269,71 @@ pub async fn run(args: CtlArgs, env: &HashMap<String, String>) -> Result<(), Ctl
     };
     match args.verb {
         Verb::Jobs => {
-            let jobs = admin
+            let response = admin
                 .list_jobs(request(proto::ListJobsRequest {}))
                 .await
                 .map_err(refused)?
-                .into_inner()
-                .jobs;
-            emit(json, render::jobs(&jobs), render::jobs_json(&jobs));
+                .into_inner();
+            emit(json, render::jobs(&response.jobs), &response);
         }
         Verb::Job(JobVerb::Show { name }) => {
             check_name(&name)?;
-            let job = admin
+            let response = admin
                 .get_job(request(proto::GetJobRequest { job_name: name }))
                 .await
                 .map_err(refused)?
-                .into_inner()
-                .job
-                .ok_or_else(|| {
-                    CtlError::Refused(Status::internal(
-                        "the sidecar answered GetJob without a job",
-                    ))
-                })?;
-            emit(json, render::job(&job), render::job_json(&job));
+                .into_inner();
+            let job = response.job.as_ref().ok_or_else(|| {
+                CtlError::Refused(Status::internal(
+                    "the sidecar answered GetJob without a job",
+                ))
+            })?;
+            emit(json, render::job(job), &response);
         }
         Verb::Job(JobVerb::Put { .. }) => {
             let config = job_file.expect("read above");
             let name = config.job_name.clone();
-            let created = admin
+            let response = admin
                 .put_job(request(proto::PutJobRequest {
                     config: Some(config),
                 }))
                 .await
                 .map_err(refused)?
-                .into_inner()
-                .created;
-            let verb = if created { "created" } else { "updated" };
-            emit(
-                json,
-                format!("job {name} {verb}\n"),
-                serde_json::json!({ "job_name": name, "created": created }),
-            );
+                .into_inner();
+            let verb = if response.created {
+                "created"
+            } else {
+                "updated"
+            };
+            emit(json, format!("job {name} {verb}\n"), &response);
         }
         Verb::Job(JobVerb::Rm { name }) => {
             check_name(&name)?;
-            let ids = admin
+            let response = admin
                 .remove_job(request(proto::RemoveJobRequest {
                     job_name: name.clone(),
                 }))
                 .await
                 .map_err(refused)?
-                .into_inner()
-                .instance_ids;
+                .into_inner();
+            let n = response.instance_ids.len();
             emit(
                 json,
-                format!("job {name} removed ({} instance(s) shut down)\n", ids.len()),
-                serde_json::json!({ "job_name": name, "instance_ids": ids }),
+                format!("job {name} removed ({n} instance(s) shut down)\n"),
+                &response,
             );
         }
         Verb::Trigger { name } => {
             check_name(&name)?;
-            let ids = admin
+            let response = admin
                 .trigger_job(request(proto::TriggerJobRequest {
                     job_name: name.clone(),
                 }))
                 .await
                 .map_err(refused)?
-                .into_inner()
-                .instance_ids;
-            emit(
-                json,
-                format!("job {name} triggered on {}\n", ids.join(", ")),
-                serde_json::json!({ "job_name": name, "instance_ids": ids }),
-            );
+                .into_inner();
+            let on = response.instance_ids.join(", ");
+            emit(json, format!("job {name} triggered on {on}\n"), &response);
         }
         Verb::Disable(toggle) => toggle_run(&mut admin, toggle, true, json)
             .await
@@ -360,39 +351,34 @@ pub async fn run(args: CtlArgs, env: &HashMap<String, String>) -> Result<(), Ctl
             if let Some(job) = &job {
                 check_name(job)?;
             }
-            let jobs = admin
+            let response = admin
                 .shutdown_instance(request(proto::ShutdownInstanceRequest {
                     job_name: job.unwrap_or_default(),
                     instance_id: instance.clone(),
                 }))
                 .await
                 .map_err(refused)?
-                .into_inner()
-                .job_names;
+                .into_inner();
+            let jobs = response.job_names.join(", ");
             emit(
                 json,
-                format!("instance {instance} shut down in {}\n", jobs.join(", ")),
-                serde_json::json!({ "instance_id": instance, "job_names": jobs }),
+                format!("instance {instance} shut down in {jobs}\n"),
+                &response,
             );
         }
         Verb::Executions { name, limit } => {
             if let Some(name) = &name {
                 check_name(name)?;
             }
-            let list = admin
+            let response = admin
                 .list_executions(request(proto::ListExecutionsRequest {
                     job_name: name.unwrap_or_default(),
                     limit,
                 }))
                 .await
                 .map_err(refused)?
-                .into_inner()
-                .executions;
-            emit(
-                json,
-                render::executions(&list),
-                render::executions_json(&list),
-            );
+                .into_inner();
+            emit(json, render::executions(&response.executions), &response);
         }
         Verb::Watch { name } => {
             check_name(&name)?;
@@ -403,7 +389,8 @@ pub async fn run(args: CtlArgs, env: &HashMap<String, String>) -> Result<(), Ctl
                 .into_inner();
             while let Some(change) = stream.message().await.map_err(refused)? {
                 if json {
-                    println!("{}", render::change_json(&change));
+                    // One message per line (JSON Lines), as it comes.
+                    println!("{}", protojson::to_json(&change, false));
                 } else {
                     println!("{}", render::change(&change));
                 }
@@ -438,32 +425,28 @@ async fn toggle_run(
     let status = CtlError::Refused;
     if let Some(ip) = toggle.server {
         let job_name = toggle.name.unwrap_or_default();
-        let jobs = if disable {
-            admin
+        let text = |jobs: &[String]| format!("server {ip} {word} in {}\n", jobs.join(", "));
+        if disable {
+            let response = admin
                 .disable_server(request(proto::DisableServerRequest {
                     job_name,
                     server_ip: ip.clone(),
                 }))
                 .await
                 .map_err(status)?
-                .into_inner()
-                .job_names
+                .into_inner();
+            emit(json, text(&response.job_names), &response);
         } else {
-            admin
+            let response = admin
                 .enable_server(request(proto::EnableServerRequest {
                     job_name,
                     server_ip: ip.clone(),
                 }))
                 .await
                 .map_err(status)?
-                .into_inner()
-                .job_names
-        };
-        emit(
-            json,
-            format!("server {ip} {word} in {}\n", jobs.join(", ")),
-            serde_json::json!({ "server_ip": ip, "job_names": jobs }),
-        );
+                .into_inner();
+            emit(json, text(&response.job_names), &response);
+        }
         return Ok(());
     }
     let Some(name) = toggle.name else {
@@ -473,60 +456,57 @@ async fn toggle_run(
     };
     if !toggle.items.is_empty() {
         let items = toggle.items.clone();
+        let shown: Vec<String> = toggle.items.iter().map(i32::to_string).collect();
+        let text = format!("job {name}: item(s) {} {word}\n", shown.join(","));
         if disable {
-            admin
+            let response = admin
                 .disable_item(request(proto::DisableItemRequest {
                     job_name: name.clone(),
                     items,
                 }))
                 .await
-                .map_err(status)?;
+                .map_err(status)?
+                .into_inner();
+            emit(json, text, &response);
         } else {
-            admin
+            let response = admin
                 .enable_item(request(proto::EnableItemRequest {
                     job_name: name.clone(),
                     items,
                 }))
                 .await
-                .map_err(status)?;
+                .map_err(status)?
+                .into_inner();
+            emit(json, text, &response);
         }
-        let shown: Vec<String> = toggle.items.iter().map(i32::to_string).collect();
-        emit(
-            json,
-            format!("job {name}: item(s) {} {word}\n", shown.join(",")),
-            serde_json::json!({ "job_name": name, "items": toggle.items }),
-        );
         return Ok(());
     }
-    let servers = if disable {
-        admin
+    let text = |servers: &[String]| {
+        if servers.is_empty() {
+            format!("job {name}: no server registered yet, nothing to change\n")
+        } else {
+            format!("job {name} {word} on {}\n", servers.join(", "))
+        }
+    };
+    if disable {
+        let response = admin
             .disable_job(request(proto::DisableJobRequest {
                 job_name: name.clone(),
             }))
             .await
             .map_err(status)?
-            .into_inner()
-            .server_ips
+            .into_inner();
+        emit(json, text(&response.server_ips), &response);
     } else {
-        admin
+        let response = admin
             .enable_job(request(proto::EnableJobRequest {
                 job_name: name.clone(),
             }))
             .await
             .map_err(status)?
-            .into_inner()
-            .server_ips
-    };
-    let text = if servers.is_empty() {
-        format!("job {name}: no server registered yet, nothing to change\n")
-    } else {
-        format!("job {name} {word} on {}\n", servers.join(", "))
-    };
-    emit(
-        json,
-        text,
-        serde_json::json!({ "job_name": name, "server_ips": servers }),
-    );
+            .into_inner();
+        emit(json, text(&response.server_ips), &response);
+    }
     Ok(())
 }
 

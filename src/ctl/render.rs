@@ -1,8 +1,6 @@
 //! How `shardcar ctl` shows Admin answers: aligned tables for people, JSON for scripts (field
 //! names as in the proto, enums by name, times in RFC 3339, durations in seconds).
 
-use serde_json::{json, Value};
-
 use crate::elasticjob::strategy::StrategyType;
 use crate::proto;
 
@@ -138,57 +136,6 @@ pub fn jobs(jobs: &[proto::JobSummary]) -> String {
         ],
         &rows,
     )
-}
-
-pub fn jobs_json(jobs: &[proto::JobSummary]) -> Value {
-    Value::Array(
-        jobs.iter()
-            .map(|j| {
-                json!({
-                    "job_name": j.job_name, "state": state_name(j.state), "cron": j.cron,
-                    "sharding_total_count": j.sharding_total_count, "description": j.description,
-                    "instance_count": j.instance_count, "server_count": j.server_count,
-                    "leader": j.leader,
-                })
-            })
-            .collect(),
-    )
-}
-
-pub fn config_json(c: &proto::JobConfig) -> Value {
-    json!({
-        "job_name": c.job_name, "cron": c.cron, "time_zone": c.time_zone,
-        "sharding_total_count": c.sharding_total_count,
-        "sharding_item_parameters": c.sharding_item_parameters.iter()
-            .map(|(k, v)| (k.to_string(), Value::from(v.clone()))).collect::<serde_json::Map<_, _>>(),
-        "job_parameter": c.job_parameter, "failover": c.failover,
-        "misfire": c.misfire.unwrap_or(true), "monitor_execution": c.monitor_execution.unwrap_or(true),
-        "sharding_strategy": strategy_name(c.sharding_strategy),
-        "max_time_diff_seconds": c.max_time_diff_seconds.unwrap_or(-1),
-        "reconcile_interval_minutes": c.reconcile_interval_minutes.unwrap_or(10),
-        "description": c.description, "disabled": c.disabled, "props": c.props,
-        "execution_timeout_seconds": c.execution_timeout_seconds,
-    })
-}
-
-pub fn job_json(j: &proto::JobDetail) -> Value {
-    json!({
-        "config": j.config.as_ref().map(config_json),
-        "state": state_name(j.state),
-        "leader": j.leader,
-        "sharding_necessary": j.sharding_necessary,
-        "servers": j.servers.iter().map(|s| json!({
-            "ip": s.ip, "disabled": s.disabled, "instance_count": s.instance_count,
-        })).collect::<Vec<_>>(),
-        "instances": j.instances.iter().map(|i| json!({
-            "instance_id": i.instance_id, "server_ip": i.server_ip, "leader": i.leader, "items": i.items,
-        })).collect::<Vec<_>>(),
-        "items": j.items.iter().map(|i| json!({
-            "item": i.item, "parameter": i.parameter, "owner": i.owner, "running": i.running,
-            "running_instance": i.running_instance, "misfire": i.misfire, "disabled": i.disabled,
-            "failover_instance": i.failover_instance, "failover_pending": i.failover_pending,
-        })).collect::<Vec<_>>(),
-    })
 }
 
 /// The per-item table of `ctl job show` and `ctl watch`.
@@ -349,25 +296,6 @@ pub fn executions(list: &[proto::ExecutionInfo]) -> String {
     )
 }
 
-pub fn executions_json(list: &[proto::ExecutionInfo]) -> Value {
-    Value::Array(
-        list.iter()
-            .map(|e| {
-                json!({
-                    "job_name": e.job_name, "execution_id": e.execution_id,
-                    "instance_id": e.instance_id, "source": source_name(e.source),
-                    "items": e.items, "started_at": timestamp(&e.started_at),
-                    "duration_seconds": seconds(&e.duration), "outcome": outcome_name(e.outcome),
-                    "error": e.error,
-                    "item_results": e.item_results.iter().map(|r| json!({
-                        "item": r.item, "outcome": outcome_name(r.outcome), "error": r.error,
-                    })).collect::<Vec<_>>(),
-                })
-            })
-            .collect(),
-    )
-}
-
 /// One message of `ctl watch`.
 pub fn change(c: &proto::WatchJobResponse) -> String {
     let at = timestamp(&c.at);
@@ -392,15 +320,6 @@ pub fn change(c: &proto::WatchJobResponse) -> String {
         None => {}
     }
     out
-}
-
-pub fn change_json(c: &proto::WatchJobResponse) -> Value {
-    json!({
-        "at": timestamp(&c.at),
-        "changes": c.changes,
-        "removed": c.removed,
-        "job": c.job.as_ref().map(job_json),
-    })
 }
 
 #[cfg(test)]
@@ -471,9 +390,13 @@ mod tests {
             text.contains("  1     10.0.0.1@-@1  -             -        yes       pending   -\n"),
             "{text}"
         );
-        let j = job_json(&state);
-        assert_eq!(j["state"], "OK");
-        assert_eq!(j["items"][1]["failover_pending"], true);
-        assert_eq!(j["config"]["sharding_strategy"], "AVG_ALLOCATION");
+        let j: serde_json::Value = serde_json::from_str(&super::super::protojson::to_json(
+            &proto::GetJobResponse { job: Some(state) },
+            true,
+        ))
+        .unwrap();
+        assert_eq!(j["job"]["state"], "JOB_STATE_OK");
+        assert_eq!(j["job"]["items"][1]["failoverPending"], true);
+        assert_eq!(j["job"]["config"]["jobName"], "orders");
     }
 }
