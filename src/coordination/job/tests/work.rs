@@ -101,3 +101,73 @@ fn the_leader_leaves_items_of_a_live_sidecar_to_it_and_cleans_up_those_of_a_gone
         "10.0.0.3's sidecar lives: it decides when its worker has stopped"
     );
 }
+
+#[test]
+fn a_fire_while_the_leaders_own_reshard_is_in_flight_cannot_start_an_item_handed_away() {
+    // #17 (the drain test): the leader decided a fire on the view from before its own reshard
+    // and started an item the reshard had just handed to a peer. The start now checks each
+    // owned item's owner node at the version it read, so it fails instead.
+    let (mut s, _) = ready(2, false);
+    s.at(500);
+    // A peer joins: its instance node appears, the leader reads it and reshards.
+    let peer = s.paths.instance(PEER);
+    let seen = s.step(Input::Watched(WatchEvent::Created(peer.clone())));
+    let read = seen
+        .iter()
+        .find_map(|a| match a {
+            Action::Read { op, .. } => Some(*op),
+            _ => None,
+        })
+        .expect("the new node is read");
+    let read_back = s.step(Input::Done {
+        op: read,
+        result: IoResult::Read {
+            path: peer,
+            node: Ok(Some(node(&instance_yaml(PEER, "10.0.0.2"), 0, 30))),
+        },
+    });
+    let reshard: Vec<&Action> = read_back
+        .iter()
+        .filter(|a| matches!(a, Action::Commit { .. }))
+        .collect();
+    assert!(
+        writes(&read_back).contains(&"=/j/sharding/0/instance".to_string())
+            || writes(&read_back).contains(&"=/j/sharding/1/instance".to_string()),
+        "the leader reshards: {:?}",
+        writes(&read_back)
+    );
+    assert_eq!(reshard.len(), 1);
+    // The fire comes before the reshard's answer: whatever it starts is fenced on its owners.
+    let fired = s.fire(1000);
+    let start: Vec<String> = writes(&fired);
+    let started_items: Vec<i32> = (0..2)
+        .filter(|i| start.contains(&format!("+/j/sharding/{i}/running")))
+        .collect();
+    assert!(
+        !started_items.is_empty(),
+        "the fire starts on the view it has (the reshard is not answered yet): {start:?}"
+    );
+    for i in &started_items {
+        assert!(
+            start.contains(&format!("?/j/sharding/{i}/instance")),
+            "the start of item {i} checks its owner node: {start:?}"
+        );
+    }
+    // The check fails once the reshard has landed: no trigger, and the fire is caught up later
+    // on a fresh read.
+    let start_op = fired.iter().find_map(|a| match a {
+        Action::Commit { op, .. } => Some(*op),
+        _ => None,
+    });
+    {
+        let op = start_op.expect("a start commit");
+        let refused = s.step(Input::Done {
+            op,
+            result: IoResult::Committed(Err(RegError::MultiFailed {
+                index: 1,
+                source: Box::new(RegError::BadVersion("/j/sharding/0/instance".into())),
+            })),
+        });
+        assert!(triggers(&refused).is_empty(), "{:?}", kinds(&refused));
+    }
+}
