@@ -291,6 +291,14 @@ impl JobState {
         let Some(exec) = self.executions.get(execution_id) else {
             return;
         };
+        if exec.void.is_some() {
+            // Taken back while its start was in flight (self-fencing on waking from a pause, a
+            // lapse, an expiry): it is never sent. Its worker never had it, so its release goes
+            // on at once, with the epochs the start left; the items may be someone else's by now.
+            debug!(job = %self.name, execution = %execution_id,
+                   "started after it was taken back: trigger not sent");
+            return;
+        }
         let instance = exec.instance_id.clone();
         let live = self
             .locals

@@ -31,3 +31,46 @@ fn a_revoked_item_is_released_only_once_the_worker_declines_it() {
         writes(&declined)
     );
 }
+
+#[test]
+fn a_start_answered_after_the_sidecar_fenced_itself_is_never_sent() {
+    // #9, found by the 30-minute soak (seed 2311): the sidecar was stopped right after sending a
+    // start; on waking it fenced itself (no proof of life for 2/3 of the session) and took the
+    // execution back, then the start's answer came and the trigger went out anyway. The item
+    // was released meanwhile (failover on) and a peer ran it at the same time.
+    let (mut s, _) = ready(1, true);
+    let fired = s.fire(1000);
+    let start = fired
+        .iter()
+        .find_map(|a| match a {
+            Action::Commit { op, ops, .. } => Some((*op, ops.clone())),
+            _ => None,
+        })
+        .expect("a start");
+    // Frozen for 7.5 s (over 2/3 of the 10 s session): no proof of life since 1 s.
+    s.unhealthy();
+    s.at(8500);
+    s.healthy();
+    s.env.proof = Some(s.t0 + Duration::from_millis(1000));
+    let woke = s.step(Input::Tick);
+    assert!(triggers(&woke).is_empty());
+    // The start had landed: its answer comes now. Nothing is sent; the items are released.
+    s.env.proof = Some(s.env.now);
+    let results = s.ok(&start.1);
+    let answered = s.step(Input::Done {
+        op: start.0,
+        result: IoResult::Committed(Ok(results)),
+    });
+    let released = s.commit_all(answered.clone());
+    let all: Vec<Action> = answered.into_iter().chain(released).collect();
+    assert!(
+        triggers(&all).is_empty(),
+        "a taken-back execution is never sent: {:?}",
+        kinds(&all)
+    );
+    assert!(
+        writes(&all).contains(&"-/j/sharding/0/running".to_string()),
+        "its worker never had it: released at once: {:?}",
+        writes(&all)
+    );
+}
