@@ -34,11 +34,17 @@ OUT_DIR="$TARGET_DIR/debian"
 mkdir -p "$OUT_DIR"
 if [ "$dev" -eq 1 ]; then
     cargo build -q --bin shardcar
-    deb="$(cargo deb --no-build --profile dev --fast --output "$OUT_DIR" 2>&1 | tail -1)"
+    args=(--no-build --profile dev --fast)
 else
-    deb="$(cargo deb --output "$OUT_DIR" 2>&1 | tail -1)"
+    args=()
 fi
-[ -f "$deb" ] || die "cargo deb did not make a package: $deb"
+# cargo deb prints the package's path last; everything it said is shown if it fails.
+if ! out="$(cargo deb "${args[@]}" --output "$OUT_DIR" 2>&1)"; then
+    printf '%s\n' "$out" >&2
+    die "cargo deb failed (see above)"
+fi
+deb="$(printf '%s\n' "$out" | tail -1)"
+[ -f "$deb" ] || die "cargo deb did not make a package: $out"
 echo "$deb"
 
 [ "$check" -eq 1 ] || exit 0
