@@ -253,6 +253,19 @@ fn fault_in_scope(fr: &FaultRec, job: usize, item: i32, slots: &[usize]) -> bool
     }
 }
 
+/// How the item of a failed run was taken over after the fault at `k` (for the bound reports).
+fn takeover_text(h: &History, next: Option<&Run>, k: u64) -> String {
+    next.map_or("never ran again".into(), |n| {
+        format!(
+            "{} at {} by {} after {}",
+            source_name(n.source),
+            h.rel(n.start),
+            h.who(n.pid, n.gen),
+            rel_ms(n.start - k)
+        )
+    })
+}
+
 /// Every fire instant of every item, classified; violations for lost ones.
 pub fn lost_fires(h: &History, p: &Params, fig: &mut Figures) -> Vec<Violation> {
     let now = p.t_end;
@@ -596,13 +609,7 @@ pub fn bounds(h: &History, p: &Params, fig: &mut Figures) -> Vec<Violation> {
                             " (its sidecar was faulted)"
                         },
                         h.describe(r),
-                        next.map_or("never ran again".into(), |n| format!(
-                            "{} at {} by {} after {}",
-                            source_name(n.source),
-                            h.rel(n.start),
-                            h.who(n.pid, n.gen),
-                            rel_ms(n.start - k)
-                        )),
+                        takeover_text(h, next, k),
                         members.join(", ")
                     );
                     let late = latency.is_none_or(|l| l > bound);
@@ -664,13 +671,7 @@ pub fn bounds(h: &History, p: &Params, fig: &mut Figures) -> Vec<Violation> {
                         fr.kind.name(),
                         h.rel(k),
                         h.describe(r),
-                        next.map_or("never ran again".into(), |n| format!(
-                            "{} at {} by {} after {}",
-                            source_name(n.source),
-                            h.rel(n.start),
-                            h.who(n.pid, n.gen),
-                            rel_ms(n.start - k)
-                        )),
+                        takeover_text(h, next, k),
                         rel_ms(bound)
                     );
                     let late = latency.is_none_or(|l| l > bound);
@@ -795,7 +796,7 @@ pub fn worst(samples: &Samples, fair_only: bool) -> String {
 /// report exactly the broken ones.
 pub mod synth {
     use super::*;
-    use crate::history::{Proc, StoreWrite};
+    use crate::history::Proc;
 
     pub const T0: u64 = 1_000_000 * SEC; // a whole second, far from 0
 
@@ -924,25 +925,7 @@ pub mod synth {
         exec: &str,
         until: u64,
     ) {
-        let (accepted, last) = {
-            let last = h.store_last.get(&(job, item)).copied().unwrap_or(i64::MIN);
-            (token >= last, last)
-        };
-        if accepted {
-            h.store_last.insert((job, item), token);
-        }
-        h.writes.push(StoreWrite {
-            recv,
-            job,
-            item,
-            token,
-            pid,
-            gen: 1,
-            exec: exec.into(),
-            until,
-            accepted,
-            last_before: last,
-        });
+        h.store_write(recv, job, item, token, pid, 1, exec.into(), until);
     }
 }
 
