@@ -2,6 +2,51 @@
 
 use super::*;
 
+/// The session answers again at `ms`: the reload it asks for is answered with the job as it
+/// was (one item, owned here), and every write is answered at once. Returns all that followed.
+fn recover(s: &mut Script, ms: u64) -> Vec<Action> {
+    s.at(ms);
+    s.healthy();
+    let back = s.step(Input::Session(s.env.session.clone()));
+    // A reload first (the session came back), then the catch-up under a new lease.
+    let reload = back.iter().find_map(|a| match a {
+        Action::Reload { op } => Some(*op),
+        _ => None,
+    });
+    let mut all = back.clone();
+    let mut actions = back;
+    if let Some(op) = reload {
+        let tree = {
+            let mut t = s.tree(&config(1, false), &[(0, ME)], ME);
+            t.insert(s.paths.instance(ME), node(&instance_yaml(ME, IP), 0, 11));
+            t
+        };
+        s.at(ms + 300);
+        actions = s.step(Input::Done {
+            op,
+            result: IoResult::Loaded(Ok(tree)),
+        });
+        all.extend(actions.iter().cloned());
+    }
+    let caught_up = s.commit_all(actions);
+    all.extend(caught_up);
+    all
+}
+
+/// The one catch-up run after `recover`: a MISFIRE trigger, with a lease sent before it.
+fn assert_caught_up_once_under_a_lease(all: &[Action]) -> Trigger {
+    let t = triggers(all);
+    assert_eq!(t.len(), 1, "{:?}", kinds(all));
+    assert_eq!(t[0].source, Source::Misfire);
+    let k = kinds(all);
+    let lease = k.iter().position(|k| *k == "Lease");
+    assert!(
+        lease.is_some() && lease < k.iter().position(|k| *k == "Trigger"),
+        "a lease comes before the trigger: {k:?}"
+    );
+    t[0].clone()
+}
+
 #[test]
 fn a_trigger_never_goes_out_on_a_lease_close_to_its_end() {
     // #18: the trigger reaches the worker under a lease that is still valid.
@@ -30,34 +75,72 @@ fn no_trigger_is_sent_without_a_lease_and_the_missed_fire_is_caught_up_once_heal
     let fired = s.fire(4500);
     assert!(triggers(&fired).is_empty());
     assert!(writes(&fired).is_empty(), "nothing is written either");
-    s.healthy();
-    s.at(5000);
-    let back = s.step(Input::Session(s.env.session.clone()));
-    // A reload first (the session came back), then the catch-up under a new lease.
-    let reload = back.iter().find_map(|a| match a {
-        Action::Reload { op } => Some(*op),
-        _ => None,
+    let all = recover(&mut s, 5000);
+    assert_caught_up_once_under_a_lease(&all);
+}
+
+#[test]
+fn a_subscribe_registered_while_no_lease_may_be_granted_gets_no_trigger_before_a_lease() {
+    // #18, the third path: the registration's answer comes back while the session cannot be
+    // proven alive. The worker is told who it is and what it owns, but gets no lease; a fire
+    // then sends nothing and writes nothing, and once the session answers again the missed
+    // fire is caught up once, under a lease sent first.
+    let mut s = Script::new("j");
+    let mut tree = s.tree(&config(1, false), &[(0, ME)], ME);
+    tree.insert(s.paths.instance(ME), node(&instance_yaml(ME, IP), 0, 11));
+    s.next_reply += 1;
+    s.next_stream += 1;
+    let joined = s.step(Input::Join {
+        reply: s.next_reply,
+        stream: s.next_stream,
+        instance_id: ME.into(),
+        config: None,
+        overwrite: false,
     });
-    let mut actions = back;
-    if let Some(op) = reload {
-        let tree = {
-            let mut t = s.tree(&config(1, false), &[(0, ME)], ME);
-            t.insert(s.paths.instance(ME), node(&instance_yaml(ME, IP), 0, 11));
-            t
-        };
-        s.at(5300);
-        actions = s.step(Input::Done {
-            op,
-            result: IoResult::Loaded(Ok(tree)),
-        });
-    }
-    let caught_up = s.commit_all(actions.clone());
-    let all: Vec<Action> = actions.into_iter().chain(caught_up).collect();
-    let t = triggers(&all);
-    assert_eq!(t.len(), 1, "{:?}", kinds(&all));
-    assert_eq!(t[0].source, Source::Misfire);
-    let k = kinds(&all);
-    assert!(k.iter().position(|k| *k == "Lease") < k.iter().position(|k| *k == "Trigger"));
+    let op = setup_op(&joined).expect("a setup");
+    let set_up = s.step(Input::Done {
+        op,
+        result: IoResult::SetUp(Ok(tree)),
+    });
+    s.at(500);
+    s.unhealthy();
+    s.at(1500);
+    let registered = s.commit_all(set_up);
+    let k = kinds(&registered);
+    assert!(
+        k.contains(&"Registered") && k.contains(&"Reply"),
+        "the subscribe is answered: {k:?}"
+    );
+    assert!(!k.contains(&"Lease"), "no lease may be granted now: {k:?}");
+    let fired = s.fire(2000);
+    assert!(triggers(&fired).is_empty(), "{:?}", kinds(&fired));
+    assert!(writes(&fired).is_empty(), "nothing is written either");
+    let all = recover(&mut s, 3000);
+    assert_caught_up_once_under_a_lease(&all);
+}
+
+#[test]
+fn a_start_answered_once_no_lease_may_be_granted_sends_nothing_and_is_caught_up() {
+    // #18: the start of a fire is answered when the worker's lease is well used and the
+    // session can no longer be proven alive, so no fresh lease may go before the trigger. The
+    // trigger is not sent (the worker would have to decline it), the execution is given back
+    // at once, and the fire is caught up once the session answers again.
+    let (mut s, _) = ready(1, false);
+    s.tick(1000); // a renewal at 1 s (one third of the lease)
+    let fired = s.fire(1900);
+    assert!(triggers(&fired).is_empty(), "the start is in flight");
+    s.at(2100);
+    s.unhealthy();
+    s.at(2600);
+    let answered = s.commit_all(fired);
+    let k = kinds(&answered);
+    assert!(
+        !k.contains(&"Trigger") && !k.contains(&"Lease"),
+        "no lease may be granted, so no trigger goes out: {k:?}"
+    );
+    let all = recover(&mut s, 3200);
+    let t = assert_caught_up_once_under_a_lease(&all);
+    assert!(t.items.iter().any(|i| i.0 == 0));
 }
 
 #[test]
