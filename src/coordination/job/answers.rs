@@ -2,7 +2,7 @@
 //! epoch its execution left, so an answer for an item that was handed over meanwhile is
 //! refused, never recorded; a decline gives items back without an outcome.
 
-use tracing::{info, warn};
+use tracing::{debug, info, warn};
 
 use super::state::{JobState, Pending};
 use super::{Action, Env, Reply, ReplyId};
@@ -130,6 +130,7 @@ impl JobState {
         exec.committing.extend(items.iter().copied());
         if ops.is_empty() {
             // Nothing to write (monitorExecution off): recorded at once.
+            debug!(job = %self.name, execution = %execution_id, items = ?items, "answer accepted");
             self.record_outcomes(execution_id, &items, &outcome, out);
             return self.reply(reply, Reply::Answered(Ok(())), out);
         }
@@ -164,14 +165,9 @@ impl JobState {
         for i in &items {
             exec.committing.remove(i);
         }
-        let (instance, monitored, versions) = (
-            exec.instance_id.clone(),
-            exec.monitored,
-            exec.versions.clone(),
-        );
-        let _ = (instance, monitored, versions);
         match result {
             Ok(_) => {
+                debug!(job = %self.name, execution = %execution_id, items = ?items, "answer accepted");
                 self.record_outcomes(execution_id, &items, &outcome, out);
                 self.reply(reply, Reply::Answered(Ok(())), out);
             }

@@ -571,6 +571,10 @@ impl JobState {
                     local.registered = true;
                     local.generation = generation;
                     local.seen = true;
+                    // Registering again waits for the fresh read of the job (`reconcile`
+                    // decides nothing while a reload is wanted or in flight).
+                    info!(job = %self.name, instance = %id, generation,
+                          "registered again in the new session, on a fresh read of the job");
                 }
             }
             Err(RegError::MultiFailed { source, .. })
