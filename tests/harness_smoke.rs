@@ -471,3 +471,43 @@ fn ledger_catches_overlaps_and_missing_reruns() {
         "a lost item must be caught"
     );
 }
+
+/// The fencing store of the ledger refuses a write under a token lower than one it already
+/// accepted for the item, and the check reports it.
+#[test]
+fn ledger_fencing_store_catches_a_write_under_an_older_token() {
+    use common::ledger::Ledger;
+    use common::worker::{RunEnd, StrictRun};
+    use shardcar::proto::TriggerSource;
+    use std::time::Instant;
+
+    let t0 = Instant::now();
+    let run = |exec: &str, token: i64, start: u64, end: u64| StrictRun {
+        execution_id: exec.into(),
+        items: vec![3],
+        source: TriggerSource::Cron as i32,
+        tokens: [(3, token)].into_iter().collect(),
+        start: t0 + Duration::from_millis(start),
+        end: Some(t0 + Duration::from_millis(end)),
+        outcome: Some(RunEnd::Completed),
+        reply: Some(Ok(())),
+    };
+    let caught = |f: &dyn Fn()| std::panic::catch_unwind(std::panic::AssertUnwindSafe(f)).is_err();
+
+    // Token 5 writes, then token 6: both accepted.
+    let mut good = Ledger::new();
+    good.record_strict("a", &[run("e1", 5, 0, 100)], &[], None);
+    good.record_strict("b", &[run("e2", 6, 150, 250)], &[], None);
+    assert_eq!(good.assert_fencing_store_accepts_every_write(), 2);
+
+    // Token 6 has written when the holder of token 5 writes: refused, and reported.
+    let mut stale = Ledger::new();
+    stale.record_strict("a", &[run("e1", 5, 0, 300)], &[], None);
+    stale.record_strict("b", &[run("e2", 6, 100, 200)], &[], None);
+    assert!(
+        caught(&|| {
+            stale.assert_fencing_store_accepts_every_write();
+        }),
+        "a refused write must be caught"
+    );
+}

@@ -5,6 +5,10 @@
 //! - every run that was interrupted (its worker or sidecar died, or it was revoked) is run
 //!   again later as FAILOVER.
 //!
+//! - (strict workers) a fencing store that refuses a token lower than the last it accepted for
+//!   an item accepts the write every completed run makes as it ends: a refused write would be a
+//!   run that believed it held a valid lease while a newer holder had already written.
+//!
 //! A run starts when its `Trigger` is received and ends at the earliest of: the worker's
 //! answer, a `Revoke` naming the item, the moment the test froze or killed the worker, or the
 //! end of the worker's lease once its sidecar was frozen or killed (the worker stops on its own
@@ -36,9 +40,20 @@ pub struct Run {
     pub answered: bool,
 }
 
+/// The write a completed strict run makes to its store as it ends, under its fencing token.
+#[derive(Clone, Debug)]
+pub struct Write {
+    pub worker: String,
+    pub item: i32,
+    pub execution: String,
+    pub token: i64,
+    pub at: Instant,
+}
+
 #[derive(Default)]
 pub struct Ledger {
     runs: Vec<Run>,
+    writes: Vec<Write>,
     origin: Option<Instant>,
 }
 
@@ -131,6 +146,23 @@ impl Ledger {
                 (Some(e), Some(s)) => Some(e.min(s)),
                 (e, s) => e.or(s),
             };
+            if run.outcome == Some(super::worker::RunEnd::Completed) {
+                for item in &run.items {
+                    let token = *run.tokens.get(item).unwrap_or_else(|| {
+                        panic!(
+                            "{worker}: trigger {} has no token for item {item}",
+                            run.execution_id
+                        )
+                    });
+                    self.writes.push(Write {
+                        worker: worker.to_string(),
+                        item: *item,
+                        execution: run.execution_id.clone(),
+                        token,
+                        at: run.end.expect("a completed run has ended"),
+                    });
+                }
+            }
             for item in &run.items {
                 self.runs.push(Run {
                     worker: worker.to_string(),
@@ -182,6 +214,37 @@ impl Ledger {
                 );
             }
         }
+    }
+
+    /// Replays every completed strict run's write into a store that refuses a token lower than
+    /// the last one it accepted for the item, in the order the writes were made, and asserts
+    /// that it refused none. Returns how many writes it accepted (so a test can tell that it
+    /// checked something).
+    pub fn assert_fencing_store_accepts_every_write(&self) -> usize {
+        let mut writes = self.writes.clone();
+        writes.sort_by_key(|w| w.at);
+        let mut last: std::collections::HashMap<i32, &Write> = std::collections::HashMap::new();
+        for w in &writes {
+            if let Some(prev) = last.get(&w.item) {
+                let origin = self.origin.unwrap_or(w.at);
+                assert!(
+                    w.token >= prev.token,
+                    "the fencing store refused a write of item {}: {} ({}) wrote token {} at {:?}, \
+                     after {} ({}) had written token {} at {:?}",
+                    w.item,
+                    w.worker,
+                    w.execution,
+                    w.token,
+                    w.at - origin,
+                    prev.worker,
+                    prev.execution,
+                    prev.token,
+                    prev.at - origin
+                );
+            }
+            last.insert(w.item, w);
+        }
+        writes.len()
     }
 
     /// Every run that did not end with its worker's answer ran again later as FAILOVER.

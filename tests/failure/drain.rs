@@ -90,6 +90,7 @@ async fn sigterm_lets_a_running_item_finish_before_a_peer_may_start_it() {
     ledger.record_strict("a", &wa.strict_runs(), &wa.events(), None);
     ledger.record_strict("b", &wb.strict_runs(), &wb.events(), None);
     ledger.assert_no_overlap();
+    assert!(ledger.assert_fencing_store_accepts_every_write() > 0);
 }
 
 #[tokio::test(flavor = "multi_thread")]

@@ -96,4 +96,5 @@ async fn a_killed_members_items_run_as_failover_before_any_catch_up_loop() {
     );
     ledger.record_strict("b", &wb.strict_runs(), &wb.events(), None);
     ledger.assert_no_overlap();
+    assert!(ledger.assert_fencing_store_accepts_every_write() > 0);
 }
