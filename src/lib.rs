@@ -9,9 +9,10 @@
 //! speaks only in domain terms (worker events, sources, errors); [`ops`] is what operators use
 //! (execution history, metrics, the namespace operations of the console), also in domain terms;
 //! [`api`] is the gRPC layer, the only one that knows tonic and the protobuf types, converting
-//! both ways, validating requests and mapping errors to status codes; [`sidecar`] wires a
-//! process together and [`config`] reads its settings; [`ctl`] is `shardcar ctl`, a client of
-//! the Admin API. The design of record is `docs/architecture.md`.
+//! both ways, validating requests and mapping errors to status codes; [`config`] reads a
+//! process's settings (with [`net`], which picks the advertised IP as ElasticJob does) and
+//! [`sidecar`] wires a process together from them; [`ctl`] is `shardcar ctl`, a client of the
+//! Admin API. The design of record is `docs/architecture.md`.
 #![forbid(unsafe_code)]
 
 pub mod api;

@@ -10,12 +10,13 @@
 //! results back as inputs, in the order the registry answered them.
 //!
 //! The concerns of the state machine are split by file: [`state`] (the state, the dispatch of
-//! inputs and the level-triggered reconcile), [`mirror`] (the mirror of the job's subtree and
-//! the writes that change it), [`membership`]
-//! (joining, leaving, remote shutdown, re-registration), [`drain`], [`executions`] (fires, starts,
-//! triggers), [`answers`] (answers, declines), [`release`] (revokes, timeouts, self-fencing,
-//! releases), [`work`] (failover claims, trigger-once, misfire catch-up), [`leases`] (renewals
-//! and lapses) and [`leadership`] (election, resharding, clean-up).
+//! inputs and the level-triggered reconcile), [`results`] (each action's result to the concern
+//! that asked for it), [`mirror`] (the mirror of the job's subtree and the writes that change
+//! it), [`membership`] (joining, leaving, remote shutdown), [`sessions`] (a new session and
+//! re-registration), [`drain`], [`executions`] (fires, starts, triggers), [`answers`] (answers,
+//! declines), [`release`] (revokes, timeouts, self-fencing, releases), [`work`] (failover
+//! claims, trigger-once, misfire catch-up), [`leases`] (renewals and lapses) and [`leadership`]
+//! (election, resharding, clean-up). The driver's own I/O for a job's setup is in [`setup`].
 
 mod answers;
 mod drain;
@@ -26,6 +27,9 @@ mod leases;
 mod membership;
 mod mirror;
 mod release;
+mod results;
+mod sessions;
+mod setup;
 mod state;
 mod work;
 

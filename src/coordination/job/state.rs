@@ -14,9 +14,9 @@
 use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::time::{Duration, Instant};
 
-use tracing::{debug, info, warn};
+use tracing::{info, warn};
 
-use super::{Action, Env, Input, IoResult, LatchKey, OpId, Reply, ReplyId, Settings, StreamKey};
+use super::{Action, Env, Input, LatchKey, OpId, Reply, ReplyId, Settings, StreamKey};
 use crate::coordination::events::Source;
 use crate::coordination::execution::{Execution, ItemOutcome};
 use crate::coordination::lease::WorkerLease;
@@ -25,7 +25,7 @@ use crate::coordination::CoordError;
 use crate::elasticjob::config::JobConfiguration;
 use crate::elasticjob::extras::JobExtras;
 use crate::elasticjob::paths::JobPaths;
-use crate::registry::{CreateMode, Error as RegError, Node, Op, OpResult, TreeCache};
+use crate::registry::{CreateMode, Node, Op, TreeCache};
 
 /// How long to wait before re-reading the job after a failed or refused write.
 pub(super) const RETRY: Duration = Duration::from_millis(200);
@@ -412,112 +412,6 @@ impl JobState {
         (minutes > 0).then(|| Duration::from_secs(60 * minutes as u64))
     }
 
-    fn on_done(&mut self, op: OpId, result: IoResult, env: &Env, out: &mut Vec<Action>) {
-        let Some(pending) = self.pending.remove(&op) else {
-            return;
-        };
-        match (pending, result) {
-            (Pending::SetUp, IoResult::SetUp(result)) => self.on_set_up(result, env, out),
-            (Pending::Read, IoResult::Read { path, node }) => match node {
-                Ok(node) => {
-                    self.inexact.remove(&path);
-                    self.cache.put(&path, node);
-                    self.view_stale = true;
-                }
-                Err(e) => self.write_failed("reading a node", &e, env),
-            },
-            (Pending::Reload, IoResult::Loaded(result)) => match result {
-                Ok(nodes) => {
-                    debug!(job = %self.name, nodes = nodes.len(), "job read");
-                    self.cache.replace_all(nodes);
-                    self.inexact.clear();
-                    self.view_stale = true;
-                    self.last_reload = Some(env.now);
-                    self.resolve_uncertain(out);
-                }
-                Err(e) => self.write_failed("reading the job", &e, env),
-            },
-            (Pending::Watch, IoResult::Watching(result)) => match result {
-                Ok(()) => self.reload_wanted = true,
-                Err(e) => {
-                    self.watch_wanted = true;
-                    self.write_failed("watching the job", &e, env);
-                }
-            },
-            (Pending::Persist, IoResult::Persisted(result)) => {
-                if let Err(e) = result {
-                    self.write_failed("writing a node", &e, env);
-                }
-            }
-            (Pending::Clock { fire_time }, IoResult::Clock(result)) => {
-                self.on_clock(fire_time, result, env, out)
-            }
-            (pending, IoResult::Committed(result)) => {
-                let ops = self.commit_ops.remove(&op).unwrap_or_default();
-                if let Ok(results) = &result {
-                    self.apply_commit(&ops, results, env);
-                    self.refresh_view();
-                }
-                self.on_committed(pending, ops, result, env, out)
-            }
-            (pending, IoResult::Latched(result)) => self.on_latched(pending, result, env, out),
-            (pending, result) => {
-                warn!(job = %self.name, ?pending, ?result, "unexpected result; ignored");
-            }
-        }
-    }
-
-    /// A commit's result (already mirrored into the cache if it succeeded): let its owner go on.
-    fn on_committed(
-        &mut self,
-        pending: Pending,
-        ops: Vec<Op>,
-        result: Result<Vec<OpResult>, RegError>,
-        env: &Env,
-        out: &mut Vec<Action>,
-    ) {
-        match pending {
-            Pending::Register { instance_id } => self.on_registered(&instance_id, result, env, out),
-            Pending::Reregister { instance_id } => {
-                self.on_reregistered(&instance_id, result, env, out)
-            }
-            Pending::Start { execution_id } => {
-                self.on_started(&execution_id, &ops, result, env, out)
-            }
-            Pending::Finish {
-                execution_id,
-                items,
-                outcome,
-                reply,
-            } => self.on_finished(&execution_id, items, outcome, reply, result, env, out),
-            Pending::Release {
-                execution_id,
-                items,
-            } => self.on_released(&execution_id, items, result, env, out),
-            Pending::Leave { instance_id } => self.on_left(&instance_id, result, env, out),
-            Pending::MisfireFlags | Pending::SidecarNode | Pending::Abdicate | Pending::Orphans => {
-                if let Err(e) = result {
-                    self.write_failed("a registry write", &e, env);
-                }
-            }
-            Pending::Reshard => self.on_resharded(result, env),
-            Pending::Cleanup { items } | Pending::ReleaseStale { items } => {
-                self.unlock(&items);
-                if let Err(e) = result {
-                    self.write_failed("releasing items no one runs any more", &e, env);
-                }
-            }
-            Pending::Elect { latch } => self.on_elected(latch, result, env, out),
-            Pending::Claim { latch, executions } => {
-                self.on_claimed(latch, executions, &ops, result, env, out)
-            }
-            Pending::TakeTrigger { instance_id } => {
-                self.on_trigger_taken(&instance_id, result, env, out)
-            }
-            other => warn!(job = %self.name, pending = ?other, "unexpected commit result; ignored"),
-        }
-    }
-
     /// Whether the session is connected in the generation the locals are registered in.
     pub(super) fn connected(&self, env: &Env) -> bool {
         env.connected_generation() == Some(self.generation) && self.generation > 0
@@ -626,7 +520,7 @@ impl JobState {
     }
 
     /// The first setup of the job is done: mirror the subtree, then register the waiting joins.
-    fn on_set_up(
+    pub(super) fn on_set_up(
         &mut self,
         result: Result<BTreeMap<String, Node>, CoordError>,
         env: &Env,
