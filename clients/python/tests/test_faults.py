@@ -126,15 +126,16 @@ LEASE_B = 1.0
 FREEZE_B = 4.5
 
 
+@pytest.mark.parametrize("api", ["sync", "asyncio"])
 def test_a_trigger_read_without_a_valid_lease_is_declined_and_the_item_runs_again(
-        make_sidecar, spawn_child):
+        make_sidecar, spawn_child, api):
     """Frozen right after an answer (idle), past its lease but under the keepalive timeout: the
     sidecar's renewals and its next trigger wait in the socket buffer. Resumed, the worker reads
     the renewals as void and declines the trigger at once; the item runs again later, under a
     fresh lease."""
     sidecar = make_sidecar(args=["--lease", f"{LEASE_B:g}s", "--keepalive-timeout", "60s"])
-    job = "stale-trigger"
-    child = spawn_child(child_args(sidecar, job, "sync", "quick", cron=EVERY_TWO_SECONDS))
+    job = f"stale-trigger-{api}"
+    child = spawn_child(child_args(sidecar, job, api, "quick", cron=EVERY_TWO_SECONDS))
     declined: Optional[str] = None
     for attempt in range(3):
         mark, _ = child.wait_for(is_log(r"^job \S+: complete of \S+ items \[0\] accepted"), 30,
@@ -169,15 +170,17 @@ def test_a_trigger_read_without_a_valid_lease_is_declined_and_the_item_runs_agai
 FREEZE_B2 = 5.0  # past the 1 s lease and the 1 s keepalive timeout (pings every 0.5 s)
 
 
+@pytest.mark.parametrize("api", ["sync", "asyncio"])
 def test_a_worker_paused_past_its_lease_and_the_keepalive_runs_no_stale_work(
-        make_sidecar, spawn_child):
+        make_sidecar, spawn_child, api):
     """Frozen past both its lease and the keepalive timeout: the sidecar closes the connection.
     Resumed, the worker runs nothing it was sent before (whatever it still reads from its
-    socket), subscribes again, and the item runs again on the new stream."""
+    socket: a renewal or trigger that waited there is stale), subscribes again, and the item
+    runs again on the new stream."""
     sidecar = make_sidecar(args=["--lease", f"{LEASE_B:g}s", "--keepalive-interval", "500ms",
                                  "--keepalive-timeout", "1s"])
-    job = "stale-connection"
-    child = spawn_child(child_args(sidecar, job, "sync", "quick"))
+    job = f"stale-connection-{api}"
+    child = spawn_child(child_args(sidecar, job, api, "quick"))
     mark, _ = child.wait_for(is_log(r"complete of \S+ items \[0\] accepted"), 30,
                              "an answered execution")
     mark += 1

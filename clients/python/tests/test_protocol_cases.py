@@ -4,6 +4,9 @@ The schema and its ordering rules are those of ``clients/protocol-cases/README.m
 are fed to :class:`shardcar._core.ProtocolCore` in order, both clocks reading the step's ``at``;
 the outputs it produces must be exactly the expected ones, in order, each expected output with
 an ``at`` produced by a step at that time, and every ``check`` must answer as the case says.
+A stream that ends with a status is fed as the error the drivers would raise for it
+(:func:`shardcar.errors.error_from_status`, the mapping of ``from_rpc_error``); a reconnect is
+compared by its nominal delay, and its real (jittered) delay must lie in the README's window.
 """
 
 from __future__ import annotations
@@ -13,6 +16,7 @@ from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any, Dict, List, Optional, Tuple
 
+import grpc
 import pytest
 
 from shardcar._core import (
@@ -22,11 +26,23 @@ from shardcar._core import (
     Outcome,
     Output,
     ProtocolCore,
+    Reconnect,
+    ReconnectPolicy,
     SendCall,
     StartItem,
     Stop,
 )
-from shardcar.events import Lease, Registered, Revoke, ShardItem, Shutdown, Trigger, TriggerSource
+from shardcar.errors import SidecarUnavailableError, error_from_status
+from shardcar.events import (
+    Assignment,
+    Lease,
+    Registered,
+    Revoke,
+    ShardItem,
+    Shutdown,
+    Trigger,
+    TriggerSource,
+)
 
 CASES_FILE = Path(__file__).resolve().parent / ".." / ".." / "protocol-cases" / "cases.json"
 WALL_ZERO = datetime(2026, 11, 23, 12, 0, 0, tzinfo=timezone.utc).timestamp()
@@ -34,6 +50,10 @@ WALL_ZERO = datetime(2026, 11, 23, 12, 0, 0, tzinfo=timezone.utc).timestamp()
 # The transport failure a case names INTERNAL_GOAWAY, as a client sees it: INTERNAL with the
 # HTTP/2 layer's message (tonic: "h2 protocol error: ..."; the sidecar never replied).
 STATUS = {"INTERNAL_GOAWAY": ("INTERNAL", "h2 protocol error: connection closed by GOAWAY")}
+
+# The defaults of a case's `settings` (README: "settings").
+SETTINGS = {"backoff_initial_ms": 100, "backoff_max_ms": 5000, "connect_timeout_ms": 10000,
+            "exit_on_shutdown": True}
 
 
 def load_cases() -> List[Dict[str, Any]]:
@@ -64,7 +84,18 @@ def output_json(out: Output) -> Dict[str, Any]:
         return {"call": out.call.rpc.value, "execution_id": out.call.execution_id,
                 "items": list(out.call.items)}
     if isinstance(out, Stop):
-        return {"stop": True}
+        if out.error is None:
+            return {"stop": True}
+        code = out.error.code
+        if code is None:  # the first-connect deadline: no status of its own
+            assert isinstance(out.error, SidecarUnavailableError), repr(out.error)
+            code = grpc.StatusCode.UNAVAILABLE
+        stop: Dict[str, Any] = {"stop": True, "error": code.name}
+        if out.error.reason is not None:
+            stop["reason"] = out.error.reason
+        return stop
+    if isinstance(out, Reconnect):
+        return {"reconnect": {"after_ms": round(out.nominal * 1000)}}
     raise AssertionError(f"unknown output {out!r}")
 
 
@@ -84,9 +115,17 @@ def trigger(execution_id: str, items: List[int], sent_at_ms: int) -> Trigger:
 class Runner:
     """Feeds one case's steps to a core and records what it produces, step by step."""
 
-    def __init__(self) -> None:
+    def __init__(self, settings: Dict[str, Any]) -> None:
+        settings = {**SETTINGS, **settings}
         self.clock = FakeClock()
-        self.core = ProtocolCore("job", self.clock)
+        reconnect = ReconnectPolicy(
+            connect_timeout=settings["connect_timeout_ms"] / 1000,
+            backoff_initial=settings["backoff_initial_ms"] / 1000,
+            backoff_max=settings["backoff_max_ms"] / 1000,
+            target="127.0.0.1:50061",
+        )
+        self.core = ProtocolCore("job", self.clock, exit_on_shutdown=settings["exit_on_shutdown"],
+                                 reconnect=reconnect)
         self.produced: List[Tuple[int, int, Output]] = []  # (step index, at, output)
         self.running: Dict[Tuple[str, int], bool] = {}  # started and not returned
         self.calls: List[AnswerCall] = []
@@ -105,6 +144,9 @@ class Runner:
                     "is pending")
                 self.in_flight[out.call.id] = out.call
                 self.calls.append(out.call)
+            elif isinstance(out, Reconnect):
+                assert out.nominal / 2 <= out.delay <= out.nominal * 1.2, (
+                    f"reconnect delay {out.delay}s outside the jitter window of {out.nominal}s")
             self.produced.append((index, at, out))
 
     def step(self, index: int, step: Dict[str, Any]) -> None:
@@ -112,7 +154,7 @@ class Runner:
         self.clock.at_ms = at
         core = self.core
         if "stream" in step:
-            outs = core.stream_opened() if step["stream"] == "open" else core.stream_ended("ended")
+            outs = core.stream_opened() if step["stream"] == "open" else self.stream_ended(step)
         elif "event" in step:
             outs = core.on_event(self.event(step))
         elif "done" in step:
@@ -142,6 +184,15 @@ class Runner:
             raise AssertionError(f"unknown step {step}")
         self.record(index, at, outs)
 
+    def stream_ended(self, step: Dict[str, Any]) -> List[Output]:
+        status = step.get("status", "OK")
+        if status == "OK":
+            return self.core.stream_ended()
+        error = error_from_status(grpc.StatusCode[status], f"{status} from the case",
+                                  reason=step.get("reason"), request_field=None,
+                                  target="127.0.0.1:50061", during="subscribe")
+        return self.core.stream_ended(error=error)
+
     def event(self, step: Dict[str, Any]) -> Any:
         kind = step["event"]
         if kind == "registered":
@@ -153,6 +204,9 @@ class Runner:
                          expires_at_wall=WALL_ZERO + sent_at / 1000 + valid_for)
         if kind == "trigger":
             return trigger(step["execution_id"], step["items"], step.get("sent_at", step["at"]))
+        if kind == "assignment":
+            return Assignment("job", tuple(ShardItem(i, "") for i in step["items"]), False,
+                              step.get("epoch", 1))
         if kind == "revoke":
             return Revoke(tuple(step["items"]), "")
         if kind == "shutdown":
@@ -184,13 +238,13 @@ CASES = load_cases()
 
 
 def test_the_case_file_has_every_case():
-    assert len(CASES) == 15
+    assert len(CASES) == 23
     assert len({c["name"] for c in CASES}) == len(CASES)
 
 
 @pytest.mark.parametrize("case", CASES, ids=[c["name"] for c in CASES])
 def test_protocol_case(case: Dict[str, Any]) -> None:
-    runner = Runner()
+    runner = Runner(case.get("settings", {}))
     last_at: Optional[int] = None
     for index, step in enumerate(case["steps"]):
         assert last_at is None or step["at"] >= last_at, "steps go forward in time"

@@ -469,7 +469,10 @@ def _kinds(outs):
             result.append(("cancel", o.ctx.execution_id, o.ctx.sharding_item))
         elif isinstance(o, _core.SendCall):
             result.append((o.call.rpc.value, o.call.execution_id, o.call.items))
+        elif isinstance(o, _core.Reconnect):
+            result.append(("reconnect",))
         else:
+            assert isinstance(o, _core.Stop)
             result.append(("stop",))
     return result
 
@@ -554,11 +557,50 @@ def test_core_can_reconnect_after_shutdown_when_asked_to():
     clock = Clock()
     core = new_core(clock, exit_on_shutdown=False)
     core.on_event(shardcar.Shutdown("drain"))
-    assert core.stream_ended("sidecar ended it") == [] and not core.stopped
+    assert _kinds(core.stream_ended("sidecar ended it")) == [("reconnect",)] and not core.stopped
     core.stream_opened()
     core.on_event(shardcar.Registered("1.2.3.4@-@9", None))
     core.on_event(_lease(clock))
     assert _kinds(core.on_event(_trigger("e1", (0,)))) == [("start", "e1", 0)]
+
+
+def _subscribe_error(code, reason=None):
+    return shardcar.errors.error_from_status(code, "from the test", reason=reason,
+                                             request_field=None, target="t", during="subscribe")
+
+
+def test_core_stops_on_a_refused_job_even_after_registration():
+    """Python-only (not in the shared cases, Java keeps retrying): INVALID_ARGUMENT and
+    NOT_FOUND of a reconnect end the worker; any other error of a reconnect is retried."""
+    for code in (grpc.StatusCode.INVALID_ARGUMENT, grpc.StatusCode.NOT_FOUND):
+        core = new_core(Clock())
+        error = _subscribe_error(code)
+        (stop,) = core.stream_ended(error=error)
+        assert isinstance(stop, _core.Stop) and stop.error is error and core.stop_error is error
+    core = new_core(Clock())
+    for code in (grpc.StatusCode.UNAVAILABLE, grpc.StatusCode.ALREADY_EXISTS,
+                 grpc.StatusCode.INTERNAL, grpc.StatusCode.DEADLINE_EXCEEDED):
+        assert _kinds(core.stream_ended(error=_subscribe_error(code))) == [("reconnect",)]
+        core.stream_opened()
+    assert not core.stopped
+
+
+def test_core_retries_a_stream_ended_before_registration_until_the_deadline():
+    """Python-only (Java stops at once): a first stream the sidecar ends without an error and
+    without Registered is retried until connect_timeout, then the worker stops unavailable."""
+    clock = Clock()
+    reconnect = _core.ReconnectPolicy(connect_timeout=1.0, backoff_initial=0.1, backoff_max=0.4,
+                                      target="t", jitter=lambda low, high: high)
+    core = _core.ProtocolCore("j", clock, reconnect=reconnect)
+    delays = []
+    while not core.stopped:
+        core.stream_opened()
+        outs = core.stream_ended()
+        delays += [o.delay for o in outs if isinstance(o, _core.Reconnect)]
+        clock.now += delays[-1] if delays and not core.stopped else 0
+    assert delays == [0.1, 0.2, 0.4, 0.4]
+    assert isinstance(core.stop_error, shardcar.SidecarUnavailableError)
+    assert "no registration from the sidecar at 't' within 1.0s" in str(core.stop_error)
 
 
 def test_core_forced_cancel_declines_once_returned():

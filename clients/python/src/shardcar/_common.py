@@ -1,13 +1,12 @@
-"""Settings shared by the sync and asyncio workers: target, channel options, requests, backoff."""
+"""Settings shared by the sync and asyncio workers: target, channel options, requests, texts."""
 
 from __future__ import annotations
 
 import logging
 import os
-import random
+import re
 import secrets
 import traceback
-from dataclasses import dataclass
 from typing import TYPE_CHECKING, Callable, Dict, List, Mapping, Optional, Tuple, Union
 
 from ._proto import shardcar_pb2 as pb
@@ -131,20 +130,27 @@ def subscribe_request(
     return req
 
 
-@dataclass
-class Backoff:
-    """Exponential backoff with full jitter between ``initial`` and ``maximum`` seconds."""
+# Status codes with which a call fails without the sidecar having answered it (or with which
+# the sidecar itself says "not recorded, send it again").
+_TRANSPORT_CODES = frozenset({"UNAVAILABLE", "CANCELLED", "DEADLINE_EXCEEDED"})
+# INTERNAL / UNKNOWN that come from the HTTP/2 layer, not from the sidecar's handler: a call
+# written on a connection the sidecar had closed (GOAWAY), a reset stream.
+_TRANSPORT_DETAILS = re.compile(
+    r"h2 protocol error|goaway|rst_stream|stream removed|connection reset|broken pipe|"
+    r"socket closed|connection closed|http2",
+    re.IGNORECASE,
+)
 
-    initial: float = 0.1
-    maximum: float = 5.0
-    _current: float = 0.0
 
-    def reset(self) -> None:
-        self._current = 0.0
-
-    def next(self) -> float:
-        self._current = self.initial if self._current == 0 else min(self._current * 2, self.maximum)
-        return random.uniform(self._current / 2, self._current)
+def is_transport_failure(code: str, details: str = "") -> bool:
+    """Whether a call that ended with gRPC status ``code`` (its name, e.g. ``"UNAVAILABLE"``)
+    failed in transport: the sidecar neither accepted nor refused it, so an idempotent answer
+    may be sent again. Anything else that is not ``OK`` is the sidecar's answer."""
+    if code in _TRANSPORT_CODES:
+        return True
+    if code in ("INTERNAL", "UNKNOWN"):
+        return bool(_TRANSPORT_DETAILS.search(details))
+    return False
 
 
 #: The longest ``ReportFailure.error`` and ``Decline.reason`` the sidecar accepts, in bytes of

@@ -21,6 +21,10 @@ thing by each rule:
 * **Revoke.** Those items are cancelled and declined once their handlers return.
 * **Shutdown.** New triggers are declined; running items finish and are answered; once the
   stream has ended the worker stops (``exit_on_shutdown``, the default) or reconnects.
+* **Reconnect** (:class:`ReconnectPolicy`). Every end of a stream is decided: stop (after a
+  ``Shutdown`` or a requested stop), stop with a fatal error (the sidecar refused the job; the
+  first registration failed, or did not come within ``connect_timeout``), or subscribe again
+  after a backoff.
 * **Answers** (``Complete``, ``ReportFailure``, ``Decline``) are idempotent: after a transport
   error (:func:`is_transport_failure`) they are sent again with backoff while the stream that
   delivered the trigger is open, and dropped once it has ended. Any other error is the
@@ -30,9 +34,11 @@ thing by each rule:
 Inputs are methods (``stream_opened``, ``stream_ended``, ``on_event``, ``handler_done``,
 ``answer_result``, ``check``, ``tick``, ``request_stop``, ``cancel_all``); each returns the
 outputs to perform, in order: :class:`StartItem`, :class:`CancelItem`, :class:`SendCall`,
-:class:`Stop`. The core marks a cancelled item's :class:`~shardcar.events.ShardingContext`
-itself (so ``ctx.cancelled`` is right at once); ``CancelItem`` tells a driver to interrupt the
-handler where it can (asyncio tasks). The core is thread-safe: one lock, held only inside a
+:class:`Stop`, :class:`Reconnect`. A driver only performs them: it runs handlers, sends calls,
+sleeps, subscribes when told to, and never decides anything itself. The core marks a
+cancelled item's :class:`~shardcar.events.ShardingContext` itself (so ``ctx.cancelled`` is
+right at once); ``CancelItem`` tells a driver to interrupt the handler where it can (asyncio
+tasks). The core is thread-safe: one lock, held only inside a
 method, never while a driver performs outputs.
 """
 
@@ -40,14 +46,20 @@ from __future__ import annotations
 
 import dataclasses
 import enum
-import re
+import random
 import threading
 import time
 from collections import OrderedDict
 from dataclasses import dataclass
-from typing import Dict, List, Optional, Sequence, Tuple, Union
+from typing import Callable, Dict, List, Optional, Sequence, Tuple, Union
 
-from ._common import log, truncate_utf8
+from ._common import is_transport_failure, log, truncate_utf8
+from .errors import (
+    InvalidJobConfigError,
+    JobNotFoundError,
+    ShardcarError,
+    SidecarUnavailableError,
+)
 from .events import (
     Event,
     Lease,
@@ -71,7 +83,9 @@ __all__ = [
     "CancelItem",
     "SendCall",
     "Stop",
+    "Reconnect",
     "Output",
+    "ReconnectPolicy",
     "is_transport_failure",
 ]
 
@@ -160,35 +174,104 @@ class SendCall:
 
 @dataclass(frozen=True)
 class Stop:
-    """The worker stops: its stream has ended after a ``Shutdown`` (or a requested stop)."""
+    """The job stops: its stream has ended after a ``Shutdown`` or a requested stop (``error``
+    ``None``), or with an error that ends the worker (``Worker.run`` raises ``error``)."""
 
+    reason: str
+    error: Optional[ShardcarError] = None
+
+
+@dataclass(frozen=True)
+class Reconnect:
+    """Subscribe again after ``delay`` seconds (``nominal`` before jitter)."""
+
+    delay: float
+    nominal: float
     reason: str
 
 
-Output = Union[StartItem, CancelItem, SendCall, Stop]
-
-# Status codes with which a call fails without the sidecar having answered it (or with which
-# the sidecar itself says "not recorded, send it again").
-_TRANSPORT_CODES = frozenset({"UNAVAILABLE", "CANCELLED", "DEADLINE_EXCEEDED"})
-# INTERNAL / UNKNOWN that come from the HTTP/2 layer, not from the sidecar's handler: a call
-# written on a connection the sidecar had closed (GOAWAY), a reset stream.
-_TRANSPORT_DETAILS = re.compile(
-    r"h2 protocol error|goaway|rst_stream|stream removed|connection reset|broken pipe|"
-    r"socket closed|connection closed|http2",
-    re.IGNORECASE,
-)
+Output = Union[StartItem, CancelItem, SendCall, Stop, Reconnect]
 
 
-def is_transport_failure(code: str, details: str = "") -> bool:
-    """Whether a call that ended with gRPC status ``code`` (its name, e.g. ``"UNAVAILABLE"``)
-    failed in transport: the sidecar neither accepted nor refused it, so an idempotent answer
-    may be sent again. Anything else that is not ``OK`` is the sidecar's answer."""
-    if code in _TRANSPORT_CODES:
-        return True
-    if code in ("INTERNAL", "UNKNOWN"):
-        return bool(_TRANSPORT_DETAILS.search(details))
-    return False
+class ReconnectPolicy:
+    """When a job subscribes again after its stream ended, and when it gives up. No I/O.
 
+    * Fatal errors end the worker with the error: the sidecar refused the job (INVALID_ARGUMENT:
+      :class:`~shardcar.InvalidJobConfigError`; NOT_FOUND: :class:`~shardcar.JobNotFoundError`)
+      at any time; before the first registration, every error but UNAVAILABLE
+      (:class:`~shardcar.SidecarUnavailableError`), e.g. ALREADY_EXISTS (the instance id is live
+      elsewhere).
+    * The first connection has a deadline, ``connect_timeout`` from the first subscription: a
+      job never registered by then ends with :class:`~shardcar.SidecarUnavailableError` (or the
+      stream's own error).
+    * Otherwise it reconnects after a backoff: ``backoff_initial``, doubling up to
+      ``backoff_max``, back to ``backoff_initial`` after each registration; the delay is drawn
+      by ``jitter(low, high)`` from ``[nominal / 2, nominal]``.
+    """
+
+    def __init__(
+        self,
+        *,
+        connect_timeout: float = 10.0,
+        backoff_initial: float = 0.1,
+        backoff_max: float = 5.0,
+        target: str = "",
+        jitter: Callable[[float, float], float] = random.uniform,
+    ) -> None:
+        self.connect_timeout = connect_timeout
+        self.backoff_initial = backoff_initial
+        self.backoff_max = backoff_max
+        self.target = target
+        self._jitter = jitter
+        self._deadline: Optional[float] = None
+        self._registered = False
+        self._nominal = 0.0  # the last delay before jitter; 0: start over
+
+    @property
+    def registered(self) -> bool:
+        """Whether any stream of the job has been registered."""
+        return self._registered
+
+    def connecting(self, now: float) -> None:
+        """A subscription starts; the first one starts the connect deadline."""
+        if self._deadline is None:
+            self._deadline = now + self.connect_timeout
+
+    def on_registered(self) -> None:
+        self._registered = True
+        self._nominal = 0.0
+
+    def fatal(self, error: Optional[ShardcarError], now: float) -> Optional[ShardcarError]:
+        """The error that ends the job, of a stream that ended with ``error``, or ``None``."""
+        if error is None:
+            return None
+        if isinstance(error, (InvalidJobConfigError, JobNotFoundError)):
+            return error
+        if self._registered:
+            return None
+        if not isinstance(error, SidecarUnavailableError) or self._past_deadline(now):
+            return error
+        return None
+
+    def give_up(self, now: float, reason: str) -> Optional[ShardcarError]:
+        """The error that ends a job never registered within the deadline, or ``None``."""
+        if self._registered or not self._past_deadline(now):
+            return None
+        return SidecarUnavailableError(
+            f"no registration from the sidecar at {self.target!r} within "
+            f"{self.connect_timeout}s: {reason}"
+        )
+
+    def next_delay(self) -> Tuple[float, float]:
+        """The next reconnect delay: ``(with jitter, nominal)``; each call doubles the next."""
+        if self._nominal == 0:
+            self._nominal = self.backoff_initial
+        else:
+            self._nominal = min(self._nominal * 2, self.backoff_max)
+        return self._jitter(self._nominal / 2, self._nominal), self._nominal
+
+    def _past_deadline(self, now: float) -> bool:
+        return self._deadline is not None and now >= self._deadline
 
 @dataclass
 class _Lease:
@@ -226,12 +309,14 @@ class ProtocolCore:
         exit_on_shutdown: bool = True,
         retry_initial: float = 0.1,
         retry_max: float = 5.0,
+        reconnect: Optional[ReconnectPolicy] = None,
     ) -> None:
         self.job_name = job_name
         self.clock = clock
         self.exit_on_shutdown = exit_on_shutdown
         self.retry_initial = retry_initial
         self.retry_max = retry_max
+        self.reconnect = reconnect if reconnect is not None else ReconnectPolicy()
         # Held only inside a method of this class, never while outputs are performed.
         self._lock = threading.RLock()
         self._generation = 0
@@ -242,6 +327,7 @@ class ProtocolCore:
         self._shutdown = False  # `Shutdown` received on the current stream
         self._stopping = False  # the worker was asked to stop
         self._stopped = False  # `Stop` was produced
+        self._stop_error: Optional[ShardcarError] = None  # the error of a fatal `Stop`
         self._runs: Dict[Key, _Run] = {}
         self._seen: "OrderedDict[Key, None]" = OrderedDict()
         self._pending: Dict[int, _Pending] = {}
@@ -261,6 +347,11 @@ class ProtocolCore:
     def stopped(self) -> bool:
         """Whether :class:`Stop` was produced."""
         return self._stopped
+
+    @property
+    def stop_error(self) -> Optional[ShardcarError]:
+        """The error the job stopped with (``Worker.run`` raises it), if any."""
+        return self._stop_error
 
     @property
     def stream_open(self) -> bool:
@@ -293,6 +384,13 @@ class ProtocolCore:
                 deadlines.append(now if end is None else end)
             return min(deadlines) if deadlines else None
 
+    def timer_wait(self, cap: float = 0.5) -> float:
+        """How long a driver's timer may sleep before calling :meth:`tick` (at most ``cap``)."""
+        deadline = self.next_deadline()
+        if deadline is None:
+            return cap
+        return min(cap, max(0.0, deadline - self.clock.monotonic()) + 0.001)
+
     # -- inputs: streams -------------------------------------------------------------------------
     def stream_opened(self) -> List[Output]:
         """A new ``Subscribe`` stream: everything of an earlier one is over."""
@@ -300,6 +398,7 @@ class ProtocolCore:
             out: List[Output] = []
             if self._open:
                 out += self._end_stream("the stream was replaced by a new one")
+            self.reconnect.connecting(self.clock.monotonic())
             self._generation += 1
             self._open = True
             self._instance_id = ""
@@ -309,18 +408,38 @@ class ProtocolCore:
             self._seen.clear()
             return out
 
-    def stream_ended(self, reason: str) -> List[Output]:
-        """The stream ended (the sidecar closed it, the connection broke, the worker closed it)."""
+    def stream_ended(
+        self, reason: str = "", error: Optional[ShardcarError] = None
+    ) -> List[Output]:
+        """The stream ended: the sidecar closed it (``error`` ``None``), the call failed with
+        ``error`` (the connection broke, the sidecar refused the subscription), or the worker
+        closed it (``reason`` says so). Ends with :class:`Stop` or :class:`Reconnect` (nothing
+        more once stopped)."""
         with self._lock:
+            now = self.clock.monotonic()
+            if not reason:
+                reason = str(error) if error is not None else "stream ended by the sidecar"
             out: List[Output] = []
             if self._open:
                 out += self._end_stream(reason)
-            if not self._stopped and (self._stopping or (self._shutdown and self.exit_on_shutdown)):
-                self._stopped = True
+            if self._stopped:
+                return out
+            fatal = self.reconnect.fatal(error, now)
+            if fatal is None and (self._stopping or (self._shutdown and self.exit_on_shutdown)):
                 why = "stop requested" if self._stopping else "the sidecar sent Shutdown"
                 log.info("job %s: stream ended after %s; the worker stops", self.job_name, why)
-                out.append(Stop(why))
-            return out
+                self._stopped = True
+                return out + [Stop(why)]
+            if fatal is None:
+                fatal = self.reconnect.give_up(now, reason)
+            if fatal is not None:
+                log.warning("job %s: %s; the worker stops", self.job_name, fatal)
+                self._stopped = True
+                self._stop_error = fatal
+                return out + [Stop(str(fatal), fatal)]
+            delay, nominal = self.reconnect.next_delay()
+            log.warning("job %s: %s; reconnecting in %.2fs", self.job_name, reason, delay)
+            return out + [Reconnect(delay, nominal, reason)]
 
     def request_stop(self) -> List[Output]:
         """The worker is stopping: no new work on any stream; running items finish and are
@@ -340,6 +459,8 @@ class ProtocolCore:
             out = self._check_lapse(now, wall)
             if isinstance(event, Registered):
                 self._instance_id = event.instance_id
+                self.reconnect.on_registered()
+                log.info("job %s: registered as %s", self.job_name, event.instance_id)
             elif isinstance(event, Lease):
                 self._on_lease(event, now, wall)
             elif isinstance(event, Trigger):

@@ -15,75 +15,25 @@ import functools
 import signal
 import threading
 import time
-from typing import (
-    Any,
-    AsyncIterator,
-    Awaitable,
-    Callable,
-    Dict,
-    List,
-    Mapping,
-    Optional,
-    Sequence,
-    Set,
-    Tuple,
-)
+from typing import Any, AsyncIterator, Awaitable, Callable, Dict, List, Optional, Sequence, Set, Tuple
 
 import grpc
 import grpc.aio
 
-from ._common import (
-    Backoff,
-    JobSpec,
-    answer_request,
-    channel_options,
-    failure_text,
-    job_name_of,
-    log,
-    make_instance_suffix,
-    new_instance_token,
-    resolve_target,
-    resolve_unique_instance,
-    subscribe_request,
-    truncate_utf8,
-)
-from ._core import (
-    AnswerCall,
-    CancelItem,
-    Outcome,
-    Output,
-    ProtocolCore,
-    SendCall,
-    StartItem,
-    Stop,
-)
-from ._proto import shardcar_pb2 as pb
+from ._common import JobSpec, answer_request, channel_options, failure_text, log
+from ._core import AnswerCall, CancelItem, Outcome, Output, Reconnect, SendCall, StartItem
+from ._driver import AssignmentCallback, RunnerBase, SubscriptionBase, WorkerBase, rpc_status
 from ._proto import shardcar_pb2_grpc as pb_grpc
-from .errors import (
-    InstanceConflictError,
-    InvalidJobConfigError,
-    JobNotFoundError,
-    ShardcarError,
-    SidecarUnavailableError,
-    from_rpc_error,
-)
-from .events import (
-    Assignment,
-    Event,
-    Lease,
-    Registered,
-    ShardingContext,
-    event_from_proto,
-)
+from .errors import ShardcarError
+from .events import Assignment, Event, ShardingContext
 
 __all__ = ["Worker", "Subscription", "AsyncHandler"]
 
 AsyncHandler = Callable[[ShardingContext], Awaitable[None]]
-AssignmentCallback = Callable[[Assignment], object]
 Key = Tuple[str, int]
 
 
-class Subscription:
+class Subscription(SubscriptionBase):
     """One ``Subscribe`` stream: ``async for`` it for typed events, answer through it.
 
     Like :class:`shardcar.Subscription`: no reconnect, leases tracked but not enforced; answers
@@ -91,40 +41,16 @@ class Subscription:
     :class:`~shardcar.AnswerTransportError` when they failed in transport.
     """
 
-    def __init__(
-        self,
-        stub: pb_grpc.WorkerServiceStub,
-        request: pb.SubscribeRequest,
-        target: str,
-        timeout: float,
-    ) -> None:
-        self.job_name = request.job_name
-        self.instance_id: Optional[str] = None
-        self.lease: Optional[Lease] = None
-        self._stub = stub
-        self._target = target
-        self._timeout = timeout
-        self._closed = False
-        self._call = stub.Subscribe(request)
-
-    @property
-    def lease_valid(self) -> bool:
-        return self.lease is not None and self.lease.valid
-
     async def __aiter__(self) -> AsyncIterator[Event]:
         try:
             async for msg in self._call:
-                event = event_from_proto(msg, self.job_name)
-                if isinstance(event, Registered):
-                    self.instance_id = event.instance_id
-                elif isinstance(event, Lease):
-                    self.lease = event
+                event = self._event(msg)
                 if event is not None:
                     yield event
         except grpc.RpcError as err:
-            if self._closed and err.code() == grpc.StatusCode.CANCELLED:
-                return
-            raise from_rpc_error(err, target=self._target, during="subscribe") from None
+            error = self._stream_error(err)
+            if error is not None:
+                raise error from None
         except asyncio.CancelledError:
             if self._closed:
                 return
@@ -132,41 +58,23 @@ class Subscription:
 
     async def complete(self, execution_id: str, items: Sequence[int]) -> None:
         """Reports items done."""
-        req = pb.CompleteRequest(
-            instance_id=self._require_instance(), execution_id=execution_id, items=list(items)
-        )
-        await self._answer(self._stub.Complete, req)
+        await self._answer(self._stub.Complete, self._complete_request(execution_id, items))
 
     async def report_failure(self, execution_id: str, item: int, error: str) -> None:
         """Reports one item failed with ``error`` (cut to 16384 bytes of UTF-8)."""
-        req = pb.ReportFailureRequest(
-            instance_id=self._require_instance(),
-            execution_id=execution_id,
-            item=item,
-            error=truncate_utf8(error),
+        await self._answer(
+            self._stub.ReportFailure, self._failure_request(execution_id, item, error)
         )
-        await self._answer(self._stub.ReportFailure, req)
 
     async def decline(self, execution_id: str, items: Sequence[int] = (), reason: str = "") -> None:
         """Gives items back without an outcome (empty ``items``: all of the execution)."""
-        req = pb.DeclineRequest(
-            instance_id=self._require_instance(),
-            execution_id=execution_id,
-            items=list(items),
-            reason=truncate_utf8(reason),
-        )
-        await self._answer(self._stub.Decline, req)
+        await self._answer(self._stub.Decline, self._decline_request(execution_id, items, reason))
 
     async def _answer(self, method: Any, req: Any) -> None:
         try:
             await method(req, timeout=self._timeout)
         except grpc.RpcError as err:
-            raise from_rpc_error(err, target=self._target, during="answer") from None
-
-    def close(self) -> None:
-        """Ends the stream; the sidecar removes the instance at once."""
-        self._closed = True
-        self._call.cancel()
+            raise self._answer_error(err) from None
 
     async def __aenter__(self) -> "Subscription":
         return self
@@ -174,13 +82,8 @@ class Subscription:
     async def __aexit__(self, *exc: object) -> None:
         self.close()
 
-    def _require_instance(self) -> str:
-        if self.instance_id is None:
-            raise ShardcarError("no Registered event received yet on this stream")
-        return self.instance_id
 
-
-class Worker:
+class Worker(WorkerBase[AsyncHandler]):
     """The asyncio twin of :class:`shardcar.Worker`; same arguments, ``await worker.run()``.
 
     Create it inside the event loop that runs it (``grpc.aio`` channels belong to one loop).
@@ -189,50 +92,10 @@ class Worker:
     ``unique_instance`` choose the instance id as for the sync worker.
     """
 
-    def __init__(
-        self,
-        target: Optional[str] = None,
-        *,
-        max_concurrency: int = 8,
-        instance_id: str = "",
-        unique_instance: Optional[bool] = None,
-        labels: Optional[Mapping[str, str]] = None,
-        connect_timeout: float = 10.0,
-        backoff_initial: float = 0.1,
-        backoff_max: float = 5.0,
-        drain_timeout: float = 30.0,
-        answer_timeout: float = 10.0,
-        exit_on_shutdown: bool = True,
-        options: Optional[Mapping[str, object]] = None,
-    ) -> None:
-        if max_concurrency < 1:
-            raise ValueError("max_concurrency must be at least 1")
-        self.target = resolve_target(target)
-        self.max_concurrency = max_concurrency
-        self.instance_id = instance_id
-        self.unique_instance = resolve_unique_instance(unique_instance, instance_id)
-        self._instance_token = new_instance_token()
-        self.labels = dict(labels or {})
-        self.connect_timeout = connect_timeout
-        self.backoff_initial = backoff_initial
-        self.backoff_max = backoff_max
-        self.drain_timeout = drain_timeout
-        self.answer_timeout = answer_timeout
-        self.exit_on_shutdown = exit_on_shutdown
-        self._options = options
+    def _setup(self) -> None:
         self._channel: Optional[grpc.aio.Channel] = None
         self._stub: Optional[pb_grpc.WorkerServiceStub] = None
-        self._jobs: List[_JobRunner] = []
-        self._assignment_callbacks: List[AssignmentCallback] = []
         self._stop: Optional[asyncio.Event] = None
-        self._force = False
-
-    @property
-    def instance_suffix(self) -> str:
-        """The ``instance_suffix`` this worker subscribes with: ``{pid}-{8 random hex}``, the
-        same on every (re)connect of this worker; ``""`` when ``unique_instance`` is off (the
-        instance id is then ``instance_id``, or ``{sidecar ip}@-@{pid}``)."""
-        return make_instance_suffix(self._instance_token) if self.unique_instance else ""
 
     def _ensure_channel(self) -> pb_grpc.WorkerServiceStub:
         if self._stub is None:
@@ -242,41 +105,13 @@ class Worker:
             self._stub = pb_grpc.WorkerServiceStub(self._channel)
         return self._stub
 
-    def job(
-        self,
-        config: JobSpec,
-        *,
-        overwrite: bool = False,
-        max_concurrency: Optional[int] = None,
-    ) -> Callable[[AsyncHandler], AsyncHandler]:
-        """Decorator for ``async def handler(ctx)``: one call per item of every trigger."""
-
-        def register(handler: AsyncHandler) -> AsyncHandler:
-            name = job_name_of(config)
-            if any(r.job_name == name for r in self._jobs):
-                raise ValueError(f"job {name!r} already has a handler on this worker")
-            self._jobs.append(
-                _JobRunner(self, config, handler, overwrite, max_concurrency or self.max_concurrency)
-            )
-            return handler
-
-        return register
-
-    def on_assignment(self, callback: AssignmentCallback) -> AssignmentCallback:
-        """Decorator: ``callback(assignment)`` (plain or ``async``) on every ``Assignment``."""
-        self._assignment_callbacks.append(callback)
-        return callback
+    def _runner(self, config: JobSpec, handler: AsyncHandler, overwrite: bool, n: int) -> Any:
+        return _JobRunner(self, config, handler, overwrite, n)
 
     def subscribe(self, job: JobSpec, *, overwrite: bool = False) -> Subscription:
         """Opens a raw event stream for ``job`` (no handlers, no reconnect, leases not enforced)."""
-        req = subscribe_request(
-            job,
-            overwrite=overwrite,
-            instance_id=self.instance_id,
-            labels=self.labels,
-            instance_suffix=self.instance_suffix,
-        )
-        return Subscription(self._ensure_channel(), req, self.target, self.answer_timeout)
+        request = self._subscribe_request(job, overwrite)
+        return Subscription(self._ensure_channel(), request, self.target, self.answer_timeout)
 
     async def run(self, *, handle_signals: bool = True) -> None:
         """Runs every job until :meth:`stop`, SIGINT or SIGTERM (then drains), like the sync one.
@@ -297,27 +132,24 @@ class Worker:
                     installed.append(sig)
                 except (NotImplementedError, RuntimeError, ValueError):
                     pass
+        stopped = asyncio.ensure_future(self._stop.wait())
         try:
             for runner in self._jobs:
                 runner.start()
-            waiters = [asyncio.ensure_future(self._stop.wait())] + [r.done for r in self._jobs]
-            while not self._stop.is_set():
-                await asyncio.wait(waiters, return_when=asyncio.FIRST_COMPLETED)
-                if any(r.fatal for r in self._jobs) or all(r.done.done() for r in self._jobs):
-                    break
-            waiters[0].cancel()
+            pending: Set["asyncio.Future[Any]"] = {stopped, *(r.done for r in self._jobs)}
+            while not self._stop.is_set() and not self._finished():
+                _, pending = await asyncio.wait(pending, return_when=asyncio.FIRST_COMPLETED)
             await self._drain()
         except asyncio.CancelledError:
             self._force = True
             raise
         finally:
+            stopped.cancel()
             for runner in self._jobs:
                 await runner.close()
             for sig in installed:
                 loop.remove_signal_handler(sig)
-        for runner in self._jobs:
-            if runner.fatal is not None:
-                raise runner.fatal
+        self._raise_fatal()
 
     def stop(self, *, force: bool = False) -> None:
         """Asks :meth:`run` to return: drain first, or cancel running items with ``force``."""
@@ -355,35 +187,19 @@ class Worker:
             await runner.wait_idle(deadline, lambda: self._force)
 
 
-class _JobRunner:
+class _JobRunner(RunnerBase[AsyncHandler]):
     """One job of an asyncio :class:`Worker`: the driver of its :class:`ProtocolCore`.
 
-    A stream task, a timer task, one task per item and one per answer call. Outputs are
-    performed on the event loop (handed over with ``call_soon_threadsafe`` when a context is
-    checked from another thread, e.g. a handler's ``run_in_executor`` function).
+    A stream task (subscribe, feed events, sleep when told to reconnect), a timer task, one
+    task per item and one per answer call. Outputs are performed on the event loop (handed over
+    with ``call_soon_threadsafe`` when a context is checked from another thread, e.g. a
+    handler's ``run_in_executor`` function).
     """
 
-    def __init__(
-        self,
-        worker: Worker,
-        config: JobSpec,
-        handler: AsyncHandler,
-        overwrite: bool,
-        max_concurrency: int,
-    ) -> None:
-        self.worker = worker
-        self.config = config
-        self.job_name = job_name_of(config)
-        self.handler = handler
-        self.overwrite = overwrite
-        self.fatal: Optional[ShardcarError] = None
-        self.core = ProtocolCore(
-            self.job_name,
-            exit_on_shutdown=worker.exit_on_shutdown,
-            retry_initial=worker.backoff_initial,
-            retry_max=worker.backoff_max,
-        )
-        self.max_concurrency = max_concurrency
+    worker: Worker
+
+    def __init__(self, *args: Any) -> None:
+        super().__init__(*args)
         self._tasks: Dict[Key, "asyncio.Task[Tuple[Outcome, str]]"] = {}
         self._calls: Set["asyncio.Task[None]"] = set()
         # asyncio objects are created in start(), inside the loop that runs them.
@@ -393,7 +209,6 @@ class _JobRunner:
         self._sem: Optional[asyncio.Semaphore] = None
         self._sub: Optional[Subscription] = None
         self._background: List["asyncio.Task[None]"] = []
-        self._ever_registered = False
         self._closing = False
         self.done: "asyncio.Future[None]"
 
@@ -409,7 +224,7 @@ class _JobRunner:
             loop.create_task(self._timer_loop()),
         ]
 
-    # -- outputs --------------------------------------------------------------------------------
+    # -- outputs (Stop, Reconnect: the stream task reads them itself) ---------------------------
     def _perform(self, outputs: List[Output]) -> None:
         if not outputs:
             return
@@ -425,9 +240,8 @@ class _JobRunner:
             if isinstance(out, StartItem):
                 ctx = out.ctx
                 ctx._probe = functools.partial(self._probe, ctx)
-                key = (ctx.execution_id, ctx.sharding_item)
                 task = loop.create_task(self._run_item(ctx))
-                self._tasks[key] = task
+                self._tasks[(ctx.execution_id, ctx.sharding_item)] = task
                 task.add_done_callback(functools.partial(self._item_done, ctx))
             elif isinstance(out, CancelItem):
                 running = self._tasks.get((out.ctx.execution_id, out.ctx.sharding_item))
@@ -437,15 +251,8 @@ class _JobRunner:
                 call_task = loop.create_task(self._send(out.call))
                 self._calls.add(call_task)
                 call_task.add_done_callback(self._calls.discard)
-            elif isinstance(out, Stop):
-                pass  # the stream task sees core.stopped and ends
         if self._timer_wake is not None:
             self._timer_wake.set()
-
-    def _probe(self, ctx: ShardingContext) -> Tuple[Optional[bool], Optional[float]]:
-        outputs, cancelled, lease_left = self.core.check(ctx.execution_id, ctx.sharding_item)
-        self._perform(outputs)
-        return cancelled, lease_left
 
     async def _send(self, call: AnswerCall) -> None:
         name, request = answer_request(call)
@@ -454,8 +261,7 @@ class _JobRunner:
         try:
             await getattr(stub, name)(request, timeout=self.worker.answer_timeout)
         except grpc.RpcError as err:
-            code = err.code().name if hasattr(err, "code") else "UNKNOWN"
-            details = (err.details() if hasattr(err, "details") else "") or ""
+            code, details = rpc_status(err)
         except asyncio.CancelledError:
             raise  # the worker is closing: the result no longer matters
         except Exception as exc:  # e.g. the channel was closed: it never reached the sidecar
@@ -464,53 +270,37 @@ class _JobRunner:
 
     # -- stream ---------------------------------------------------------------------------------
     async def _stream_loop(self) -> None:
-        backoff = Backoff(self.worker.backoff_initial, self.worker.backoff_max)
-        first_deadline = time.monotonic() + self.worker.connect_timeout
         try:
-            while not self._closing and not self.core.stopped:
+            while not self.core.stopped:
                 sub = self.worker.subscribe(self.config, overwrite=self.overwrite)
                 self._sub = sub
                 self._perform(self.core.stream_opened())
-                reason = "stream ended by the sidecar"
+                error: Optional[ShardcarError] = None
+                outputs: List[Output] = []
                 try:
                     async for event in sub:
-                        if isinstance(event, Registered):
-                            self._ever_registered = True
-                            backoff.reset()
-                            log.info("job %s: registered as %s", self.job_name, event.instance_id)
                         self._perform(self.core.on_event(event))
                         if isinstance(event, Assignment):
                             await self._assigned(event)
                 except ShardcarError as err:
-                    reason = str(err)
-                    if self._is_fatal(err) or (
-                        not self._ever_registered and time.monotonic() >= first_deadline
-                    ):
-                        self.fatal = err
+                    error = err
                 finally:
                     sub.close()
                     if self._sub is sub:
                         self._sub = None
-                    if self._closing:
-                        reason = "worker stopped"
-                    self._perform(self.core.stream_ended(reason))
-                if self.fatal is not None or self._closing or self.core.stopped:
-                    break
-                if not self._ever_registered and time.monotonic() >= first_deadline:
-                    self.fatal = SidecarUnavailableError(
-                        f"no registration from the sidecar at {self.worker.target!r} within "
-                        f"{self.worker.connect_timeout}s: {reason}"
-                    )
-                    break
-                delay = backoff.next()
-                log.warning("job %s: %s; reconnecting in %.2fs", self.job_name, reason, delay)
-                await asyncio.sleep(delay)
+                    closed = "worker stopped" if self._closing else ""
+                    outputs = self.core.stream_ended(closed, None if closed else error)
+                    self._perform(outputs)
+                for out in outputs:
+                    if isinstance(out, Reconnect):
+                        await asyncio.sleep(out.delay)
         finally:
             if not self.done.done():
                 self.done.set_result(None)
 
     async def _assigned(self, event: Assignment) -> None:
-        for callback in self.worker._assignment_callbacks:
+        callbacks: List[AssignmentCallback] = self.worker._assignment_callbacks
+        for callback in callbacks:
             try:
                 result = callback(event)
                 if asyncio.iscoroutine(result):
@@ -518,26 +308,15 @@ class _JobRunner:
             except Exception:
                 log.exception("job %s: on_assignment callback failed", self.job_name)
 
-    def _is_fatal(self, err: ShardcarError) -> bool:
-        if isinstance(err, (InvalidJobConfigError, JobNotFoundError)):
-            return True
-        if isinstance(err, InstanceConflictError):
-            return not self._ever_registered
-        return not isinstance(err, SidecarUnavailableError) and not self._ever_registered
-
     # -- time -----------------------------------------------------------------------------------
     async def _timer_loop(self) -> None:
         wake = self._timer_wake
         assert wake is not None
         while not self._closing:
             self._perform(self.core.tick())
-            deadline = self.core.next_deadline()
-            timeout = 0.5
-            if deadline is not None:
-                timeout = min(timeout, max(0.0, deadline - time.monotonic()) + 0.001)
             wake.clear()
             try:
-                await asyncio.wait_for(wake.wait(), timeout)
+                await asyncio.wait_for(wake.wait(), self.core.timer_wait())
             except asyncio.TimeoutError:
                 pass
 
@@ -592,6 +371,8 @@ class _JobRunner:
 
     async def close(self) -> None:
         self._closing = True
+        if self._loop is not None:
+            self._perform(self.core.request_stop())  # the stream's end stops the job
         self.cancel_running("worker stopped")
         if self._sub is not None:
             self._sub.close()

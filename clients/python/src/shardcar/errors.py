@@ -19,7 +19,7 @@ import grpc
 from google.rpc import error_details_pb2, status_pb2
 from grpc_status import rpc_status
 
-from ._core import is_transport_failure
+from ._common import is_transport_failure
 
 __all__ = [
     "ShardcarError",
@@ -37,6 +37,7 @@ __all__ = [
     "ERROR_DOMAIN",
     "REASONS",
     "from_rpc_error",
+    "error_from_status",
 ]
 
 #: The ``ErrorInfo.domain`` of every error the sidecar returns.
@@ -234,8 +235,24 @@ def from_rpc_error(err: grpc.RpcError, *, target: str, during: str) -> ShardcarE
     code = err.code() if hasattr(err, "code") else None
     details = (err.details() if hasattr(err, "details") else None) or ""
     rich = rich_details(err)
-    kw: Any = dict(code=code, details=details, reason=rich.reason, request_field=rich.field)
-    why = f" [{rich.reason}]" if rich.reason else ""
+    return error_from_status(
+        code, details, reason=rich.reason, request_field=rich.field, target=target, during=during
+    )
+
+
+def error_from_status(
+    code: Optional[grpc.StatusCode],
+    details: str,
+    *,
+    reason: Optional[str],
+    request_field: Optional[str],
+    target: str,
+    during: str,
+) -> ShardcarError:
+    """:func:`from_rpc_error` from the parts of a status: its ``code``, message, ``ErrorInfo``
+    reason and the field of its first ``BadRequest`` violation."""
+    kw: Any = dict(code=code, details=details, reason=reason, request_field=request_field)
+    why = f" [{reason}]" if reason else ""
     if during == "answer" and code is not None and is_transport_failure(code.name, details):
         return AnswerTransportError(
             f"answer not delivered ({code.name}{why}: {details or 'no details'}): a transport "
@@ -244,12 +261,12 @@ def from_rpc_error(err: grpc.RpcError, *, target: str, during: str) -> ShardcarE
             **kw,
         )
     if code == grpc.StatusCode.UNAVAILABLE:
-        if rich.reason == "REGISTRY_UNAVAILABLE":
+        if reason == "REGISTRY_UNAVAILABLE":
             text = (
                 f"the shardcar sidecar at {target!r} cannot reach its registry (ZooKeeper): "
                 f"{details or 'unavailable'}"
             )
-        elif rich.reason is not None:  # the sidecar answered: it is there but not serving
+        elif reason is not None:  # the sidecar answered: it is there but not serving
             text = f"the shardcar sidecar at {target!r} is unavailable{why}: {details}"
         else:
             text = (
@@ -258,9 +275,13 @@ def from_rpc_error(err: grpc.RpcError, *, target: str, during: str) -> ShardcarE
             )
         return SidecarUnavailableError(text, **kw)
     if code == grpc.StatusCode.INVALID_ARGUMENT and during == "subscribe":
-        field = client_field(rich.field)
+        field = client_field(request_field)
         where = f" (field `{field}`)" if field else ""
-        what = "job config" if rich.field is None or _is_config_field(rich.field) else "request"
+        what = (
+            "job config"
+            if request_field is None or _is_config_field(request_field)
+            else "request"
+        )
         return InvalidJobConfigError(f"invalid {what}{where}: {details}", field=field, **kw)
     if code == grpc.StatusCode.NOT_FOUND:
         if during == "subscribe":
@@ -277,5 +298,5 @@ def from_rpc_error(err: grpc.RpcError, *, target: str, during: str) -> ShardcarE
     if code == grpc.StatusCode.ALREADY_EXISTS:
         return InstanceConflictError(f"instance id already in use: {details}", **kw)
     name = code.name if code is not None else "UNKNOWN"
-    where = f" (field `{rich.field}`)" if rich.field else ""
+    where = f" (field `{request_field}`)" if request_field else ""
     return RpcError(f"{during} failed with {name}{why}{where}: {details}", **kw)

@@ -17,53 +17,16 @@ import functools
 import signal
 import threading
 import time
-from typing import Any, Callable, Dict, Iterator, List, Mapping, Optional, Sequence, Tuple
+from typing import Any, Callable, Dict, Iterator, List, Optional, Sequence
 
 import grpc
 
-from ._common import (
-    Backoff,
-    JobSpec,
-    answer_request,
-    channel_options,
-    failure_text,
-    job_name_of,
-    log,
-    make_instance_suffix,
-    new_instance_token,
-    resolve_target,
-    resolve_unique_instance,
-    subscribe_request,
-    truncate_utf8,
-)
-from ._core import (
-    AnswerCall,
-    CancelItem,
-    Outcome,
-    Output,
-    ProtocolCore,
-    SendCall,
-    StartItem,
-    Stop,
-)
-from ._proto import shardcar_pb2 as pb
+from ._common import JobSpec, answer_request, channel_options, failure_text, log
+from ._core import AnswerCall, Outcome, Output, Reconnect, SendCall, StartItem, Stop
+from ._driver import RunnerBase, SubscriptionBase, WorkerBase, rpc_status
 from ._proto import shardcar_pb2_grpc as pb_grpc
-from .errors import (
-    InstanceConflictError,
-    InvalidJobConfigError,
-    JobNotFoundError,
-    ShardcarError,
-    SidecarUnavailableError,
-    from_rpc_error,
-)
-from .events import (
-    Assignment,
-    Event,
-    Lease,
-    Registered,
-    ShardingContext,
-    event_from_proto,
-)
+from .errors import ShardcarError
+from .events import Assignment, Event, ShardingContext
 
 __all__ = ["Worker", "Subscription", "Handler"]
 
@@ -71,7 +34,7 @@ Handler = Callable[[ShardingContext], None]
 AssignmentCallback = Callable[[Assignment], None]
 
 
-class Subscription:
+class Subscription(SubscriptionBase):
     """One ``Subscribe`` stream: iterate it for typed events, answer through it.
 
     Iteration raises a :class:`ShardcarError` subclass when the stream fails, and simply ends
@@ -86,57 +49,24 @@ class Subscription:
     this stream is open.
     """
 
-    def __init__(
-        self,
-        stub: pb_grpc.WorkerServiceStub,
-        request: pb.SubscribeRequest,
-        target: str,
-        timeout: float,
-    ) -> None:
-        self.job_name = request.job_name
-        self.instance_id: Optional[str] = None
-        self.lease: Optional[Lease] = None
-        self._stub = stub
-        self._target = target
-        self._timeout = timeout
-        self._closed = False
-        self._call = stub.Subscribe(request)
-
-    @property
-    def lease_valid(self) -> bool:
-        return self.lease is not None and self.lease.valid
-
     def __iter__(self) -> Iterator[Event]:
         try:
             for msg in self._call:
-                event = event_from_proto(msg, self.job_name)
-                if isinstance(event, Registered):
-                    self.instance_id = event.instance_id
-                elif isinstance(event, Lease):
-                    self.lease = event
+                event = self._event(msg)
                 if event is not None:
                     yield event
         except grpc.RpcError as err:
-            if self._closed and err.code() == grpc.StatusCode.CANCELLED:
-                return
-            raise from_rpc_error(err, target=self._target, during="subscribe") from None
+            error = self._stream_error(err)
+            if error is not None:
+                raise error from None
 
     def complete(self, execution_id: str, items: Sequence[int]) -> None:
         """Reports items of ``execution_id`` done."""
-        req = pb.CompleteRequest(
-            instance_id=self._require_instance(), execution_id=execution_id, items=list(items)
-        )
-        self._answer(self._stub.Complete, req)
+        self._answer(self._stub.Complete, self._complete_request(execution_id, items))
 
     def report_failure(self, execution_id: str, item: int, error: str) -> None:
         """Reports one item of ``execution_id`` failed with ``error`` (cut to 16384 bytes)."""
-        req = pb.ReportFailureRequest(
-            instance_id=self._require_instance(),
-            execution_id=execution_id,
-            item=item,
-            error=truncate_utf8(error),
-        )
-        self._answer(self._stub.ReportFailure, req)
+        self._answer(self._stub.ReportFailure, self._failure_request(execution_id, item, error))
 
     def decline(self, execution_id: str, items: Sequence[int] = (), reason: str = "") -> None:
         """Gives items of ``execution_id`` back without an outcome (empty ``items``: all).
@@ -144,24 +74,13 @@ class Subscription:
         For a trigger that came without a valid lease, or items stopped by a lease lapse or a
         ``Revoke``. Always accepted for this instance's executions, and safe to repeat.
         """
-        req = pb.DeclineRequest(
-            instance_id=self._require_instance(),
-            execution_id=execution_id,
-            items=list(items),
-            reason=truncate_utf8(reason),
-        )
-        self._answer(self._stub.Decline, req)
+        self._answer(self._stub.Decline, self._decline_request(execution_id, items, reason))
 
     def _answer(self, method: Any, req: Any) -> None:
         try:
             method(req, timeout=self._timeout)
         except grpc.RpcError as err:
-            raise from_rpc_error(err, target=self._target, during="answer") from None
-
-    def close(self) -> None:
-        """Ends the stream; the sidecar removes the instance at once."""
-        self._closed = True
-        self._call.cancel()
+            raise self._answer_error(err) from None
 
     def __enter__(self) -> "Subscription":
         return self
@@ -169,13 +88,8 @@ class Subscription:
     def __exit__(self, *exc: object) -> None:
         self.close()
 
-    def _require_instance(self) -> str:
-        if self.instance_id is None:
-            raise ShardcarError("no Registered event received yet on this stream")
-        return self.instance_id
 
-
-class Worker:
+class Worker(WorkerBase[Handler]):
     """A worker process's connection to its local sidecar, with handlers per job.
 
     ``target``: ``host:port`` or ``unix:///path``; default ``$SHARDCAR_TARGET`` or
@@ -199,93 +113,21 @@ class Worker:
     and ``False`` elsewhere.
     """
 
-    def __init__(
-        self,
-        target: Optional[str] = None,
-        *,
-        max_concurrency: int = 8,
-        instance_id: str = "",
-        unique_instance: Optional[bool] = None,
-        labels: Optional[Mapping[str, str]] = None,
-        connect_timeout: float = 10.0,
-        backoff_initial: float = 0.1,
-        backoff_max: float = 5.0,
-        drain_timeout: float = 30.0,
-        answer_timeout: float = 10.0,
-        exit_on_shutdown: bool = True,
-        options: Optional[Mapping[str, object]] = None,
-    ) -> None:
-        if max_concurrency < 1:
-            raise ValueError("max_concurrency must be at least 1")
-        self.target = resolve_target(target)
-        self.max_concurrency = max_concurrency
-        self.instance_id = instance_id
-        self.unique_instance = resolve_unique_instance(unique_instance, instance_id)
-        self._instance_token = new_instance_token()
-        self.labels = dict(labels or {})
-        self.connect_timeout = connect_timeout
-        self.backoff_initial = backoff_initial
-        self.backoff_max = backoff_max
-        self.drain_timeout = drain_timeout
-        self.answer_timeout = answer_timeout
-        self.exit_on_shutdown = exit_on_shutdown
+    def _setup(self) -> None:
         self._channel = grpc.insecure_channel(
-            self.target, options=channel_options(self.target, options)
+            self.target, options=channel_options(self.target, self._options)
         )
         self._stub = pb_grpc.WorkerServiceStub(self._channel)
-        self._jobs: List[_JobRunner] = []
-        self._assignment_callbacks: List[AssignmentCallback] = []
         self._stop = threading.Event()
         self._wake = threading.Event()
-        self._force = False
 
-    @property
-    def instance_suffix(self) -> str:
-        """The ``instance_suffix`` this worker subscribes with: ``{pid}-{8 random hex}``, the
-        same on every (re)connect of this worker; ``""`` when ``unique_instance`` is off (the
-        instance id is then ``instance_id``, or ``{sidecar ip}@-@{pid}``)."""
-        return make_instance_suffix(self._instance_token) if self.unique_instance else ""
-
-    # -- registration ---------------------------------------------------------------------------
-    def job(
-        self,
-        config: JobSpec,
-        *,
-        overwrite: bool = False,
-        max_concurrency: Optional[int] = None,
-    ) -> Callable[[Handler], Handler]:
-        """Decorator: ``handler(ctx)`` runs once per item of every trigger of this job.
-
-        Returning reports the item complete; raising reports it failed with the exception text.
-        ``config`` may be a bare job name to join a job that already exists.
-        """
-
-        def register(handler: Handler) -> Handler:
-            name = job_name_of(config)
-            if any(r.job_name == name for r in self._jobs):
-                raise ValueError(f"job {name!r} already has a handler on this worker")
-            self._jobs.append(
-                _JobRunner(self, config, handler, overwrite, max_concurrency or self.max_concurrency)
-            )
-            return handler
-
-        return register
-
-    def on_assignment(self, callback: AssignmentCallback) -> AssignmentCallback:
-        """Decorator: ``callback(assignment)`` runs on every ``Assignment`` of every job."""
-        self._assignment_callbacks.append(callback)
-        return callback
+    def _runner(self, config: JobSpec, handler: Handler, overwrite: bool, n: int) -> Any:
+        return _JobRunner(self, config, handler, overwrite, n)
 
     def subscribe(self, job: JobSpec, *, overwrite: bool = False) -> Subscription:
         """Opens a raw event stream for ``job`` (no handlers, no reconnect, leases not enforced)."""
-        req = subscribe_request(
-            job,
-            overwrite=overwrite,
-            instance_id=self.instance_id,
-            labels=self.labels,
-            instance_suffix=self.instance_suffix,
-        )
-        return Subscription(self._stub, req, self.target, self.answer_timeout)
+        request = self._subscribe_request(job, overwrite)
+        return Subscription(self._stub, request, self.target, self.answer_timeout)
 
     # -- running --------------------------------------------------------------------------------
     def run(self, *, handle_signals: bool = True) -> None:
@@ -305,11 +147,9 @@ class Worker:
         try:
             for runner in self._jobs:
                 runner.start()
-            while not self._stop.is_set():
+            while not self._stop.is_set() and not self._finished():
                 self._wake.wait(0.25)
                 self._wake.clear()
-                if any(r.fatal for r in self._jobs) or all(r.finished for r in self._jobs):
-                    break
             self._drain()
         finally:
             self._stop.set()
@@ -317,9 +157,7 @@ class Worker:
                 runner.close()
             for sig, handler in restore.items():
                 signal.signal(sig, handler if handler is not None else signal.SIG_DFL)
-        for runner in self._jobs:
-            if runner.fatal is not None:
-                raise runner.fatal
+        self._raise_fatal()
 
     def stop(self, *, force: bool = False) -> None:
         """Asks :meth:`run` to return: drain first, or cancel running items with ``force``."""
@@ -369,44 +207,26 @@ class Worker:
         return restore
 
 
-class _JobRunner:
+class _JobRunner(RunnerBase[Handler]):
     """One job of a :class:`Worker`: the driver of its :class:`ProtocolCore`.
 
-    A stream thread (subscribe, feed events), a timer thread (lease deadline, resends), a
-    handler pool, and answer calls sent with ``future()`` whose results are fed back from
-    gRPC's callback threads. Outputs are performed outside the core's lock.
+    A stream thread (subscribe, feed events, sleep when told to reconnect), a timer thread
+    (lease deadline, resends), a handler pool, and answer calls sent with ``future()`` whose
+    results are fed back from gRPC's callback threads. Outputs are performed outside the
+    core's lock.
     """
 
-    def __init__(
-        self,
-        worker: Worker,
-        config: JobSpec,
-        handler: Handler,
-        overwrite: bool,
-        max_concurrency: int,
-    ) -> None:
-        self.worker = worker
-        self.config = config
-        self.job_name = job_name_of(config)
-        self.handler = handler
-        self.overwrite = overwrite
-        self.max_concurrency = max_concurrency
-        self.fatal: Optional[ShardcarError] = None
-        self.finished = False
-        self.core = ProtocolCore(
-            self.job_name,
-            exit_on_shutdown=worker.exit_on_shutdown,
-            retry_initial=worker.backoff_initial,
-            retry_max=worker.backoff_max,
-        )
+    worker: Worker
+
+    def __init__(self, *args: Any) -> None:
+        super().__init__(*args)
         self._sub: Optional[Subscription] = None
         self._closing = threading.Event()
         self._timer_wake = threading.Event()
         self._pool = concurrent.futures.ThreadPoolExecutor(
-            max_workers=max_concurrency, thread_name_prefix=f"shardcar-{self.job_name}"
+            max_workers=self.max_concurrency, thread_name_prefix=f"shardcar-{self.job_name}"
         )
         self._threads: List[threading.Thread] = []
-        self._ever_registered = False
 
     def start(self) -> None:
         for target, name in ((self._stream_loop, "stream"), (self._timer_loop, "timer")):
@@ -414,7 +234,7 @@ class _JobRunner:
             t.start()
             self._threads.append(t)
 
-    # -- outputs --------------------------------------------------------------------------------
+    # -- outputs (CancelItem: the core marked the context; a thread cannot be interrupted) -------
     def _perform(self, outputs: List[Output]) -> None:
         for out in outputs:
             if isinstance(out, StartItem):
@@ -425,20 +245,12 @@ class _JobRunner:
                 except RuntimeError:  # the pool is shut down: the worker is closing
                     self._perform(self.core.handler_done(
                         ctx.execution_id, ctx.sharding_item, Outcome.STOPPED))
-            elif isinstance(out, CancelItem):
-                pass  # the core marked the context; a thread cannot be interrupted
             elif isinstance(out, SendCall):
                 self._send(out.call)
             elif isinstance(out, Stop):
-                self.finished = True
                 self.worker._wake.set()
         if outputs:
             self._timer_wake.set()
-
-    def _probe(self, ctx: ShardingContext) -> Tuple[Optional[bool], Optional[float]]:
-        outputs, cancelled, lease_left = self.core.check(ctx.execution_id, ctx.sharding_item)
-        self._perform(outputs)
-        return cancelled, lease_left
 
     def _send(self, call: AnswerCall) -> None:
         name, request = answer_request(call)
@@ -456,58 +268,35 @@ class _JobRunner:
             code, details = "CANCELLED", "the call was cancelled"
         else:
             err = future.exception()
-            if err is None:
-                code, details = "OK", ""
-            elif isinstance(err, grpc.RpcError) and hasattr(err, "code"):
-                code, details = err.code().name, err.details() or ""
-            else:
-                code, details = "UNKNOWN", str(err)
+            code, details = ("OK", "") if err is None else rpc_status(err)
         self._perform(self.core.answer_result(call.id, code, details))
 
     # -- stream ---------------------------------------------------------------------------------
     def _stream_loop(self) -> None:
-        backoff = Backoff(self.worker.backoff_initial, self.worker.backoff_max)
-        first_deadline = time.monotonic() + self.worker.connect_timeout
-        while not self._closing.is_set() and not self.core.stopped:
+        while not self.core.stopped:
             sub = self.worker.subscribe(self.config, overwrite=self.overwrite)
             self._sub = sub
             self._perform(self.core.stream_opened())
             if self._closing.is_set():
                 sub.close()
-            reason = "stream ended by the sidecar"
+            error: Optional[ShardcarError] = None
+            outputs: List[Output] = []
             try:
                 for event in sub:
-                    if isinstance(event, Registered):
-                        self._ever_registered = True
-                        backoff.reset()
-                        log.info("job %s: registered as %s", self.job_name, event.instance_id)
                     self._perform(self.core.on_event(event))
                     if isinstance(event, Assignment):
                         self._assigned(event)
             except ShardcarError as err:
-                reason = str(err)
-                if self._is_fatal(err) or (
-                    not self._ever_registered and time.monotonic() >= first_deadline
-                ):
-                    self.fatal = err
+                error = err
             finally:
                 sub.close()
                 self._sub = None
-                if self._closing.is_set():
-                    reason = "worker stopped"
-                self._perform(self.core.stream_ended(reason))
-            if self.fatal is not None or self._closing.is_set() or self.core.stopped:
-                break
-            if not self._ever_registered and time.monotonic() >= first_deadline:
-                self.fatal = SidecarUnavailableError(
-                    f"no registration from the sidecar at {self.worker.target!r} within "
-                    f"{self.worker.connect_timeout}s: {reason}"
-                )
-                break
-            delay = backoff.next()
-            log.warning("job %s: %s; reconnecting in %.2fs", self.job_name, reason, delay)
-            self._closing.wait(delay)
-        self.finished = True
+                closed = "worker stopped" if self._closing.is_set() else ""
+                outputs = self.core.stream_ended(closed, None if closed else error)
+                self._perform(outputs)
+            for out in outputs:
+                if isinstance(out, Reconnect):
+                    self._closing.wait(out.delay)
         self.worker._wake.set()
 
     def _assigned(self, event: Assignment) -> None:
@@ -517,22 +306,11 @@ class _JobRunner:
             except Exception:
                 log.exception("job %s: on_assignment callback failed", self.job_name)
 
-    def _is_fatal(self, err: ShardcarError) -> bool:
-        if isinstance(err, (InvalidJobConfigError, JobNotFoundError)):
-            return True
-        if isinstance(err, InstanceConflictError):
-            return not self._ever_registered
-        return not isinstance(err, SidecarUnavailableError) and not self._ever_registered
-
     # -- time -----------------------------------------------------------------------------------
     def _timer_loop(self) -> None:
         while not self._closing.is_set():
             self._perform(self.core.tick())
-            deadline = self.core.next_deadline()
-            timeout = 0.5
-            if deadline is not None:
-                timeout = min(timeout, max(0.0, deadline - time.monotonic()) + 0.001)
-            self._timer_wake.wait(timeout)
+            self._timer_wake.wait(self.core.timer_wait())
             self._timer_wake.clear()
 
     # -- items ----------------------------------------------------------------------------------
@@ -567,6 +345,7 @@ class _JobRunner:
         self._perform(self.core.cancel_all(reason))
 
     def close(self) -> None:
+        self._perform(self.core.request_stop())  # the stream's end stops the job
         self._closing.set()
         self._timer_wake.set()
         self._perform(self.core.cancel_all("worker stopped"))

@@ -1,0 +1,254 @@
+"""What the sync (``worker.py``) and asyncio (``aio.py``) drivers share, none of it I/O.
+
+The settings and job registry of a worker (:class:`WorkerBase`), the bookkeeping of a raw
+subscription (:class:`SubscriptionBase`: requests, the events it tracks, error mapping), and
+the part of a job runner that is not threads or tasks (:class:`RunnerBase`: its
+:class:`~shardcar._core.ProtocolCore`, the handler's cancellation probe). The drivers add only
+how things run: threads and blocking calls, or tasks and ``await``.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Callable, Generic, List, Mapping, Optional, Sequence, Tuple, TypeVar
+
+import grpc
+
+from ._common import (
+    JobSpec,
+    job_name_of,
+    make_instance_suffix,
+    new_instance_token,
+    resolve_target,
+    resolve_unique_instance,
+    subscribe_request,
+    truncate_utf8,
+)
+from ._core import Output, ProtocolCore, ReconnectPolicy
+from ._proto import shardcar_pb2 as pb
+from .errors import ShardcarError, from_rpc_error
+from .events import Assignment, Event, Lease, Registered, ShardingContext, event_from_proto
+
+H = TypeVar("H")  # a handler: sync or async
+AssignmentCallback = Callable[[Assignment], object]
+
+
+class SubscriptionBase:
+    """One ``Subscribe`` stream: the events it tracks, the answers it builds, how it fails."""
+
+    def __init__(self, stub: Any, request: pb.SubscribeRequest, target: str, timeout: float) -> None:
+        self.job_name = request.job_name
+        self.instance_id: Optional[str] = None
+        self.lease: Optional[Lease] = None
+        self._stub = stub
+        self._target = target
+        self._timeout = timeout
+        self._closed = False
+        self._call = stub.Subscribe(request)
+
+    @property
+    def lease_valid(self) -> bool:
+        return self.lease is not None and self.lease.valid
+
+    def _event(self, msg: pb.SubscribeResponse) -> Optional[Event]:
+        event = event_from_proto(msg, self.job_name)
+        if isinstance(event, Registered):
+            self.instance_id = event.instance_id
+        elif isinstance(event, Lease):
+            self.lease = event
+        return event
+
+    def _stream_error(self, err: grpc.RpcError) -> Optional[ShardcarError]:
+        """The error a failed stream raises; ``None`` when :meth:`close` ended it."""
+        if self._closed and err.code() == grpc.StatusCode.CANCELLED:
+            return None
+        return from_rpc_error(err, target=self._target, during="subscribe")
+
+    def _answer_error(self, err: grpc.RpcError) -> ShardcarError:
+        return from_rpc_error(err, target=self._target, during="answer")
+
+    def _complete_request(self, execution_id: str, items: Sequence[int]) -> pb.CompleteRequest:
+        return pb.CompleteRequest(
+            instance_id=self._require_instance(), execution_id=execution_id, items=list(items)
+        )
+
+    def _failure_request(self, execution_id: str, item: int, error: str) -> pb.ReportFailureRequest:
+        return pb.ReportFailureRequest(
+            instance_id=self._require_instance(),
+            execution_id=execution_id,
+            item=item,
+            error=truncate_utf8(error),
+        )
+
+    def _decline_request(
+        self, execution_id: str, items: Sequence[int], reason: str
+    ) -> pb.DeclineRequest:
+        return pb.DeclineRequest(
+            instance_id=self._require_instance(),
+            execution_id=execution_id,
+            items=list(items),
+            reason=truncate_utf8(reason),
+        )
+
+    def close(self) -> None:
+        """Ends the stream; the sidecar removes the instance at once."""
+        self._closed = True
+        self._call.cancel()
+
+    def _require_instance(self) -> str:
+        if self.instance_id is None:
+            raise ShardcarError("no Registered event received yet on this stream")
+        return self.instance_id
+
+
+class WorkerBase(Generic[H]):
+    """The settings and registered jobs of a worker (see :class:`shardcar.Worker`)."""
+
+    def __init__(
+        self,
+        target: Optional[str] = None,
+        *,
+        max_concurrency: int = 8,
+        instance_id: str = "",
+        unique_instance: Optional[bool] = None,
+        labels: Optional[Mapping[str, str]] = None,
+        connect_timeout: float = 10.0,
+        backoff_initial: float = 0.1,
+        backoff_max: float = 5.0,
+        drain_timeout: float = 30.0,
+        answer_timeout: float = 10.0,
+        exit_on_shutdown: bool = True,
+        options: Optional[Mapping[str, object]] = None,
+    ) -> None:
+        if max_concurrency < 1:
+            raise ValueError("max_concurrency must be at least 1")
+        self.target = resolve_target(target)
+        self.max_concurrency = max_concurrency
+        self.instance_id = instance_id
+        self.unique_instance = resolve_unique_instance(unique_instance, instance_id)
+        self._instance_token = new_instance_token()
+        self.labels = dict(labels or {})
+        self.connect_timeout = connect_timeout
+        self.backoff_initial = backoff_initial
+        self.backoff_max = backoff_max
+        self.drain_timeout = drain_timeout
+        self.answer_timeout = answer_timeout
+        self.exit_on_shutdown = exit_on_shutdown
+        self._options = options
+        self._jobs: List[Any] = []  # the driver's runners
+        self._assignment_callbacks: List[AssignmentCallback] = []
+        self._force = False
+        self._setup()
+
+    def _setup(self) -> None:
+        """The driver's own state (channel, events), created by ``__init__``."""
+
+    @property
+    def instance_suffix(self) -> str:
+        """The ``instance_suffix`` this worker subscribes with: ``{pid}-{8 random hex}``, the
+        same on every (re)connect of this worker; ``""`` when ``unique_instance`` is off (the
+        instance id is then ``instance_id``, or ``{sidecar ip}@-@{pid}``)."""
+        return make_instance_suffix(self._instance_token) if self.unique_instance else ""
+
+    def job(
+        self,
+        config: JobSpec,
+        *,
+        overwrite: bool = False,
+        max_concurrency: Optional[int] = None,
+    ) -> Callable[[H], H]:
+        """Decorator: ``handler(ctx)`` (``async def`` on the asyncio worker) runs once per item
+        of every trigger of this job.
+
+        Returning reports the item complete; raising reports it failed with the exception text.
+        ``config`` may be a bare job name to join a job that already exists.
+        """
+
+        def register(handler: H) -> H:
+            name = job_name_of(config)
+            if any(r.job_name == name for r in self._jobs):
+                raise ValueError(f"job {name!r} already has a handler on this worker")
+            concurrency = max_concurrency or self.max_concurrency
+            self._jobs.append(self._runner(config, handler, overwrite, concurrency))
+            return handler
+
+        return register
+
+    def on_assignment(self, callback: AssignmentCallback) -> AssignmentCallback:
+        """Decorator: ``callback(assignment)`` runs on every ``Assignment`` of every job (the
+        asyncio worker awaits it when it is ``async``)."""
+        self._assignment_callbacks.append(callback)
+        return callback
+
+    def _runner(self, config: JobSpec, handler: H, overwrite: bool, concurrency: int) -> Any:
+        raise NotImplementedError
+
+    def _subscribe_request(self, job: JobSpec, overwrite: bool) -> pb.SubscribeRequest:
+        return subscribe_request(
+            job,
+            overwrite=overwrite,
+            instance_id=self.instance_id,
+            labels=self.labels,
+            instance_suffix=self.instance_suffix,
+        )
+
+    def _finished(self) -> bool:
+        """Whether :meth:`run` returns now: a job stopped with an error, or every job stopped."""
+        return any(r.fatal for r in self._jobs) or all(r.core.stopped for r in self._jobs)
+
+    def _raise_fatal(self) -> None:
+        for runner in self._jobs:
+            if runner.fatal is not None:
+                raise runner.fatal
+
+
+class RunnerBase(Generic[H]):
+    """One job of a worker: its :class:`ProtocolCore` and what a driver does with it."""
+
+    def __init__(
+        self,
+        worker: WorkerBase[H],
+        config: JobSpec,
+        handler: H,
+        overwrite: bool,
+        max_concurrency: int,
+    ) -> None:
+        self.worker = worker
+        self.config = config
+        self.job_name = job_name_of(config)
+        self.handler = handler
+        self.overwrite = overwrite
+        self.max_concurrency = max_concurrency
+        self.core = ProtocolCore(
+            self.job_name,
+            exit_on_shutdown=worker.exit_on_shutdown,
+            retry_initial=worker.backoff_initial,
+            retry_max=worker.backoff_max,
+            reconnect=ReconnectPolicy(
+                connect_timeout=worker.connect_timeout,
+                backoff_initial=worker.backoff_initial,
+                backoff_max=worker.backoff_max,
+                target=worker.target,
+            ),
+        )
+
+    @property
+    def fatal(self) -> Optional[ShardcarError]:
+        """The error this job stopped with, if any."""
+        return self.core.stop_error
+
+    def _perform(self, outputs: List[Output]) -> None:
+        raise NotImplementedError
+
+    def _probe(self, ctx: ShardingContext) -> Tuple[Optional[bool], Optional[float]]:
+        """``ctx.cancelled`` and the lease left, decided by the core now."""
+        outputs, cancelled, lease_left = self.core.check(ctx.execution_id, ctx.sharding_item)
+        self._perform(outputs)
+        return cancelled, lease_left
+
+
+def rpc_status(err: BaseException) -> Tuple[str, str]:
+    """The gRPC status name and message of a failed call (``UNKNOWN`` when it has none)."""
+    code = err.code() if isinstance(err, grpc.RpcError) and hasattr(err, "code") else None
+    if code is None:
+        return "UNKNOWN", str(err)
+    return code.name, (err.details() if hasattr(err, "details") else "") or ""
