@@ -1,7 +1,6 @@
 package io.shardcar.client;
 
 import io.grpc.ManagedChannel;
-import io.grpc.Status;
 import io.grpc.stub.ClientCallStreamObserver;
 import io.grpc.stub.ClientResponseObserver;
 import io.shardcar.client.RegistrationState.ItemKey;
@@ -33,7 +32,7 @@ import java.util.function.Function;
  * The state decides every rule of the worker contract without I/O; this class feeds it (stream
  * events, finished handlers, call results, handlers asking {@link ShardingContext#isCancelled()},
  * timer ticks) and performs what it returns (runs and interrupts handlers, sends the calls, ends
- * the stream), and reconnects when a stream is lost.
+ * the stream, subscribes again when and as often as the state's {@link ReconnectPolicy} says).
  *
  * <p>Threads: every input is applied under one lock, from whichever thread it comes (a gRPC
  * callback, an item thread, a timer), so a handler's {@code isCancelled()} compares the lease with
@@ -67,7 +66,6 @@ public final class JobRegistration implements AutoCloseable {
   private final Consumer<Boolean> onTerminated;
   private final ScheduledThreadPoolExecutor events;
   private final ThreadPoolExecutor items;
-  private final Backoff backoff;
   private final CompletableFuture<Void> firstRegistration = new CompletableFuture<>();
   private final CompletableFuture<Void> terminated = new CompletableFuture<>();
 
@@ -81,7 +79,6 @@ public final class JobRegistration implements AutoCloseable {
   // Confined to the event thread.
   private ClientCallStreamObserver<SubscribeRequest> call;
   private int callGeneration;
-  private long connectDeadlineNanos;
   private ScheduledFuture<?> timer;
   private long timerAt;
   private RegistrationState.Stop stopped;
@@ -110,8 +107,9 @@ public final class JobRegistration implements AutoCloseable {
     this.handler = handler;
     this.listener = settings.listener();
     this.onTerminated = onTerminated;
-    this.backoff = new Backoff(settings.backoffInitial(), settings.backoffMax());
-    this.protocol = new RegistrationState(jobName, RegistrationState.Clock.SYSTEM, !settings.reconnectAfterShutdown());
+    this.protocol = new RegistrationState(jobName, RegistrationState.Clock.SYSTEM, !settings.reconnectAfterShutdown(),
+        new ReconnectPolicy(settings.target(), jobName, settings.connectTimeout(),
+            new Backoff(settings.backoffInitial(), settings.backoffMax())));
     ThreadFactory eventThreads = namedDaemon("shardcar-" + jobName + "-events");
     this.events = new ScheduledThreadPoolExecutor(1, r -> {
       Thread t = eventThreads.newThread(r);
@@ -132,7 +130,6 @@ public final class JobRegistration implements AutoCloseable {
 
   /** Starts subscribing and waits for the first {@code Registered} and assignment (or a definite failure). */
   void start() {
-    connectDeadlineNanos = System.nanoTime() + settings.connectTimeout().toNanos();
     post(this::connect);
     long waitMillis = settings.connectTimeout().toMillis() + 5_000;
     try {
@@ -342,48 +339,30 @@ public final class JobRegistration implements AutoCloseable {
   }
 
   private void streamEnded(int gen, Throwable error) {
-    String why;
-    if (error == null) {
-      why = "the sidecar ended it";
-    } else {
-      Status status = Status.fromThrowable(error);
-      why = status.getCode() + (status.getDescription() == null ? "" : ": " + status.getDescription());
+    synchronized (lock) {
+      List<Output> outputs = protocol.streamEnded(gen, error);
+      post(() -> {
+        if (gen == callGeneration) {
+          call = null; // it has ended: nothing to cancel
+        }
+        perform(outputs);
+        rearm();
+      });
     }
-    input(s -> s.streamEnded(gen, why), () -> afterStreamEnd(gen, error));
   }
 
-  /** Reconnects after a lost stream, unless the state stopped (then nothing is left to do). */
-  private void afterStreamEnd(int gen, Throwable error) {
-    if (gen == callGeneration) {
-      call = null;
-    }
+  /** Subscribes again after the delay the state chose; a registered worker tells its listener. */
+  private void reconnect(RegistrationState.Reconnect reconnect) {
     if (terminated.isDone()) {
       return;
     }
-    synchronized (lock) {
-      if (gen != protocol.generation() || protocol.isClosing()) {
-        return;
-      }
+    if (reconnect.disconnected()) {
+      state = State.RECONNECTING;
+      LOG.log(System.Logger.Level.WARNING, "job {0}: {1}; reconnecting in {2} ms",
+          jobName, reconnect.cause().getMessage(), reconnect.delayMillis());
+      notify(() -> listener.onDisconnected(jobName, reconnect.cause(), reconnect.delayMillis()));
     }
-    if (!firstRegistration.isDone()) {
-      if (error != null && Errors.isTransient(error) && System.nanoTime() - connectDeadlineNanos < 0) {
-        events.schedule(this::connect, backoff.nextDelayMillis(), TimeUnit.MILLISECONDS);
-      } else {
-        firstRegistration.completeExceptionally(error != null ? error
-            : new SidecarUnavailableException(settings.target(),
-                "subscribe to job '" + jobName + "': the sidecar ended the stream before registering the worker", null));
-        beginClose("the first subscription failed", Duration.ZERO);
-      }
-      return;
-    }
-    ShardcarException cause = error == null
-        ? new SidecarUnavailableException(settings.target(), "the sidecar ended the stream of job '" + jobName + "'", null)
-        : Errors.fromThrowable(settings.target(), "stream of job '" + jobName + "'", error);
-    long delay = backoff.nextDelayMillis();
-    state = State.RECONNECTING;
-    LOG.log(System.Logger.Level.WARNING, "job {0}: {1}; reconnecting in {2} ms", jobName, cause.getMessage(), delay);
-    notify(() -> listener.onDisconnected(jobName, cause, delay));
-    events.schedule(this::connect, delay, TimeUnit.MILLISECONDS);
+    events.schedule(this::connect, reconnect.delayMillis(), TimeUnit.MILLISECONDS);
   }
 
   private void perform(List<Output> outputs) {
@@ -400,6 +379,8 @@ public final class JobRegistration implements AutoCloseable {
         notify(() -> listener.onCancelled(jobName, cancel.key().executionId(), cancel.key().item(), cancel.reason()));
       } else if (output instanceof RegistrationState.Call c) {
         answers.send(c, result -> input(s -> s.callResult(c.id(), result)));
+      } else if (output instanceof RegistrationState.Reconnect r) {
+        reconnect(r);
       } else if (output instanceof RegistrationState.Stop stop) {
         finish(stop);
       } else if (output instanceof RegistrationState.Notice notice) {
@@ -459,7 +440,6 @@ public final class JobRegistration implements AutoCloseable {
       if (state != State.CLOSED) {
         state = State.ACTIVE;
       }
-      backoff.reset();
       LOG.log(System.Logger.Level.INFO, "job {0}: registered as {1}", jobName, instanceId);
       String id = instanceId;
       JobConfig effective = effectiveConfig;
@@ -546,8 +526,9 @@ public final class JobRegistration implements AutoCloseable {
     state = State.CLOSED;
     items.shutdownNow();
     runs.values().forEach(ItemRun::cancel);
-    firstRegistration.completeExceptionally(
-        new WorkerClosedException("registration of job '" + jobName + "' closed: " + stop.reason()));
+    // The first subscription's fatal error, or (once register() returned: a no-op) the close.
+    firstRegistration.completeExceptionally(stop.fatal() != null ? stop.fatal()
+        : new WorkerClosedException("registration of job '" + jobName + "' closed: " + stop.reason()));
     LOG.log(System.Logger.Level.INFO, "job {0}: registration closed: {1}", jobName, stop.reason());
   }
 

@@ -46,6 +46,10 @@ import java.util.concurrent.TimeUnit;
  *   <li><b>Shutdown</b> (rule 5): new triggers are declined, running items finish and are answered
  *       while the lease lasts; once the sidecar ends the stream the registration stops (unless
  *       {@code stopOnShutdown} is off: then the driver subscribes again).
+ *   <li><b>Reconnects and fatal errors</b> ({@link ReconnectPolicy}): a stream that ended while
+ *       the registration still runs is followed by {@link Reconnect} (subscribe again after a
+ *       delay), or, when the first subscription failed for good, by a {@link Stop} carrying the
+ *       {@linkplain Stop#fatal() fatal error}.
  * </ul>
  *
  * <p>Not thread-safe: the driver serializes every call (one lock), and performs the outputs in the
@@ -61,6 +65,7 @@ final class RegistrationState {
 
   static final String LEASE_RAN_OUT = "the lease ran out without renewal";
   static final String LEASE_VOID = "a lease renewal was read after its expires_at (the worker was paused)";
+  static final String FIRST_SUBSCRIPTION_FAILED = "the first subscription failed";
 
   /** The clocks the state reads at every input. */
   interface Clock {
@@ -95,7 +100,7 @@ final class RegistrationState {
   record ItemKey(int generation, String executionId, int item) {}
 
   /** What the driver must do, in the order returned. */
-  sealed interface Output permits Start, Cancel, Call, Stop, Notice {}
+  sealed interface Output permits Start, Cancel, Call, Reconnect, Stop, Notice {}
 
   /** Run this item's handler now (with {@code context}). */
   record Start(ItemKey key, ShardingContext context) implements Output {}
@@ -111,11 +116,19 @@ final class RegistrationState {
       implements Output {}
 
   /**
-   * The registration is over: end the stream if it is still open and release the threads.
-   * {@code bySidecar}: it followed the sidecar's {@code Shutdown}. Calls in flight are not sent
-   * again, but their results are still reported ({@link #hasCallsInFlight()}).
+   * The stream ended and the registration goes on: subscribe again (then {@link #streamOpened()})
+   * in {@code delayMillis}. {@code cause}: what ended it; {@code disconnected}: a registered worker
+   * lost its stream (tell the application), rather than a first subscription being tried again.
    */
-  record Stop(String reason, boolean bySidecar) implements Output {}
+  record Reconnect(long delayMillis, ShardcarException cause, boolean disconnected) implements Output {}
+
+  /**
+   * The registration is over: end the stream if it is still open and release the threads.
+   * {@code bySidecar}: it followed the sidecar's {@code Shutdown}. {@code fatal}: the first
+   * subscription failed with this error ({@code register()} throws it); null otherwise. Calls in
+   * flight are not sent again, but their results are still reported ({@link #hasCallsInFlight()}).
+   */
+  record Stop(String reason, boolean bySidecar, ShardcarException fatal) implements Output {}
 
   /** Something to tell the application ({@link WorkerListener}); no protocol effect. */
   sealed interface Notice extends Output
@@ -210,6 +223,7 @@ final class RegistrationState {
   private final String jobName;
   private final Clock clock;
   private final boolean stopOnShutdown;
+  private final ReconnectPolicy reconnect;
 
   private Phase phase = Phase.RUNNING;
   private int generation;
@@ -234,11 +248,18 @@ final class RegistrationState {
   /**
    * @param stopOnShutdown whether the registration stops once a stream that delivered
    *     {@code Shutdown} has ended (the default); otherwise the driver subscribes again
+   * @param reconnect when to subscribe again after a lost stream, and when to give up
    */
-  RegistrationState(String jobName, Clock clock, boolean stopOnShutdown) {
+  RegistrationState(String jobName, Clock clock, boolean stopOnShutdown, ReconnectPolicy reconnect) {
     this.jobName = jobName;
     this.clock = clock;
     this.stopOnShutdown = stopOnShutdown;
+    this.reconnect = reconnect;
+  }
+
+  /** With the reconnect policy of a worker built with the defaults ({@link ReconnectPolicy#defaults}). */
+  RegistrationState(String jobName, Clock clock, boolean stopOnShutdown) {
+    this(jobName, clock, stopOnShutdown, ReconnectPolicy.defaults(jobName));
   }
 
   // ---- inputs -------------------------------------------------------------------------------
@@ -250,11 +271,13 @@ final class RegistrationState {
       return out;
     }
     if (streamOpen) {
-      out.addAll(streamEnded(generation, "replaced by a new stream"));
+      advance(out);
+      endStream("replaced by a new stream", out);
       if (phase == Phase.STOPPED) {
         return out;
       }
     }
+    reconnect.streamOpened(now());
     generation++;
     streamOpen = true;
     instanceId = "";
@@ -264,13 +287,34 @@ final class RegistrationState {
     return out;
   }
 
-  /** Stream {@code gen} ended: the sidecar closed it, or the connection broke. */
-  List<Output> streamEnded(int gen, String why) {
+  /**
+   * Stream {@code gen} ended: the sidecar closed it ({@code error} null), or it failed with
+   * {@code error} (a gRPC status: the connection broke or could not be made, the sidecar refused
+   * the subscription, ...). Unless that stops the registration ({@code Shutdown}, {@link #close}),
+   * the last output is {@link Reconnect}, or a {@link Stop} with the fatal error.
+   */
+  List<Output> streamEnded(int gen, Throwable error) {
     List<Output> out = new ArrayList<>();
     if (phase == Phase.STOPPED || gen != generation || !streamOpen) {
       return out;
     }
     advance(out);
+    endStream(ReconnectPolicy.describe(error), out);
+    if (phase == Phase.RUNNING) {
+      ReconnectPolicy.Decision next = reconnect.afterStreamEnd(error, now());
+      if (next instanceof ReconnectPolicy.Retry r) {
+        out.add(new Reconnect(r.delayMillis(), r.cause(), r.disconnected()));
+      } else if (next instanceof ReconnectPolicy.GiveUp g) {
+        phase = Phase.CLOSING;
+        closeReason = FIRST_SUBSCRIPTION_FAILED;
+        stop(closeReason, false, g.error(), out);
+      }
+    }
+    return out;
+  }
+
+  /** The current stream is over: its work is void; a close or a {@code Shutdown} stops here. */
+  private void endStream(String why, List<Output> out) {
     streamOpen = false;
     leaseHeld = false;
     cancelRunning("the stream ended (" + why + ")", out);
@@ -279,11 +323,10 @@ final class RegistrationState {
     }
     resends.clear();
     if (phase == Phase.CLOSING) {
-      stop(closeReason, false, out);
+      stop(closeReason, false, null, out);
     } else if (shutdownReceived && stopOnShutdown) {
-      stop("the sidecar shut the worker down", true, out);
+      stop("the sidecar shut the worker down", true, null, out);
     }
-    return out;
   }
 
   /** An event read from stream {@code gen}. */
@@ -296,9 +339,13 @@ final class RegistrationState {
     switch (event.getEventCase()) {
       case REGISTERED -> {
         instanceId = event.getRegistered().getInstanceId();
+        reconnect.registered();
         out.add(new Registered(event.getRegistered()));
       }
-      case ASSIGNMENT -> out.add(new Assigned(event.getAssignment()));
+      case ASSIGNMENT -> {
+        reconnect.assigned();
+        out.add(new Assigned(event.getAssignment()));
+      }
       case LEASE -> onLease(event.getLease(), out);
       case TRIGGER -> onTrigger(event.getTrigger(), out);
       case REVOKE -> {
@@ -609,11 +656,11 @@ final class RegistrationState {
     }
     boolean idle = running.isEmpty() && inFlight.isEmpty() && resends.isEmpty();
     if (idle || !streamOpen || now() - hardDeadline >= 0) {
-      stop(closeReason, false, out);
+      stop(closeReason, false, null, out);
     }
   }
 
-  private void stop(String reason, boolean bySidecar, List<Output> out) {
+  private void stop(String reason, boolean bySidecar, ShardcarException fatal, List<Output> out) {
     cancelRunning(reason, out);
     for (Answer a : resends) {
       out.add(new Dropped(a.rpc, a.executionId, a.items, "the registration stopped: " + reason));
@@ -622,7 +669,7 @@ final class RegistrationState {
     running.clear(); // calls in flight stay: their results are still reported
     leaseHeld = false;
     phase = Phase.STOPPED;
-    out.add(new Stop(reason, bySidecar));
+    out.add(new Stop(reason, bySidecar, fatal));
   }
 
   /** Records an (execution, item) pair; false when it was seen before on this stream. */

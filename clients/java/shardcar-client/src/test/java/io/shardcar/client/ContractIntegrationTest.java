@@ -26,6 +26,8 @@ import java.util.concurrent.atomic.AtomicReference;
 import org.junit.jupiter.api.Tag;
 import org.junit.jupiter.api.Test;
 import org.junit.jupiter.api.Timeout;
+import org.junit.jupiter.params.ParameterizedTest;
+import org.junit.jupiter.params.provider.ValueSource;
 
 /**
  * The worker contract (rules 1, 2 and 5 of {@code shardcar.proto}) against a real sidecar. A
@@ -40,6 +42,12 @@ class ContractIntegrationTest {
   /** A 1 s lease, and a keepalive so long that a frozen worker keeps its stream: only the lease stops it. */
   private static final List<String> SHORT_LEASE =
       List.of("--lease", LEASE_MS + "ms", "--keepalive-timeout", "120s");
+  /**
+   * A 1 s lease, and keepalive pings every 500 ms that a worker must answer within 1 s: a frozen
+   * worker loses its connection too.
+   */
+  private static final List<String> SHORT_LEASE_AND_KEEPALIVE =
+      List.of("--lease", LEASE_MS + "ms", "--keepalive-interval", "500ms", "--keepalive-timeout", "1s");
 
   /**
    * (a) A worker JVM frozen (SIGSTOP) past its lease in the middle of an item, then resumed: the
@@ -84,6 +92,122 @@ class ContractIntegrationTest {
       System.out.println("frozen " + frozenMs + " ms; worker lines: " + worker.lines());
       assertTrue(worker.lines().stream().noneMatch(l -> l.startsWith("ANSWERED " + execution)),
           "no answer was sent for the item stopped by the lease: " + worker.lines());
+    }
+  }
+
+  /**
+   * (a') A worker JVM frozen (SIGSTOP) past its lease and past the sidecar's keepalive timeout,
+   * with a trigger sent to it while frozen: the sidecar drops the connection and gives the
+   * execution up. Resumed, the worker runs nothing it was sent before or during the freeze (the
+   * renewals it may still read from its socket are void, the stream is gone), subscribes again,
+   * and the item runs again on the new stream.
+   */
+  @Test
+  void aWorkerFrozenPastItsLeaseAndTheKeepaliveRunsNoStaleWork() {
+    long freezeMs = 5_000; // past the 1 s lease and the 1 s keepalive timeout (pings every 500 ms)
+    String job = "stale-connection-job";
+    try (SidecarProcess sidecar = SidecarProcess.start(SHORT_LEASE_AND_KEEPALIVE);
+        SidecarAdmin admin = new SidecarAdmin(sidecar);
+        WorkerProcess worker = WorkerProcess.start(sidecar.target(), job, "quick")) {
+      String first = triggerAndAwaitStart(admin, worker, job, Set.of());
+      worker.await("the first execution answered", WAIT,
+          l -> l.equals("ANSWERED " + first + " 0 failure=null refused=null"));
+
+      int mark = worker.lines().size();
+      List<String> asked;
+      worker.pause();
+      try {
+        // Sent at once, while the sidecar still holds the connection: it waits in the socket.
+        asked = admin.trigger(job);
+        Processes.sleep(freezeMs); // the fault itself
+      } finally {
+        worker.resume();
+      }
+      assertEquals(List.of(worker.instanceId()), asked, "the frozen worker was triggered");
+
+      // The sidecar gave up the execution it sent to the frozen worker (the worker left).
+      ExecutionInfo stale = admin.awaitExecution(job, "the execution sent while frozen to end", WAIT,
+          e -> !e.getExecutionId().equals(first));
+      String staleId = stale.getExecutionId();
+      assertEquals(ExecutionOutcome.EXECUTION_OUTCOME_REVOKED, stale.getOutcome(), stale.toString());
+
+      // Resumed: the stream is lost, the worker subscribes again.
+      int lost = worker.awaitIndex("the lost stream", WAIT, mark, l -> l.startsWith("DISCONNECTED "));
+      int registered = worker.awaitIndex("a new subscription", WAIT, lost,
+          l -> l.equals("REGISTERED " + worker.instanceId()));
+
+      // The item runs again, on the new stream, and is answered.
+      String next = triggerAndAwaitStart(admin, worker, job, Set.of(first, staleId));
+      worker.await("the item run again answered", WAIT,
+          l -> l.equals("ANSWERED " + next + " 0 failure=null refused=null"));
+      ExecutionInfo again = admin.awaitExecution(job, "the new execution to end", WAIT,
+          e -> e.getExecutionId().equals(next));
+      assertEquals(ExecutionOutcome.EXECUTION_OUTCOME_COMPLETED, again.getOutcome(), again.toString());
+
+      List<String> lines = worker.lines();
+      System.out.println("frozen " + freezeMs + " ms; worker lines: " + lines);
+      for (int i = mark; i < lines.size(); i++) {
+        String line = lines.get(i);
+        if (line.startsWith("STARTED ") || line.startsWith("ANSWERED ")) {
+          assertTrue(i > registered && line.split(" ")[1].equals(next),
+              "only the execution triggered on the new stream ran and was answered, not \"" + line + "\": " + lines);
+        }
+      }
+      assertTrue(lines.stream().noneMatch(l -> l.contains(" " + staleId + " ") && (l.startsWith("STARTED ")
+          || l.startsWith("ANSWERED "))), "the execution sent while frozen never ran: " + lines);
+    }
+  }
+
+  /**
+   * (a'') A handler that relies on thread interruption (it blocks in {@code Thread.sleep} or
+   * {@code CountDownLatch.await} and never asks {@code isCancelled()}), in a worker JVM frozen past
+   * its lease in the middle of the item: once resumed it is interrupted before its final write,
+   * it sees itself cancelled, and although it then returns normally its item is declined, never
+   * answered.
+   */
+  @ParameterizedTest(name = "blocked in {0}")
+  @ValueSource(strings = {"sleep", "await"})
+  void aBlockedHandlerFrozenPastItsLeaseIsInterruptedBeforeItsFinalWriteAndNeverAnswered(String mode) {
+    long freezeMs = 3 * LEASE_MS;
+    String job = "frozen-" + mode + "-job";
+    try (SidecarProcess sidecar = SidecarProcess.start(SHORT_LEASE);
+        SidecarAdmin admin = new SidecarAdmin(sidecar);
+        WorkerProcess worker = WorkerProcess.start(sidecar.target(), job, mode)) {
+      String execution = triggerAndAwaitStart(admin, worker, job, Set.of());
+      String item = execution + " 0";
+      worker.await("the handler blocking", WAIT, l -> l.equals("BLOCKING " + item));
+
+      int mark = worker.lines().size();
+      worker.pause();
+      try {
+        Processes.sleep(freezeMs); // the fault itself
+      } finally {
+        worker.resume();
+      }
+      assertTrue(worker.lines().subList(0, mark).stream()
+              .noneMatch(l -> l.startsWith("CANCELLED ") || l.startsWith("INTERRUPTED ")),
+          "the item ran undisturbed until the freeze: " + worker.lines());
+
+      // Blocked for minutes otherwise: only the lapse's interrupt ends the block this soon.
+      String interrupted = worker.await("the handler interrupted", WAIT, l -> l.startsWith("INTERRUPTED " + item + " "));
+      assertEquals("INTERRUPTED " + item + " cancelled=true", interrupted);
+      String cancelled = worker.await("the item cancelled", WAIT, l -> l.startsWith("CANCELLED " + item + " "));
+      assertTrue(cancelled.contains("lease"), "cancelled by the lease: " + cancelled);
+      worker.await("the stopped item declined", WAIT,
+          l -> l.startsWith("DECLINED " + execution + " [0] refused=null reason=stopped: "));
+      ExecutionInfo info = admin.awaitExecution(job, "the execution to end", WAIT,
+          e -> e.getExecutionId().equals(execution));
+      assertEquals(ExecutionOutcome.EXECUTION_OUTCOME_REVOKED, info.getOutcome(), info.toString());
+      assertTrue(info.getError().contains("declined by the worker"), info.toString());
+
+      // The worker works again (a fresh lease); by then the stopped item's fate is long settled.
+      String next = triggerAndAwaitStart(admin, worker, job, Set.of(execution));
+      worker.await("a later execution answered", WAIT, l -> l.equals("ANSWERED " + next + " 0 failure=null refused=null"));
+      List<String> lines = worker.lines();
+      System.out.println(mode + ": frozen " + freezeMs + " ms; worker lines: " + lines);
+      assertTrue(lines.stream().noneMatch(l -> l.startsWith("FINAL_WRITE ")), "no final write: " + lines);
+      assertTrue(lines.stream().noneMatch(l -> l.startsWith("ANSWERED " + execution + " ")),
+          "no answer for the interrupted item: " + lines);
     }
   }
 

@@ -7,9 +7,12 @@ import static org.junit.jupiter.api.Assertions.fail;
 
 import com.fasterxml.jackson.databind.JsonNode;
 import com.fasterxml.jackson.databind.ObjectMapper;
+import com.google.protobuf.Any;
 import com.google.protobuf.Duration;
 import com.google.protobuf.Timestamp;
+import com.google.rpc.ErrorInfo;
 import io.grpc.Status;
+import io.grpc.protobuf.StatusProto;
 import io.shardcar.client.RegistrationState.Call;
 import io.shardcar.client.RegistrationState.CallResult;
 import io.shardcar.client.RegistrationState.Cancel;
@@ -57,6 +60,7 @@ class ProtocolCasesTest {
   /** Wall time 0 of every case. */
   static final Instant WALL_ZERO = Instant.parse("2026-11-23T12:00:00Z");
   private static final ObjectMapper JSON = new ObjectMapper();
+  private static final String TARGET = "127.0.0.1:50061";
 
   /** Both clocks read the step's {@code at}. */
   static final class FakeClock implements RegistrationState.Clock {
@@ -135,11 +139,43 @@ class ProtocolCasesTest {
     }
   }
 
+  /** The harness compares reconnect decisions and fatal stops too, delay, code and reason. */
+  @Test
+  void theHarnessFailsACaseThatExpectsAnotherDecision() throws IOException {
+    String settings = "{\"backoff_initial_ms\": 100, \"backoff_max_ms\": 1000, \"connect_timeout_ms\": 1000}";
+    String lost = "[{\"at\": 0, \"stream\": \"open\"},"
+        + "{\"at\": 0, \"event\": \"registered\", \"instance_id\": \"i\"},"
+        + "{\"at\": 0, \"event\": \"assignment\", \"items\": [0]},"
+        + "{\"at\": 50, \"stream\": \"ended\", \"status\": \"UNAVAILABLE\"},"
+        + "{\"at\": 150, \"stream\": \"open\"},"
+        + "{\"at\": 160, \"stream\": \"ended\"}]";
+    String reconnects = "{\"at\": 50, \"reconnect\": {\"after_ms\": 100}}, {\"at\": 160, \"reconnect\": {\"after_ms\": 200}}";
+    run(JSON.readTree("{\"name\": \"ok\", \"settings\": " + settings + ", \"steps\": " + lost
+        + ", \"expect\": [" + reconnects + "]}"));
+    String refused = "[{\"at\": 0, \"stream\": \"open\"},"
+        + "{\"at\": 5, \"stream\": \"ended\", \"status\": \"NOT_FOUND\", \"reason\": \"JOB_NOT_FOUND\"}]";
+    String fatal = "{\"at\": 5, \"stop\": true, \"error\": \"NOT_FOUND\", \"reason\": \"JOB_NOT_FOUND\"}";
+    run(JSON.readTree("{\"name\": \"ok\", \"settings\": " + settings + ", \"steps\": " + refused
+        + ", \"expect\": [" + fatal + "]}"));
+    for (String[] wrong : new String[][] {
+        {lost, "{\"at\": 50, \"reconnect\": {\"after_ms\": 100}}, {\"at\": 160, \"reconnect\": {\"after_ms\": 100}}"},
+        {lost, "{\"at\": 50, \"reconnect\": {\"after_ms\": 100}}, {\"at\": 160, \"stop\": true}"},
+        {lost, "{\"at\": 50, \"reconnect\": {\"after_ms\": 100}}"},
+        {refused, "{\"at\": 5, \"stop\": true}"},
+        {refused, "{\"at\": 5, \"stop\": true, \"error\": \"NOT_FOUND\"}"},
+        {refused, "{\"at\": 5, \"stop\": true, \"error\": \"UNAVAILABLE\", \"reason\": \"JOB_NOT_FOUND\"}"},
+        {refused, "{\"at\": 5, \"reconnect\": {\"after_ms\": 100}}"}}) {
+      JsonNode c = JSON.readTree("{\"name\": \"wrong\", \"settings\": " + settings + ", \"steps\": " + wrong[0]
+          + ", \"expect\": [" + wrong[1] + "]}");
+      org.junit.jupiter.api.Assertions.assertThrows(AssertionError.class, () -> run(c), wrong[1]);
+    }
+  }
+
   // ---- one case -----------------------------------------------------------------------------
 
   static void run(JsonNode c) {
     FakeClock clock = new FakeClock();
-    RegistrationState state = new RegistrationState("job", clock, true);
+    RegistrationState state = state(c.get("settings"), clock);
     List<Produced> produced = new ArrayList<>();
     Map<String, ItemKey> started = new HashMap<>(); // "exec/item" -> key
     Set<ItemKey> returned = new HashSet<>();
@@ -158,7 +194,18 @@ class ProtocolCasesTest {
       if (step.has("stream")) {
         outputs = switch (step.get("stream").asText()) {
           case "open" -> state.streamOpened();
-          case "ended" -> state.streamEnded(state.generation(), "ended by the case");
+          case "ended" -> {
+            boolean decides = state.isStreamOpen() && !state.isStopped();
+            List<Output> out = state.streamEnded(state.generation(), streamEnd(step));
+            if (decides) {
+              // The README: every end of the open stream is followed by exactly one decision, last.
+              List<Output> decisions = out.stream()
+                  .filter(o -> o instanceof RegistrationState.Reconnect || o instanceof Stop).toList();
+              assertEquals(1, decisions.size(), "one decision (stop or reconnect) at " + where + ": " + out);
+              assertEquals(decisions.get(0), out.get(out.size() - 1), "the decision comes last at " + where);
+            }
+            yield out;
+          }
           default -> throw new AssertionError("unknown stream step: " + where);
         };
       } else if (step.has("event")) {
@@ -212,6 +259,72 @@ class ProtocolCasesTest {
     compare(expected(c.get("expect")), produced);
   }
 
+  /**
+   * The state of a case: its {@code settings} (README: reconnect policy and exit on shutdown),
+   * the backoff's jitter fixed at its middle so that every delay is the nominal one.
+   */
+  static RegistrationState state(JsonNode settings, FakeClock clock) {
+    Map<String, Long> millis = new HashMap<>(Map.of(
+        "backoff_initial_ms", 100L, "backoff_max_ms", 5000L, "connect_timeout_ms", 10_000L));
+    boolean exitOnShutdown = true;
+    if (settings != null) {
+      for (Iterator<String> keys = settings.fieldNames(); keys.hasNext(); ) {
+        String key = keys.next();
+        if (key.equals("exit_on_shutdown")) {
+          exitOnShutdown = settings.get(key).asBoolean();
+        } else if (millis.containsKey(key)) {
+          millis.put(key, settings.get(key).asLong());
+        } else {
+          throw new AssertionError("unknown setting " + key + " in " + settings);
+        }
+      }
+    }
+    ReconnectPolicy policy = new ReconnectPolicy(TARGET, "job",
+        java.time.Duration.ofMillis(millis.get("connect_timeout_ms")),
+        new Backoff(java.time.Duration.ofMillis(millis.get("backoff_initial_ms")),
+            java.time.Duration.ofMillis(millis.get("backoff_max_ms")), () -> 0.5));
+    return new RegistrationState("job", clock, exitOnShutdown, policy);
+  }
+
+  /**
+   * How a {@code stream: ended} step reaches the client: null for {@code OK} (the sidecar closed
+   * the stream), else the status as gRPC reports it, with an {@code ErrorInfo} when the step
+   * names a {@code reason}.
+   */
+  static Throwable streamEnd(JsonNode step) {
+    String status = step.has("status") ? step.get("status").asText() : "OK";
+    if (status.equals("OK")) {
+      assertFalse(step.has("reason"), "a reason without an error status: " + step);
+      return null;
+    }
+    Status.Code code = Status.Code.valueOf(status);
+    if (!step.has("reason")) {
+      return Status.fromCode(code).withDescription("ended by the case").asRuntimeException();
+    }
+    return StatusProto.toStatusRuntimeException(com.google.rpc.Status.newBuilder()
+        .setCode(code.value())
+        .setMessage("ended by the case")
+        .addDetails(Any.pack(ErrorInfo.newBuilder()
+            .setDomain(ErrorReasons.DOMAIN)
+            .setReason(step.get("reason").asText())
+            .build()))
+        .build());
+  }
+
+  /** The status code name a fatal error stands for: its exception class, else its gRPC status. */
+  static String errorName(ShardcarException e) {
+    if (e instanceof SidecarUnavailableException) {
+      return "UNAVAILABLE";
+    } else if (e instanceof InvalidJobConfigException) {
+      return "INVALID_ARGUMENT";
+    } else if (e instanceof JobNotFoundException) {
+      return "NOT_FOUND";
+    } else if (e instanceof InstanceConflictException) {
+      return "ALREADY_EXISTS";
+    }
+    return Status.fromThrowable(e).getCode().name();
+  }
+
   static ItemKey startedKey(Map<String, ItemKey> started, JsonNode ref, String where) {
     ItemKey key = started.get(ref.get("execution_id").asText() + "/" + ref.get("item").asInt());
     if (key == null) {
@@ -227,6 +340,11 @@ class ProtocolCasesTest {
       case "registered" -> SubscribeResponse.newBuilder()
           .setRegistered(Registered.newBuilder().setInstanceId(step.get("instance_id").asText()))
           .build();
+      case "assignment" -> {
+        io.shardcar.v1.Assignment.Builder a = io.shardcar.v1.Assignment.newBuilder();
+        step.get("items").forEach(i -> a.addItems(ShardItem.newBuilder().setItem(i.asInt())));
+        yield SubscribeResponse.newBuilder().setAssignment(a).build();
+      }
       case "lease" -> {
         long validFor = step.get("valid_for").asLong();
         yield SubscribeResponse.newBuilder()
@@ -293,8 +411,13 @@ class ProtocolCasesTest {
       return "cancel " + c.key().executionId() + "/" + c.key().item();
     } else if (o instanceof Call c) {
       return "call " + rpcName(c.rpc()) + " " + c.executionId() + " " + new TreeSet<>(c.items());
-    } else if (o instanceof Stop) {
-      return "stop";
+    } else if (o instanceof RegistrationState.Reconnect r) {
+      return "reconnect after " + r.delayMillis() + " ms";
+    } else if (o instanceof Stop stop) {
+      if (stop.fatal() == null) {
+        return "stop";
+      }
+      return "stop error=" + errorName(stop.fatal()) + stop.fatal().getReason().map(r -> " reason=" + r).orElse("");
     }
     throw new AssertionError("not a protocol output: " + o);
   }
@@ -312,8 +435,11 @@ class ProtocolCasesTest {
         TreeSet<Integer> items = new TreeSet<>();
         e.get("items").forEach(i -> items.add(i.asInt()));
         what = "call " + e.get("call").asText() + " " + e.get("execution_id").asText() + " " + items;
+      } else if (e.has("reconnect")) {
+        what = "reconnect after " + e.get("reconnect").get("after_ms").asLong() + " ms";
       } else if (e.has("stop")) {
-        what = "stop";
+        what = "stop" + (e.has("error") ? " error=" + e.get("error").asText() : "")
+            + (e.has("reason") ? " reason=" + e.get("reason").asText() : "");
       } else {
         throw new AssertionError("unknown expected output: " + e);
       }

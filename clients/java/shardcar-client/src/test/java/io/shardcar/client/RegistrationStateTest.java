@@ -6,7 +6,9 @@ import static org.junit.jupiter.api.Assertions.assertInstanceOf;
 import static org.junit.jupiter.api.Assertions.assertNull;
 import static org.junit.jupiter.api.Assertions.assertTrue;
 
+import com.google.rpc.Code;
 import io.grpc.Status;
+import io.grpc.StatusRuntimeException;
 import io.shardcar.client.ProtocolCasesTest.FakeClock;
 import io.shardcar.client.RegistrationState.Call;
 import io.shardcar.client.RegistrationState.CallResult;
@@ -29,13 +31,19 @@ import org.junit.jupiter.api.Test;
 
 /** Rules of {@link RegistrationState} beyond the shared protocol cases. */
 class RegistrationStateTest {
+  private static final SubscribeResponse REGISTERED = SubscribeResponse.newBuilder()
+      .setRegistered(Registered.newBuilder().setInstanceId("10.0.0.1@-@7")).build();
+  private static final SubscribeResponse ASSIGNMENT = SubscribeResponse.newBuilder()
+      .setAssignment(io.shardcar.v1.Assignment.newBuilder().addItems(ShardItem.newBuilder().setItem(0))).build();
+
   private final FakeClock clock = new FakeClock();
 
+  /** Registered and assigned (the sidecar sends the assignment right after {@code Registered}). */
   private RegistrationState registered(boolean stopOnShutdown) {
     RegistrationState s = new RegistrationState("job", clock, stopOnShutdown);
     s.streamOpened();
-    s.onEvent(s.generation(), SubscribeResponse.newBuilder()
-        .setRegistered(Registered.newBuilder().setInstanceId("10.0.0.1@-@7")).build());
+    s.onEvent(s.generation(), REGISTERED);
+    s.onEvent(s.generation(), ASSIGNMENT);
     return s;
   }
 
@@ -148,7 +156,7 @@ class RegistrationStateTest {
     RegistrationState s = registered(true);
     s.onEvent(s.generation(), SubscribeResponse.newBuilder().setShutdown(Shutdown.newBuilder().setReason("drain")).build());
     assertFalse(s.isStopped());
-    Stop stop = only(s.streamEnded(s.generation(), "ended"), Stop.class).get(0);
+    Stop stop = only(s.streamEnded(s.generation(), null), Stop.class).get(0);
     assertTrue(stop.bySidecar());
   }
 
@@ -160,7 +168,7 @@ class RegistrationStateTest {
     ItemKey key = start(s, "e1");
     s.onEvent(s.generation(), SubscribeResponse.newBuilder().setShutdown(Shutdown.getDefaultInstance()).build());
     Call complete = only(s.itemDone(key, null), Call.class).get(0);
-    assertEquals(1, only(s.streamEnded(s.generation(), "drained"), Stop.class).size());
+    assertEquals(1, only(s.streamEnded(s.generation(), null), Stop.class).size());
     assertTrue(s.hasCallsInFlight());
     List<Output> out = s.callResult(complete.id(), CallResult.accepted());
     RegistrationState.Answered answered = only(out, RegistrationState.Answered.class).get(0);
@@ -173,7 +181,7 @@ class RegistrationStateTest {
   void withReconnectAfterShutdownTheEndedStreamIsJustLost() {
     RegistrationState s = registered(false);
     s.onEvent(s.generation(), SubscribeResponse.newBuilder().setShutdown(Shutdown.getDefaultInstance()).build());
-    assertTrue(only(s.streamEnded(s.generation(), "ended"), Stop.class).isEmpty());
+    assertTrue(only(s.streamEnded(s.generation(), null), Stop.class).isEmpty());
     assertFalse(s.isStopped());
     assertTrue(s.streamOpened().isEmpty());
     assertEquals(2, s.generation());
@@ -187,7 +195,7 @@ class RegistrationStateTest {
     Call complete = only(s.itemDone(key, null), Call.class).get(0);
     CallResult goaway = Errors.callResult("t", "complete", Status.INTERNAL.withDescription("GOAWAY").asRuntimeException());
     assertEquals(CallResult.Kind.TRANSPORT_FAILURE, goaway.kind());
-    s.streamEnded(s.generation(), "connection closed");
+    s.streamEnded(s.generation(), Status.UNAVAILABLE.withDescription("connection closed").asRuntimeException());
     List<Output> out = s.callResult(complete.id(), goaway);
     assertTrue(only(out, RegistrationState.Answered.class).isEmpty(), "not an answer of the sidecar: " + out);
     assertEquals(1, only(out, RegistrationState.Dropped.class).size());
@@ -256,5 +264,225 @@ class RegistrationStateTest {
       assertInstanceOf(ShardcarException.class, r.refusal());
     }
     assertNull(Errors.callResult("t", "x", null).refusal());
+  }
+
+  // ---- reconnects and fatal errors (ReconnectPolicy) -----------------------------------------
+
+  private static final String TARGET = "127.0.0.1:50061";
+
+  /** Connect timeout 1 s, backoff 100 ms to 400 ms, the jitter fixed at its middle (factor 1). */
+  private RegistrationState withPolicy(boolean stopOnShutdown) {
+    return new RegistrationState("job", clock, stopOnShutdown, new ReconnectPolicy(TARGET, "job",
+        Duration.ofSeconds(1), new Backoff(Duration.ofMillis(100), Duration.ofMillis(400), () -> 0.5)));
+  }
+
+  private static RegistrationState.Reconnect reconnect(List<Output> out) {
+    List<RegistrationState.Reconnect> found = only(out, RegistrationState.Reconnect.class);
+    assertEquals(1, found.size(), "one reconnect: " + out);
+    assertTrue(only(out, Stop.class).isEmpty(), "and no stop: " + out);
+    assertEquals(found.get(0), out.get(out.size() - 1), "the reconnect comes last: " + out);
+    return found.get(0);
+  }
+
+  private static Stop fatal(List<Output> out) {
+    List<Stop> found = only(out, Stop.class);
+    assertEquals(1, found.size(), "one stop: " + out);
+    assertTrue(only(out, RegistrationState.Reconnect.class).isEmpty(), "and no reconnect: " + out);
+    Stop stop = found.get(0);
+    assertFalse(stop.bySidecar());
+    assertEquals(RegistrationState.FIRST_SUBSCRIPTION_FAILED, stop.reason());
+    assertTrue(stop.fatal() != null, "a fatal error: " + stop);
+    return stop;
+  }
+
+  @Test
+  void aFirstSubscriptionThatCannotConnectIsTriedAgainWithBackoffUntilTheConnectTimeout() {
+    RegistrationState s = withPolicy(true);
+    StatusRuntimeException refused = Status.UNAVAILABLE.withDescription("io exception").asRuntimeException();
+    long[] delays = new long[4];
+    for (int i = 0; i < delays.length; i++) {
+      s.streamOpened();
+      RegistrationState.Reconnect r = reconnect(s.streamEnded(s.generation(), refused));
+      assertFalse(r.disconnected(), "not registered yet: the listener hears nothing");
+      assertInstanceOf(SidecarUnavailableException.class, r.cause());
+      delays[i] = r.delayMillis();
+      clock.nowMillis += r.delayMillis();
+    }
+    assertEquals(List.of(100L, 200L, 400L, 400L), java.util.Arrays.stream(delays).boxed().toList(),
+        "doubling up to the maximum");
+    assertEquals(1100, clock.nowMillis);
+    // The deadline runs from the first subscription (at 0), not from the latest one.
+    s.streamOpened();
+    Stop stop = fatal(s.streamEnded(s.generation(), refused));
+    SidecarUnavailableException e = assertInstanceOf(SidecarUnavailableException.class, stop.fatal());
+    assertEquals(TARGET, e.getTarget());
+    assertTrue(e.getMessage().startsWith("subscribe to job 'job': cannot reach the shardcar sidecar at " + TARGET),
+        e.getMessage());
+    assertTrue(s.isStopped());
+    assertTrue(s.streamOpened().isEmpty(), "a stopped registration opens nothing");
+  }
+
+  @Test
+  void theConnectTimeoutIsTheFirstSubscriptionsDeadlineToTheNanosecond() {
+    RegistrationState s = withPolicy(true);
+    StatusRuntimeException busy = Status.RESOURCE_EXHAUSTED.asRuntimeException();
+    s.streamOpened();
+    clock.nowMillis = 999;
+    reconnect(s.streamEnded(s.generation(), busy));
+    s.streamOpened();
+    clock.nowMillis = 1000;
+    fatal(s.streamEnded(s.generation(), busy));
+  }
+
+  @Test
+  void aFirstSubscriptionRefusedBySidecarIsFatalAtOnceWithTheMappedError() {
+    record Refusal(StatusRuntimeException status, Class<? extends ShardcarException> kind, String reason) {}
+    for (Refusal refusal : List.of(
+        new Refusal(ErrorsTest.rich(Code.INVALID_ARGUMENT, "config.cron: bad", "INVALID_ARGUMENT", "config.cron"),
+            InvalidJobConfigException.class, ErrorReasons.INVALID_ARGUMENT),
+        new Refusal(ErrorsTest.rich(Code.NOT_FOUND, "no job", "JOB_NOT_FOUND", null),
+            JobNotFoundException.class, ErrorReasons.JOB_NOT_FOUND),
+        new Refusal(ErrorsTest.rich(Code.ALREADY_EXISTS, "live", "ALREADY_EXISTS", null),
+            InstanceConflictException.class, ErrorReasons.ALREADY_EXISTS),
+        new Refusal(ErrorsTest.rich(Code.FAILED_PRECONDITION, "corrupt", "CORRUPT_JOB_DATA", null),
+            ShardcarException.class, ErrorReasons.CORRUPT_JOB_DATA),
+        // Not transient for a first subscription: only a broken connection is.
+        new Refusal(Status.INTERNAL.withDescription("GOAWAY").asRuntimeException(), ShardcarException.class, null))) {
+      RegistrationState s = withPolicy(true);
+      s.streamOpened();
+      Stop stop = fatal(s.streamEnded(s.generation(), refusal.status()));
+      assertInstanceOf(refusal.kind(), stop.fatal(), refusal.toString());
+      assertEquals(refusal.reason(), stop.fatal().getReason().orElse(null), stop.fatal().toString());
+      assertTrue(stop.fatal().getMessage().startsWith("subscribe to job 'job': "), stop.fatal().getMessage());
+      assertTrue(s.isStopped());
+    }
+  }
+
+  @Test
+  void aFirstStreamTheSidecarEndsBeforeTheAssignmentIsFatal() {
+    // register() returns once the assignment is known: until then a clean end is fatal, even
+    // after Registered.
+    RegistrationState s = withPolicy(true);
+    s.streamOpened();
+    s.onEvent(s.generation(), REGISTERED);
+    Stop stop = fatal(s.streamEnded(s.generation(), null));
+    SidecarUnavailableException e = assertInstanceOf(SidecarUnavailableException.class, stop.fatal());
+    assertEquals("subscribe to job 'job': the sidecar ended the stream before registering the worker", e.getMessage());
+  }
+
+  @Test
+  void onceRegisteredEveryLostStreamIsFollowedByAReconnectWhateverEndedIt() {
+    RegistrationState s = withPolicy(true);
+    s.streamOpened();
+    s.onEvent(s.generation(), REGISTERED);
+    s.onEvent(s.generation(), ASSIGNMENT);
+    clock.nowMillis = 60_000; // long past the connect timeout: it no longer matters
+
+    RegistrationState.Reconnect clean = reconnect(s.streamEnded(s.generation(), null));
+    assertTrue(clean.disconnected());
+    assertEquals(100, clean.delayMillis());
+    assertInstanceOf(SidecarUnavailableException.class, clean.cause());
+    assertEquals("the sidecar ended the stream of job 'job'", clean.cause().getMessage());
+
+    // A refusal that would have been fatal for the first subscription is tried again now.
+    s.streamOpened();
+    RegistrationState.Reconnect refused = reconnect(s.streamEnded(s.generation(),
+        ErrorsTest.rich(Code.NOT_FOUND, "no job", "JOB_NOT_FOUND", null)));
+    assertTrue(refused.disconnected());
+    assertEquals(200, refused.delayMillis(), "no Registered in between: the backoff grows");
+    assertInstanceOf(JobNotFoundException.class, refused.cause());
+    assertTrue(refused.cause().getMessage().startsWith("stream of job 'job': "), refused.cause().getMessage());
+
+    // The sidecar cannot reach ZooKeeper: UNAVAILABLE with its reason.
+    s.streamOpened();
+    RegistrationState.Reconnect registry = reconnect(s.streamEnded(s.generation(),
+        ErrorsTest.rich(Code.UNAVAILABLE, "zk down", "REGISTRY_UNAVAILABLE", null)));
+    assertEquals(400, registry.delayMillis());
+    assertEquals(ErrorReasons.REGISTRY_UNAVAILABLE, registry.cause().getReason().orElse(null));
+
+    s.streamOpened();
+    assertEquals(400, reconnect(s.streamEnded(s.generation(), Status.UNAVAILABLE.asRuntimeException())).delayMillis(),
+        "at most the maximum");
+    // Registered again: the backoff starts over.
+    s.streamOpened();
+    s.onEvent(s.generation(), REGISTERED);
+    assertEquals(100, reconnect(s.streamEnded(s.generation(), Status.UNAVAILABLE.asRuntimeException())).delayMillis());
+    assertFalse(s.isClosing());
+  }
+
+  @Test
+  void aStreamLostWhileWorkRunsCancelsItBeforeTheReconnect() {
+    RegistrationState s = withPolicy(true);
+    s.streamOpened();
+    s.onEvent(s.generation(), REGISTERED);
+    s.onEvent(s.generation(), ASSIGNMENT);
+    s.onEvent(s.generation(), lease(3000, 3000));
+    ItemKey key = start(s, "e1");
+    List<Output> out = s.streamEnded(s.generation(), Status.UNAVAILABLE.asRuntimeException());
+    assertEquals(List.of(key), only(out, Cancel.class).stream().map(Cancel::key).toList());
+    assertTrue(reconnect(out).disconnected());
+    assertTrue(s.itemDone(key, null).isEmpty(), "the void execution is not answered");
+  }
+
+  @Test
+  void afterAShutdownTheEndOfTheStreamStopsTheRegistrationInsteadOfReconnecting() {
+    RegistrationState s = withPolicy(true);
+    s.streamOpened();
+    s.onEvent(s.generation(), REGISTERED);
+    s.onEvent(s.generation(), ASSIGNMENT);
+    s.onEvent(s.generation(), SubscribeResponse.newBuilder().setShutdown(Shutdown.getDefaultInstance()).build());
+    List<Output> out = s.streamEnded(s.generation(), Status.UNAVAILABLE.asRuntimeException());
+    assertTrue(only(out, RegistrationState.Reconnect.class).isEmpty(), out.toString());
+    Stop stop = only(out, Stop.class).get(0);
+    assertTrue(stop.bySidecar());
+    assertNull(stop.fatal(), "done, not failed");
+
+    // Told to reconnect after a shutdown, it does (a restarted sidecar).
+    RegistrationState again = withPolicy(false);
+    again.streamOpened();
+    again.onEvent(again.generation(), REGISTERED);
+    again.onEvent(again.generation(), ASSIGNMENT);
+    again.onEvent(again.generation(), SubscribeResponse.newBuilder().setShutdown(Shutdown.getDefaultInstance()).build());
+    assertTrue(reconnect(again.streamEnded(again.generation(), null)).disconnected());
+  }
+
+  @Test
+  void aStreamEndingWhileTheWorkerClosesStopsItAndAStaleEndDecidesNothing() {
+    RegistrationState s = withPolicy(true);
+    s.streamOpened();
+    s.onEvent(s.generation(), REGISTERED);
+    s.onEvent(s.generation(), ASSIGNMENT);
+    s.onEvent(s.generation(), lease(3000, 3000));
+    ItemKey key = start(s, "e1");
+    s.close("closed by the worker", Duration.ofSeconds(2), Duration.ofSeconds(1));
+    int gen = s.generation();
+    assertTrue(s.streamEnded(gen - 1, Status.UNAVAILABLE.asRuntimeException()).isEmpty(), "an earlier stream's end");
+    List<Output> out = s.streamEnded(gen, Status.UNAVAILABLE.asRuntimeException());
+    assertEquals(List.of(key), only(out, Cancel.class).stream().map(Cancel::key).toList());
+    Stop stop = only(out, Stop.class).get(0);
+    assertEquals("closed by the worker", stop.reason());
+    assertNull(stop.fatal());
+    assertTrue(only(out, RegistrationState.Reconnect.class).isEmpty());
+    assertTrue(s.streamEnded(gen, null).isEmpty(), "stopped: nothing more");
+  }
+
+  @Test
+  void aStreamReplacedByANewOneDecidesNoReconnect() {
+    RegistrationState s = withPolicy(true);
+    s.streamOpened();
+    s.onEvent(s.generation(), REGISTERED);
+    assertTrue(s.streamOpened().isEmpty(), "the driver is subscribing already: no reconnect, no stop");
+    assertEquals(2, s.generation());
+  }
+
+  @Test
+  void theBackoffJitterIsTwentyPercentEitherWay() {
+    assertEquals(80, new Backoff(Duration.ofMillis(100), Duration.ofSeconds(1), () -> 0.0).nextDelayMillis());
+    assertEquals(120, new Backoff(Duration.ofMillis(100), Duration.ofSeconds(1), () -> 0.999_999).nextDelayMillis());
+    Backoff real = new Backoff(Duration.ofMillis(1000), Duration.ofMillis(1000));
+    for (int i = 0; i < 100; i++) {
+      long d = real.nextDelayMillis();
+      assertTrue(d >= 800 && d <= 1200, Long.toString(d));
+    }
   }
 }

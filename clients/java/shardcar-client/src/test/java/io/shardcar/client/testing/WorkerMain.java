@@ -9,6 +9,7 @@ import io.shardcar.client.ShardingContext;
 import io.shardcar.client.WorkerListener;
 import java.time.Duration;
 import java.util.List;
+import java.util.concurrent.CountDownLatch;
 import java.util.concurrent.TimeUnit;
 import java.util.concurrent.atomic.AtomicBoolean;
 import java.util.concurrent.locks.LockSupport;
@@ -19,12 +20,18 @@ import java.util.concurrent.locks.LockSupport;
  * on:
  *
  * <pre>
+ * REGISTERED {instanceId}                a stream registered the worker (the first and every reconnect)
  * READY {instanceId}                     register() returned
  * STARTED {execution} {item}             a handler began
  * CHECK_FALSE {execution} {item}         (spin) the first isCancelled() check, which said false
  * CANCELLED_SEEN {execution} {item} sinceLastFalseMs={ms} interrupted={bool}
  *                                        (spin) the first check that said true, and how long after
  *                                        the last check that said false
+ * BLOCKING {execution} {item}            (sleep, await) the handler is about to block
+ * INTERRUPTED {execution} {item} cancelled={bool}
+ *                                        (sleep, await) the blocking call was interrupted; the
+ *                                        handler then returns normally, its final write skipped
+ * FINAL_WRITE {execution} {item}         (sleep, await) the block ended without an interrupt
  * ANSWERED {execution} {item} failure={text} refused={null|message}
  * DECLINED {execution} {items} refused={null|message} reason={text}
  * DROPPED {rpc} {execution} {items} why={text}
@@ -34,19 +41,27 @@ import java.util.concurrent.locks.LockSupport;
  *
  * <p>Arguments: {@code target jobName mode}. Mode {@code spin}: the first item's handler checks
  * {@code isCancelled()} every 2 ms until it says true, then returns normally (so only the
- * contract keeps it from being answered); every other handler returns at once. Mode
- * {@code quick}: every handler returns at once. The job fires only when triggered by hand.
+ * contract keeps it from being answered); every other handler returns at once. Modes
+ * {@code sleep} and {@code await}: the first item's handler never asks {@code isCancelled()}: it
+ * blocks in {@code Thread.sleep} (resp. {@code CountDownLatch.await}) for {@value #BLOCK_SECONDS}
+ * s, then does its "final write" (prints {@code FINAL_WRITE}); an interrupt ends the block, the
+ * handler prints {@code INTERRUPTED}, skips the write and returns normally (it swallows the
+ * interrupt, so only the contract keeps it from being answered); every other handler returns at
+ * once. Mode {@code quick}: every handler returns at once. The job fires only when triggered by
+ * hand.
  */
 public final class WorkerMain {
   /** A cron that never fires in a test's lifetime: triggers come from {@code Admin.TriggerJob}. */
   public static final String NEVER = "0 0 0 1 1 ? 2099";
+  /** How long a blocking handler blocks unless interrupted: longer than any test waits. */
+  public static final long BLOCK_SECONDS = 300;
 
   private WorkerMain() {}
 
   public static void main(String[] args) throws Exception {
     String target = args[0];
     String jobName = args[1];
-    boolean spin = args[2].equals("spin");
+    String mode = args[2];
     AtomicBoolean first = new AtomicBoolean(true);
     ShardcarWorker worker = ShardcarWorker.builder()
         .target(target)
@@ -59,8 +74,12 @@ public final class WorkerMain {
         JobConfig.newBuilder(jobName, 1).cron(NEVER).overwrite(true).build(),
         ctx -> {
           print("STARTED " + ctx.getExecutionId() + " " + ctx.getShardingItem());
-          if (spin && first.getAndSet(false)) {
-            spinUntilCancelled(ctx);
+          if (!mode.equals("quick") && first.getAndSet(false)) {
+            switch (mode) {
+              case "spin" -> spinUntilCancelled(ctx);
+              case "sleep", "await" -> blockThenWrite(ctx, mode);
+              default -> throw new IllegalArgumentException("unknown mode " + mode);
+            }
           }
         });
     print("READY " + registration.getInstanceId());
@@ -90,12 +109,34 @@ public final class WorkerMain {
     }
   }
 
+  /** Blocks without checking {@code isCancelled()}; only an interrupt ends the block early. */
+  private static void blockThenWrite(ShardingContext ctx, String mode) {
+    String item = ctx.getExecutionId() + " " + ctx.getShardingItem();
+    print("BLOCKING " + item);
+    try {
+      if (mode.equals("sleep")) {
+        Thread.sleep(TimeUnit.SECONDS.toMillis(BLOCK_SECONDS));
+      } else {
+        new CountDownLatch(1).await(BLOCK_SECONDS, TimeUnit.SECONDS);
+      }
+    } catch (InterruptedException e) {
+      print("INTERRUPTED " + item + " cancelled=" + ctx.isCancelled());
+      return; // swallowed: the handler returns normally
+    }
+    print("FINAL_WRITE " + item);
+  }
+
   static synchronized void print(String line) {
     System.out.println(line);
     System.out.flush();
   }
 
   private static final class Printer implements WorkerListener {
+    @Override
+    public void onRegistered(String jobName, String instanceId, JobConfig effectiveConfig) {
+      print("REGISTERED " + instanceId);
+    }
+
     @Override
     public void onAssignment(String jobName, Assignment assignment) {
       print("ASSIGNMENT " + assignment.itemNumbers());

@@ -77,11 +77,16 @@ public final class WorkerProcess implements AutoCloseable {
 
   /** Waits for a line that matches; fails with every line and the log's tail when none comes. */
   public synchronized String await(String what, Duration timeout, Predicate<String> match) {
+    return lines.get(awaitIndex(what, timeout, 0, match));
+  }
+
+  /** Waits for a line at index {@code from} or later that matches; returns its index. */
+  public synchronized int awaitIndex(String what, Duration timeout, int from, Predicate<String> match) {
     long deadline = System.nanoTime() + timeout.toNanos();
     while (true) {
-      for (String line : lines) {
-        if (match.test(line)) {
-          return line;
+      for (int i = from; i < lines.size(); i++) {
+        if (match.test(lines.get(i))) {
+          return i;
         }
       }
       long left = deadline - System.nanoTime();
