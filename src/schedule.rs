@@ -16,6 +16,7 @@ use chrono::{DateTime, FixedOffset, Local, TimeZone, Utc};
 use croner::parser::{CronParser, Seconds};
 use croner::Cron;
 use tokio::sync::{mpsc, Notify};
+use tokio_util::task::TaskTracker;
 
 const FIELDS: [&str; 7] = [
     "second",
@@ -379,11 +380,19 @@ impl Timer {
     /// # Panics
     /// Outside a tokio runtime.
     pub fn spawn() -> Timer {
+        Timer::spawn_on(&TaskTracker::new())
+    }
+
+    /// [`Timer::spawn`], the task tracked by `tracker`.
+    ///
+    /// # Panics
+    /// Outside a tokio runtime.
+    pub fn spawn_on(tracker: &TaskTracker) -> Timer {
         let shared = Arc::new(Shared {
             state: Mutex::new(State::default()),
             wake: Notify::new(),
         });
-        tokio::spawn(run(shared.clone()));
+        tracker.spawn(run(shared.clone()));
         Timer {
             _close: Arc::new(CloseOnDrop(shared.clone())),
             shared,
@@ -399,6 +408,13 @@ impl Timer {
     /// Stops `key`'s schedule; it never fires again (a no-op for an unknown key).
     pub fn cancel(&self, key: &str) {
         self.shared.lock().cancel(key);
+        self.shared.wake.notify_one();
+    }
+
+    /// Stops every schedule for good and ends the timer's task (which `spawn_on`'s tracker
+    /// then sees end), whatever handles are still held.
+    pub fn close(&self) {
+        self.shared.lock().closed = true;
         self.shared.wake.notify_one();
     }
 }

@@ -3,7 +3,10 @@
 //! answered or their leases run out, instances removed), session closed, exit.
 //!
 //! Every task the sidecar starts is tracked (a [`TaskTracker`]) and cancelled together (a
-//! [`CancellationToken`]), so nothing outlives the shutdown.
+//! [`CancellationToken`]), so nothing outlives the shutdown: the job drivers and their child
+//! tasks, the servers and their connections, the followers of `WatchJob`, the timer (closed
+//! after the drain). The registry tracks its session's own tasks (its loop, the heartbeat,
+//! watch forwarders) and waits for them when it is closed.
 
 use std::future::Future;
 use std::sync::Arc;
@@ -119,10 +122,10 @@ pub async fn run(
         metrics.clone(),
         cancel.clone(),
     ));
-    let timer = Timer::spawn();
+    let timer = Timer::spawn_on(&tracker);
     let coordinator = Coordinator::new(
         registry.clone(),
-        timer,
+        timer.clone(),
         CoordinatorSettings {
             ip: settings.advertise_ip.clone(),
             lease: settings.lease,
@@ -263,6 +266,7 @@ pub async fn run(
     };
     let _ = drained;
     cancel.cancel();
+    timer.close();
     tracker.close();
     let end = shutdown_started
         .lock()

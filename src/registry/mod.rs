@@ -524,6 +524,17 @@ impl Registry {
     }
 }
 
+impl Registry {
+    /// How many tasks of a ZooKeeper session are running (0 in memory).
+    #[cfg(test)]
+    pub(crate) fn tasks_running(&self) -> usize {
+        match &self.inner {
+            Inner::Memory(_) => 0,
+            Inner::ZooKeeper(s) => s.tasks_running(),
+        }
+    }
+}
+
 impl std::fmt::Debug for Registry {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         match &self.inner {

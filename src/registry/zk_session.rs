@@ -17,6 +17,8 @@ use std::sync::{Arc, Mutex, MutexGuard, Weak};
 use std::time::{Duration, Instant};
 
 use tokio::sync::watch;
+use tokio_util::sync::CancellationToken;
+use tokio_util::task::TaskTracker;
 use zookeeper_client as zk;
 
 use super::{Error, Result, SessionState, Watch, WatchEvent, WatchSender, ZkSettings};
@@ -50,6 +52,11 @@ pub(super) struct Shared {
     proof: Mutex<Option<(u64, Instant)>>,
     pub(super) watches: Mutex<HashMap<u64, Arc<WatchReg>>>,
     next_watch: AtomicU64,
+    /// Every task of the session (its loop, the heartbeat, watch forwarders and re-attachers):
+    /// `close` waits for them.
+    pub(super) tasks: TaskTracker,
+    /// Cancelled by `close`: tasks that sleep wake at once.
+    pub(super) closing: CancellationToken,
 }
 
 impl Shared {
@@ -63,6 +70,8 @@ impl Shared {
             proof: Mutex::new(None),
             watches: Mutex::new(HashMap::new()),
             next_watch: AtomicU64::new(1),
+            tasks: TaskTracker::new(),
+            closing: CancellationToken::new(),
         }
     }
 
@@ -133,6 +142,8 @@ impl Shared {
             return;
         }
         self.state_tx.send_replace(SessionState::Closed);
+        self.closing.cancel();
+        self.tasks.close();
         lock(&self.watches).clear();
         let client = lock(&self.current).take();
         drop(client);
@@ -266,8 +277,8 @@ pub(super) fn acls(settings: &ZkSettings) -> zk::Acls<'static> {
 
 /// Makes `client` (of `generation`) current and runs the session until close.
 pub(super) fn spawn(shared: Arc<Shared>, client: zk::Client, generation: u64) {
-    tokio::spawn(run(shared.clone(), client, generation));
-    tokio::spawn(heartbeat(shared));
+    shared.tasks.spawn(run(shared.clone(), client, generation));
+    shared.tasks.spawn(heartbeat(shared.clone()));
 }
 
 fn publish_connected(shared: &Shared, client: &zk::Client, generation: u64) {
@@ -351,7 +362,10 @@ async fn run(shared: Arc<Shared>, first: zk::Client, mut generation: u64) {
 async fn heartbeat(shared: Arc<Shared>) {
     let period = (shared.settings.session_timeout / 8).max(Duration::from_millis(100));
     loop {
-        tokio::time::sleep(period).await;
+        tokio::select! {
+            _ = tokio::time::sleep(period) => {}
+            _ = shared.closing.cancelled() => return,
+        }
         if shared.is_closed() {
             return;
         }
@@ -369,8 +383,9 @@ async fn heartbeat(shared: Arc<Shared>) {
 fn reattach_all(shared: &Arc<Shared>, client: &zk::Client, generation: u64) {
     let regs: Vec<Arc<WatchReg>> = lock(&shared.watches).values().cloned().collect();
     for reg in regs {
+        let tasks = shared.tasks.clone();
         let (shared, client) = (shared.clone(), client.clone());
-        tokio::spawn(async move {
+        tasks.spawn(async move {
             loop {
                 match attach(&shared, &reg, &client, generation, true).await {
                     Ok(()) => return,
@@ -382,7 +397,10 @@ fn reattach_all(shared: &Arc<Shared>, client: &zk::Client, generation: u64) {
                             return;
                         }
                         tracing::warn!(path = %reg.path, error = %e, "re-adding a watch failed; retrying");
-                        tokio::time::sleep(Duration::from_secs(1)).await;
+                        tokio::select! {
+                            _ = tokio::time::sleep(Duration::from_secs(1)) => {}
+                            _ = shared.closing.cancelled() => return,
+                        }
                     }
                 }
             }
@@ -423,7 +441,7 @@ pub(super) async fn attach(
     }
     let watcher = add_watch(shared, reg, client).await?;
     *attached = generation;
-    tokio::spawn(forward(
+    shared.tasks.spawn(forward(
         shared.clone(),
         reg.clone(),
         watcher,
@@ -477,6 +495,7 @@ async fn forward(
     loop {
         let ev = tokio::select! {
             _ = events_tx.closed() => return,
+            _ = shared.closing.cancelled() => return,
             ev = watcher.changed() => ev,
         };
         let out = match ev.event_type {

@@ -289,8 +289,11 @@ async fn zookeeper_reconnect_and_expiry() {
         .unwrap();
     assert_eq!(st.ephemeral_owner, new_id);
 
-    // 3. Close is terminal: the watch ends, calls fail.
+    // 3. Close is terminal: the watch ends, calls fail, and the session's tasks (its loop, the
+    // heartbeat, the watch's forwarder) have ended when it returns.
+    assert!(reg.tasks_running() >= 3, "{}", reg.tasks_running());
     reg.close().await;
+    assert_eq!(reg.tasks_running(), 0, "the session's tasks outlive close");
     assert_eq!(*reg.session().borrow(), SessionState::Closed);
     let end = tokio::time::timeout(Duration::from_secs(3), async {
         while w.next().await.is_some() {}

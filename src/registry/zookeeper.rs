@@ -59,6 +59,12 @@ pub(crate) struct ZkSession {
 }
 
 impl ZkSession {
+    /// How many of the session's tasks are running.
+    #[cfg(test)]
+    pub(crate) fn tasks_running(&self) -> usize {
+        self.shared.tasks.len()
+    }
+
     pub(crate) async fn connect(settings: ZkSettings) -> Result<ZkSession> {
         let namespace = namespace_root(&settings.namespace)?;
         let client = zk_session::open(&settings, &namespace).await?;
@@ -331,10 +337,22 @@ impl ZkSession {
         self.shared.last_proof()
     }
 
+    /// Closes the session for good and waits for its tasks to end (at most one operation
+    /// timeout: a task stuck in a call ends with the call).
     pub(crate) async fn close(&self) {
         self.shared.close();
         // Let the client send its close request so our ephemerals go at once.
         tokio::task::yield_now().await;
+        let tasks = &self.shared.tasks;
+        if tokio::time::timeout(self.shared.settings.op_timeout, tasks.wait())
+            .await
+            .is_err()
+        {
+            tracing::warn!(
+                left = tasks.len(),
+                "registry tasks still running after close"
+            );
+        }
     }
 }
 
