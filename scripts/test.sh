@@ -129,7 +129,11 @@ stubs_check() {
         "$venv/bin/python" -m pip install -q --disable-pip-version-check "grpcio-tools==1.62.3"
     fi
     clients/python/scripts/gen_stubs.sh "$venv/bin/python" >/dev/null
-    if ! git diff --exit-code --stat -- clients/python/src/shardcar/_proto; then
+    # Changed files and new ones alike (git diff alone does not see untracked files).
+    local changed
+    changed="$(git status --porcelain --untracked-files=all -- clients/python/src/shardcar/_proto)"
+    if [ -n "$changed" ]; then
+        printf '%s\n' "$changed" >&2
         echo "the committed Python stubs differ from what proto/ generates:" \
             "run clients/python/scripts/gen_stubs.sh and commit the result" >&2
         return 1
