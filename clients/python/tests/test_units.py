@@ -570,8 +570,8 @@ def _subscribe_error(code, reason=None):
 
 
 def test_core_stops_on_a_refused_job_even_after_registration():
-    """Python-only (not in the shared cases, Java keeps retrying): INVALID_ARGUMENT and
-    NOT_FOUND of a reconnect end the worker; any other error of a reconnect is retried."""
+    """INVALID_ARGUMENT and NOT_FOUND of a reconnect end the worker (a retry cannot fix them);
+    any other error of a reconnect is retried (shared cases too)."""
     for code in (grpc.StatusCode.INVALID_ARGUMENT, grpc.StatusCode.NOT_FOUND):
         core = new_core(Clock())
         error = _subscribe_error(code)
@@ -586,8 +586,8 @@ def test_core_stops_on_a_refused_job_even_after_registration():
 
 
 def test_core_retries_a_stream_ended_before_registration_until_the_deadline():
-    """Python-only (Java stops at once): a first stream the sidecar ends without an error and
-    without Registered is retried until connect_timeout, then the worker stops unavailable."""
+    """A first stream the sidecar ends without an error and without Registered is retried
+    until connect_timeout (the sidecar may be restarting), then the worker stops unavailable."""
     clock = Clock()
     reconnect = _core.ReconnectPolicy(connect_timeout=1.0, backoff_initial=0.1, backoff_max=0.4,
                                       target="t", jitter=lambda low, high: high)
@@ -601,6 +601,66 @@ def test_core_retries_a_stream_ended_before_registration_until_the_deadline():
     assert delays == [0.1, 0.2, 0.4, 0.4]
     assert isinstance(core.stop_error, shardcar.SidecarUnavailableError)
     assert "no registration from the sidecar at 't' within 1.0s" in str(core.stop_error)
+
+
+def test_core_retries_transient_statuses_before_registration_until_the_deadline():
+    """DEADLINE_EXCEEDED, ABORTED, RESOURCE_EXHAUSTED (and UNAVAILABLE) before the first
+    registration are retried; past connect_timeout the worker stops unavailable, the stream's
+    own error only when it was UNAVAILABLE."""
+    for code in (grpc.StatusCode.DEADLINE_EXCEEDED, grpc.StatusCode.ABORTED,
+                 grpc.StatusCode.RESOURCE_EXHAUSTED):
+        error = _subscribe_error(code)
+        assert _core.is_transient(error)
+        clock = Clock()
+        reconnect = _core.ReconnectPolicy(connect_timeout=1.0, target="t")
+        core = _core.ProtocolCore("j", clock, reconnect=reconnect)
+        core.stream_opened()
+        assert _kinds(core.stream_ended(error=error)) == [("reconnect",)]
+        clock.now += 1.0
+        core.stream_opened()
+        (stop,) = core.stream_ended(error=error)
+        assert isinstance(stop.error, shardcar.SidecarUnavailableError), stop
+        assert stop.error.code is None and stop.error.reason is None
+        assert stop.error.__cause__ is error
+        assert "no registration from the sidecar at 't' within 1.0s" in str(stop.error)
+    unavailable = _subscribe_error(grpc.StatusCode.UNAVAILABLE, reason="REGISTRY_UNAVAILABLE")
+    clock = Clock()
+    core = _core.ProtocolCore("j", clock, reconnect=_core.ReconnectPolicy(connect_timeout=1.0))
+    core.stream_opened()
+    clock.now += 1.0
+    (stop,) = core.stream_ended(error=unavailable)
+    assert stop.error is unavailable
+    for code in (grpc.StatusCode.ALREADY_EXISTS, grpc.StatusCode.INTERNAL,
+                 grpc.StatusCode.FAILED_PRECONDITION, grpc.StatusCode.PERMISSION_DENIED):
+        assert not _core.is_transient(_subscribe_error(code))
+
+
+def test_core_decides_a_stop_request_then_fatal_errors_then_a_shutdown():
+    """The order of the shared README: a requested stop wins over a fatal error, which wins
+    over 'after a Shutdown, stop'; a Shutdown wins over a reconnect."""
+    refused = _subscribe_error(grpc.StatusCode.NOT_FOUND, reason="JOB_NOT_FOUND")
+    clock = Clock()
+    core = new_core(clock)
+    core.on_event(shardcar.Shutdown("drain"))
+    core.request_stop()
+    (stop,) = core.stream_ended(error=refused)
+    assert stop.error is None and core.stop_error is None and stop.reason == "stop requested"
+    # Before the first registration too.
+    core = _core.ProtocolCore("j", clock)
+    core.stream_opened()
+    core.request_stop()
+    (stop,) = core.stream_ended(error=_subscribe_error(grpc.StatusCode.INVALID_ARGUMENT))
+    assert stop.error is None
+    # A fatal error after a Shutdown: the error.
+    core = new_core(clock)
+    core.on_event(shardcar.Shutdown("drain"))
+    (stop,) = core.stream_ended(error=refused)
+    assert stop.error is refused and core.stop_error is refused
+    # A retried status after a Shutdown: stop without an error.
+    core = new_core(clock)
+    core.on_event(shardcar.Shutdown("drain"))
+    (stop,) = core.stream_ended(error=_subscribe_error(grpc.StatusCode.ALREADY_EXISTS))
+    assert isinstance(stop, _core.Stop) and stop.error is None
 
 
 def test_core_forced_cancel_declines_once_returned():

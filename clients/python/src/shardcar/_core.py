@@ -21,10 +21,11 @@ thing by each rule:
 * **Revoke.** Those items are cancelled and declined once their handlers return.
 * **Shutdown.** New triggers are declined; running items finish and are answered; once the
   stream has ended the worker stops (``exit_on_shutdown``, the default) or reconnects.
-* **Reconnect** (:class:`ReconnectPolicy`). Every end of a stream is decided: stop (after a
-  ``Shutdown`` or a requested stop), stop with a fatal error (the sidecar refused the job; the
-  first registration failed, or did not come within ``connect_timeout``), or subscribe again
-  after a backoff.
+* **Reconnect** (:class:`ReconnectPolicy`). Every end of a stream is decided, in this order:
+  stop after a requested stop; stop with a fatal error (the sidecar refused the job,
+  INVALID_ARGUMENT or NOT_FOUND, at any time; the first registration failed with a
+  non-transient error, or did not come within ``connect_timeout``); stop after a ``Shutdown``
+  (``exit_on_shutdown``); otherwise subscribe again after a backoff.
 * **Answers** (``Complete``, ``ReportFailure``, ``Decline``) are idempotent: after a transport
   error (:func:`is_transport_failure`) they are sent again with backoff while the stream that
   delivered the trigger is open, and dropped once it has ended. Any other error is the
@@ -52,6 +53,8 @@ import time
 from collections import OrderedDict
 from dataclasses import dataclass
 from typing import Callable, Dict, List, Optional, Sequence, Tuple, Union
+
+import grpc
 
 from ._common import is_transport_failure, log, truncate_utf8
 from .errors import (
@@ -87,6 +90,7 @@ __all__ = [
     "Output",
     "ReconnectPolicy",
     "is_transport_failure",
+    "is_transient",
 ]
 
 Key = Tuple[str, int]
@@ -193,20 +197,44 @@ class Reconnect:
 Output = Union[StartItem, CancelItem, SendCall, Stop, Reconnect]
 
 
+# Statuses of a first subscription that are tried again until the first-connect deadline: the
+# sidecar may be starting, restarting or busy. UNAVAILABLE is :class:`SidecarUnavailableError`.
+_TRANSIENT_CODES = frozenset(
+    {
+        grpc.StatusCode.UNAVAILABLE,
+        grpc.StatusCode.DEADLINE_EXCEEDED,
+        grpc.StatusCode.ABORTED,
+        grpc.StatusCode.RESOURCE_EXHAUSTED,
+    }
+)
+
+
+def is_transient(error: ShardcarError) -> bool:
+    """Whether a first subscription that failed with ``error`` is worth trying again
+    (UNAVAILABLE, DEADLINE_EXCEEDED, ABORTED, RESOURCE_EXHAUSTED)."""
+    return isinstance(error, SidecarUnavailableError) or error.code in _TRANSIENT_CODES
+
+
 class ReconnectPolicy:
     """When a job subscribes again after its stream ended, and when it gives up. No I/O.
 
-    * Fatal errors end the worker with the error: the sidecar refused the job (INVALID_ARGUMENT:
-      :class:`~shardcar.InvalidJobConfigError`; NOT_FOUND: :class:`~shardcar.JobNotFoundError`)
-      at any time; before the first registration, every error but UNAVAILABLE
-      (:class:`~shardcar.SidecarUnavailableError`), e.g. ALREADY_EXISTS (the instance id is live
-      elsewhere).
+    :meth:`fatal` is asked first (after a requested stop, before a ``Shutdown``):
+
+    * The sidecar refused the job, at any time (INVALID_ARGUMENT:
+      :class:`~shardcar.InvalidJobConfigError`; NOT_FOUND: :class:`~shardcar.JobNotFoundError`):
+      the job was removed or its config is refused, trying again cannot help.
+    * Before the first registration, every error but a transient one (:func:`is_transient`:
+      UNAVAILABLE, DEADLINE_EXCEEDED, ABORTED, RESOURCE_EXHAUSTED), e.g. ALREADY_EXISTS (the
+      instance id is live elsewhere).
     * The first connection has a deadline, ``connect_timeout`` from the first subscription: a
-      job never registered by then ends with :class:`~shardcar.SidecarUnavailableError` (or the
-      stream's own error).
-    * Otherwise it reconnects after a backoff: ``backoff_initial``, doubling up to
-      ``backoff_max``, back to ``backoff_initial`` after each registration; the delay is drawn
-      by ``jitter(low, high)`` from ``[nominal / 2, nominal]``.
+      job never registered by then stops with :class:`~shardcar.SidecarUnavailableError` (the
+      stream's own one when it ended with UNAVAILABLE), whether its stream ended with a
+      transient error or normally (the sidecar may be restarting).
+
+    Otherwise (:meth:`next_delay`) it reconnects after a backoff: ``backoff_initial``, doubling
+    up to ``backoff_max``, back to ``backoff_initial`` after each registration; the delay is
+    drawn by ``jitter(low, high)`` from ``[nominal / 2, nominal]``. Once registered there is no
+    deadline: every other end of a stream is retried forever.
     """
 
     def __init__(
@@ -241,26 +269,28 @@ class ReconnectPolicy:
         self._registered = True
         self._nominal = 0.0
 
-    def fatal(self, error: Optional[ShardcarError], now: float) -> Optional[ShardcarError]:
-        """The error that ends the job, of a stream that ended with ``error``, or ``None``."""
-        if error is None:
-            return None
+    def fatal(
+        self, error: Optional[ShardcarError], now: float, reason: str = ""
+    ) -> Optional[ShardcarError]:
+        """The error that ends the job, of a stream that ended at ``now`` with ``error``
+        (``None``: the sidecar ended it normally), or ``None`` to go on. ``reason`` says what
+        ended the stream, for the deadline's error."""
         if isinstance(error, (InvalidJobConfigError, JobNotFoundError)):
             return error
         if self._registered:
             return None
-        if not isinstance(error, SidecarUnavailableError) or self._past_deadline(now):
+        if error is not None and not is_transient(error):
             return error
-        return None
-
-    def give_up(self, now: float, reason: str) -> Optional[ShardcarError]:
-        """The error that ends a job never registered within the deadline, or ``None``."""
-        if self._registered or not self._past_deadline(now):
+        if not self._past_deadline(now):
             return None
-        return SidecarUnavailableError(
+        if isinstance(error, SidecarUnavailableError):
+            return error
+        unavailable = SidecarUnavailableError(
             f"no registration from the sidecar at {self.target!r} within "
             f"{self.connect_timeout}s: {reason}"
         )
+        unavailable.__cause__ = error
+        return unavailable
 
     def next_delay(self) -> Tuple[float, float]:
         """The next reconnect delay: ``(with jitter, nominal)``; each call doubles the next."""
@@ -272,6 +302,7 @@ class ReconnectPolicy:
 
     def _past_deadline(self, now: float) -> bool:
         return self._deadline is not None and now >= self._deadline
+
 
 @dataclass
 class _Lease:
@@ -424,19 +455,27 @@ class ProtocolCore:
                 out += self._end_stream(reason)
             if self._stopped:
                 return out
-            fatal = self.reconnect.fatal(error, now)
-            if fatal is None and (self._stopping or (self._shutdown and self.exit_on_shutdown)):
-                why = "stop requested" if self._stopping else "the sidecar sent Shutdown"
-                log.info("job %s: stream ended after %s; the worker stops", self.job_name, why)
+            # The order of the README of clients/protocol-cases: a requested stop, the fatal
+            # errors (refusals, the first-connect deadline), a Shutdown, else a reconnect.
+            if self._stopping:
+                log.info(
+                    "job %s: stream ended after stop requested; the worker stops", self.job_name
+                )
                 self._stopped = True
-                return out + [Stop(why)]
-            if fatal is None:
-                fatal = self.reconnect.give_up(now, reason)
+                return out + [Stop("stop requested")]
+            fatal = self.reconnect.fatal(error, now, reason)
             if fatal is not None:
                 log.warning("job %s: %s; the worker stops", self.job_name, fatal)
                 self._stopped = True
                 self._stop_error = fatal
                 return out + [Stop(str(fatal), fatal)]
+            if self._shutdown and self.exit_on_shutdown:
+                log.info(
+                    "job %s: stream ended after the sidecar sent Shutdown; the worker stops",
+                    self.job_name,
+                )
+                self._stopped = True
+                return out + [Stop("the sidecar sent Shutdown")]
             delay, nominal = self.reconnect.next_delay()
             log.warning("job %s: %s; reconnecting in %.2fs", self.job_name, reason, delay)
             return out + [Reconnect(delay, nominal, reason)]

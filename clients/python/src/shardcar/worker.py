@@ -96,7 +96,8 @@ class Worker(WorkerBase[Handler]):
     ``127.0.0.1:50061``. ``max_concurrency``: items run at once per job (overridable per job).
     ``connect_timeout``: how long the first connection may keep failing before :meth:`run`
     raises :class:`SidecarUnavailableError`; once registered, reconnects are retried forever
-    (``backoff_initial``, ``backoff_max``; the same bounds pace resent answers).
+    (``backoff_initial``, ``backoff_max``; the same bounds pace resent answers), unless the
+    sidecar refuses the job (:class:`InvalidJobConfigError`, :class:`JobNotFoundError`).
     ``drain_timeout``: on stop, how long running items may take to finish and be answered.
     ``answer_timeout``: deadline of each answer call (a call that exceeds it is sent again).
     ``exit_on_shutdown``: when the sidecar sends ``Shutdown``, the job stops once the sidecar

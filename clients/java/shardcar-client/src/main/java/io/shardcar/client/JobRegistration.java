@@ -11,6 +11,7 @@ import io.shardcar.v1.WorkerServiceGrpc;
 import java.time.Duration;
 import java.util.List;
 import java.util.Map;
+import java.util.Optional;
 import java.util.OptionalLong;
 import java.util.concurrent.CompletableFuture;
 import java.util.concurrent.ConcurrentHashMap;
@@ -49,7 +50,10 @@ public final class JobRegistration implements AutoCloseable {
     ACTIVE,
     /** The stream was lost; a new one is being made. */
     RECONNECTING,
-    /** Closed by the worker, by a sidecar {@code Shutdown}, or the first subscription failed. */
+    /**
+     * Closed by the worker, by a sidecar {@code Shutdown}, or by a fatal error
+     * ({@link JobRegistration#getFailure()}).
+     */
     CLOSED
   }
 
@@ -89,6 +93,7 @@ public final class JobRegistration implements AutoCloseable {
   private volatile String instanceId = "";
   private volatile JobConfig effectiveConfig;
   private volatile Assignment assignment = Assignment.NONE;
+  private volatile ShardcarException failure;
 
   JobRegistration(
       Settings settings,
@@ -175,6 +180,19 @@ public final class JobRegistration implements AutoCloseable {
 
   public State getState() {
     return state;
+  }
+
+  /**
+   * The error this registration stopped with, once it is {@link State#CLOSED}: the first
+   * subscription's failure ({@code register()} threw it), or the sidecar's refusal of a later
+   * subscription ({@link InvalidJobConfigException}: its configuration is refused;
+   * {@link JobNotFoundException}: the job was removed), after which it does not reconnect. Empty
+   * while it runs, and when it was closed or shut down without an error.
+   *
+   * @return the error, if it stopped with one
+   */
+  public Optional<ShardcarException> getFailure() {
+    return Optional.ofNullable(failure);
   }
 
   /**
@@ -515,6 +533,7 @@ public final class JobRegistration implements AutoCloseable {
       return;
     }
     stopped = stop;
+    failure = stop.fatal();
     if (call != null) {
       call.cancel(stop.reason(), null); // the sidecar removes the instance at once
       call = null;
@@ -529,7 +548,12 @@ public final class JobRegistration implements AutoCloseable {
     // The first subscription's fatal error, or (once register() returned: a no-op) the close.
     firstRegistration.completeExceptionally(stop.fatal() != null ? stop.fatal()
         : new WorkerClosedException("registration of job '" + jobName + "' closed: " + stop.reason()));
-    LOG.log(System.Logger.Level.INFO, "job {0}: registration closed: {1}", jobName, stop.reason());
+    if (stop.fatal() != null) {
+      LOG.log(System.Logger.Level.ERROR, "job {0}: registration closed, no reconnect: {1}: {2}",
+          jobName, stop.reason(), stop.fatal().getMessage());
+    } else {
+      LOG.log(System.Logger.Level.INFO, "job {0}: registration closed: {1}", jobName, stop.reason());
+    }
   }
 
   /** After {@link #finish}: the end, once no call is in flight. */

@@ -2,39 +2,43 @@ package io.shardcar.client;
 
 import io.grpc.Status;
 import java.time.Duration;
+import java.util.concurrent.TimeUnit;
 
 /**
  * What a registration does once its stream has ended while it still runs, decided without I/O
- * (owned by {@link RegistrationState}, which asks it only when neither a {@code Shutdown} nor a
- * close already stops the registration):
+ * (owned by {@link RegistrationState}). The state decides every end of a stream in this order
+ * (the order of {@code clients/protocol-cases/README.md}): a {@link RegistrationState#close close}
+ * stops the registration without an error; then {@link #fatal} may stop it with an error; then a
+ * {@code Shutdown} received on the stream stops it (unless {@code reconnectAfterShutdown}); else
+ * it subscribes again after {@link #retry}'s delay.
+ *
+ * <p>Fatal:
  *
  * <ul>
+ *   <li><b>At any time</b>: the sidecar refused the job, {@code INVALID_ARGUMENT}
+ *       ({@link InvalidJobConfigException}: its configuration or the request is refused) or
+ *       {@code NOT_FOUND} ({@link JobNotFoundException}: the job does not exist, or was removed):
+ *       trying again cannot help.
  *   <li><b>Before the first registration</b> (no {@code Assignment} seen yet, so
- *       {@code register()} has not returned): a transient failure ({@link Errors#isTransient}:
- *       UNAVAILABLE, DEADLINE_EXCEEDED, ABORTED, RESOURCE_EXHAUSTED; a failure to connect is an
- *       UNAVAILABLE) is tried again after the backoff until the connect timeout, counted from the
- *       first subscription, has passed. Any other end is fatal: another status (an invalid
- *       configuration, an unknown job, an instance id already live, ...), a transient one after
- *       the deadline, or the sidecar ending the stream without an error before registering the
- *       worker. {@code register()} throws the fatal error.
- *   <li><b>After it</b>: whatever ended the stream, subscribe again after the backoff, for ever.
+ *       {@code register()} has not returned): any end but a transient failure
+ *       ({@link Errors#isTransient}: UNAVAILABLE, DEADLINE_EXCEEDED, ABORTED, RESOURCE_EXHAUSTED;
+ *       a failure to connect is an UNAVAILABLE) or a normal end (the sidecar may be restarting),
+ *       e.g. ALREADY_EXISTS (the instance id is live elsewhere). Those two are tried again until
+ *       the connect timeout, counted from the first subscription, has passed; then the end is
+ *       fatal with a {@link SidecarUnavailableException} (mapped from the stream's own status when
+ *       it was UNAVAILABLE). {@code register()} throws the fatal error.
+ *   <li><b>After it</b>: nothing else; every other end is retried for ever.
  * </ul>
  *
  * <p>The backoff doubles from its initial delay up to its maximum, with ±20 % jitter, and starts
  * over at every {@code Registered}.
  */
 final class ReconnectPolicy {
-  /** What to do: {@link Retry} or {@link GiveUp}. */
-  sealed interface Decision permits Retry, GiveUp {}
-
   /**
    * Subscribe again in {@code delayMillis}. {@code cause}: what ended the stream;
    * {@code disconnected}: a registered worker lost its stream (not a first subscription failing).
    */
-  record Retry(long delayMillis, ShardcarException cause, boolean disconnected) implements Decision {}
-
-  /** Stop the registration: its first subscription failed with {@code error}. */
-  record GiveUp(ShardcarException error) implements Decision {}
+  record Retry(long delayMillis, ShardcarException cause, boolean disconnected) {}
 
   private final String target;
   private final String jobName;
@@ -80,21 +84,54 @@ final class ReconnectPolicy {
     firstRegistrationDone = true;
   }
 
+  /** Whether the first registration is done (an {@code Assignment} was seen). */
+  boolean isRegistered() {
+    return firstRegistrationDone;
+  }
+
   /**
-   * The stream ended at {@code now}: cleanly ({@code error} null: the sidecar ended it) or with
-   * {@code error} (a gRPC status; a connection that could not be made is UNAVAILABLE).
+   * The error that ends the registration, of a stream that ended at {@code now} cleanly
+   * ({@code error} null: the sidecar ended it) or with {@code error} (a gRPC status; a connection
+   * that could not be made is UNAVAILABLE); null when it may go on.
    */
-  Decision afterStreamEnd(Throwable error, long now) {
+  ShardcarException fatal(Throwable error, long now) {
+    if (error != null && refusesTheJob(error)) {
+      return firstRegistrationDone
+          ? Errors.fromThrowable(target, "stream of job '" + jobName + "'", error)
+          : subscribeError(error);
+    }
+    if (firstRegistrationDone) {
+      return null;
+    }
+    if (error != null && !Errors.isTransient(error)) {
+      return subscribeError(error);
+    }
+    if (now - firstDeadline < 0) {
+      return null;
+    }
+    if (error != null && Status.fromThrowable(error).getCode() == Status.Code.UNAVAILABLE) {
+      return subscribeError(error);
+    }
+    return new SidecarUnavailableException(target, "subscribe to job '" + jobName + "': no registration from the "
+        + "shardcar sidecar at " + target + " within the connect timeout of "
+        + TimeUnit.NANOSECONDS.toMillis(connectTimeoutNanos) + " ms (last stream: " + describe(error) + ")", error);
+  }
+
+  /** Subscribe again after the backoff (when {@link #fatal} and a {@code Shutdown} did not stop it). */
+  Retry retry(Throwable error) {
     if (!firstRegistrationDone) {
-      if (error != null && Errors.isTransient(error) && now - firstDeadline < 0) {
-        return new Retry(backoff.nextDelayMillis(), subscribeError(error), false);
-      }
-      return new GiveUp(subscribeError(error));
+      return new Retry(backoff.nextDelayMillis(), subscribeError(error), false);
     }
     ShardcarException cause = error == null
         ? new SidecarUnavailableException(target, "the sidecar ended the stream of job '" + jobName + "'", null)
         : Errors.fromThrowable(target, "stream of job '" + jobName + "'", error);
     return new Retry(backoff.nextDelayMillis(), cause, true);
+  }
+
+  /** INVALID_ARGUMENT or NOT_FOUND: the job's config is refused, or the job does not exist. */
+  static boolean refusesTheJob(Throwable error) {
+    Status.Code code = Status.fromThrowable(error).getCode();
+    return code == Status.Code.INVALID_ARGUMENT || code == Status.Code.NOT_FOUND;
   }
 
   /** How a stream end reads in a log: {@code the sidecar ended it}, or the status. */

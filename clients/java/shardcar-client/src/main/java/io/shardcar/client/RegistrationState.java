@@ -46,10 +46,12 @@ import java.util.concurrent.TimeUnit;
  *   <li><b>Shutdown</b> (rule 5): new triggers are declined, running items finish and are answered
  *       while the lease lasts; once the sidecar ends the stream the registration stops (unless
  *       {@code stopOnShutdown} is off: then the driver subscribes again).
- *   <li><b>Reconnects and fatal errors</b> ({@link ReconnectPolicy}): a stream that ended while
- *       the registration still runs is followed by {@link Reconnect} (subscribe again after a
- *       delay), or, when the first subscription failed for good, by a {@link Stop} carrying the
- *       {@linkplain Stop#fatal() fatal error}.
+ *   <li><b>Reconnects and fatal errors</b> ({@link ReconnectPolicy}): every end of a stream while
+ *       the registration still runs is decided in this order: after a {@link #close} it stops
+ *       without an error; a fatal error (the sidecar refused the job, or the first subscription
+ *       failed for good) stops it with a {@link Stop} carrying the {@linkplain Stop#fatal() error};
+ *       after a {@code Shutdown} it stops (unless {@code stopOnShutdown} is off); otherwise
+ *       {@link Reconnect} (subscribe again after a delay).
  * </ul>
  *
  * <p>Not thread-safe: the driver serializes every call (one lock), and performs the outputs in the
@@ -66,6 +68,8 @@ final class RegistrationState {
   static final String LEASE_RAN_OUT = "the lease ran out without renewal";
   static final String LEASE_VOID = "a lease renewal was read after its expires_at (the worker was paused)";
   static final String FIRST_SUBSCRIPTION_FAILED = "the first subscription failed";
+  static final String JOB_REFUSED = "the sidecar refused the job (its config, or the job is gone)";
+  static final String SHUT_DOWN = "the sidecar shut the worker down";
 
   /** The clocks the state reads at every input. */
   interface Clock {
@@ -124,8 +128,9 @@ final class RegistrationState {
 
   /**
    * The registration is over: end the stream if it is still open and release the threads.
-   * {@code bySidecar}: it followed the sidecar's {@code Shutdown}. {@code fatal}: the first
-   * subscription failed with this error ({@code register()} throws it); null otherwise. Calls in
+   * {@code bySidecar}: it followed the sidecar's {@code Shutdown}. {@code fatal}: it ended with
+   * this error (the first subscription failed, and {@code register()} throws it; or the sidecar
+   * refused the job after it); null otherwise. Calls in
    * flight are not sent again, but their results are still reported ({@link #hasCallsInFlight()}).
    */
   record Stop(String reason, boolean bySidecar, ShardcarException fatal) implements Output {}
@@ -272,7 +277,7 @@ final class RegistrationState {
     }
     if (streamOpen) {
       advance(out);
-      endStream("replaced by a new stream", out);
+      endStream("replaced by a new stream", true, out);
       if (phase == Phase.STOPPED) {
         return out;
       }
@@ -290,8 +295,9 @@ final class RegistrationState {
   /**
    * Stream {@code gen} ended: the sidecar closed it ({@code error} null), or it failed with
    * {@code error} (a gRPC status: the connection broke or could not be made, the sidecar refused
-   * the subscription, ...). Unless that stops the registration ({@code Shutdown}, {@link #close}),
-   * the last output is {@link Reconnect}, or a {@link Stop} with the fatal error.
+   * the subscription, ...). The last output is the decision, in this order: a {@link Stop} after
+   * {@link #close}; a {@link Stop} with the fatal error ({@link ReconnectPolicy#fatal}); a
+   * {@link Stop} after a {@code Shutdown} (with {@code stopOnShutdown}); else {@link Reconnect}.
    */
   List<Output> streamEnded(int gen, Throwable error) {
     List<Output> out = new ArrayList<>();
@@ -299,22 +305,32 @@ final class RegistrationState {
       return out;
     }
     advance(out);
-    endStream(ReconnectPolicy.describe(error), out);
-    if (phase == Phase.RUNNING) {
-      ReconnectPolicy.Decision next = reconnect.afterStreamEnd(error, now());
-      if (next instanceof ReconnectPolicy.Retry r) {
-        out.add(new Reconnect(r.delayMillis(), r.cause(), r.disconnected()));
-      } else if (next instanceof ReconnectPolicy.GiveUp g) {
-        phase = Phase.CLOSING;
-        closeReason = FIRST_SUBSCRIPTION_FAILED;
-        stop(closeReason, false, g.error(), out);
-      }
+    // The order of clients/protocol-cases/README.md: a close stops without an error (endStream),
+    // then the fatal errors, then a Shutdown, else a reconnect.
+    endStream(ReconnectPolicy.describe(error), false, out);
+    if (phase != Phase.RUNNING) {
+      return out;
+    }
+    boolean registered = reconnect.isRegistered();
+    ShardcarException fatal = reconnect.fatal(error, now());
+    if (fatal != null) {
+      phase = Phase.CLOSING;
+      closeReason = registered ? JOB_REFUSED : FIRST_SUBSCRIPTION_FAILED;
+      stop(closeReason, false, fatal, out);
+    } else if (shutdownReceived && stopOnShutdown) {
+      stop(SHUT_DOWN, true, null, out);
+    } else {
+      ReconnectPolicy.Retry r = reconnect.retry(error);
+      out.add(new Reconnect(r.delayMillis(), r.cause(), r.disconnected()));
     }
     return out;
   }
 
-  /** The current stream is over: its work is void; a close or a {@code Shutdown} stops here. */
-  private void endStream(String why, List<Output> out) {
+  /**
+   * The current stream is over: its work is void; a close stops here, and (when
+   * {@code shutdownStops}) a {@code Shutdown} received on it.
+   */
+  private void endStream(String why, boolean shutdownStops, List<Output> out) {
     streamOpen = false;
     leaseHeld = false;
     cancelRunning("the stream ended (" + why + ")", out);
@@ -324,8 +340,8 @@ final class RegistrationState {
     resends.clear();
     if (phase == Phase.CLOSING) {
       stop(closeReason, false, null, out);
-    } else if (shutdownReceived && stopOnShutdown) {
-      stop("the sidecar shut the worker down", true, null, out);
+    } else if (shutdownStops && shutdownReceived && stopOnShutdown) {
+      stop(SHUT_DOWN, true, null, out);
     }
   }
 

@@ -284,13 +284,19 @@ class RegistrationStateTest {
     return found.get(0);
   }
 
+  /** The fatal stop of a first subscription. */
   private static Stop fatal(List<Output> out) {
+    return fatal(out, RegistrationState.FIRST_SUBSCRIPTION_FAILED);
+  }
+
+  private static Stop fatal(List<Output> out, String reason) {
     List<Stop> found = only(out, Stop.class);
     assertEquals(1, found.size(), "one stop: " + out);
     assertTrue(only(out, RegistrationState.Reconnect.class).isEmpty(), "and no reconnect: " + out);
     Stop stop = found.get(0);
+    assertEquals(stop, out.get(out.size() - 1), "the stop comes last: " + out);
     assertFalse(stop.bySidecar());
-    assertEquals(RegistrationState.FIRST_SUBSCRIPTION_FAILED, stop.reason());
+    assertEquals(reason, stop.reason());
     assertTrue(stop.fatal() != null, "a fatal error: " + stop);
     return stop;
   }
@@ -335,6 +341,29 @@ class RegistrationStateTest {
   }
 
   @Test
+  void everyTransientStatusOfAFirstSubscriptionIsTriedAgainThenTheDeadlineMakesItUnavailable() {
+    for (Status status : List.of(Status.DEADLINE_EXCEEDED, Status.ABORTED, Status.RESOURCE_EXHAUSTED)) {
+      clock.nowMillis = 0;
+      RegistrationState s = withPolicy(true);
+      StatusRuntimeException error = status.withDescription("busy").asRuntimeException();
+      s.streamOpened();
+      RegistrationState.Reconnect r = reconnect(s.streamEnded(s.generation(), error));
+      assertFalse(r.disconnected());
+      assertEquals(100, r.delayMillis());
+      clock.nowMillis = 1000;
+      s.streamOpened();
+      Stop stop = fatal(s.streamEnded(s.generation(), error));
+      // Whatever the transient status, the deadline's error is UNAVAILABLE, without a reason.
+      SidecarUnavailableException e = assertInstanceOf(SidecarUnavailableException.class, stop.fatal(), status.toString());
+      assertTrue(e.getReason().isEmpty(), e.toString());
+      assertEquals(TARGET, e.getTarget());
+      assertEquals("subscribe to job 'job': no registration from the shardcar sidecar at " + TARGET
+          + " within the connect timeout of 1000 ms (last stream: " + status.getCode() + ": busy)", e.getMessage());
+      assertEquals(error, e.getCause());
+    }
+  }
+
+  @Test
   void aFirstSubscriptionRefusedBySidecarIsFatalAtOnceWithTheMappedError() {
     record Refusal(StatusRuntimeException status, Class<? extends ShardcarException> kind, String reason) {}
     for (Refusal refusal : List.of(
@@ -359,15 +388,25 @@ class RegistrationStateTest {
   }
 
   @Test
-  void aFirstStreamTheSidecarEndsBeforeTheAssignmentIsFatal() {
-    // register() returns once the assignment is known: until then a clean end is fatal, even
-    // after Registered.
+  void aFirstStreamTheSidecarEndsNormallyIsTriedAgainUntilTheConnectTimeout() {
+    // The sidecar may be restarting. register() returns once the assignment is known: until then
+    // the connect timeout counts, even after Registered.
     RegistrationState s = withPolicy(true);
     s.streamOpened();
     s.onEvent(s.generation(), REGISTERED);
+    RegistrationState.Reconnect r = reconnect(s.streamEnded(s.generation(), null));
+    assertFalse(r.disconnected(), "not registered yet: the listener hears nothing");
+    assertEquals(100, r.delayMillis(), "Registered reset the backoff");
+    assertEquals("subscribe to job 'job': the sidecar ended the stream before registering the worker",
+        r.cause().getMessage());
+    clock.nowMillis = 1000;
+    s.streamOpened();
     Stop stop = fatal(s.streamEnded(s.generation(), null));
     SidecarUnavailableException e = assertInstanceOf(SidecarUnavailableException.class, stop.fatal());
-    assertEquals("subscribe to job 'job': the sidecar ended the stream before registering the worker", e.getMessage());
+    assertEquals("subscribe to job 'job': no registration from the shardcar sidecar at " + TARGET
+        + " within the connect timeout of 1000 ms (last stream: the sidecar ended it)", e.getMessage());
+    assertTrue(e.getReason().isEmpty());
+    assertTrue(s.isStopped());
   }
 
   @Test
@@ -387,10 +426,10 @@ class RegistrationStateTest {
     // A refusal that would have been fatal for the first subscription is tried again now.
     s.streamOpened();
     RegistrationState.Reconnect refused = reconnect(s.streamEnded(s.generation(),
-        ErrorsTest.rich(Code.NOT_FOUND, "no job", "JOB_NOT_FOUND", null)));
+        ErrorsTest.rich(Code.ALREADY_EXISTS, "live", "ALREADY_EXISTS", null)));
     assertTrue(refused.disconnected());
     assertEquals(200, refused.delayMillis(), "no Registered in between: the backoff grows");
-    assertInstanceOf(JobNotFoundException.class, refused.cause());
+    assertInstanceOf(InstanceConflictException.class, refused.cause());
     assertTrue(refused.cause().getMessage().startsWith("stream of job 'job': "), refused.cause().getMessage());
 
     // The sidecar cannot reach ZooKeeper: UNAVAILABLE with its reason.
@@ -408,6 +447,92 @@ class RegistrationStateTest {
     s.onEvent(s.generation(), REGISTERED);
     assertEquals(100, reconnect(s.streamEnded(s.generation(), Status.UNAVAILABLE.asRuntimeException())).delayMillis());
     assertFalse(s.isClosing());
+  }
+
+  @Test
+  void onceRegisteredARefusalOfTheJobStopsTheRegistrationWithItsError() {
+    record Refusal(StatusRuntimeException status, Class<? extends ShardcarException> kind, String reason) {}
+    for (Refusal refusal : List.of(
+        new Refusal(ErrorsTest.rich(Code.INVALID_ARGUMENT, "config.cron: bad", "INVALID_ARGUMENT", "config.cron"),
+            InvalidJobConfigException.class, ErrorReasons.INVALID_ARGUMENT),
+        new Refusal(ErrorsTest.rich(Code.NOT_FOUND, "no job", "JOB_NOT_FOUND", null),
+            JobNotFoundException.class, ErrorReasons.JOB_NOT_FOUND),
+        new Refusal(Status.NOT_FOUND.withDescription("no job").asRuntimeException(), JobNotFoundException.class, null))) {
+      clock.nowMillis = 0;
+      RegistrationState s = withPolicy(true);
+      s.streamOpened();
+      s.onEvent(s.generation(), REGISTERED);
+      s.onEvent(s.generation(), ASSIGNMENT);
+      s.onEvent(s.generation(), lease(3000, 3000));
+      ItemKey key = start(s, "e1");
+      clock.nowMillis = 60_000; // long past the connect timeout: it does not matter
+      // The stream of a registered worker ends with the refusal (or a reconnect is refused).
+      List<Output> out = s.streamEnded(s.generation(), refusal.status());
+      assertEquals(List.of(key), only(out, Cancel.class).stream().map(Cancel::key).toList());
+      Stop stop = fatal(out, RegistrationState.JOB_REFUSED);
+      assertInstanceOf(refusal.kind(), stop.fatal(), refusal.toString());
+      assertEquals(refusal.reason(), stop.fatal().getReason().orElse(null));
+      assertTrue(stop.fatal().getMessage().startsWith("stream of job 'job': "), stop.fatal().getMessage());
+      assertTrue(s.isStopped());
+      assertTrue(s.itemDone(key, null).isEmpty(), "the void execution is not answered");
+      assertTrue(s.streamOpened().isEmpty(), "a stopped registration opens nothing");
+    }
+  }
+
+  @Test
+  void aCloseComesBeforeAFatalErrorWhichComesBeforeAShutdown() {
+    // A close the worker asked for: stop without an error, even when the stream ends refused.
+    RegistrationState closed = withPolicy(true);
+    closed.streamOpened();
+    closed.onEvent(closed.generation(), REGISTERED);
+    closed.onEvent(closed.generation(), ASSIGNMENT);
+    closed.onEvent(closed.generation(), lease(3000, 3000));
+    start(closed, "e1");
+    assertTrue(closed.close("closed by the worker", Duration.ofSeconds(5), Duration.ofSeconds(1)).isEmpty());
+    Stop stop = only(closed.streamEnded(closed.generation(),
+        ErrorsTest.rich(Code.NOT_FOUND, "no job", "JOB_NOT_FOUND", null)), Stop.class).get(0);
+    assertEquals("closed by the worker", stop.reason());
+    assertNull(stop.fatal());
+
+    // A close before the first registration: no error either, even for a refused subscription.
+    RegistrationState first = withPolicy(true);
+    first.streamOpened();
+    first.onEvent(first.generation(), REGISTERED);
+    first.onEvent(first.generation(), lease(3000, 3000));
+    start(first, "e1"); // something runs, so the close waits for the stream to end
+    first.close("closed by the worker", Duration.ofSeconds(5), Duration.ofSeconds(1));
+    stop = only(first.streamEnded(first.generation(), Status.INVALID_ARGUMENT.asRuntimeException()), Stop.class).get(0);
+    assertNull(stop.fatal());
+
+    // A fatal error after a Shutdown: the error, not the shutdown.
+    RegistrationState shut = withPolicy(true);
+    shut.streamOpened();
+    shut.onEvent(shut.generation(), REGISTERED);
+    shut.onEvent(shut.generation(), ASSIGNMENT);
+    shut.onEvent(shut.generation(), SubscribeResponse.newBuilder().setShutdown(Shutdown.getDefaultInstance()).build());
+    stop = fatal(shut.streamEnded(shut.generation(),
+        ErrorsTest.rich(Code.INVALID_ARGUMENT, "config.cron: bad", "INVALID_ARGUMENT", "config.cron")),
+        RegistrationState.JOB_REFUSED);
+    assertInstanceOf(InvalidJobConfigException.class, stop.fatal());
+
+    // A Shutdown before the first assignment, then a refusal of the first subscription: fatal too.
+    RegistrationState early = withPolicy(true);
+    early.streamOpened();
+    early.onEvent(early.generation(), REGISTERED);
+    early.onEvent(early.generation(), SubscribeResponse.newBuilder().setShutdown(Shutdown.getDefaultInstance()).build());
+    fatal(early.streamEnded(early.generation(), Status.FAILED_PRECONDITION.asRuntimeException()));
+
+    // A status that is not fatal after a Shutdown: stop without an error, no reconnect.
+    RegistrationState busy = withPolicy(true);
+    busy.streamOpened();
+    busy.onEvent(busy.generation(), REGISTERED);
+    busy.onEvent(busy.generation(), ASSIGNMENT);
+    busy.onEvent(busy.generation(), SubscribeResponse.newBuilder().setShutdown(Shutdown.getDefaultInstance()).build());
+    List<Output> out = busy.streamEnded(busy.generation(), Status.ALREADY_EXISTS.asRuntimeException());
+    assertTrue(only(out, RegistrationState.Reconnect.class).isEmpty(), out.toString());
+    stop = only(out, Stop.class).get(0);
+    assertTrue(stop.bySidecar());
+    assertNull(stop.fatal());
   }
 
   @Test
