@@ -35,6 +35,8 @@ pub struct Settings {
     pub history_size: usize,
     /// Where finished executions are appended as JSON lines, if anywhere.
     pub history_file: Option<std::path::PathBuf>,
+    /// Where execution spans are exported (OTLP/gRPC), if anywhere.
+    pub telemetry: Option<crate::ops::telemetry::TelemetrySettings>,
 }
 
 /// How log lines are written.
@@ -109,6 +111,7 @@ pub struct Flags {
     pub metrics_listen: Option<String>,
     pub history_size: Option<String>,
     pub history_file: Option<String>,
+    pub otlp_endpoint: Option<String>,
 }
 
 /// Every setting: its TOML key (the flag is the key with `-`, the variable `SHARDCAR_` + the
@@ -131,6 +134,7 @@ pub const SETTINGS: &[(&str, &str, &str, &str)] = &[
     ("metrics_listen", "(none: no endpoint)", "host:port of the Prometheus endpoint (GET /metrics)", r#""127.0.0.1:9464""#),
     ("history_size", "1000", "finished executions kept in memory for ListExecutions (0 to 1000000)", "1000"),
     ("history_file", "(none)", "file to append finished executions to, one JSON object per line", r#""/var/lib/shardcar/history.jsonl""#),
+    ("otlp_endpoint", "(none: OTEL_EXPORTER_OTLP_TRACES_ENDPOINT or OTEL_EXPORTER_OTLP_ENDPOINT, else no export)", "OTLP/gRPC endpoint execution spans are exported to (service name: OTEL_SERVICE_NAME, else shardcar)", r#""http://127.0.0.1:4317""#),
 ];
 
 /// A settings file with every setting commented out: its meaning, default and an example
@@ -474,6 +478,47 @@ impl Settings {
             }
             None => None,
         };
+        let endpoint = layers
+            .pick(flags.otlp_endpoint, "otlp_endpoint")
+            .or_else(|| {
+                [
+                    "OTEL_EXPORTER_OTLP_TRACES_ENDPOINT",
+                    "OTEL_EXPORTER_OTLP_ENDPOINT",
+                ]
+                .into_iter()
+                .find_map(|var| {
+                    env.get(var)
+                        .filter(|v| !v.trim().is_empty())
+                        .map(|v| (v.clone(), Origin::from(var.to_string())))
+                })
+            });
+        let telemetry = match endpoint {
+            Some((v, origin)) => {
+                let v = v.trim().to_string();
+                let host = v
+                    .strip_prefix("http://")
+                    .or_else(|| v.strip_prefix("https://"))
+                    .map(|rest| rest.split(['/', ':']).next().unwrap_or_default());
+                if host.is_none_or(str::is_empty) {
+                    return Err(bad(
+                        &origin,
+                        format!(
+                            "{v:?} must be an http:// or https:// URL, e.g. http://127.0.0.1:4317"
+                        ),
+                    ));
+                }
+                let service_name = env
+                    .get("OTEL_SERVICE_NAME")
+                    .map(|s| s.trim().to_string())
+                    .filter(|s| !s.is_empty())
+                    .unwrap_or_else(|| "shardcar".to_string());
+                Some(crate::ops::telemetry::TelemetrySettings {
+                    endpoint: v,
+                    service_name,
+                })
+            }
+            None => None,
+        };
         Ok(Settings {
             zk,
             namespace,
@@ -491,6 +536,7 @@ impl Settings {
             metrics_listen,
             history_size,
             history_file,
+            telemetry,
         })
     }
 }

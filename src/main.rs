@@ -84,6 +84,9 @@ struct RunArgs {
     /// Append finished executions to FILE as JSON lines
     #[arg(long, value_name = "FILE")]
     history_file: Option<String>,
+    /// Export execution spans by OTLP/gRPC to URL [default: $OTEL_EXPORTER_OTLP_ENDPOINT, else none]
+    #[arg(long, value_name = "URL")]
+    otlp_endpoint: Option<String>,
 }
 
 fn main() -> ExitCode {
@@ -124,6 +127,7 @@ fn main() -> ExitCode {
         metrics_listen: args.metrics_listen,
         history_size: args.history_size,
         history_file: args.history_file,
+        otlp_endpoint: args.otlp_endpoint,
     };
     let env: HashMap<String, String> = std::env::vars().collect();
     let settings = match Settings::resolve(flags, &env) {

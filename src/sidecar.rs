@@ -51,6 +51,8 @@ pub enum RunError {
     History(#[from] HistoryFileError),
     #[error("cannot build the reflection service: {0}")]
     Reflection(#[from] tonic_reflection::server::Error),
+    #[error("invalid setting otlp_endpoint: {0}")]
+    Telemetry(String),
 }
 
 /// Runs a sidecar until `shutdown` resolves, then drains: health NOT_SERVING, `Shutdown` to
@@ -122,6 +124,14 @@ pub async fn run(
         metrics.clone(),
         cancel.clone(),
     ));
+    // Execution spans go out until the drain is over (the export task flushes on `cancel`).
+    let telemetry = match &settings.telemetry {
+        Some(t) => Some(
+            crate::ops::telemetry::Telemetry::start(t, &tracker, cancel.clone())
+                .map_err(RunError::Telemetry)?,
+        ),
+        None => None,
+    };
     let timer = Timer::spawn_on(&tracker);
     let coordinator = Coordinator::new(
         registry.clone(),
@@ -134,6 +144,7 @@ pub async fn run(
         Arc::new(OpsObserver {
             history: history.clone(),
             metrics: metrics.clone(),
+            telemetry,
         }),
         tracker.clone(),
     );
@@ -170,6 +181,7 @@ pub async fn run(
             registry.clone(),
             history.clone(),
             tracker.clone(),
+            coordinator.clone(),
         )));
 
     let drained = CancellationToken::new();

@@ -1,6 +1,7 @@
 //! Operating shardcar, end to end with real processes: `shardcar ctl` against a real sidecar in
 //! standalone and ZooKeeper mode (and over a Unix socket), the Prometheus endpoint after a known
-//! number of executions, health following ZooKeeper, reflection, and settings that are refused.
+//! number of executions, health following ZooKeeper, reflection, settings that are refused, and
+//! the execution spans exported by OTLP (`ops/telemetry.rs`).
 
 mod common;
 
@@ -23,6 +24,9 @@ use tonic_health::pb::HealthCheckRequest;
 const WAIT: Duration = Duration::from_secs(30);
 /// A cron that never fires during a test (1 January 2099).
 const NEVER: &str = "0 0 0 1 1 ? 2099";
+
+#[path = "ops/telemetry.rs"]
+mod telemetry;
 
 /// The output of one `shardcar` command.
 struct Output {

@@ -14,6 +14,8 @@ use tokio_util::task::TaskTracker;
 use tonic::{Request, Response, Status};
 
 use crate::api::convert::{from_proto, to_proto};
+use crate::coordination::trace::TraceParent;
+use crate::coordination::Coordinator;
 use crate::elasticjob::paths::{JobNode, JobPaths, ServerStatus};
 use crate::ops::history::History;
 use crate::ops::jobs::{self, check_job_name, AdminError, JobInfo, JobStatus, JobSummary};
@@ -32,16 +34,36 @@ pub struct AdminApi {
     history: Arc<History>,
     /// `WatchJob` followers run here, so a shutdown waits for them.
     tracker: TaskTracker,
+    /// For `TriggerJob` calls that carry a trace to continue.
+    coordinator: Coordinator,
 }
 
 impl AdminApi {
-    pub fn new(registry: Registry, history: Arc<History>, tracker: TaskTracker) -> AdminApi {
+    pub fn new(
+        registry: Registry,
+        history: Arc<History>,
+        tracker: TaskTracker,
+        coordinator: Coordinator,
+    ) -> AdminApi {
         AdminApi {
             registry,
             history,
             tracker,
+            coordinator,
         }
     }
+}
+
+/// How long after a traced `TriggerJob` call the MANUAL executions it starts here continue its
+/// trace: ample for the trigger nodes to reach this sidecar's watch.
+const TRACE_WINDOW: Duration = Duration::from_secs(30);
+
+/// The W3C trace context in a call's metadata, if a valid one is there.
+fn trace_parent<T>(request: &Request<T>) -> Option<TraceParent> {
+    let md = request.metadata();
+    let parent = md.get("traceparent")?.to_str().ok()?;
+    let state = md.get("tracestate").and_then(|v| v.to_str().ok());
+    TraceParent::parse(parent, state)
 }
 
 fn job_name(name: &str) -> Result<&str, Status> {
@@ -132,8 +154,15 @@ impl AdminService for AdminApi {
         &self,
         request: Request<proto::TriggerJobRequest>,
     ) -> Result<Response<proto::TriggerJobResponse>, Status> {
+        let parent = trace_parent(&request);
         let req = request.into_inner();
-        let instance_ids = jobs::trigger_job(&self.registry, job_name(&req.job_name)?).await?;
+        let job = job_name(&req.job_name)?;
+        if let Some(parent) = parent {
+            self.coordinator
+                .continue_trace(job, parent, TRACE_WINDOW)
+                .await;
+        }
+        let instance_ids = jobs::trigger_job(&self.registry, job).await?;
         tracing::info!(job = %req.job_name, instances = ?instance_ids, "job triggered");
         Ok(Response::new(proto::TriggerJobResponse { instance_ids }))
     }

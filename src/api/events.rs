@@ -44,6 +44,8 @@ fn trigger(t: Trigger) -> proto::Trigger {
         source: source(t.source) as i32,
         fire_time: Some(timestamp(t.fire_time)),
         fencing_tokens: t.fencing_tokens.into_iter().collect(),
+        traceparent: t.traceparent,
+        tracestate: t.tracestate,
     }
 }
 

@@ -49,6 +49,9 @@ pub struct Trigger {
     pub fire_time: DateTime<Utc>,
     /// Per item: grows every time the item changes hands (the czxid of its `running` node).
     pub fencing_tokens: BTreeMap<i32, i64>,
+    /// W3C Trace Context of the execution's span.
+    pub traceparent: String,
+    pub tracestate: String,
 }
 
 /// An event on a worker's stream, in the order the coordinator decided them.

@@ -99,6 +99,17 @@ pub enum ItemOutcome {
     Revoked(String),
 }
 
+impl ItemOutcome {
+    /// `completed`, `failed` or `revoked`.
+    pub fn kind(&self) -> &'static str {
+        match self {
+            ItemOutcome::Completed => "completed",
+            ItemOutcome::Failed(_) => "failed",
+            ItemOutcome::Revoked(_) => "revoked",
+        }
+    }
+}
+
 /// Why an execution no longer holds its items, and what becomes of their nodes.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Void {
@@ -145,9 +156,55 @@ pub struct Execution {
     pub releasing: BTreeSet<i32>,
     /// Set once the execution no longer holds its items.
     pub void: Option<Void>,
+    /// Its trace (the `traceparent` its trigger carries) and what happened to it, for its span.
+    pub trace: crate::coordination::trace::TraceContext,
+    pub events: Vec<crate::coordination::trace::SpanEvent>,
+    /// ElasticJob's task id, set when the trigger is sent.
+    pub task_id: String,
 }
 
 impl Execution {
+    /// A new execution of `items` on `instance_id`, not yet started in the registry: nothing
+    /// answered, nothing delivered.
+    #[allow(clippy::too_many_arguments)]
+    pub fn new(
+        id: String,
+        instance_id: String,
+        source: Source,
+        items: BTreeSet<i32>,
+        fire_time: chrono::DateTime<chrono::Utc>,
+        started: Instant,
+        timeout: Option<std::time::Duration>,
+        monitored: bool,
+        generation: u64,
+        trace: crate::coordination::trace::TraceContext,
+    ) -> Execution {
+        Execution {
+            id,
+            instance_id,
+            source,
+            items,
+            fire_time,
+            started,
+            started_at: std::time::SystemTime::now(),
+            timeout,
+            monitored,
+            generation,
+            lease_epoch: 0,
+            delivered: false,
+            fencing_tokens: BTreeMap::new(),
+            versions: BTreeMap::new(),
+            outcomes: BTreeMap::new(),
+            committing: BTreeSet::new(),
+            uncertain: BTreeMap::new(),
+            releasing: BTreeSet::new(),
+            void: None,
+            trace,
+            events: Vec::new(),
+            task_id: String::new(),
+        }
+    }
+
     /// Items neither answered, nor being answered or released.
     pub fn unreleased(&self) -> Vec<i32> {
         self.items
@@ -165,6 +222,20 @@ impl Execution {
     /// Whether every item has an outcome.
     pub fn is_done(&self) -> bool {
         self.outcomes.len() == self.items.len()
+    }
+
+    /// Records an event of its span.
+    pub fn note(
+        &mut self,
+        at: std::time::SystemTime,
+        name: &'static str,
+        attributes: Vec<(&'static str, String)>,
+    ) {
+        self.events.push(crate::coordination::trace::SpanEvent {
+            at,
+            name,
+            attributes,
+        });
     }
 }
 

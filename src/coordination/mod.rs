@@ -14,6 +14,7 @@ mod job;
 pub mod lease;
 pub mod observer;
 pub mod sharding;
+pub mod trace;
 pub mod view;
 
 #[cfg(test)]
@@ -320,6 +321,32 @@ impl Coordinator {
         reply_rx
             .await
             .unwrap_or_else(|_| settle(self.shared.remembered(execution_id, instance_id)))
+    }
+
+    /// MANUAL executions of `job` started on this sidecar within `for_` continue `parent`'s
+    /// trace (a `TriggerJob` call that carried a `traceparent`). Returns once the job's driver
+    /// has taken it, so trigger nodes written after this are seen after it. A no-op for a job
+    /// that has no instance here.
+    pub async fn continue_trace(&self, job: &str, parent: trace::TraceParent, for_: Duration) {
+        let driver = self
+            .shared
+            .jobs
+            .lock()
+            .expect("job table poisoned")
+            .get(job)
+            .cloned();
+        if let Some(driver) = driver {
+            let until = Instant::now() + for_;
+            let (reply, taken) = oneshot::channel();
+            let cmd = JobCmd::ContinueTrace {
+                parent,
+                until,
+                reply,
+            };
+            if driver.send(cmd).await.is_ok() {
+                let _ = taken.await;
+            }
+        }
     }
 
     /// Graceful shutdown of every job, all at once, by `deadline`: every local worker gets

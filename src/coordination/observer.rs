@@ -7,6 +7,7 @@ use std::time::{Duration, SystemTime};
 
 use crate::coordination::events::Source;
 pub use crate::coordination::execution::ItemOutcome;
+use crate::coordination::trace::{SpanEvent, TraceContext};
 
 /// A finished execution.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -18,6 +19,13 @@ pub struct ExecutionRecord {
     pub started_at: SystemTime,
     pub duration: Duration,
     pub items: BTreeMap<i32, ItemOutcome>,
+    /// ElasticJob's task id.
+    pub task_id: String,
+    pub fire_time: SystemTime,
+    pub fencing_tokens: BTreeMap<i32, i64>,
+    /// Its span's ids (the `traceparent` its trigger carried) and events.
+    pub trace: TraceContext,
+    pub events: Vec<SpanEvent>,
 }
 
 impl ExecutionRecord {

@@ -181,6 +181,11 @@ mod tests {
             started_at: SystemTime::UNIX_EPOCH + Duration::from_millis(1_700_000_000_250),
             duration: Duration::from_millis(1500),
             items: outcomes.into_iter().collect(),
+            task_id: format!("{job}@-@0@-@READY@-@10.0.0.1@-@7"),
+            fire_time: SystemTime::UNIX_EPOCH + Duration::from_millis(1_700_000_000_000),
+            fencing_tokens: Default::default(),
+            trace: crate::coordination::trace::TraceContext::for_execution(id, None),
+            events: Vec::new(),
         }
     }
 

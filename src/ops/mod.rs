@@ -1,11 +1,13 @@
 //! Operating a sidecar: the execution [`history`], Prometheus [`metrics`] and their [`http`]
-//! endpoint, the [`OpsObserver`] that feeds both from the coordinator, and the namespace
+//! endpoint, OpenTelemetry execution spans ([`telemetry`]), the [`OpsObserver`] that feeds them
+//! from the coordinator, and the namespace
 //! operations behind the Admin API ([`jobs`]).
 
 pub mod history;
 pub mod http;
 pub mod jobs;
 pub mod metrics;
+pub mod telemetry;
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -19,6 +21,8 @@ use metrics::Metrics;
 pub struct OpsObserver {
     pub history: Arc<History>,
     pub metrics: Arc<Metrics>,
+    /// Execution spans, when an OTLP endpoint is configured.
+    pub telemetry: Option<telemetry::Telemetry>,
 }
 
 impl Observer for OpsObserver {
@@ -38,6 +42,9 @@ impl Observer for OpsObserver {
             count(|o| matches!(o, ItemOutcome::Failed(_))),
         );
         self.history.record(record);
+        if let Some(t) = &self.telemetry {
+            t.execution_finished(record);
+        }
     }
 
     fn misfired(&self, job: &str, items: &[i32]) {

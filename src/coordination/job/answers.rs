@@ -247,11 +247,20 @@ impl JobState {
         let Some(exec) = self.executions.get_mut(execution_id) else {
             return;
         };
+        let now = std::time::SystemTime::now();
         for i in items {
             exec.committing.remove(i);
             if let ItemOutcome::Failed(error) = outcome {
                 warn!(job = %self.name, execution = %execution_id, item = *i, error = %error, "item failed");
             }
+            let mut attributes = vec![
+                ("item", i.to_string()),
+                ("outcome", outcome.kind().to_string()),
+            ];
+            if let ItemOutcome::Failed(error) | ItemOutcome::Revoked(error) = outcome {
+                attributes.push(("error", error.clone()));
+            }
+            exec.note(now, "answer", attributes);
             exec.outcomes.insert(*i, outcome.clone());
         }
         if exec.is_done() {
@@ -293,9 +302,18 @@ impl JobState {
             format!("declined by the worker: {reason}")
         };
         info!(job = %self.name, execution = %execution_id, instance = %instance_id, items = ?open, reason = %reason, "items declined");
-        if exec.void.is_some() {
+        let voided = exec.void.is_some();
+        let all_open = open.len() == exec.unreleased().len() && exec.committing.is_empty();
+        if let Some(exec) = self.executions.get_mut(execution_id) {
+            exec.note(
+                std::time::SystemTime::from(env.wall),
+                "decline",
+                vec![("items", format!("{open:?}")), ("reason", reason.clone())],
+            );
+        }
+        if voided {
             self.acknowledged(execution_id, env);
-        } else if open.len() == exec.unreleased().len() && exec.committing.is_empty() {
+        } else if all_open {
             self.void(execution_id, &reason, Release::Abandoned, false, out);
         } else if !open.is_empty() && self.connected(env) {
             self.release_items(execution_id, &open, Release::Abandoned, &reason, out);

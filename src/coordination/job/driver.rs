@@ -68,6 +68,13 @@ pub(crate) enum JobCmd {
         deadline: Instant,
         reply: oneshot::Sender<()>,
     },
+    /// See [`Input::ContinueTrace`].
+    ContinueTrace {
+        parent: crate::coordination::trace::TraceParent,
+        until: Instant,
+        /// Answered as the input is fed, before anything else is handled.
+        reply: oneshot::Sender<()>,
+    },
 }
 
 enum ReplyTx {
@@ -304,6 +311,15 @@ impl Driver {
             JobCmd::Drain { deadline, reply } => {
                 let reply = self.reply_id(ReplyTx::Drain(reply));
                 Some(Input::Drain { reply, deadline })
+            }
+            JobCmd::ContinueTrace {
+                parent,
+                until,
+                reply,
+            } => {
+                // The input is stepped right after this returns, in this same turn of the loop.
+                let _ = reply.send(());
+                Some(Input::ContinueTrace { parent, until })
             }
         }
     }

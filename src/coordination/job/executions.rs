@@ -18,6 +18,7 @@ use super::{Action, Env, Observation};
 use crate::coordination::events::{Source, Trigger, WorkerEvent};
 use crate::coordination::execution::{self, new_execution_id, Execution};
 use crate::coordination::failover::{self, Release};
+use crate::coordination::trace::TraceContext;
 use crate::elasticjob::instance::task_id;
 use crate::registry::{CreateMode, Error as RegError, Op, OpResult, Stat};
 
@@ -169,27 +170,27 @@ impl JobState {
             s => Some(Duration::from_secs(u64::from(s))),
         };
         let execution_id = new_execution_id();
-        let exec = Execution {
-            id: execution_id.clone(),
-            instance_id: id.to_string(),
+        let parent = match source {
+            Source::Manual => self
+                .manual_parent
+                .as_ref()
+                .filter(|(_, until)| env.now < *until)
+                .map(|(p, _)| p),
+            _ => None,
+        };
+        let trace = TraceContext::for_execution(&execution_id, parent);
+        let exec = Execution::new(
+            execution_id.clone(),
+            id.to_string(),
             source,
-            items: items.iter().copied().collect(),
+            items.iter().copied().collect(),
             fire_time,
-            started: env.now,
-            started_at: SystemTime::now(),
+            env.now,
             timeout,
             monitored,
-            generation: self.generation,
-            lease_epoch: 0,
-            delivered: false,
-            fencing_tokens: BTreeMap::new(),
-            versions: BTreeMap::new(),
-            outcomes: BTreeMap::new(),
-            committing: BTreeSet::new(),
-            uncertain: BTreeMap::new(),
-            releasing: BTreeSet::new(),
-            void: None,
-        };
+            self.generation,
+            trace,
+        );
         if !monitored {
             // No `running` nodes (ElasticJob's monitorExecution off): the token is the owner
             // node's mzxid, which grows with every change of hands.
@@ -266,6 +267,11 @@ impl JobState {
                 let exec = self.executions.get_mut(execution_id).expect("checked");
                 if exec.monitored {
                     exec.fencing_tokens = tokens;
+                    exec.note(
+                        SystemTime::from(env.wall),
+                        "running nodes written",
+                        vec![("items", format!("{items:?}"))],
+                    );
                 }
                 exec.versions = versions;
                 self.deliver(execution_id, env, out);
@@ -344,9 +350,15 @@ impl JobState {
         exec.lease_epoch = epoch;
         exec.delivered = true;
         let items: Vec<i32> = exec.items.iter().copied().collect();
+        exec.task_id = task_id(&self.name, &items, &instance);
+        exec.note(
+            SystemTime::from(env.wall),
+            "trigger sent",
+            vec![("instance", instance.clone())],
+        );
         let trigger = Trigger {
             execution_id: execution_id.to_string(),
-            task_id: task_id(&self.name, &items, &instance),
+            task_id: exec.task_id.clone(),
             items: items
                 .iter()
                 .map(|i| (*i, params.get(i).cloned().unwrap_or_default()))
@@ -356,6 +368,8 @@ impl JobState {
             source: exec.source,
             fire_time: exec.fire_time,
             fencing_tokens: exec.fencing_tokens.clone(),
+            traceparent: exec.trace.traceparent(),
+            tracestate: exec.trace.tracestate.clone(),
         };
         let latency = (env.wall - exec.fire_time).to_std().unwrap_or_default();
         info!(job = %self.name, execution = %execution_id, instance = %instance, items = ?items,

@@ -125,6 +125,12 @@ pub(crate) enum Input {
     },
     /// Graceful shutdown: finish what runs by `deadline`, then leave.
     Drain { reply: ReplyId, deadline: Instant },
+    /// MANUAL executions started here from now until `until` continue this trace (a
+    /// `TriggerJob` call that carried a `traceparent`).
+    ContinueTrace {
+        parent: crate::coordination::trace::TraceParent,
+        until: Instant,
+    },
     /// A cron fire of the job's schedule.
     Fire { fire_time: DateTime<Utc> },
     /// The registry session changed.

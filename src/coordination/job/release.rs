@@ -44,6 +44,14 @@ impl JobState {
         let delivered = exec.delivered;
         warn!(job = %self.name, execution = %execution_id, instance = %instance, items = ?items, reason,
               "execution taken back");
+        exec.note(
+            std::time::SystemTime::now(),
+            "revoke",
+            vec![
+                ("items", format!("{items:?}")),
+                ("reason", reason.to_string()),
+            ],
+        );
         if notify && delivered {
             if let Some(local) = self.locals.get(&instance).filter(|l| l.gone.is_none()) {
                 out.push(Action::Send {
@@ -271,6 +279,11 @@ impl JobState {
                     started_at: exec.started_at,
                     duration: exec.started.elapsed(),
                     items: exec.outcomes.clone(),
+                    task_id: exec.task_id.clone(),
+                    fire_time: exec.fire_time.into(),
+                    fencing_tokens: exec.fencing_tokens.clone(),
+                    trace: exec.trace.clone(),
+                    events: exec.events.clone(),
                 },
             ))));
         }

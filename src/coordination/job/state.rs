@@ -14,7 +14,7 @@
 use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::time::{Duration, Instant};
 
-use tracing::{info, warn};
+use tracing::{debug, info, warn};
 
 use super::{Action, Env, Input, LatchKey, OpId, Reply, ReplyId, Settings, StreamKey};
 use crate::coordination::events::Source;
@@ -209,6 +209,8 @@ pub(crate) struct JobState {
     pub(super) retry_at: Option<Instant>,
     /// A fresh read of the whole subtree is wanted (after a reconnect, a refused write).
     pub(super) reload_wanted: bool,
+    /// The trace MANUAL executions continue, until when (see [`Input::ContinueTrace`]).
+    pub(super) manual_parent: Option<(crate::coordination::trace::TraceParent, Instant)>,
     /// The watch is gone: ask the driver for another.
     pub(super) watch_wanted: bool,
     pub(super) schedule: Option<(String, String)>,
@@ -245,6 +247,7 @@ impl JobState {
             next_op: 0,
             retry_at: None,
             reload_wanted: false,
+            manual_parent: None,
             watch_wanted: false,
             schedule: None,
             leading: false,
@@ -322,6 +325,11 @@ impl JobState {
                 &mut out,
             ),
             Input::Drain { reply, deadline } => self.on_drain(reply, deadline, env, &mut out),
+            Input::ContinueTrace { parent, until } => {
+                debug!(job = %self.name, trace = %parent.trace_id_hex(),
+                       "manual executions continue the caller's trace");
+                self.manual_parent = Some((parent, until));
+            }
             Input::Fire { fire_time } => self.on_fire(fire_time, Source::Cron, env, &mut out),
             Input::Session(state) => self.on_session(state, env, &mut out),
             Input::Watched(ev) => self.on_watched(ev, &mut out),

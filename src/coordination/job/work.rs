@@ -2,8 +2,8 @@
 //! failover latch, every flagged item at once, shared among the idle instances), then
 //! trigger-once requests, then one misfire catch-up for the fires they missed.
 
-use std::collections::{BTreeMap, BTreeSet};
-use std::time::{Duration, SystemTime};
+use std::collections::BTreeMap;
+use std::time::Duration;
 
 use tracing::{debug, info};
 
@@ -12,6 +12,7 @@ use super::{Action, Env, LatchKey, Observation};
 use crate::coordination::events::Source;
 use crate::coordination::execution::{new_execution_id, Execution};
 use crate::coordination::failover::{self};
+use crate::coordination::trace::TraceContext;
 use crate::registry::{Error as RegError, Op, OpResult};
 
 impl JobState {
@@ -206,27 +207,18 @@ impl JobState {
             };
             self.executions.insert(
                 execution_id.clone(),
-                Execution {
-                    id: execution_id.clone(),
-                    instance_id: id.clone(),
-                    source: Source::Failover,
-                    items: items.iter().copied().collect(),
-                    fire_time: env.wall,
-                    started: env.now,
-                    started_at: SystemTime::now(),
+                Execution::new(
+                    execution_id.clone(),
+                    id.clone(),
+                    Source::Failover,
+                    items.iter().copied().collect(),
+                    env.wall,
+                    env.now,
                     timeout,
                     monitored,
-                    generation: self.generation,
-                    lease_epoch: 0,
-                    delivered: false,
-                    fencing_tokens: BTreeMap::new(),
-                    versions: BTreeMap::new(),
-                    outcomes: BTreeMap::new(),
-                    committing: BTreeSet::new(),
-                    uncertain: BTreeMap::new(),
-                    releasing: BTreeSet::new(),
-                    void: None,
-                },
+                    self.generation,
+                    TraceContext::for_execution(&execution_id, None),
+                ),
             );
             if let Some(local) = self.locals.get_mut(id) {
                 local.execution = Some(execution_id.clone());

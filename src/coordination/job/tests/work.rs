@@ -171,3 +171,29 @@ fn a_fire_while_the_leaders_own_reshard_is_in_flight_cannot_start_an_item_handed
         assert!(triggers(&refused).is_empty(), "{:?}", kinds(&refused));
     }
 }
+
+#[test]
+fn a_trigger_carries_its_executions_trace_and_the_record_its_span_events() {
+    // The `traceparent` a worker gets names the execution's span: a trace of its own (the
+    // execution id) when nobody's trace is continued; the finished record has the same ids
+    // and what happened, in order.
+    let (mut s, _) = ready(1, true);
+    let t = run(&mut s, 1000);
+    let trace = crate::coordination::trace::TraceContext::for_execution(&t.execution_id, None);
+    assert_eq!(t.traceparent, trace.traceparent());
+    assert!(t
+        .traceparent
+        .starts_with(&format!("00-{}-", t.execution_id)));
+    let done = s.answer(&t.execution_id, &[0]);
+    let done = s.commit_all(done);
+    let record = done
+        .iter()
+        .find_map(|a| match a {
+            Action::Observe(Observation::Finished(r)) => Some(r.clone()),
+            _ => None,
+        })
+        .expect("the execution finished");
+    assert_eq!(record.trace, trace);
+    let names: Vec<&str> = record.events.iter().map(|e| e.name).collect();
+    assert_eq!(names, ["running nodes written", "trigger sent", "answer"]);
+}

@@ -184,7 +184,7 @@ class Assignment(_message.Message):
     def __init__(self, items: _Optional[_Iterable[_Union[ShardItem, _Mapping]]] = ..., leader: bool = ..., epoch: _Optional[int] = ...) -> None: ...
 
 class Trigger(_message.Message):
-    __slots__ = ("execution_id", "task_id", "items", "job_parameter", "sharding_total_count", "source", "fire_time", "fencing_tokens")
+    __slots__ = ("execution_id", "task_id", "items", "job_parameter", "sharding_total_count", "source", "fire_time", "fencing_tokens", "traceparent", "tracestate")
     class FencingTokensEntry(_message.Message):
         __slots__ = ("key", "value")
         KEY_FIELD_NUMBER: _ClassVar[int]
@@ -200,6 +200,8 @@ class Trigger(_message.Message):
     SOURCE_FIELD_NUMBER: _ClassVar[int]
     FIRE_TIME_FIELD_NUMBER: _ClassVar[int]
     FENCING_TOKENS_FIELD_NUMBER: _ClassVar[int]
+    TRACEPARENT_FIELD_NUMBER: _ClassVar[int]
+    TRACESTATE_FIELD_NUMBER: _ClassVar[int]
     execution_id: str
     task_id: str
     items: _containers.RepeatedCompositeFieldContainer[ShardItem]
@@ -208,7 +210,9 @@ class Trigger(_message.Message):
     source: TriggerSource
     fire_time: _timestamp_pb2.Timestamp
     fencing_tokens: _containers.ScalarMap[int, int]
-    def __init__(self, execution_id: _Optional[str] = ..., task_id: _Optional[str] = ..., items: _Optional[_Iterable[_Union[ShardItem, _Mapping]]] = ..., job_parameter: _Optional[str] = ..., sharding_total_count: _Optional[int] = ..., source: _Optional[_Union[TriggerSource, str]] = ..., fire_time: _Optional[_Union[_timestamp_pb2.Timestamp, _Mapping]] = ..., fencing_tokens: _Optional[_Mapping[int, int]] = ...) -> None: ...
+    traceparent: str
+    tracestate: str
+    def __init__(self, execution_id: _Optional[str] = ..., task_id: _Optional[str] = ..., items: _Optional[_Iterable[_Union[ShardItem, _Mapping]]] = ..., job_parameter: _Optional[str] = ..., sharding_total_count: _Optional[int] = ..., source: _Optional[_Union[TriggerSource, str]] = ..., fire_time: _Optional[_Union[_timestamp_pb2.Timestamp, _Mapping]] = ..., fencing_tokens: _Optional[_Mapping[int, int]] = ..., traceparent: _Optional[str] = ..., tracestate: _Optional[str] = ...) -> None: ...
 
 class Revoke(_message.Message):
     __slots__ = ("items", "reason")

@@ -301,7 +301,10 @@ class AdminServiceServicer(object):
         raise NotImplementedError('Method not implemented!')
 
     def TriggerJob(self, request, context):
-        """Runs the job once now on every live instance (ElasticJob's trigger nodes).
+        """Runs the job once now on every live instance (ElasticJob's trigger nodes). With a W3C
+        `traceparent` (and `tracestate`) in the call's metadata, the MANUAL executions it starts on
+        this sidecar continue that trace; other sidecars learn of the trigger through ZooKeeper only
+        and start traces of their own.
         """
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
         context.set_details('Method not implemented!')

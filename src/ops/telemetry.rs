@@ -1,0 +1,228 @@
+//! OpenTelemetry traces: every finished execution becomes one span, `shardcar.execution`, from
+//! the moment its fire was acted on (the decision to run it) to its last answer, exported by
+//! OTLP/gRPC.
+//!
+//! The span's ids are the ones its `Trigger` carried in `traceparent` (see
+//! `coordination::trace`), so a worker's handler span, a child of that `traceparent`, joins the
+//! same trace. Spans are built from the execution's record once it is over (its events were
+//! noted by the state machine as they happened) and exported in batches by one task; the
+//! coordinator only hands a record over (`try_send`, never waiting). Without an endpoint none of
+//! this runs.
+
+use std::time::Duration;
+
+use opentelemetry::trace::{
+    Event, SpanContext, SpanId, SpanKind, Status, TraceFlags, TraceId, TraceState,
+};
+use opentelemetry::{InstrumentationScope, KeyValue};
+use opentelemetry_otlp::WithExportConfig;
+use opentelemetry_sdk::trace::{SpanData, SpanEvents, SpanExporter, SpanLinks};
+use opentelemetry_sdk::Resource;
+use tokio::sync::mpsc;
+use tokio_util::sync::CancellationToken;
+use tokio_util::task::TaskTracker;
+
+use crate::coordination::{ExecutionRecord, ItemOutcome};
+
+/// How many finished spans may wait for export; beyond that they are dropped (and counted).
+const QUEUE: usize = 4096;
+/// Spans per export call, and how long a partial batch waits.
+const BATCH: usize = 512;
+const BATCH_DELAY: Duration = Duration::from_secs(1);
+
+/// Where spans go: the endpoint and the service name.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct TelemetrySettings {
+    /// An OTLP/gRPC endpoint, e.g. `http://localhost:4317`.
+    pub endpoint: String,
+    pub service_name: String,
+}
+
+/// The exporting end: hands finished executions to the export task.
+#[derive(Debug)]
+pub struct Telemetry {
+    tx: mpsc::Sender<SpanData>,
+    dropped: std::sync::atomic::AtomicU64,
+}
+
+impl Telemetry {
+    /// Starts the export task on `tracker`; it flushes what is queued when `cancel` fires.
+    ///
+    /// # Errors
+    /// The endpoint cannot be used (it is not a URI).
+    pub fn start(
+        settings: &TelemetrySettings,
+        tracker: &TaskTracker,
+        cancel: CancellationToken,
+    ) -> Result<Telemetry, String> {
+        let mut exporter = opentelemetry_otlp::SpanExporter::builder()
+            .with_tonic()
+            .with_endpoint(settings.endpoint.clone())
+            .with_timeout(Duration::from_secs(5))
+            .build()
+            .map_err(|e| format!("cannot export to {}: {e}", settings.endpoint))?;
+        exporter.set_resource(
+            &Resource::builder_empty()
+                .with_service_name(settings.service_name.clone())
+                .build(),
+        );
+        let (tx, rx) = mpsc::channel(QUEUE);
+        tracker.spawn(export(exporter, rx, cancel));
+        tracing::info!(endpoint = %settings.endpoint, service = %settings.service_name,
+                       "exporting execution spans by OTLP/gRPC");
+        Ok(Telemetry {
+            tx,
+            dropped: std::sync::atomic::AtomicU64::new(0),
+        })
+    }
+
+    /// Queues the span of a finished execution.
+    pub fn execution_finished(&self, record: &ExecutionRecord) {
+        if self.tx.try_send(span_of(record)).is_err() {
+            let n = self
+                .dropped
+                .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+            if n.is_power_of_two() {
+                tracing::warn!(
+                    dropped = n + 1,
+                    "execution spans dropped: the exporter is behind"
+                );
+            }
+        }
+    }
+}
+
+async fn export(
+    exporter: opentelemetry_otlp::SpanExporter,
+    mut rx: mpsc::Receiver<SpanData>,
+    cancel: CancellationToken,
+) {
+    let mut batch = Vec::with_capacity(BATCH);
+    loop {
+        let flush = tokio::select! {
+            span = rx.recv() => match span {
+                Some(span) => {
+                    batch.push(span);
+                    batch.len() >= BATCH
+                }
+                None => true,
+            },
+            _ = tokio::time::sleep(BATCH_DELAY), if !batch.is_empty() => true,
+            _ = cancel.cancelled() => {
+                rx.close();
+                while let Ok(span) = rx.try_recv() {
+                    batch.push(span);
+                }
+                if !batch.is_empty() {
+                    send(&exporter, std::mem::take(&mut batch)).await;
+                }
+                let _ = exporter.shutdown();
+                return;
+            }
+        };
+        if flush && !batch.is_empty() {
+            send(
+                &exporter,
+                std::mem::replace(&mut batch, Vec::with_capacity(BATCH)),
+            )
+            .await;
+        }
+        if rx.is_closed() && rx.is_empty() && batch.is_empty() {
+            return;
+        }
+    }
+}
+
+async fn send(exporter: &opentelemetry_otlp::SpanExporter, batch: Vec<SpanData>) {
+    let n = batch.len();
+    if let Err(e) = exporter.export(batch).await {
+        tracing::warn!(spans = n, error = %e, "exporting execution spans failed");
+    }
+}
+
+/// The `shardcar.execution` span of a finished execution.
+pub fn span_of(r: &ExecutionRecord) -> SpanData {
+    let t = &r.trace;
+    let flags = if t.sampled {
+        TraceFlags::SAMPLED
+    } else {
+        TraceFlags::default()
+    };
+    let state = t.tracestate.parse::<TraceState>().unwrap_or_default();
+    let items: Vec<i64> = r.items.keys().map(|i| i64::from(*i)).collect();
+    let tokens: Vec<String> = r
+        .fencing_tokens
+        .iter()
+        .map(|(i, t)| format!("{i}={t}"))
+        .collect();
+    let attributes = vec![
+        KeyValue::new("shardcar.job", r.job.clone()),
+        KeyValue::new("shardcar.execution_id", r.execution_id.clone()),
+        KeyValue::new("shardcar.task_id", r.task_id.clone()),
+        KeyValue::new("shardcar.items", opentelemetry::Value::Array(items.into())),
+        KeyValue::new("shardcar.source", r.source.as_str()),
+        KeyValue::new("shardcar.instance", r.instance_id.clone()),
+        KeyValue::new("shardcar.outcome", r.outcome()),
+        KeyValue::new("shardcar.fencing_tokens", tokens.join(",")),
+        KeyValue::new(
+            "shardcar.fire_time",
+            chrono::DateTime::<chrono::Utc>::from(r.fire_time).to_rfc3339(),
+        ),
+    ];
+    let events = r
+        .events
+        .iter()
+        .map(|e| {
+            Event::new(
+                e.name,
+                e.at,
+                e.attributes
+                    .iter()
+                    .map(|(k, v)| KeyValue::new(*k, v.clone()))
+                    .collect(),
+                0,
+            )
+        })
+        .collect();
+    let status = match r.outcome() {
+        "completed" => Status::Ok,
+        _ => Status::error(r.error().unwrap_or(r.outcome()).to_string()),
+    };
+    let failed_items = r
+        .items
+        .values()
+        .filter(|o| !matches!(o, ItemOutcome::Completed))
+        .count();
+    let mut attributes = attributes;
+    attributes.push(KeyValue::new(
+        "shardcar.items_not_completed",
+        failed_items as i64,
+    ));
+    SpanData {
+        span_context: SpanContext::new(
+            TraceId::from_bytes(t.trace_id),
+            SpanId::from_bytes(t.span_id),
+            flags,
+            false,
+            state,
+        ),
+        parent_span_id: t.parent_span_id.map_or(SpanId::INVALID, SpanId::from_bytes),
+        parent_span_is_remote: t.parent_span_id.is_some(),
+        span_kind: SpanKind::Internal,
+        name: "shardcar.execution".into(),
+        start_time: r.started_at,
+        end_time: r.started_at + r.duration,
+        attributes,
+        dropped_attributes_count: 0,
+        events: {
+            let mut all = SpanEvents::default();
+            all.events = events;
+            all
+        },
+        links: SpanLinks::default(),
+        status,
+        instrumentation_scope: InstrumentationScope::builder("shardcar")
+            .with_version(env!("CARGO_PKG_VERSION"))
+            .build(),
+    }
+}
