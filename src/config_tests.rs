@@ -247,3 +247,64 @@ fn the_packaged_settings_file_is_the_example_file() {
         "scripts/deb/shardcar.toml differs from `shardcar config`: regenerate it with\n  cargo run -q -- config > scripts/deb/shardcar.toml"
     );
 }
+
+#[test]
+fn the_otlp_endpoint_comes_from_its_setting_else_the_standard_variables() {
+    let resolve = |flags: Flags, pairs: &[(&str, &str)]| Settings::resolve(flags, &env(pairs));
+    let none = resolve(Flags::default(), &[]).unwrap();
+    assert_eq!(none.telemetry, None, "no endpoint: nothing exported");
+    let standard = resolve(
+        Flags::default(),
+        &[
+            ("OTEL_EXPORTER_OTLP_ENDPOINT", "http://collector:4317"),
+            ("OTEL_SERVICE_NAME", "payments-sidecar"),
+        ],
+    )
+    .unwrap()
+    .telemetry
+    .unwrap();
+    assert_eq!(standard.endpoint, "http://collector:4317");
+    assert_eq!(standard.service_name, "payments-sidecar");
+    let traces_first = resolve(
+        Flags::default(),
+        &[
+            ("OTEL_EXPORTER_OTLP_ENDPOINT", "http://general:4317"),
+            ("OTEL_EXPORTER_OTLP_TRACES_ENDPOINT", "http://traces:4317"),
+        ],
+    )
+    .unwrap()
+    .telemetry
+    .unwrap();
+    assert_eq!(traces_first.endpoint, "http://traces:4317");
+    assert_eq!(traces_first.service_name, "shardcar");
+    let own = resolve(
+        Flags {
+            otlp_endpoint: Some("https://mine:4317".into()),
+            ..Flags::default()
+        },
+        &[("OTEL_EXPORTER_OTLP_ENDPOINT", "http://general:4317")],
+    )
+    .unwrap()
+    .telemetry
+    .unwrap();
+    assert_eq!(own.endpoint, "https://mine:4317", "the setting wins");
+    for (flags, pairs, named) in [
+        (
+            Flags {
+                otlp_endpoint: Some("collector:4317".into()),
+                ..Flags::default()
+            },
+            vec![],
+            "--otlp-endpoint",
+        ),
+        (
+            Flags::default(),
+            vec![("OTEL_EXPORTER_OTLP_ENDPOINT", "http://")],
+            "OTEL_EXPORTER_OTLP_ENDPOINT",
+        ),
+    ] {
+        let e = resolve(flags, &pairs).unwrap_err();
+        assert_eq!(e.setting, named);
+        assert!(e.message.contains("http://"), "{e}");
+    }
+}
