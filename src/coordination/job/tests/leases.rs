@@ -171,3 +171,86 @@ fn a_lease_that_runs_out_voids_what_was_delivered_under_it() {
     let late = s.answer(&t.execution_id, &[0]);
     assert!(answered(&late)[0].is_err());
 }
+
+/// One row of the trigger table: when the registry stops answering (if it does), and when the
+/// start of a fire at 1.9 s is answered, with the lease renewed at 1 s (so it ends at 4 s and is
+/// "fresh", more than two thirds left, until 2 s).
+struct TriggerRow {
+    case: &'static str,
+    unhealthy_at: Option<u64>,
+    answered_at: u64,
+    /// The worker events of the step that answers the start, in order.
+    sent: &'static [&'static str],
+    /// Whether the fire wrote a start at all.
+    started: bool,
+}
+
+#[test]
+fn when_a_trigger_goes_out_and_under_which_lease_as_a_table() {
+    // #18: a trigger only ever reaches a worker under a lease valid for most of its length;
+    // when none may be granted, nothing is sent and the fire is caught up later.
+    const ROWS: &[TriggerRow] = &[
+        TriggerRow {
+            case: "healthy, lease fresh",
+            unhealthy_at: None,
+            answered_at: 1950,
+            sent: &["Trigger"],
+            started: true,
+        },
+        TriggerRow {
+            case: "healthy, lease a third used",
+            unhealthy_at: None,
+            answered_at: 2600,
+            sent: &["Lease", "Trigger"],
+            started: true,
+        },
+        TriggerRow {
+            case: "silent registry after the fire, lease fresh",
+            unhealthy_at: Some(1920),
+            answered_at: 1950,
+            sent: &["Trigger"],
+            started: true,
+        },
+        TriggerRow {
+            case: "silent registry after the fire, lease a third used",
+            unhealthy_at: Some(2100),
+            answered_at: 2600,
+            sent: &[],
+            started: true,
+        },
+        TriggerRow {
+            case: "silent registry before the fire",
+            unhealthy_at: Some(1500),
+            answered_at: 1950,
+            sent: &[],
+            started: false,
+        },
+    ];
+    for row in ROWS {
+        let (mut s, _) = ready(1, false);
+        s.tick(1000);
+        if let Some(at) = row.unhealthy_at.filter(|at| *at < 1900) {
+            s.at(at);
+            s.unhealthy();
+        }
+        let fired = s.fire(1900);
+        assert_eq!(
+            !writes(&fired).is_empty(),
+            row.started,
+            "{}: {:?}",
+            row.case,
+            kinds(&fired)
+        );
+        if let Some(at) = row.unhealthy_at.filter(|at| *at >= 1900) {
+            s.at(at);
+            s.unhealthy();
+        }
+        s.at(row.answered_at);
+        let answered = s.commit_all(fired);
+        let sent: Vec<&str> = kinds(&answered)
+            .into_iter()
+            .filter(|k| ["Lease", "Trigger", "Revoke"].contains(k))
+            .collect();
+        assert_eq!(sent, row.sent, "{}", row.case);
+    }
+}
