@@ -2,7 +2,8 @@
 # Packaging smoke test of the Python client: builds an sdist and a wheel with `python -m build`,
 # installs each into a fresh venv and checks that the installed package works without a sidecar:
 # it imports, builds a JobConfig, its committed stubs import (SubscribeRequest has
-# instance_suffix), the rich error details decode, and py.typed and the .pyi ship.
+# instance_suffix), the rich error details decode, and py.typed and the .pyi ship; the base
+# install has no opentelemetry, and the wheel with the otel extra has it and traces.
 #
 # Usage: clients/python/scripts/package_smoke.sh
 #   PYTHON=python3.9 clients/python/scripts/package_smoke.sh     # another interpreter
@@ -58,6 +59,9 @@ from shardcar import JobConfig, ShardingStrategy
 from shardcar._proto import shardcar_pb2, shardcar_pb2_grpc
 from shardcar.errors import from_rpc_error
 
+# opentelemetry (the otel extra) is imported when a worker is created, never by the import.
+assert not any(m.startswith("opentelemetry") for m in sys.modules), "shardcar imported opentelemetry"
+
 where = Path(shardcar.__file__).resolve()
 assert Path(sys.prefix).resolve() in where.parents, f"imported from {where}, not the venv"
 pkg = where.parent
@@ -101,19 +105,28 @@ err = from_rpc_error(Err(), target="t", during="subscribe")
 assert isinstance(err, shardcar.InvalidJobConfigError), err
 assert (err.reason, err.field, err.request_field) == ("INVALID_ARGUMENT", "cron", "config.cron")
 
+# The otel extra: opentelemetry only when it was asked for, and then the workers trace.
+import importlib.util
+want_otel = os.environ.get("SMOKE_OTEL") == "1"
+assert (importlib.util.find_spec("opentelemetry") is not None) == want_otel, "opentelemetry"
+worker = shardcar.Worker("127.0.0.1:1")
+assert (worker._item_tracer is not None) == want_otel
+worker.close()
+
 versions = {d: md.version(d) for d in
             ("shardcar", "grpcio", "protobuf", "grpcio-status", "googleapis-common-protos")}
 print("smoke ok:", sys.version.split()[0], " ".join(f"{k}={v}" for k, v in versions.items()))
 PY
 
-smoke() {  # smoke NAME ARTIFACT
+smoke() {  # smoke NAME ARTIFACT [SMOKE_OTEL]
   local venv="$tmp/venv-$1"
   step "install the $1 into a fresh venv and run the smoke test"
   "$python" -m venv "$venv"
   "$venv/bin/pip" install --quiet --disable-pip-version-check "$2"
-  (cd "$tmp" && "$venv/bin/python" "$tmp/smoke.py")
+  (cd "$tmp" && SMOKE_OTEL="${3:-0}" "$venv/bin/python" "$tmp/smoke.py")
 }
 
 smoke wheel "${wheels[0]}"
 smoke sdist "${sdists[0]}"
+smoke wheel-otel "${wheels[0]}[otel]" 1
 step "package smoke passed: $(basename "${sdists[0]}") $(basename "${wheels[0]}")"

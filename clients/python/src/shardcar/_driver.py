@@ -9,7 +9,18 @@ how things run: threads and blocking calls, or tasks and ``await``.
 
 from __future__ import annotations
 
-from typing import Any, Callable, Generic, List, Mapping, Optional, Sequence, Tuple, TypeVar
+from typing import (
+    Any,
+    Callable,
+    ContextManager,
+    Generic,
+    List,
+    Mapping,
+    Optional,
+    Sequence,
+    Tuple,
+    TypeVar,
+)
 
 import grpc
 
@@ -25,6 +36,7 @@ from ._common import (
 )
 from ._core import Output, ProtocolCore, ReconnectPolicy
 from ._proto import shardcar_pb2 as pb
+from ._tracing import item_tracer, no_span
 from .errors import ShardcarError, from_rpc_error
 from .events import Assignment, Event, Lease, Registered, ShardingContext, event_from_proto
 
@@ -118,6 +130,8 @@ class WorkerBase(Generic[H]):
         answer_timeout: float = 10.0,
         exit_on_shutdown: bool = True,
         options: Optional[Mapping[str, object]] = None,
+        tracing: bool = True,
+        tracer_provider: Optional[Any] = None,
     ) -> None:
         if max_concurrency < 1:
             raise ValueError("max_concurrency must be at least 1")
@@ -134,6 +148,8 @@ class WorkerBase(Generic[H]):
         self.answer_timeout = answer_timeout
         self.exit_on_shutdown = exit_on_shutdown
         self._options = options
+        # None: tracing off, or opentelemetry not installed (imported here, never before).
+        self._item_tracer = item_tracer(tracing, tracer_provider)
         self._jobs: List[Any] = []  # the driver's runners
         self._assignment_callbacks: List[AssignmentCallback] = []
         self._force = False
@@ -238,6 +254,11 @@ class RunnerBase(Generic[H]):
 
     def _perform(self, outputs: List[Output]) -> None:
         raise NotImplementedError
+
+    def _handler_span(self, ctx: ShardingContext) -> ContextManager[Any]:
+        """The block a handler runs in: its span (see :mod:`shardcar._tracing`), or nothing."""
+        tracer = self.worker._item_tracer
+        return no_span() if tracer is None else tracer.span(ctx)
 
     def _probe(self, ctx: ShardingContext) -> Tuple[Optional[bool], Optional[float]]:
         """``ctx.cancelled`` and the lease left, decided by the core now."""

@@ -89,7 +89,8 @@ class Worker(WorkerBase[AsyncHandler]):
     Create it inside the event loop that runs it (``grpc.aio`` channels belong to one loop).
     ``exit_on_shutdown`` (default ``True``): after a sidecar ``Shutdown`` the job stops once the
     sidecar has ended its stream; ``False`` reconnects instead. ``instance_id`` and
-    ``unique_instance`` choose the instance id as for the sync worker.
+    ``unique_instance`` choose the instance id as for the sync worker, ``tracing`` and
+    ``tracer_provider`` the handler spans (each item's task runs in its own span).
     """
 
     def _setup(self) -> None:
@@ -327,7 +328,8 @@ class _JobRunner(RunnerBase[AsyncHandler]):
             if ctx.cancelled:  # checked now: the lease may have run out while it waited
                 return Outcome.STOPPED, ""
             try:
-                await self.handler(ctx)
+                with self._handler_span(ctx):
+                    await self.handler(ctx)
             except asyncio.CancelledError:
                 raise
             except Exception as exc:  # the handler's failure is reported, not raised

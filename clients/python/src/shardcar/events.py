@@ -100,6 +100,10 @@ class Trigger:
     source: TriggerSource
     fire_time: Optional[datetime]
     fencing_tokens: Dict[int, int]
+    #: W3C Trace Context of the execution's span in the sidecar (``shardcar.execution``); ``""``
+    #: from a sidecar that does not send it.
+    traceparent: str = ""
+    tracestate: str = ""
 
 
 @dataclass(frozen=True)
@@ -176,6 +180,8 @@ def event_from_proto(msg: pb.SubscribeResponse, job_name: str) -> Optional[Event
             source=TriggerSource.from_proto(t.source),
             fire_time=fire_time,
             fencing_tokens=dict(t.fencing_tokens),
+            traceparent=t.traceparent,
+            tracestate=t.tracestate,
         )
     if kind == "revoke":
         return Revoke(items=tuple(msg.revoke.items), reason=msg.revoke.reason)
@@ -236,6 +242,10 @@ class ShardingContext:
     fencing_token: Optional[int]
     fire_time: Optional[datetime] = None
     instance_id: str = ""
+    #: The trigger's W3C Trace Context (the sidecar's ``shardcar.execution`` span): with the
+    #: ``otel`` extra the handler runs in a child span of it (see ``Worker(tracing=...)``).
+    traceparent: str = field(default="", repr=False)
+    tracestate: str = field(default="", repr=False)
     cancel_event: threading.Event = field(default_factory=threading.Event, repr=False)
     cancel_reason: str = field(default="", repr=False)
     _probe: Optional[Probe] = field(default=None, repr=False, compare=False)
@@ -317,6 +327,23 @@ class ShardingContext:
                 step = min(step, max(0.0, lease_left) + 0.001)
         return self.cancel_event.is_set(), step
 
+    def _watch_cancel(self, callback: Callable[[], None]) -> Callable[[], None]:
+        """Calls ``callback`` when the item is cancelled (now, if it already is); returns the
+        function that stops watching. ``callback`` runs on whichever thread cancels the item."""
+        with _CANCEL_LOCK:
+            already = self.cancel_event.is_set()
+            if not already:
+                self._on_cancel.append(callback)
+        if already:
+            callback()
+
+        def unwatch() -> None:
+            with _CANCEL_LOCK:
+                if callback in self._on_cancel:
+                    self._on_cancel.remove(callback)
+
+        return unwatch
+
     def _cancel(self, reason: str) -> None:
         with _CANCEL_LOCK:
             if self.cancel_event.is_set():
@@ -343,6 +370,8 @@ def contexts_for(trigger: Trigger, job_name: str, instance_id: str) -> Tuple[Sha
             fencing_token=trigger.fencing_tokens.get(si.item),
             fire_time=trigger.fire_time,
             instance_id=instance_id,
+            traceparent=trigger.traceparent,
+            tracestate=trigger.tracestate,
         )
         for si in trigger.items
     )

@@ -112,6 +112,11 @@ class Worker(WorkerBase[Handler]):
     with ``False`` it is the pid. ``None`` (the default) chooses ``True`` in a container (pid 1,
     ``/.dockerenv`` or ``/run/.containerenv`` exists, or ``KUBERNETES_SERVICE_HOST`` is set)
     and ``False`` elsewhere.
+
+    ``tracing`` (with the ``otel`` extra, i.e. when opentelemetry is importable): each handler
+    runs in a ``shardcar.handler`` span, a child of the sidecar's ``shardcar.execution`` span
+    of its trigger (see :mod:`shardcar._tracing`); ``False`` turns that off. The spans go to
+    ``tracer_provider``, default the global one (with none configured they are no-ops).
     """
 
     def _setup(self) -> None:
@@ -321,7 +326,8 @@ class _JobRunner(RunnerBase[Handler]):
             outcome = Outcome.STOPPED
         else:
             try:
-                self.handler(ctx)
+                with self._handler_span(ctx):
+                    self.handler(ctx)
             except BaseException as exc:  # reported, not raised (a pool thread would drop it)
                 outcome, error = Outcome.FAILURE, failure_text(exc)
                 if not ctx.cancelled:
