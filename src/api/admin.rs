@@ -157,11 +157,9 @@ impl AdminService for AdminApi {
         let parent = trace_parent(&request);
         let req = request.into_inner();
         let job = job_name(&req.job_name)?;
-        if let Some(parent) = parent {
-            self.coordinator
-                .continue_trace(job, parent, TRACE_WINDOW)
-                .await;
-        }
+        self.coordinator
+            .continue_trace(job, parent, TRACE_WINDOW)
+            .await;
         let instance_ids = jobs::trigger_job(&self.registry, job).await?;
         tracing::info!(job = %req.job_name, instances = ?instance_ids, "job triggered");
         Ok(Response::new(proto::TriggerJobResponse { instance_ids }))

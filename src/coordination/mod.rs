@@ -323,11 +323,17 @@ impl Coordinator {
             .unwrap_or_else(|_| settle(self.shared.remembered(execution_id, instance_id)))
     }
 
-    /// MANUAL executions of `job` started on this sidecar within `for_` continue `parent`'s
-    /// trace (a `TriggerJob` call that carried a `traceparent`). Returns once the job's driver
-    /// has taken it, so trigger nodes written after this are seen after it. A no-op for a job
-    /// that has no instance here.
-    pub async fn continue_trace(&self, job: &str, parent: trace::TraceParent, for_: Duration) {
+    /// A `TriggerJob` call for `job` is about to write its trigger nodes: the MANUAL execution
+    /// it starts on each local instance (within `for_`) continues `parent`'s trace, or starts
+    /// its own with `None` (an untraced call, which also ends an earlier call's). Returns once
+    /// the job's driver has taken it, so trigger nodes written after this are seen after it. A
+    /// no-op for a job that has no instance here.
+    pub async fn continue_trace(
+        &self,
+        job: &str,
+        parent: Option<trace::TraceParent>,
+        for_: Duration,
+    ) {
         let driver = self
             .shared
             .jobs

@@ -227,6 +227,14 @@ async fn each_execution_is_a_span_with_the_ids_its_trigger_carried() {
         (caller_trace.to_string(), span, caller_span.to_string())
     );
     assert_eq!(s.trace_state, "shardcar-test=1");
+
+    // The caller's trace was for that one trigger: the next untraced call starts its own.
+    let t = trigger(&car, &w, "traced", None).await;
+    let (trace, _) = ids(&t.traceparent);
+    assert_eq!(trace, t.execution_id, "an untraced call after a traced one");
+    assert_eq!(t.tracestate, "");
+    let s = span_of(&receiver, &t.execution_id).await.span;
+    assert!(s.parent_span_id.is_empty());
     drop(car);
     server.abort();
 }

@@ -70,7 +70,7 @@ pub(crate) enum JobCmd {
     },
     /// See [`Input::ContinueTrace`].
     ContinueTrace {
-        parent: crate::coordination::trace::TraceParent,
+        parent: Option<crate::coordination::trace::TraceParent>,
         until: Instant,
         /// Answered as the input is fed, before anything else is handled.
         reply: oneshot::Sender<()>,

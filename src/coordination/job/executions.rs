@@ -170,15 +170,20 @@ impl JobState {
             s => Some(Duration::from_secs(u64::from(s))),
         };
         let execution_id = new_execution_id();
-        let parent = match source {
-            Source::Manual => self
-                .manual_parent
-                .as_ref()
-                .filter(|(_, until)| env.now < *until)
-                .map(|(p, _)| p),
+        let parent = match (source, self.manual_parent.as_mut()) {
+            (Source::Manual, Some(m)) if env.now < m.until => {
+                m.instances.remove(id).then(|| m.parent.clone())
+            }
             _ => None,
         };
-        let trace = TraceContext::for_execution(&execution_id, parent);
+        if self
+            .manual_parent
+            .as_ref()
+            .is_some_and(|m| m.instances.is_empty() || env.now >= m.until)
+        {
+            self.manual_parent = None;
+        }
+        let trace = TraceContext::for_execution(&execution_id, parent.as_ref());
         let exec = Execution::new(
             execution_id.clone(),
             id.to_string(),

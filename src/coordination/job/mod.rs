@@ -125,10 +125,11 @@ pub(crate) enum Input {
     },
     /// Graceful shutdown: finish what runs by `deadline`, then leave.
     Drain { reply: ReplyId, deadline: Instant },
-    /// MANUAL executions started here from now until `until` continue this trace (a
-    /// `TriggerJob` call that carried a `traceparent`).
+    /// A `TriggerJob` call is about to write its trigger nodes: the next MANUAL execution of
+    /// each local instance (started before `until`) continues `parent`'s trace, or, with
+    /// `None` (an untraced call), starts a trace of its own.
     ContinueTrace {
-        parent: crate::coordination::trace::TraceParent,
+        parent: Option<crate::coordination::trace::TraceParent>,
         until: Instant,
     },
     /// A cron fire of the job's schedule.

@@ -104,6 +104,15 @@ impl Local {
     }
 }
 
+/// A traced `TriggerJob` call's context, for the one MANUAL execution it starts on each local
+/// instance that was live when it came.
+#[derive(Debug, Clone)]
+pub(super) struct ManualTrace {
+    pub parent: crate::coordination::trace::TraceParent,
+    pub until: Instant,
+    pub instances: BTreeSet<String>,
+}
+
 /// An action in flight and what to do with its result.
 #[derive(Debug)]
 pub(super) enum Pending {
@@ -209,8 +218,9 @@ pub(crate) struct JobState {
     pub(super) retry_at: Option<Instant>,
     /// A fresh read of the whole subtree is wanted (after a reconnect, a refused write).
     pub(super) reload_wanted: bool,
-    /// The trace MANUAL executions continue, until when (see [`Input::ContinueTrace`]).
-    pub(super) manual_parent: Option<(crate::coordination::trace::TraceParent, Instant)>,
+    /// The trace the next MANUAL execution of each listed local instance continues, until when
+    /// (see [`Input::ContinueTrace`]).
+    pub(super) manual_parent: Option<ManualTrace>,
     /// The watch is gone: ask the driver for another.
     pub(super) watch_wanted: bool,
     pub(super) schedule: Option<(String, String)>,
@@ -326,9 +336,15 @@ impl JobState {
             ),
             Input::Drain { reply, deadline } => self.on_drain(reply, deadline, env, &mut out),
             Input::ContinueTrace { parent, until } => {
-                debug!(job = %self.name, trace = %parent.trace_id_hex(),
-                       "manual executions continue the caller's trace");
-                self.manual_parent = Some((parent, until));
+                self.manual_parent = parent.map(|parent| {
+                    debug!(job = %self.name, trace = %parent.trace_id_hex(),
+                           "the trigger's manual executions continue the caller's trace");
+                    ManualTrace {
+                        parent,
+                        until,
+                        instances: self.locals.keys().cloned().collect(),
+                    }
+                });
             }
             Input::Fire { fire_time } => self.on_fire(fire_time, Source::Cron, env, &mut out),
             Input::Session(state) => self.on_session(state, env, &mut out),
