@@ -67,6 +67,7 @@ public final class JobRegistration implements AutoCloseable {
   private final JobConfig config;
   private final JobHandler handler;
   private final WorkerListener listener;
+  private final ItemTracing tracing;
   private final Consumer<Boolean> onTerminated;
   private final ScheduledThreadPoolExecutor events;
   private final ThreadPoolExecutor items;
@@ -111,6 +112,7 @@ public final class JobRegistration implements AutoCloseable {
     this.effectiveConfig = config;
     this.handler = handler;
     this.listener = settings.listener();
+    this.tracing = settings.tracing();
     this.onTerminated = onTerminated;
     this.protocol = new RegistrationState(jobName, RegistrationState.Clock.SYSTEM, !settings.reconnectAfterShutdown(),
         new ReconnectPolicy(settings.target(), jobName, settings.connectTimeout(),
@@ -276,6 +278,16 @@ public final class JobRegistration implements AutoCloseable {
   private boolean isCancelled(ItemKey key) {
     synchronized (lock) {
       RegistrationState.Check check = protocol.check(key);
+      for (Output output : check.outputs()) {
+        // Noted now, before the handler can act on the answer and return; the event thread
+        // interrupts the handlers when it performs these outputs.
+        if (output instanceof RegistrationState.Cancel cancel) {
+          ItemRun run = runs.get(cancel.key());
+          if (run != null) {
+            run.noteCancelled(cancel.reason());
+          }
+        }
+      }
       if (!check.outputs().isEmpty()) {
         post(() -> {
           perform(check.outputs());
@@ -390,7 +402,7 @@ public final class JobRegistration implements AutoCloseable {
       } else if (output instanceof RegistrationState.Cancel cancel) {
         ItemRun run = runs.get(cancel.key());
         if (run != null) {
-          run.cancel();
+          run.cancel(cancel.reason());
         }
         LOG.log(System.Logger.Level.INFO, "job {0}: item {1} of execution {2} stopped, not answered: {3}",
             jobName, cancel.key().item(), cancel.key().executionId(), cancel.reason());
@@ -419,30 +431,62 @@ public final class JobRegistration implements AutoCloseable {
     }
   }
 
-  /** Item thread: runs the handler (unless it was cancelled before it started), then reports. */
+  /**
+   * Item thread: runs the handler (unless it was cancelled before it started) in its span, if
+   * traced, then reports, and ends the span with the answer decided.
+   */
   private void runItem(ItemRun run) {
     String failure = null;
+    ItemTracing.ItemSpan span = ItemTracing.ItemSpan.NONE;
     try {
       if (run.begin() && !isCancelled(run.key)) {
-        handler.execute(run.ctx);
+        span = run.traced(tracing.start(run.ctx, instanceId));
+        ItemTracing.Scope scope = span.makeCurrent();
+        try {
+          handler.execute(run.ctx);
+        } finally {
+          scope.close();
+        }
       }
     } catch (Throwable t) {
       failure = describe(t);
+      span.failed(t);
     } finally {
       run.end();
       runs.remove(run.key);
     }
+    RegistrationState.Call answer;
     synchronized (lock) {
       List<Output> outputs = protocol.itemDone(run.key, failure);
+      answer = answerTo(run.key, outputs);
       // From now on the context tells how the item ended: answered (not cancelled), or not.
-      boolean answered = outputs.stream().anyMatch(o -> o instanceof RegistrationState.Call c
-          && c.rpc() != RegistrationState.Rpc.DECLINE);
+      boolean answered = answer != null && answer.rpc() != RegistrationState.Rpc.DECLINE;
       run.ctx.attach(answered ? () -> false : () -> true);
       post(() -> {
         perform(outputs);
         rearm();
       });
     }
+    if (answer == null) {
+      span.end(ItemTracing.Outcome.DECLINED, "not answered: its stream ended or the registration stopped");
+    } else if (answer.rpc() == RegistrationState.Rpc.DECLINE) {
+      span.end(ItemTracing.Outcome.DECLINED, answer.text());
+    } else if (answer.rpc() == RegistrationState.Rpc.REPORT_FAILURE) {
+      span.end(ItemTracing.Outcome.FAILED, failure);
+    } else {
+      span.end(ItemTracing.Outcome.COMPLETED, null);
+    }
+  }
+
+  /** The answer decided for the item {@code key} among {@code outputs} (which may also hold resends of others). */
+  private static RegistrationState.Call answerTo(ItemKey key, List<Output> outputs) {
+    for (Output o : outputs) {
+      if (o instanceof RegistrationState.Call c && c.executionId().equals(key.executionId())
+          && c.items().contains(key.item())) {
+        return c;
+      }
+    }
+    return null;
   }
 
   private void observe(RegistrationState.Notice notice) {
@@ -544,7 +588,7 @@ public final class JobRegistration implements AutoCloseable {
     }
     state = State.CLOSED;
     items.shutdownNow();
-    runs.values().forEach(ItemRun::cancel);
+    runs.values().forEach(run -> run.cancel(stop.reason()));
     // The first subscription's fatal error, or (once register() returned: a no-op) the close.
     firstRegistration.completeExceptionally(stop.fatal() != null ? stop.fatal()
         : new WorkerClosedException("registration of job '" + jobName + "' closed: " + stop.reason()));

@@ -131,7 +131,9 @@ final class ProtoMapping {
             t.getExecutionId(),
             source,
             t.getFencingTokensOrDefault(item.getItem(), 0L),
-            fireTime))
+            fireTime,
+            t.getTraceparent(),
+            t.getTracestate()))
         .toList();
   }
 }

@@ -17,4 +17,5 @@ record Settings(
     Duration answerTimeout,
     Duration shutdownGracePeriod,
     boolean reconnectAfterShutdown,
-    WorkerListener listener) {}
+    WorkerListener listener,
+    ItemTracing tracing) {}

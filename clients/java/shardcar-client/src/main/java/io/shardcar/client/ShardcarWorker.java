@@ -41,6 +41,12 @@ import java.util.logging.Logger;
  * instead, and the id is {@code {ip}@-@{pid}-{8 random hex chars}}, the random part chosen once
  * per JVM; see {@link Builder#instanceSuffix(InstanceSuffix)}.
  *
+ * <p>Tracing: with {@code io.opentelemetry:opentelemetry-api} on the classpath (an optional
+ * dependency of this client), each item's handler runs in a span {@code shardcar.handler}, a child
+ * of the sidecar's {@code shardcar.execution} span named by the trigger's {@code traceparent},
+ * made current while the handler runs; see {@link Builder#openTelemetry} and
+ * {@link Builder#tracing(boolean)}. Without the API there is no tracing and nothing to configure.
+ *
  * <pre>{@code
  * try (ShardcarWorker worker = ShardcarWorker.builder().target("127.0.0.1:50061").build()) {
  *   worker.register(
@@ -262,6 +268,9 @@ public final class ShardcarWorker implements AutoCloseable {
     private Duration shutdownGracePeriod = Duration.ofSeconds(10);
     private boolean reconnectAfterShutdown;
     private WorkerListener listener = new WorkerListener() {};
+    private boolean tracing = true;
+    /** An {@code io.opentelemetry.api.OpenTelemetry}, typed Object so that the API need not be present. */
+    private Object openTelemetry;
     private Function<String, String> environment = System::getenv;
 
     private Builder() {}
@@ -420,6 +429,35 @@ public final class ShardcarWorker implements AutoCloseable {
       return this;
     }
 
+    /**
+     * The OpenTelemetry whose tracer makes the handlers' spans, instead of {@code GlobalOpenTelemetry}
+     * (the default, read when each handler starts, so an SDK installed after {@code build()} counts).
+     * Each item's handler runs in a span {@code shardcar.handler} (kind {@code CONSUMER}), a child of
+     * the trigger's {@code traceparent}, current while the handler runs; it ends when the handler
+     * returns, with an exception event and status {@code ERROR} when it threw, and an event
+     * {@code shardcar.cancelled} when the item was cancelled. Only callable with
+     * {@code opentelemetry-api} on the classpath; without it the worker does not trace.
+     *
+     * @param openTelemetry the instance to trace with
+     * @return this builder
+     */
+    public Builder openTelemetry(io.opentelemetry.api.OpenTelemetry openTelemetry) {
+      this.openTelemetry = Objects.requireNonNull(openTelemetry, "openTelemetry");
+      return this;
+    }
+
+    /**
+     * Whether handlers run in spans when {@code opentelemetry-api} is on the classpath (default
+     * true); false opts out even then.
+     *
+     * @param enabled false for no spans
+     * @return this builder
+     */
+    public Builder tracing(boolean enabled) {
+      this.tracing = enabled;
+      return this;
+    }
+
     /** Where environment variables are read from (tests pass a map). */
     Builder environment(Function<String, String> environment) {
       this.environment = environment;
@@ -474,7 +512,8 @@ public final class ShardcarWorker implements AutoCloseable {
           answerTimeout,
           shutdownGracePeriod,
           reconnectAfterShutdown,
-          listener);
+          listener,
+          ItemTracing.create(tracing, openTelemetry));
     }
 
     /**

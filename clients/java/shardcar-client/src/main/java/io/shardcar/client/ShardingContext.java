@@ -6,8 +6,8 @@ import java.util.function.BooleanSupplier;
 
 /**
  * What a {@link JobHandler} gets for one item of one execution: ElasticJob's
- * {@code ShardingContext} fields (same names) plus the execution id, the trigger source and the
- * item's fencing token.
+ * {@code ShardingContext} fields (same names) plus the execution id, the trigger source, the
+ * item's fencing token and the trigger's W3C trace context.
  */
 public final class ShardingContext {
   private final String jobName;
@@ -20,8 +20,11 @@ public final class ShardingContext {
   private final TriggerSource source;
   private final long fencingToken;
   private final Instant fireTime;
+  private final String traceparent;
+  private final String tracestate;
   private volatile BooleanSupplier cancellation;
 
+  /** A context without trace context (empty {@code traceparent} and {@code tracestate}). */
   public ShardingContext(
       String jobName,
       String taskId,
@@ -33,6 +36,24 @@ public final class ShardingContext {
       TriggerSource source,
       long fencingToken,
       Instant fireTime) {
+    this(jobName, taskId, shardingTotalCount, jobParameter, shardingItem, shardingParameter, executionId, source,
+        fencingToken, fireTime, "", "");
+  }
+
+  /** A context with the trigger's W3C {@code traceparent} and {@code tracestate} (null reads as empty). */
+  public ShardingContext(
+      String jobName,
+      String taskId,
+      int shardingTotalCount,
+      String jobParameter,
+      int shardingItem,
+      String shardingParameter,
+      String executionId,
+      TriggerSource source,
+      long fencingToken,
+      Instant fireTime,
+      String traceparent,
+      String tracestate) {
     this.jobName = Objects.requireNonNull(jobName, "jobName");
     this.taskId = Objects.requireNonNullElse(taskId, "");
     this.shardingTotalCount = shardingTotalCount;
@@ -43,6 +64,8 @@ public final class ShardingContext {
     this.source = Objects.requireNonNullElse(source, TriggerSource.UNKNOWN);
     this.fencingToken = fencingToken;
     this.fireTime = fireTime;
+    this.traceparent = Objects.requireNonNullElse(traceparent, "");
+    this.tracestate = Objects.requireNonNullElse(tracestate, "");
   }
 
   public String getJobName() {
@@ -95,6 +118,22 @@ public final class ShardingContext {
   }
 
   /**
+   * The W3C {@code traceparent} of the execution's span in the sidecar ({@code shardcar.execution}),
+   * e.g. {@code 00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01}; empty from a sidecar
+   * that does not send one. With {@code opentelemetry-api} on the classpath the handler already
+   * runs in a child span of it (see {@link ShardcarWorker.Builder#openTelemetry}); other tracers
+   * can read it here.
+   */
+  public String getTraceparent() {
+    return traceparent;
+  }
+
+  /** The W3C {@code tracestate} that goes with {@link #getTraceparent()}; usually empty. */
+  public String getTracestate() {
+    return tracestate;
+  }
+
+  /**
    * True once this item was revoked, the lease ran out, the stream was lost, or the worker's
    * shutdown grace period is over: its result will not be reported, so the handler should stop.
    * Evaluated when called: the lease deadline is compared with the clock now, so the first call
@@ -118,6 +157,6 @@ public final class ShardingContext {
         + ", shardingTotalCount=" + shardingTotalCount + ", jobParameter=" + jobParameter
         + ", shardingItem=" + shardingItem + ", shardingParameter=" + shardingParameter
         + ", executionId=" + executionId + ", source=" + source
-        + ", fencingToken=" + fencingToken + "}";
+        + ", fencingToken=" + fencingToken + ", traceparent=" + traceparent + "}";
   }
 }

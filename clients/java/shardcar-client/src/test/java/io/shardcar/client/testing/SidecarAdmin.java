@@ -2,6 +2,8 @@ package io.shardcar.client.testing;
 
 import io.grpc.ManagedChannel;
 import io.grpc.ManagedChannelBuilder;
+import io.grpc.Metadata;
+import io.grpc.stub.MetadataUtils;
 import io.shardcar.v1.AdminServiceGrpc;
 import io.shardcar.v1.ExecutionInfo;
 import io.shardcar.v1.ListExecutionsRequest;
@@ -9,6 +11,7 @@ import io.shardcar.v1.ShutdownInstanceRequest;
 import io.shardcar.v1.TriggerJobRequest;
 import java.time.Duration;
 import java.util.List;
+import java.util.Map;
 import java.util.Optional;
 import java.util.concurrent.TimeUnit;
 import java.util.function.Predicate;
@@ -26,6 +29,19 @@ public final class SidecarAdmin implements AutoCloseable {
   /** Runs the job once now on every live instance; returns the instances asked to run. */
   public List<String> trigger(String jobName) {
     return stub.withDeadlineAfter(10, TimeUnit.SECONDS)
+        .triggerJob(TriggerJobRequest.newBuilder().setJobName(jobName).build())
+        .getInstanceIdsList();
+  }
+
+  /**
+   * {@link #trigger(String)} with call metadata, e.g. a W3C {@code traceparent} (and
+   * {@code tracestate}) that the executions it starts continue.
+   */
+  public List<String> trigger(String jobName, Map<String, String> metadata) {
+    Metadata headers = new Metadata();
+    metadata.forEach((k, v) -> headers.put(Metadata.Key.of(k, Metadata.ASCII_STRING_MARSHALLER), v));
+    return stub.withDeadlineAfter(10, TimeUnit.SECONDS)
+        .withInterceptors(MetadataUtils.newAttachHeadersInterceptor(headers))
         .triggerJob(TriggerJobRequest.newBuilder().setJobName(jobName).build())
         .getInstanceIdsList();
   }

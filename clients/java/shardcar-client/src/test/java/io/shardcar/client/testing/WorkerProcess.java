@@ -33,7 +33,30 @@ public final class WorkerProcess implements AutoCloseable {
 
   /** Starts {@code WorkerMain target jobName mode} and waits for its {@code READY} line. */
   public static WorkerProcess start(String target, String jobName, String mode) {
-    String classpath = System.getProperty("surefire.test.class.path", System.getProperty("java.class.path"));
+    return start(target, jobName, mode, testClasspath());
+  }
+
+  /**
+   * {@link #start(String, String, String)} with the test classpath less every OpenTelemetry jar,
+   * as in an application that does not trace.
+   */
+  public static WorkerProcess startWithoutOpenTelemetry(String target, String jobName, String mode) {
+    return start(target, jobName, mode, withoutOpenTelemetry(testClasspath()));
+  }
+
+  /** The test JVM's classpath. */
+  public static String testClasspath() {
+    return System.getProperty("surefire.test.class.path", System.getProperty("java.class.path"));
+  }
+
+  /** {@code classpath} without its OpenTelemetry entries ({@code io/opentelemetry} in their path). */
+  public static String withoutOpenTelemetry(String classpath) {
+    return java.util.Arrays.stream(classpath.split(java.io.File.pathSeparator))
+        .filter(entry -> !entry.replace('\\', '/').contains("/io/opentelemetry/"))
+        .collect(java.util.stream.Collectors.joining(java.io.File.pathSeparator));
+  }
+
+  private static WorkerProcess start(String target, String jobName, String mode, String classpath) {
     List<String> cmd = List.of(
         Path.of(System.getProperty("java.home"), "bin", "java").toString(),
         "-Xmx256m",
