@@ -167,12 +167,18 @@ pub fn to_json(r: &ExecutionRecord) -> serde_json::Value {
 }
 
 #[cfg(test)]
-mod tests {
+pub(crate) mod tests {
     use super::*;
     use crate::coordination::Source as TriggerSource;
     use std::time::{Duration, SystemTime};
 
-    fn record(job: &str, id: &str, outcomes: Vec<(i32, ItemOutcome)>) -> ExecutionRecord {
+    /// A finished CRON execution of `job` with these outcomes (1.5 s long, started at
+    /// 2023-11-14T22:13:20.250Z); also used by the Admin API's tests.
+    pub(crate) fn record(
+        job: &str,
+        id: &str,
+        outcomes: Vec<(i32, ItemOutcome)>,
+    ) -> ExecutionRecord {
         ExecutionRecord {
             job: job.into(),
             execution_id: id.into(),
@@ -209,7 +215,7 @@ mod tests {
     }
 
     #[test]
-    fn wire_and_json_forms() {
+    fn json_form() {
         let r = record(
             "orders",
             "x1",
@@ -218,15 +224,6 @@ mod tests {
                 (2, ItemOutcome::Failed("disk full".into())),
             ],
         );
-        let p = crate::api::events::execution_info(&r);
-        assert_eq!(p.items, [0, 2]);
-        assert_eq!(p.outcome, crate::proto::ExecutionOutcome::Failed as i32);
-        assert_eq!(p.error, "disk full");
-        assert_eq!(
-            p.item_results[1].outcome,
-            crate::proto::ExecutionOutcome::Failed as i32
-        );
-        assert_eq!(p.duration.unwrap().seconds, 1);
         let j = to_json(&r);
         assert_eq!(j["outcome"], "failed");
         assert_eq!(j["source"], "CRON");
