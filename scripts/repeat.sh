@@ -9,8 +9,9 @@
 #   FILTER  passed to the runner: a test-name substring for Rust (cargo test FILTER),
 #           a -k expression for pytest, a -Dtest pattern for Maven
 #
-# Exit status: 0 when every test passed every run, 1 otherwise. The suites are built once
-# first; nothing is installed (run scripts/install-deps.sh before).
+# Exit status: 0 when every test passed every run, 1 otherwise (every run's output is then kept
+# in $REPEAT_KEEP, default $CARGO_TARGET_DIR/repeat-failed, and its path printed). The suites
+# are built once first; nothing is installed (run scripts/install-deps.sh before).
 # Environment: CARGO_TARGET_DIR is honoured.
 set -euo pipefail
 
@@ -112,6 +113,13 @@ java_run() {
     for xml in clients/java/*/target/surefire-reports/TEST-*.xml; do
         [ -f "$xml" ] && junit_results java "$xml"
     done
+    # Kept with the run's logs, for a failure's output (the next run deletes the reports).
+    local module
+    for module in clients/java/*/target/surefire-reports; do
+        [ -d "$module" ] || continue
+        mkdir -p "$WORK/java.$run.reports"
+        cp -r "$module" "$WORK/java.$run.reports/$(basename "$(dirname "$(dirname "$module")")")"
+    done
 }
 
 # junit_results SUITE FILE: appends the testcases of a JUnit XML report.
@@ -157,4 +165,12 @@ cat "$WORK/table"
 total=$(wc -l <"$WORK/table")
 flaky=$(awk '$1 !~ /^0\// { n++ } END { print n + 0 }' "$WORK/table")
 echo "tests: $total, failed at least once: $flaky"
-[ "$flaky" -eq 0 ] && exit 0 || exit 1
+if [ "$flaky" -ne 0 ]; then
+    # Every run's output, so a failure can be read after the fact (the work dir goes at exit).
+    KEEP="${REPEAT_KEEP:-$TARGET_DIR/repeat-failed}/$(date +%Y%m%d-%H%M%S)"
+    mkdir -p "$KEEP"
+    cp -r "$WORK"/. "$KEEP"/
+    echo "the output of every run is kept in $KEEP"
+    exit 1
+fi
+exit 0
