@@ -12,8 +12,10 @@ returns at once. Every item prints ``{"ev": "start", ...}``. Modes of the first 
 * ``release``: works until ``--release-file`` exists, then returns (is answered);
 * ``quick``: returns at once.
 
-``busy`` and ``wait`` check once, print ``{"ev": "working"}`` and then sleep or wait for
-``WINDOW`` (1 s): the test freezes the process within that window. Their first check after
+``busy`` and ``wait`` check once, print ``{"ev": "working"}`` and then sleep (``busy``, no
+check at all) or wait in short steps (``wait``) until ``--release-file`` exists: the test
+freezes the process in that window and creates the file before it resumes it, so the window
+cannot close before the freeze however late the test reads the line. Their first check after
 it prints ``{"ev": "check", "gap": seconds since the window began, "cancelled": ...}``; they
 go on checking until cancelled, then print ``{"ev": "stopped"}``. Records of the ``shardcar``
 logger are printed as ``{"ev": "log", "msg": ...}``; ``{"ev": "exit"}`` when ``run()``
@@ -35,7 +37,7 @@ from typing import Any
 from shardcar import JobConfig, ShardingContext, Worker
 
 _OUT = threading.Lock()
-WINDOW = 1.0  # after printing "working", the handler waits this long: the test freezes it then
+STEP = 0.02  # how often a handler in its window looks for the release file
 GIVE_UP = 120.0  # never loop for ever, whatever happens
 
 
@@ -65,7 +67,16 @@ class Items:
         return n
 
 
-def busy(ctx: ShardingContext) -> None:
+STARTED = time.monotonic()
+
+
+def released(path: str) -> bool:
+    if time.monotonic() - STARTED > GIVE_UP:
+        return True  # never loop for ever, whatever happens
+    return os.path.exists(path)
+
+
+def busy(ctx: ShardingContext, release: str) -> None:
     """``ctx.cancelled`` checks that never yield (an ``async def`` handler blocks its event loop
     here on purpose: no task of the worker runs between the pause and the check)."""
     if ctx.cancelled:
@@ -73,31 +84,36 @@ def busy(ctx: ShardingContext) -> None:
         return
     before = time.monotonic()  # before the print: the freeze may land while it is written
     emit(ev="working")
-    time.sleep(WINDOW)  # the test freezes the process in here
+    while not released(release):  # the test freezes the process in here
+        time.sleep(STEP)
     slept = time.monotonic() - before
     emit(ev="check", gap=slept, cancelled=ctx.cancelled)
     keep_checking(ctx)
 
 
-def wait_sync(ctx: ShardingContext) -> None:
+def wait_sync(ctx: ShardingContext, release: str) -> None:
     if ctx.wait(0):
         emit(ev="stopped", reason=f"before the window: {ctx.cancel_reason}")
         return
     before = time.monotonic()  # before the print: the freeze may land while it is written
     emit(ev="working")
-    cancelled = ctx.wait(WINDOW)  # the test freezes the process in here
+    cancelled = False
+    while not cancelled and not released(release):  # the test freezes the process in here
+        cancelled = ctx.wait(STEP)
     emit(ev="check", gap=time.monotonic() - before, cancelled=cancelled)
     keep_checking(ctx)
 
 
-async def wait_async(ctx: ShardingContext) -> None:
+async def wait_async(ctx: ShardingContext, release: str) -> None:
     if await ctx.wait_async(0):
         emit(ev="stopped", reason=f"before the window: {ctx.cancel_reason}")
         return
     before = time.monotonic()  # before the print: the freeze may land while it is written
     emit(ev="working")
+    cancelled = False
     try:
-        cancelled = await ctx.wait_async(WINDOW)  # the test freezes the process in here
+        while not cancelled and not released(release):  # the test freezes the process in here
+            cancelled = await ctx.wait_async(STEP)
     except asyncio.CancelledError:
         # The worker cancelled the task first: the asyncio form of "cancelled".
         emit(ev="check", gap=time.monotonic() - before, cancelled="CancelledError")
@@ -154,9 +170,9 @@ def main() -> int:
             if items.begin(ctx) != 1 or args.first == "quick":
                 return
             if args.first == "busy":
-                busy(ctx)
+                busy(ctx, args.release_file)
             elif args.first == "wait":
-                wait_sync(ctx)
+                wait_sync(ctx, args.release_file)
             else:
                 until_released(ctx, args.release_file)
 
@@ -173,9 +189,9 @@ def main() -> int:
                 if items.begin(ctx) != 1 or args.first == "quick":
                     return
                 if args.first == "busy":
-                    busy(ctx)  # blocks the event loop on purpose
+                    busy(ctx, args.release_file)  # blocks the event loop on purpose
                 elif args.first == "wait":
-                    await wait_async(ctx)
+                    await wait_async(ctx, args.release_file)
                 else:
                     await until_released_async(ctx, args.release_file)
 

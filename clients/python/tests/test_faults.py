@@ -13,6 +13,7 @@ from __future__ import annotations
 import json
 import re
 import time
+from pathlib import Path
 from typing import Dict, List, Optional
 
 import grpc
@@ -37,13 +38,16 @@ def child_args(sidecar, job: str, api: str, first: str, cron: str = EVERY_SECOND
     return args
 
 
-def freeze(child: ChildWorker, seconds: float) -> float:
+def freeze(child: ChildWorker, seconds: float, release: Optional[Path] = None) -> float:
     """SIGSTOP for ``seconds`` (the fault itself), then SIGCONT; returns the wall time of the
-    resume."""
+    resume. ``release``, if given, is created while the process is still stopped (it ends a
+    handler's window, see ``child_worker.py``)."""
     child.pause()
     try:
         time.sleep(seconds)
     finally:
+        if release is not None:
+            release.touch()
         resumed = time.time()
         child.resume()
     return resumed
@@ -81,17 +85,18 @@ FREEZE_A = 6.5  # past the lease, and past every renewal sent before the freeze
 @pytest.mark.parametrize("first", ["busy", "wait"])
 @pytest.mark.parametrize("api", ["sync", "asyncio"])
 def test_a_worker_paused_past_its_lease_sees_cancelled_at_its_first_check(
-        make_sidecar, spawn_child, api, first):
+        make_sidecar, spawn_child, api, first, tmp_path):
     """SIGSTOP in the middle of an item for longer than the lease, then SIGCONT: the handler's
     first check (``ctx.cancelled`` after a blocking sleep that, in an asyncio handler, keeps
     every task of the worker from running; ``ctx.wait()`` / ``await ctx.wait_async()``)
     already says cancelled. The item is declined, never answered, and runs again."""
     sidecar = make_sidecar(args=["--lease", f"{LEASE_A:g}s", "--keepalive-timeout", "60s"])
     job = f"paused-{api}-{first}"
-    child = spawn_child(child_args(sidecar, job, api, first))
+    release = tmp_path / "release"
+    child = spawn_child(child_args(sidecar, job, api, first, release_file=str(release)))
     _, start = child.wait_for(lambda e: e["ev"] == "start", 30, "the first item to start")
     child.wait_for(lambda e: e["ev"] == "working", 10, "the handler's loop of checks")
-    freeze(child, FREEZE_A)
+    freeze(child, FREEZE_A, release)
 
     _, check = child.wait_for(lambda e: e["ev"] in ("check", "stopped"), 30,
                               "the handler's first check after the pause")
