@@ -92,22 +92,25 @@ impl Telemetry {
     }
 }
 
-async fn export(
-    exporter: opentelemetry_otlp::SpanExporter,
+async fn export<E: SpanExporter>(
+    exporter: E,
     mut rx: mpsc::Receiver<SpanData>,
     cancel: CancellationToken,
 ) {
     let mut batch = Vec::with_capacity(BATCH);
+    // When the batch must go out: BATCH_DELAY after its first span came, however many follow.
+    let mut due: Option<tokio::time::Instant> = None;
     loop {
         let flush = tokio::select! {
             span = rx.recv() => match span {
                 Some(span) => {
                     batch.push(span);
+                    due.get_or_insert_with(|| tokio::time::Instant::now() + BATCH_DELAY);
                     batch.len() >= BATCH
                 }
                 None => true,
             },
-            _ = tokio::time::sleep(BATCH_DELAY), if !batch.is_empty() => true,
+            _ = tokio::time::sleep_until(due.unwrap_or_else(tokio::time::Instant::now)), if due.is_some() => true,
             _ = cancel.cancelled() => {
                 rx.close();
                 while let Ok(span) = rx.try_recv() {
@@ -121,6 +124,7 @@ async fn export(
             }
         };
         if flush && !batch.is_empty() {
+            due = None;
             send(
                 &exporter,
                 std::mem::replace(&mut batch, Vec::with_capacity(BATCH)),
@@ -133,7 +137,7 @@ async fn export(
     }
 }
 
-async fn send(exporter: &opentelemetry_otlp::SpanExporter, batch: Vec<SpanData>) {
+async fn send<E: SpanExporter>(exporter: &E, batch: Vec<SpanData>) {
     let n = batch.len();
     if let Err(e) = exporter.export(batch).await {
         tracing::warn!(spans = n, error = %e, "exporting execution spans failed");
@@ -224,5 +228,102 @@ pub fn span_of(r: &ExecutionRecord) -> SpanData {
         instrumentation_scope: InstrumentationScope::builder("shardcar")
             .with_version(env!("CARGO_PKG_VERSION"))
             .build(),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::coordination::events::Source;
+    use crate::coordination::trace::TraceContext;
+    use opentelemetry_sdk::error::OTelSdkResult;
+    use std::sync::{Arc, Mutex};
+    use std::time::SystemTime;
+
+    /// Records the size of every batch exported, and when.
+    #[derive(Debug, Clone, Default)]
+    struct Batches(Arc<Mutex<Vec<(tokio::time::Instant, usize)>>>);
+
+    impl SpanExporter for Batches {
+        async fn export(&self, batch: Vec<SpanData>) -> OTelSdkResult {
+            self.0
+                .lock()
+                .unwrap()
+                .push((tokio::time::Instant::now(), batch.len()));
+            Ok(())
+        }
+    }
+
+    fn record(id: &str) -> ExecutionRecord {
+        ExecutionRecord {
+            job: "j".into(),
+            execution_id: id.into(),
+            instance_id: "10.0.0.1@-@7".into(),
+            source: Source::Cron,
+            started_at: SystemTime::UNIX_EPOCH,
+            duration: Duration::from_millis(5),
+            items: [(0, ItemOutcome::Completed)].into_iter().collect(),
+            task_id: "j@-@0@-@READY@-@10.0.0.1@-@7".into(),
+            fire_time: SystemTime::UNIX_EPOCH,
+            fencing_tokens: [(0, 42)].into_iter().collect(),
+            trace: TraceContext::for_execution(id, None),
+            events: Vec::new(),
+        }
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn spans_go_out_at_most_a_batch_delay_after_they_came_and_all_at_shutdown() {
+        let batches = Batches::default();
+        let (tx, rx) = mpsc::channel(QUEUE);
+        let cancel = CancellationToken::new();
+        let task = tokio::spawn(export(batches.clone(), rx, cancel.clone()));
+        let t0 = tokio::time::Instant::now();
+        // A span every 400 ms: a sleep restarted by each span would never fire.
+        for i in 0..6 {
+            tx.send(span_of(&record(&format!("{i:032x}"))))
+                .await
+                .unwrap();
+            tokio::time::sleep(Duration::from_millis(400)).await;
+        }
+        let seen = batches.0.lock().unwrap().clone();
+        assert!(
+            !seen.is_empty(),
+            "nothing went out within 2.4 s of a steady trickle"
+        );
+        assert!(
+            seen[0].0 - t0 <= BATCH_DELAY + Duration::from_millis(1),
+            "the first batch went out {:?} after its first span",
+            seen[0].0 - t0
+        );
+        tx.send(span_of(&record(&format!("{:032x}", 99))))
+            .await
+            .unwrap();
+        cancel.cancel();
+        task.await.unwrap();
+        let total: usize = batches.0.lock().unwrap().iter().map(|(_, n)| n).sum();
+        assert_eq!(total, 7, "every span goes out, the last ones at shutdown");
+    }
+
+    #[test]
+    fn the_span_has_the_ids_and_attributes_of_its_execution() {
+        let r = record("0af7651916cd43dd8448eb211c80319c");
+        let s = span_of(&r);
+        assert_eq!(s.name, "shardcar.execution");
+        assert_eq!(
+            s.span_context.trace_id().to_string(),
+            "0af7651916cd43dd8448eb211c80319c"
+        );
+        assert_eq!(s.span_context.span_id().to_bytes(), r.trace.span_id);
+        assert_eq!(s.parent_span_id, SpanId::INVALID);
+        let attr = |k: &str| {
+            s.attributes
+                .iter()
+                .find(|kv| kv.key.as_str() == k)
+                .map(|kv| kv.value.to_string())
+        };
+        assert_eq!(attr("shardcar.source").as_deref(), Some("CRON"));
+        assert_eq!(attr("shardcar.outcome").as_deref(), Some("completed"));
+        assert_eq!(attr("shardcar.fencing_tokens").as_deref(), Some("0=42"));
+        assert_eq!(s.status, Status::Ok);
     }
 }
