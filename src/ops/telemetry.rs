@@ -76,8 +76,12 @@ impl Telemetry {
         })
     }
 
-    /// Queues the span of a finished execution.
+    /// Queues the span of a finished execution, unless it continues a trace its caller did not
+    /// sample (parent-based sampling: the caller's `traceparent` flags decide).
     pub fn execution_finished(&self, record: &ExecutionRecord) {
+        if !record.trace.sampled {
+            return;
+        }
         if self.tx.try_send(span_of(record)).is_err() {
             let n = self
                 .dropped
