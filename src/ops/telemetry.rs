@@ -163,6 +163,11 @@ pub fn span_of(r: &ExecutionRecord) -> SpanData {
         .iter()
         .map(|(i, t)| format!("{i}={t}"))
         .collect();
+    let not_completed = r
+        .items
+        .values()
+        .filter(|o| !matches!(o, ItemOutcome::Completed))
+        .count();
     let attributes = vec![
         KeyValue::new("shardcar.job", r.job.clone()),
         KeyValue::new("shardcar.execution_id", r.execution_id.clone()),
@@ -176,6 +181,7 @@ pub fn span_of(r: &ExecutionRecord) -> SpanData {
             "shardcar.fire_time",
             chrono::DateTime::<chrono::Utc>::from(r.fire_time).to_rfc3339(),
         ),
+        KeyValue::new("shardcar.items_not_completed", not_completed as i64),
     ];
     let events = r
         .events
@@ -196,16 +202,6 @@ pub fn span_of(r: &ExecutionRecord) -> SpanData {
         "completed" => Status::Ok,
         _ => Status::error(r.error().unwrap_or(r.outcome()).to_string()),
     };
-    let failed_items = r
-        .items
-        .values()
-        .filter(|o| !matches!(o, ItemOutcome::Completed))
-        .count();
-    let mut attributes = attributes;
-    attributes.push(KeyValue::new(
-        "shardcar.items_not_completed",
-        failed_items as i64,
-    ));
     SpanData {
         span_context: SpanContext::new(
             TraceId::from_bytes(t.trace_id),
