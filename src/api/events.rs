@@ -129,20 +129,12 @@ pub fn execution_info(r: &ExecutionRecord) -> proto::ExecutionInfo {
 
 #[cfg(test)]
 mod tests {
-    use crate::coordination::ItemOutcome;
-    use crate::ops::history::tests::record;
+    use crate::ops::history::tests::one_failed_item;
     use crate::proto;
 
     #[test]
     fn a_finished_execution_on_the_wire() {
-        let r = record(
-            "orders",
-            "x1",
-            vec![
-                (0, ItemOutcome::Completed),
-                (2, ItemOutcome::Failed("disk full".into())),
-            ],
-        );
+        let r = one_failed_item();
         let p = super::execution_info(&r);
         assert_eq!(p.items, [0, 2]);
         assert_eq!(p.outcome, proto::ExecutionOutcome::Failed as i32);

@@ -214,16 +214,21 @@ pub(crate) mod tests {
         assert!(History::new(0).recent(None, 0).is_empty());
     }
 
-    #[test]
-    fn json_form() {
-        let r = record(
+    /// Execution `x1` of `orders`: item 0 completed, item 2 failed with "disk full".
+    pub(crate) fn one_failed_item() -> ExecutionRecord {
+        record(
             "orders",
             "x1",
             vec![
                 (0, ItemOutcome::Completed),
                 (2, ItemOutcome::Failed("disk full".into())),
             ],
-        );
+        )
+    }
+
+    #[test]
+    fn json_form() {
+        let r = one_failed_item();
         let j = to_json(&r);
         assert_eq!(j["outcome"], "failed");
         assert_eq!(j["source"], "CRON");
