@@ -250,11 +250,16 @@ impl Coordinator {
             .expect("execution table poisoned")
             .get(execution_id)
             .cloned()?;
+        self.driver_of_job(&job)
+    }
+
+    /// The driver of `job`, if it has an instance here.
+    fn driver_of_job(&self, job: &str) -> Option<mpsc::Sender<JobCmd>> {
         self.shared
             .jobs
             .lock()
             .expect("job table poisoned")
-            .get(&job)
+            .get(job)
             .cloned()
     }
 
@@ -334,14 +339,7 @@ impl Coordinator {
         parent: Option<trace::TraceParent>,
         for_: Duration,
     ) {
-        let driver = self
-            .shared
-            .jobs
-            .lock()
-            .expect("job table poisoned")
-            .get(job)
-            .cloned();
-        if let Some(driver) = driver {
+        if let Some(driver) = self.driver_of_job(job) {
             let until = Instant::now() + for_;
             let (reply, taken) = oneshot::channel();
             let cmd = JobCmd::ContinueTrace {
