@@ -1,8 +1,12 @@
 //! Sidecar settings: each one taken from its flag, else its `SHARDCAR_*` environment variable,
 //! else the TOML file given by `--config` (or `SHARDCAR_CONFIG`), else its default; all validated
 //! before anything binds, an error naming the setting where it came from (`--listen`,
-//! `SHARDCAR_LISTEN`, `listen in /etc/shardcar.toml`). The environment is passed in as a map so
-//! tests never mutate the process environment.
+//! `SHARDCAR_LISTEN`, `listen in /etc/shardcar.toml`).
+//!
+//! Each setting is declared once, in `settings!`: clap reads its flag and variable (and says
+//! which it was), serde reads the file through figment and refuses unknown keys, and the same
+//! list is the README's table and `shardcar config`. The standard variables (`RUST_LOG`,
+//! `OTEL_*`) are passed in as a map so tests never mutate the process environment.
 
 use std::collections::{BTreeMap, HashMap};
 use std::net::Ipv4Addr;
@@ -91,51 +95,207 @@ pub const DEFAULT_HISTORY_SIZE: usize = 1000;
 /// The largest `history_size` accepted.
 pub const MAX_HISTORY_SIZE: usize = 1_000_000;
 
-/// Raw values as given by flags (each `None` when the flag was absent).
-#[derive(Debug, Default, Clone)]
-pub struct Flags {
-    pub config: Option<String>,
-    pub zk: Option<String>,
-    pub namespace: Option<String>,
-    pub listen: Option<String>,
-    pub advertise_ip: Option<String>,
-    pub session_timeout: Option<String>,
-    pub connection_timeout: Option<String>,
-    pub digest: Option<String>,
-    pub lease: Option<String>,
-    pub keepalive_interval: Option<String>,
-    pub keepalive_timeout: Option<String>,
-    pub shutdown_grace: Option<String>,
-    pub log_level: Option<String>,
-    pub log_format: Option<String>,
-    pub metrics_listen: Option<String>,
-    pub history_size: Option<String>,
-    pub history_file: Option<String>,
-    pub otlp_endpoint: Option<String>,
+/// One setting as the README's table, `--help` and the example file describe it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Setting {
+    /// The TOML key; the flag is the key with `-` for `_`.
+    pub key: &'static str,
+    /// The environment variable: `SHARDCAR_` and the key in upper case.
+    pub env: &'static str,
+    /// The default, as text (some are computed: "half the session timeout").
+    pub default: &'static str,
+    /// What it means.
+    pub meaning: &'static str,
+    /// An example value, as TOML.
+    pub example: &'static str,
 }
 
-/// Every setting: its TOML key (the flag is the key with `-`, the variable `SHARDCAR_` + the
-/// key in upper case), the default, what it means, and an example value (as TOML). The README's
-/// table is this list; so is the file `shardcar config` prints.
-pub const SETTINGS: &[(&str, &str, &str, &str)] = &[
-    ("zk", "(none: standalone)", "ZooKeeper connect string host:port[,host:port...]; without it the sidecar runs standalone (in-memory, one host)", r#""zk1:2181,zk2:2181,zk3:2181""#),
-    ("namespace", "shardcar", "ZooKeeper namespace (ElasticJob's registry-center namespace), may contain '/'", r#""shardcar""#),
-    ("listen", DEFAULT_LISTEN, "gRPC listen address: host:port or unix:///path", r#""127.0.0.1:50061""#),
-    ("advertise_ip", "(detected)", "IPv4 address this sidecar registers as its server (servers/{ip}, instance ids)", r#""10.0.0.5""#),
-    ("session_timeout", "10s", "ZooKeeper session timeout (2s to 120s)", r#""10s""#),
-    ("connection_timeout", "15s", "how long to wait for ZooKeeper at start", r#""15s""#),
-    ("digest", "(none)", "ZooKeeper digest credentials user:password; nodes then get creator-only ACLs", r#""user:password""#),
-    ("lease", "half the session timeout", "worker lease length (capped at half the session timeout)", r#""5s""#),
-    ("keepalive_interval", "1s", "HTTP/2 keepalive ping interval on worker connections", r#""1s""#),
-    ("keepalive_timeout", "3s", "a worker that does not answer a ping within this long is dead", r#""3s""#),
-    ("shutdown_grace", "10s", "SIGTERM: how long the drain may take (at least the lease); the process exits by then", r#""10s""#),
-    ("log_level", "info", "log filter in RUST_LOG syntax (RUST_LOG is used when neither the flag is given)", r#""info""#),
-    ("log_format", "text", "text or json", r#""text""#),
-    ("metrics_listen", "(none: no endpoint)", "host:port of the Prometheus endpoint (GET /metrics)", r#""127.0.0.1:9464""#),
-    ("history_size", "1000", "finished executions kept in memory for ListExecutions (0 to 1000000)", "1000"),
-    ("history_file", "(none)", "file to append finished executions to, one JSON object per line", r#""/var/lib/shardcar/history.jsonl""#),
-    ("otlp_endpoint", "(none: OTEL_EXPORTER_OTLP_TRACES_ENDPOINT or OTEL_EXPORTER_OTLP_ENDPOINT, else no export)", "OTLP/gRPC endpoint execution spans are exported to (service name: OTEL_SERVICE_NAME, else shardcar)", r#""http://127.0.0.1:4317""#),
-];
+/// Declares every setting once. From the one list come the `run` flags and their
+/// `SHARDCAR_*` variables (clap, which reads both), the file's keys (serde, unknown keys
+/// refused), and [`SETTINGS`] (the README's table and `shardcar config`).
+macro_rules! settings {
+    ($( $key:ident {
+        env: $env:literal,
+        value_name: $value_name:literal,
+        default: $default:literal,
+        meaning: $meaning:literal,
+        example: $example:literal $(,)?
+    } )*) => {
+        /// `shardcar run`'s flags; each one may also come from its `SHARDCAR_*` variable.
+        #[derive(clap::Args, Debug, Default, Clone)]
+        pub struct RunArgs {
+            /// TOML settings file; flags and SHARDCAR_* variables override it
+            #[arg(long, env = "SHARDCAR_CONFIG", value_name = "FILE")]
+            pub config: Option<String>,
+            $(
+                #[arg(
+                    long,
+                    env = $env,
+                    value_name = $value_name,
+                    help = concat!($meaning, " [default: ", $default, "]")
+                )]
+                pub $key: Option<String>,
+            )*
+        }
+
+        /// The settings file's keys: every one optional, any other key refused.
+        #[derive(serde::Deserialize, Debug, Default)]
+        #[serde(deny_unknown_fields)]
+        struct FileLayer {
+            $(
+                #[serde(default)]
+                $key: Option<FileValue>,
+            )*
+        }
+
+        impl FileLayer {
+            fn into_values(self) -> Vec<(&'static str, String)> {
+                let mut values = Vec::new();
+                $(
+                    if let Some(FileValue(v)) = self.$key {
+                        values.push((stringify!($key), v));
+                    }
+                )*
+                values
+            }
+        }
+
+        /// Every setting, in the order of `--help`, the README and the example file.
+        pub const SETTINGS: &[Setting] = &[
+            $(
+                Setting {
+                    key: stringify!($key),
+                    env: $env,
+                    default: $default,
+                    meaning: $meaning,
+                    example: $example,
+                },
+            )*
+        ];
+    };
+}
+
+settings! {
+    zk {
+        env: "SHARDCAR_ZK",
+        value_name: "HOSTS",
+        default: "(none: standalone)",
+        meaning: "ZooKeeper connect string host:port[,host:port...]; without it the sidecar runs standalone (in-memory, one host)",
+        example: r#""zk1:2181,zk2:2181,zk3:2181""#,
+    }
+    namespace {
+        env: "SHARDCAR_NAMESPACE",
+        value_name: "NS",
+        default: "shardcar",
+        meaning: "ZooKeeper namespace (ElasticJob's registry-center namespace), may contain '/'",
+        example: r#""shardcar""#,
+    }
+    listen {
+        env: "SHARDCAR_LISTEN",
+        value_name: "ADDR",
+        default: "127.0.0.1:50061",
+        meaning: "gRPC listen address: host:port or unix:///path",
+        example: r#""127.0.0.1:50061""#,
+    }
+    advertise_ip {
+        env: "SHARDCAR_ADVERTISE_IP",
+        value_name: "IP",
+        default: "(detected)",
+        meaning: "IPv4 address this sidecar registers as its server (servers/{ip}, instance ids)",
+        example: r#""10.0.0.5""#,
+    }
+    session_timeout {
+        env: "SHARDCAR_SESSION_TIMEOUT",
+        value_name: "DURATION",
+        default: "10s",
+        meaning: "ZooKeeper session timeout (2s to 120s)",
+        example: r#""10s""#,
+    }
+    connection_timeout {
+        env: "SHARDCAR_CONNECTION_TIMEOUT",
+        value_name: "DURATION",
+        default: "15s",
+        meaning: "how long to wait for ZooKeeper at start",
+        example: r#""15s""#,
+    }
+    digest {
+        env: "SHARDCAR_DIGEST",
+        value_name: "USER:PASS",
+        default: "(none)",
+        meaning: "ZooKeeper digest credentials user:password; nodes then get creator-only ACLs",
+        example: r#""user:password""#,
+    }
+    lease {
+        env: "SHARDCAR_LEASE",
+        value_name: "DURATION",
+        default: "half the session timeout",
+        meaning: "worker lease length (capped at half the session timeout)",
+        example: r#""5s""#,
+    }
+    keepalive_interval {
+        env: "SHARDCAR_KEEPALIVE_INTERVAL",
+        value_name: "DURATION",
+        default: "1s",
+        meaning: "HTTP/2 keepalive ping interval on worker connections",
+        example: r#""1s""#,
+    }
+    keepalive_timeout {
+        env: "SHARDCAR_KEEPALIVE_TIMEOUT",
+        value_name: "DURATION",
+        default: "3s",
+        meaning: "a worker that does not answer a ping within this long is dead",
+        example: r#""3s""#,
+    }
+    shutdown_grace {
+        env: "SHARDCAR_SHUTDOWN_GRACE",
+        value_name: "DURATION",
+        default: "10s",
+        meaning: "SIGTERM: how long the drain may take (at least the lease); the process exits by then",
+        example: r#""10s""#,
+    }
+    log_level {
+        env: "SHARDCAR_LOG_LEVEL",
+        value_name: "FILTER",
+        default: "info",
+        meaning: "log filter in RUST_LOG syntax (RUST_LOG is used when neither the flag is given)",
+        example: r#""info""#,
+    }
+    log_format {
+        env: "SHARDCAR_LOG_FORMAT",
+        value_name: "FORMAT",
+        default: "text",
+        meaning: "text or json",
+        example: r#""text""#,
+    }
+    metrics_listen {
+        env: "SHARDCAR_METRICS_LISTEN",
+        value_name: "ADDR",
+        default: "(none: no endpoint)",
+        meaning: "host:port of the Prometheus endpoint (GET /metrics)",
+        example: r#""127.0.0.1:9464""#,
+    }
+    history_size {
+        env: "SHARDCAR_HISTORY_SIZE",
+        value_name: "N",
+        default: "1000",
+        meaning: "finished executions kept in memory for ListExecutions (0 to 1000000)",
+        example: "1000",
+    }
+    history_file {
+        env: "SHARDCAR_HISTORY_FILE",
+        value_name: "FILE",
+        default: "(none)",
+        meaning: "file to append finished executions to, one JSON object per line",
+        example: r#""/var/lib/shardcar/history.jsonl""#,
+    }
+    otlp_endpoint {
+        env: "SHARDCAR_OTLP_ENDPOINT",
+        value_name: "URL",
+        default: "(none: OTEL_EXPORTER_OTLP_TRACES_ENDPOINT or OTEL_EXPORTER_OTLP_ENDPOINT, else no export)",
+        meaning: "OTLP/gRPC endpoint execution spans are exported to (service name: OTEL_SERVICE_NAME, else shardcar)",
+        example: r#""http://127.0.0.1:4317""#,
+    }
+}
 
 /// A settings file with every setting commented out: its meaning, default and an example
 /// (what `shardcar config` prints, and what the Debian package installs as
@@ -147,16 +307,110 @@ pub fn example_file() -> String {
          # (SHARDCAR_SESSION_TIMEOUT); both override this file. Durations: 10s, 500ms, 2m.\n\
          # Uncomment a line to change its default.\n",
     );
-    for (key, default, meaning, example) in SETTINGS {
+    for s in SETTINGS {
         out.push_str(&format!(
-            "\n# {meaning}.\n# Default: {default}.\n# {key} = {example}\n"
+            "\n# {}.\n# Default: {}.\n# {} = {}\n",
+            s.meaning, s.default, s.key, s.example
         ));
     }
     out
 }
 
+/// A settings file value: TOML strings and numbers are both taken as text (`session_timeout =
+/// 6` and `= "6s"` both work); anything else is refused naming its TOML type.
+#[derive(Debug)]
+struct FileValue(String);
+
+impl<'de> serde::Deserialize<'de> for FileValue {
+    fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        struct Text;
+        impl<'de> serde::de::Visitor<'de> for Text {
+            type Value = FileValue;
+            fn expecting(&self, f: &mut std::fmt::Formatter) -> std::fmt::Result {
+                f.write_str("a string or a number")
+            }
+            fn visit_str<E: serde::de::Error>(self, v: &str) -> Result<FileValue, E> {
+                Ok(FileValue(v.to_string()))
+            }
+            fn visit_i64<E: serde::de::Error>(self, v: i64) -> Result<FileValue, E> {
+                Ok(FileValue(v.to_string()))
+            }
+            fn visit_u64<E: serde::de::Error>(self, v: u64) -> Result<FileValue, E> {
+                Ok(FileValue(v.to_string()))
+            }
+            fn visit_f64<E: serde::de::Error>(self, v: f64) -> Result<FileValue, E> {
+                Ok(FileValue(v.to_string()))
+            }
+            fn visit_bool<E: serde::de::Error>(self, _: bool) -> Result<FileValue, E> {
+                Err(E::invalid_type(
+                    serde::de::Unexpected::Other("boolean"),
+                    &self,
+                ))
+            }
+            fn visit_seq<A: serde::de::SeqAccess<'de>>(self, _: A) -> Result<FileValue, A::Error> {
+                Err(serde::de::Error::invalid_type(
+                    serde::de::Unexpected::Other("array"),
+                    &self,
+                ))
+            }
+            fn visit_map<A: serde::de::MapAccess<'de>>(
+                self,
+                mut map: A,
+            ) -> Result<FileValue, A::Error> {
+                // TOML's dates reach serde as a map with one private key.
+                let kind = match map.next_key::<String>()? {
+                    Some(k) if k.contains("toml_private_datetime") => "datetime",
+                    _ => "table",
+                };
+                Err(serde::de::Error::invalid_type(
+                    serde::de::Unexpected::Other(kind),
+                    &self,
+                ))
+            }
+        }
+        d.deserialize_any(Text)
+    }
+}
+
 /// Where a raw value came from, as it is named in errors.
 type Origin = String;
+
+/// The flag a setting is given with.
+fn flag_of(key: &str) -> String {
+    format!("--{}", key.replace('_', "-"))
+}
+
+/// Values given as flags or `SHARDCAR_*` variables, each with where it came from.
+#[derive(Debug, Default, Clone)]
+pub struct Given {
+    config: Option<(String, Origin)>,
+    values: BTreeMap<&'static str, (String, Origin)>,
+}
+
+impl Given {
+    /// The values of `shardcar run`'s matches; an empty variable counts as not set.
+    pub fn from_matches(matches: &clap::ArgMatches) -> Given {
+        let pick = |id: &str, env: &str| -> Option<(String, Origin)> {
+            let value = matches.get_one::<String>(id)?.clone();
+            match matches.value_source(id) {
+                Some(clap::parser::ValueSource::EnvVariable) if value.is_empty() => None,
+                Some(clap::parser::ValueSource::EnvVariable) => Some((value, env.to_string())),
+                _ => Some((value, flag_of(id))),
+            }
+        };
+        Given {
+            config: pick("config", "SHARDCAR_CONFIG"),
+            values: SETTINGS
+                .iter()
+                .filter_map(|s| pick(s.key, s.env).map(|v| (s.key, v)))
+                .collect(),
+        }
+    }
+
+    fn get(&self, key: &str) -> Option<(String, Origin)> {
+        self.values.get(key).cloned()
+    }
+}
 
 /// The settings read from a TOML file, by key, as text.
 #[derive(Debug, Default, Clone, PartialEq, Eq)]
@@ -172,7 +426,8 @@ impl FileSettings {
     /// Invalid TOML (named as `setting`), an unknown key, or a value that is not a string or a
     /// number (named as `key in path`).
     pub fn parse(path: &str, text: &str, setting: &str) -> Result<FileSettings, SettingsError> {
-        let table: toml::Table = text.parse().map_err(|e: toml::de::Error| {
+        // The syntax first, to name the line of a mistake.
+        text.parse::<toml::Table>().map_err(|e| {
             let message = e.message().to_string();
             let at = e
                 .span()
@@ -183,34 +438,17 @@ impl FileSettings {
                 .unwrap_or_default();
             bad(setting, format!("{path} is not valid TOML{at}: {message}"))
         })?;
-        let mut values = BTreeMap::new();
-        for (key, value) in table {
-            let origin = format!("{key} in {path}");
-            if !SETTINGS.iter().any(|(k, ..)| *k == key) {
-                let hint = if SETTINGS.iter().any(|(k, ..)| *k == key.replace('-', "_")) {
-                    format!("; write it as {}", key.replace('-', "_"))
-                } else {
-                    let known: Vec<&str> = SETTINGS.iter().map(|(k, ..)| *k).collect();
-                    format!("; known settings: {}", known.join(", "))
-                };
-                return Err(bad(&origin, format!("is not a setting{hint}")));
-            }
-            let text = match value {
-                toml::Value::String(s) => s,
-                toml::Value::Integer(i) => i.to_string(),
-                toml::Value::Float(f) => f.to_string(),
-                other => {
-                    return Err(bad(
-                        &origin,
-                        format!("must be a string or a number, not {}", other.type_str()),
-                    ))
-                }
-            };
-            values.insert(key, text);
-        }
+        use figment::providers::Format as _;
+        let layer: FileLayer = figment::Figment::from(figment::providers::Toml::string(text))
+            .extract()
+            .map_err(|e| file_error(path, setting, e))?;
         Ok(FileSettings {
             path: path.to_string(),
-            values,
+            values: layer
+                .into_values()
+                .into_iter()
+                .map(|(k, v)| (k.to_string(), v))
+                .collect(),
         })
     }
 
@@ -231,60 +469,67 @@ impl FileSettings {
     }
 }
 
-/// Picks each setting from its flag, its variable, the file, in that order.
-struct Layers<'a> {
-    env: &'a HashMap<String, String>,
+/// A file the serde layer refused, named as `key in path` where a key is to blame.
+fn file_error(path: &str, setting: &str, e: figment::Error) -> SettingsError {
+    let key = e.path.last().cloned().unwrap_or_default();
+    match e.kind {
+        figment::error::Kind::UnknownField(key, _) => {
+            let hint = if SETTINGS.iter().any(|s| s.key == key.replace('-', "_")) {
+                format!("; write it as {}", key.replace('-', "_"))
+            } else {
+                let known: Vec<&str> = SETTINGS.iter().map(|s| s.key).collect();
+                format!("; known settings: {}", known.join(", "))
+            };
+            bad(
+                &format!("{key} in {path}"),
+                format!("is not a setting{hint}"),
+            )
+        }
+        figment::error::Kind::InvalidType(actual, _) if !key.is_empty() => bad(
+            &format!("{key} in {path}"),
+            format!("must be a string or a number, not {actual}"),
+        ),
+        kind => bad(setting, format!("{path}: {kind}")),
+    }
+}
+
+/// Picks each setting from its flag or variable, else the file.
+struct Layers {
+    given: Given,
     file: Option<FileSettings>,
 }
 
-impl Layers<'_> {
-    fn pick(&self, flag: Option<String>, key: &str) -> Option<(String, Origin)> {
-        let var = format!("SHARDCAR_{}", key.to_ascii_uppercase());
-        flag.map(|v| (v, format!("--{}", key.replace('_', "-"))))
-            .or_else(|| {
-                self.env
-                    .get(&var)
-                    .filter(|v| !v.is_empty())
-                    .map(|v| (v.clone(), var))
-            })
+impl Layers {
+    fn pick(&self, key: &str) -> Option<(String, Origin)> {
+        self.given
+            .get(key)
             .or_else(|| self.file.as_ref().and_then(|f| f.get(key)))
     }
 
-    fn duration(
-        &self,
-        flag: Option<String>,
-        key: &str,
-        default: Duration,
-    ) -> Result<(Duration, Origin), SettingsError> {
-        match self.pick(flag, key) {
+    fn duration(&self, key: &str, default: Duration) -> Result<(Duration, Origin), SettingsError> {
+        match self.pick(key) {
             Some((v, origin)) => parse_duration(&v)
                 .map(|d| (d, origin.clone()))
                 .map_err(|m| bad(&origin, m)),
-            None => Ok((default, format!("--{}", key.replace('_', "-")))),
+            None => Ok((default, flag_of(key))),
         }
     }
 }
 
 impl Settings {
-    /// Resolves flags over environment variables over the settings file (`--config` or
-    /// `SHARDCAR_CONFIG`) over defaults, and validates the result.
+    /// Resolves flags and `SHARDCAR_*` variables (as `given`) over the settings file
+    /// (`--config` or `SHARDCAR_CONFIG`) over defaults, and validates the result. `env` is read
+    /// for the standard variables only (`RUST_LOG`, `OTEL_*`).
     ///
     /// # Errors
     /// The first setting that cannot be used, named where it came from.
-    pub fn resolve(flags: Flags, env: &HashMap<String, String>) -> Result<Settings, SettingsError> {
-        let config = flags
+    pub fn resolve(given: Given, env: &HashMap<String, String>) -> Result<Settings, SettingsError> {
+        let file = given
             .config
             .clone()
-            .map(|v| (v, "--config".to_string()))
-            .or_else(|| {
-                env.get("SHARDCAR_CONFIG")
-                    .filter(|v| !v.is_empty())
-                    .map(|v| (v.clone(), "SHARDCAR_CONFIG".to_string()))
-            });
-        let file = config
             .map(|(path, origin)| FileSettings::load(&path, &origin))
             .transpose()?;
-        Settings::resolve_layers(flags, env, file)
+        Settings::resolve_layers(given, env, file)
     }
 
     /// [`Settings::resolve`] with the file already read.
@@ -292,12 +537,12 @@ impl Settings {
     /// # Errors
     /// The first setting that cannot be used, named where it came from.
     pub fn resolve_layers(
-        flags: Flags,
+        given: Given,
         env: &HashMap<String, String>,
         file: Option<FileSettings>,
     ) -> Result<Settings, SettingsError> {
-        let layers = Layers { env, file };
-        let zk = match layers.pick(flags.zk, "zk") {
+        let layers = Layers { given, file };
+        let zk = match layers.pick("zk") {
             Some((v, origin)) => {
                 let v = v.trim().to_string();
                 if v.split(',')
@@ -314,7 +559,7 @@ impl Settings {
             }
             None => None,
         };
-        let namespace = match layers.pick(flags.namespace, "namespace") {
+        let namespace = match layers.pick("namespace") {
             Some((v, origin)) => {
                 let v = v.trim_matches('/').to_string();
                 if v.is_empty() || v.split('/').any(|s| s.is_empty() || s == "." || s == "..") {
@@ -327,14 +572,14 @@ impl Settings {
             }
             None => "shardcar".to_string(),
         };
-        let listen = match layers.pick(flags.listen, "listen") {
+        let listen = match layers.pick("listen") {
             Some((v, origin)) => {
                 check_listen(&v).map_err(|m| bad(&origin, m))?;
                 v
             }
             None => DEFAULT_LISTEN.to_string(),
         };
-        let advertise_ip = match layers.pick(flags.advertise_ip, "advertise_ip") {
+        let advertise_ip = match layers.pick("advertise_ip") {
             Some((v, origin)) => {
                 let ip: Ipv4Addr = v
                     .trim()
@@ -350,49 +595,36 @@ impl Settings {
             }
             None => crate::net::detect_ip(),
         };
-        let (session_timeout, origin) = layers.duration(
-            flags.session_timeout,
-            "session_timeout",
-            Duration::from_secs(10),
-        )?;
+        let (session_timeout, origin) =
+            layers.duration("session_timeout", Duration::from_secs(10))?;
         if session_timeout < Duration::from_secs(2) || session_timeout > Duration::from_secs(120) {
             return Err(bad(&origin, "must be between 2s and 120s"));
         }
-        let (connection_timeout, origin) = layers.duration(
-            flags.connection_timeout,
-            "connection_timeout",
-            Duration::from_secs(15),
-        )?;
+        let (connection_timeout, origin) =
+            layers.duration("connection_timeout", Duration::from_secs(15))?;
         if connection_timeout.is_zero() {
             return Err(bad(&origin, "must be longer than zero"));
         }
-        let digest = match layers.pick(flags.digest, "digest") {
+        let digest = match layers.pick("digest") {
             Some((v, _)) if v.contains(':') => Some(v),
             Some((_, origin)) => return Err(bad(&origin, "must be user:password")),
             None => None,
         };
-        let (lease, origin) = layers.duration(flags.lease, "lease", session_timeout / 2)?;
+        let (lease, origin) = layers.duration("lease", session_timeout / 2)?;
         if lease.is_zero() {
             return Err(bad(&origin, "must be longer than zero"));
         }
-        let (keepalive_interval, origin) = layers.duration(
-            flags.keepalive_interval,
-            "keepalive_interval",
-            Duration::from_secs(1),
-        )?;
+        let (keepalive_interval, origin) =
+            layers.duration("keepalive_interval", Duration::from_secs(1))?;
         if keepalive_interval.is_zero() {
             return Err(bad(&origin, "must be longer than zero"));
         }
-        let (keepalive_timeout, origin) = layers.duration(
-            flags.keepalive_timeout,
-            "keepalive_timeout",
-            Duration::from_secs(3),
-        )?;
+        let (keepalive_timeout, origin) =
+            layers.duration("keepalive_timeout", Duration::from_secs(3))?;
         if keepalive_timeout.is_zero() {
             return Err(bad(&origin, "must be longer than zero"));
         }
         let (shutdown_grace, origin) = layers.duration(
-            flags.shutdown_grace,
             "shutdown_grace",
             Duration::from_secs(10).max(lease.min(session_timeout / 2)),
         )?;
@@ -406,16 +638,15 @@ impl Settings {
                 ),
             ));
         }
-        let log_level = match flags
-            .log_level
-            .map(|v| (v, "--log-level".to_string()))
-            .or_else(|| {
-                env.get("RUST_LOG")
-                    .filter(|v| !v.is_empty())
-                    .map(|v| (v.clone(), "RUST_LOG".to_string()))
-            }) {
-            Some(picked) => Some(picked),
-            None => layers.pick(None, "log_level"),
+        // --log-level, else RUST_LOG, else SHARDCAR_LOG_LEVEL or the file.
+        let flag = flag_of("log_level");
+        let log_level = match layers.pick("log_level") {
+            Some(picked) if picked.1 == flag => Some(picked),
+            picked => env
+                .get("RUST_LOG")
+                .filter(|v| !v.is_empty())
+                .map(|v| (v.clone(), "RUST_LOG".to_string()))
+                .or(picked),
         };
         let log_level = match log_level {
             Some((v, origin)) => {
@@ -429,13 +660,13 @@ impl Settings {
             }
             None => "info".to_string(),
         };
-        let log_format = match layers.pick(flags.log_format, "log_format") {
+        let log_format = match layers.pick("log_format") {
             None => LogFormat::Text,
             Some((v, _)) if v == "text" => LogFormat::Text,
             Some((v, _)) if v == "json" => LogFormat::Json,
             Some((v, origin)) => return Err(bad(&origin, format!("{v:?} must be text or json"))),
         };
-        let metrics_listen = match layers.pick(flags.metrics_listen, "metrics_listen") {
+        let metrics_listen = match layers.pick("metrics_listen") {
             Some((v, origin)) => Some(v.trim().parse().map_err(|_| {
                 bad(
                     &origin,
@@ -444,7 +675,7 @@ impl Settings {
             })?),
             None => None,
         };
-        let history_size = match layers.pick(flags.history_size, "history_size") {
+        let history_size = match layers.pick("history_size") {
             Some((v, origin)) => v
                 .trim()
                 .parse::<usize>()
@@ -458,7 +689,7 @@ impl Settings {
                 })?,
             None => DEFAULT_HISTORY_SIZE,
         };
-        let history_file = match layers.pick(flags.history_file, "history_file") {
+        let history_file = match layers.pick("history_file") {
             Some((v, origin)) => {
                 let path = std::path::PathBuf::from(&v);
                 let dir = match path.parent() {
@@ -478,20 +709,18 @@ impl Settings {
             }
             None => None,
         };
-        let endpoint = layers
-            .pick(flags.otlp_endpoint, "otlp_endpoint")
-            .or_else(|| {
-                [
-                    "OTEL_EXPORTER_OTLP_TRACES_ENDPOINT",
-                    "OTEL_EXPORTER_OTLP_ENDPOINT",
-                ]
-                .into_iter()
-                .find_map(|var| {
-                    env.get(var)
-                        .filter(|v| !v.trim().is_empty())
-                        .map(|v| (v.clone(), Origin::from(var.to_string())))
-                })
-            });
+        let endpoint = layers.pick("otlp_endpoint").or_else(|| {
+            [
+                "OTEL_EXPORTER_OTLP_TRACES_ENDPOINT",
+                "OTEL_EXPORTER_OTLP_ENDPOINT",
+            ]
+            .into_iter()
+            .find_map(|var| {
+                env.get(var)
+                    .filter(|v| !v.trim().is_empty())
+                    .map(|v| (v.clone(), Origin::from(var.to_string())))
+            })
+        });
         let telemetry = match endpoint {
             Some((v, origin)) => {
                 let v = v.trim().to_string();

@@ -2,6 +2,28 @@
 
 use super::*;
 
+/// What clap gives `shardcar run` for these flags and `SHARDCAR_*` variables: a variable counts
+/// only where its flag is absent, and an empty one not at all. (Clap's own reading of the
+/// process environment is switched off here; the binary's tests in `tests/ops.rs` run it.)
+fn given(flags: &[&str], vars: &[(&str, &str)]) -> Given {
+    use clap::Args as _;
+    let run = RunArgs::augment_args(clap::Command::new("run")).mut_args(|a| a.env(None::<&str>));
+    let matches = run
+        .try_get_matches_from(std::iter::once("run").chain(flags.iter().copied()))
+        .unwrap();
+    let mut given = Given::from_matches(&matches);
+    for (var, value) in vars.iter().filter(|(_, v)| !v.is_empty()) {
+        let picked = (value.to_string(), var.to_string());
+        if *var == "SHARDCAR_CONFIG" {
+            given.config.get_or_insert(picked);
+        } else {
+            let setting = SETTINGS.iter().find(|s| s.env == *var).unwrap();
+            given.values.entry(setting.key).or_insert(picked);
+        }
+    }
+    given
+}
+
 fn env(pairs: &[(&str, &str)]) -> HashMap<String, String> {
     pairs
         .iter()
@@ -26,14 +48,12 @@ fn durations() {
 
 #[test]
 fn flags_win_over_env_and_defaults_apply() {
-    let flags = Flags {
-        zk: Some("a:1".into()),
-        advertise_ip: Some("10.0.0.5".into()),
-        ..Flags::default()
-    };
     let s = Settings::resolve(
-        flags,
-        &env(&[("SHARDCAR_ZK", "b:2"), ("SHARDCAR_NAMESPACE", "ns")]),
+        given(
+            &["--zk", "a:1", "--advertise-ip", "10.0.0.5"],
+            &[("SHARDCAR_ZK", "b:2"), ("SHARDCAR_NAMESPACE", "ns")],
+        ),
+        &env(&[]),
     )
     .unwrap();
     assert_eq!(s.zk.as_deref(), Some("a:1"));
@@ -44,54 +64,76 @@ fn flags_win_over_env_and_defaults_apply() {
 }
 
 #[test]
+fn every_setting_is_declared_once_with_its_flag_and_variable() {
+    use clap::CommandFactory as _;
+    #[derive(clap::Parser)]
+    struct Run {
+        #[command(flatten)]
+        args: RunArgs,
+    }
+    let run = Run::command();
+    for s in SETTINGS {
+        assert_eq!(s.env, format!("SHARDCAR_{}", s.key.to_ascii_uppercase()));
+        let arg = run
+            .get_arguments()
+            .find(|a| a.get_id() == s.key)
+            .unwrap_or_else(|| panic!("{} has no flag", s.key));
+        assert_eq!(arg.get_long(), Some(&flag_of(s.key)[2..]));
+        assert_eq!(arg.get_env().and_then(|e| e.to_str()), Some(s.env));
+    }
+    let keys: Vec<&str> = SETTINGS.iter().map(|s| s.key).collect();
+    let mut unique = keys.clone();
+    unique.sort_unstable();
+    unique.dedup();
+    assert_eq!(unique.len(), keys.len(), "a key declared twice: {keys:?}");
+    // Every key of the file is a setting, and every setting a key of the file.
+    for s in SETTINGS {
+        let f = file(&format!("{} = 1\n", s.key)).unwrap();
+        assert!(
+            f.get(s.key).is_some(),
+            "{} is not read from the file",
+            s.key
+        );
+    }
+}
+
+#[test]
 fn bad_settings_are_named() {
-    let ip = || Some("10.0.0.5".to_string());
-    let cases: Vec<(Flags, HashMap<String, String>, &str)> = vec![
+    let ip = "10.0.0.5";
+    // Flags, SHARDCAR_* variables, the setting named.
+    type Case<'a> = (Vec<&'a str>, Vec<(&'a str, &'a str)>, &'a str);
+    let cases: Vec<Case> = vec![
         (
-            Flags {
-                listen: Some("nowhere".into()),
-                advertise_ip: ip(),
-                ..Flags::default()
-            },
-            env(&[]),
+            vec!["--listen", "nowhere", "--advertise-ip", ip],
+            vec![],
             "--listen",
         ),
+        (vec!["--advertise-ip", "x"], vec![], "--advertise-ip"),
         (
-            Flags {
-                advertise_ip: Some("x".into()),
-                ..Flags::default()
-            },
-            env(&[]),
-            "--advertise-ip",
-        ),
-        (
-            Flags {
-                advertise_ip: ip(),
-                ..Flags::default()
-            },
-            env(&[("SHARDCAR_SESSION_TIMEOUT", "1s")]),
+            vec!["--advertise-ip", ip],
+            vec![("SHARDCAR_SESSION_TIMEOUT", "1s")],
             "SHARDCAR_SESSION_TIMEOUT",
         ),
         (
-            Flags {
-                advertise_ip: ip(),
-                ..Flags::default()
-            },
-            env(&[("SHARDCAR_ZK", "nohostport")]),
+            vec!["--advertise-ip", ip],
+            vec![("SHARDCAR_ZK", "nohostport")],
             "SHARDCAR_ZK",
         ),
         (
-            Flags {
-                advertise_ip: ip(),
-                log_format: Some("xml".into()),
-                ..Flags::default()
-            },
-            env(&[]),
+            vec!["--advertise-ip", ip, "--log-format", "xml"],
+            vec![],
             "--log-format",
         ),
+        (
+            // The flag wins, and is the one named.
+            vec!["--advertise-ip", ip, "--session-timeout", "1x"],
+            vec![("SHARDCAR_SESSION_TIMEOUT", "1s")],
+            "--session-timeout",
+        ),
     ];
-    for (flags, env, setting) in cases {
-        assert_eq!(Settings::resolve(flags, &env).unwrap_err().setting, setting);
+    for (flags, vars, setting) in cases {
+        let e = Settings::resolve(given(&flags, &vars), &env(&[])).unwrap_err();
+        assert_eq!(e.setting, setting, "{flags:?} {vars:?}: {e}");
     }
 }
 
@@ -105,11 +147,12 @@ fn file_is_the_last_layer() {
         "zk = \"f:1\"\nnamespace = \"fromfile\"\nsession_timeout = 6\nmetrics_listen = \"127.0.0.1:9100\"\nhistory_size = 5\nadvertise_ip = \"10.0.0.9\"\n",
     )
     .unwrap();
-    let flags = Flags {
-        namespace: Some("fromflag".into()),
-        ..Flags::default()
-    };
-    let s = Settings::resolve_layers(flags, &env(&[("SHARDCAR_ZK", "e:2")]), Some(f)).unwrap();
+    let s = Settings::resolve_layers(
+        given(&["--namespace", "fromflag"], &[("SHARDCAR_ZK", "e:2")]),
+        &env(&[]),
+        Some(f),
+    )
+    .unwrap();
     assert_eq!(s.zk.as_deref(), Some("e:2"));
     assert_eq!(s.namespace, "fromflag");
     assert_eq!(s.session_timeout, Duration::from_secs(6));
@@ -127,6 +170,16 @@ fn bad_files_are_named() {
         msg(file("zk = \"a:1\"\nlisten = [1]\n")),
         "invalid setting listen in /etc/shardcar.toml: must be a string or a number, not array"
     );
+    for (value, kind) in [
+        ("true", "boolean"),
+        ("{ a = 1 }", "table"),
+        ("1979-05-27T07:32:00Z", "datetime"),
+    ] {
+        assert_eq!(
+            msg(file(&format!("listen = {value}\n"))),
+            format!("invalid setting listen in /etc/shardcar.toml: must be a string or a number, not {kind}")
+        );
+    }
     assert_eq!(
         msg(file("session-timeout = \"3s\"\n")),
         "invalid setting session-timeout in /etc/shardcar.toml: is not a setting; write it as session_timeout"
@@ -135,57 +188,59 @@ fn bad_files_are_named() {
     assert!(msg(file("zk = \n"))
         .starts_with("invalid setting --config: /etc/shardcar.toml is not valid TOML (line 1)"));
     let f = file("session_timeout = \"1s\"\n").unwrap();
-    let ip = Flags {
-        advertise_ip: Some("10.0.0.5".into()),
-        ..Flags::default()
-    };
+    let ip = ["--advertise-ip", "10.0.0.5"];
+    let with_ip = |more: &[&'static str]| given(&[&ip[..], more].concat(), &[]);
     assert_eq!(
-        Settings::resolve_layers(ip.clone(), &env(&[]), Some(f))
+        Settings::resolve_layers(with_ip(&[]), &env(&[]), Some(f))
             .unwrap_err()
             .to_string(),
         "invalid setting session_timeout in /etc/shardcar.toml: must be between 2s and 120s"
     );
-    let missing = Flags {
-        config: Some("/nonexistent/shardcar.toml".into()),
-        ..ip.clone()
-    };
-    assert!(Settings::resolve(missing, &env(&[]))
-        .unwrap_err()
-        .to_string()
-        .starts_with("invalid setting --config: cannot read /nonexistent/shardcar.toml"));
-    let metrics = Flags {
-        metrics_listen: Some("9090".into()),
-        ..ip.clone()
-    };
+    assert!(Settings::resolve(
+        with_ip(&["--config", "/nonexistent/shardcar.toml"]),
+        &env(&[])
+    )
+    .unwrap_err()
+    .to_string()
+    .starts_with("invalid setting --config: cannot read /nonexistent/shardcar.toml"));
+    assert!(Settings::resolve(
+        given(&[], &[("SHARDCAR_CONFIG", "/nonexistent/shardcar.toml")]),
+        &env(&[])
+    )
+    .unwrap_err()
+    .to_string()
+    .starts_with("invalid setting SHARDCAR_CONFIG: cannot read /nonexistent/shardcar.toml"));
     assert_eq!(
-        Settings::resolve(metrics, &env(&[])).unwrap_err().setting,
+        Settings::resolve(with_ip(&["--metrics-listen", "9090"]), &env(&[]))
+            .unwrap_err()
+            .setting,
         "--metrics-listen"
     );
-    let history = Flags {
-        history_file: Some("/nonexistent/dir/h.jsonl".into()),
-        ..ip.clone()
-    };
     assert_eq!(
-        Settings::resolve(history, &env(&[]))
-            .unwrap_err()
-            .to_string(),
+        Settings::resolve(
+            with_ip(&["--history-file", "/nonexistent/dir/h.jsonl"]),
+            &env(&[])
+        )
+        .unwrap_err()
+        .to_string(),
         "invalid setting --history-file: the directory /nonexistent/dir does not exist"
     );
-    let level = Flags {
-        log_level: Some("shardcar=loud".into()),
-        ..ip
-    };
     assert_eq!(
-        Settings::resolve(level, &env(&[])).unwrap_err().setting,
+        Settings::resolve(with_ip(&["--log-level", "shardcar=loud"]), &env(&[]))
+            .unwrap_err()
+            .setting,
         "--log-level"
     );
     assert_eq!(
         Settings::resolve(
-            Flags::default(),
-            &env(&[
-                ("SHARDCAR_HISTORY_SIZE", "-1"),
-                ("SHARDCAR_ADVERTISE_IP", "10.0.0.1")
-            ])
+            given(
+                &[],
+                &[
+                    ("SHARDCAR_HISTORY_SIZE", "-1"),
+                    ("SHARDCAR_ADVERTISE_IP", "10.0.0.1")
+                ]
+            ),
+            &env(&[])
         )
         .unwrap_err()
         .setting,
@@ -194,14 +249,46 @@ fn bad_files_are_named() {
 }
 
 #[test]
+fn the_log_level_is_the_flag_else_rust_log_else_the_variable_or_file() {
+    let ip = ["--advertise-ip", "10.0.0.5"];
+    let level = |flags: &[&str], vars: &[(&str, &str)], standard: &[(&str, &str)]| {
+        Settings::resolve(given(&[&ip[..], flags].concat(), vars), &env(standard))
+            .unwrap()
+            .log_level
+    };
+    assert_eq!(level(&[], &[], &[]), "info");
+    assert_eq!(level(&[], &[("SHARDCAR_LOG_LEVEL", "warn")], &[]), "warn");
+    assert_eq!(
+        level(
+            &[],
+            &[("SHARDCAR_LOG_LEVEL", "warn")],
+            &[("RUST_LOG", "debug")]
+        ),
+        "debug"
+    );
+    assert_eq!(
+        level(&["--log-level", "error"], &[], &[("RUST_LOG", "debug")]),
+        "error"
+    );
+    let f = file("log_level = \"trace\"\n").unwrap();
+    let from_file = |standard: &[(&str, &str)]| {
+        Settings::resolve_layers(given(&ip, &[]), &env(standard), Some(f.clone()))
+            .unwrap()
+            .log_level
+    };
+    assert_eq!(from_file(&[]), "trace");
+    assert_eq!(from_file(&[("RUST_LOG", "debug")]), "debug");
+}
+
+#[test]
 fn the_example_file_names_every_setting_and_each_example_is_valid() {
     let text = example_file();
     // As printed, everything is commented out: the defaults.
     let empty = FileSettings::parse("example", &text, "--config").unwrap();
-    let defaults = Settings::resolve_layers(Flags::default(), &env(&[]), Some(empty)).unwrap();
+    let defaults = Settings::resolve_layers(given(&[], &[]), &env(&[]), Some(empty)).unwrap();
     assert_eq!(
         defaults,
-        Settings::resolve(Flags::default(), &env(&[])).unwrap()
+        Settings::resolve(given(&[], &[]), &env(&[])).unwrap()
     );
     // Every setting is there, and with every line uncommented the file is valid as a whole.
     let uncommented: String = text
@@ -210,7 +297,7 @@ fn the_example_file_names_every_setting_and_each_example_is_valid() {
             let bare = l.strip_prefix("# ").unwrap_or(l);
             if SETTINGS
                 .iter()
-                .any(|(k, ..)| bare.starts_with(&format!("{k} = ")))
+                .any(|s| bare.starts_with(&format!("{} = ", s.key)))
             {
                 bare.to_string()
             } else {
@@ -219,12 +306,13 @@ fn the_example_file_names_every_setting_and_each_example_is_valid() {
         })
         .collect::<Vec<_>>()
         .join("\n");
-    for (key, ..) in SETTINGS {
+    for s in SETTINGS {
         assert!(
             uncommented
                 .lines()
-                .any(|l| l.starts_with(&format!("{key} = "))),
-            "{key} is missing from the example file"
+                .any(|l| l.starts_with(&format!("{} = ", s.key))),
+            "{} is missing from the example file",
+            s.key
         );
     }
     // (The example history file's directory is the package's; here, one that exists.)
@@ -234,7 +322,7 @@ fn the_example_file_names_every_setting_and_each_example_is_valid() {
         &format!("{:?}", tmp.display().to_string()),
     );
     let all = FileSettings::parse("example", &uncommented, "--config").unwrap();
-    let s = Settings::resolve_layers(Flags::default(), &env(&[]), Some(all)).unwrap();
+    let s = Settings::resolve_layers(given(&[], &[]), &env(&[]), Some(all)).unwrap();
     assert_eq!(s.zk.as_deref(), Some("zk1:2181,zk2:2181,zk3:2181"));
     assert_eq!(s.lease, Duration::from_secs(5));
 }
@@ -250,11 +338,12 @@ fn the_packaged_settings_file_is_the_example_file() {
 
 #[test]
 fn the_otlp_endpoint_comes_from_its_setting_else_the_standard_variables() {
-    let resolve = |flags: Flags, pairs: &[(&str, &str)]| Settings::resolve(flags, &env(pairs));
-    let none = resolve(Flags::default(), &[]).unwrap();
+    let resolve =
+        |flags: &[&str], pairs: &[(&str, &str)]| Settings::resolve(given(flags, &[]), &env(pairs));
+    let none = resolve(&[], &[]).unwrap();
     assert_eq!(none.telemetry, None, "no endpoint: nothing exported");
     let standard = resolve(
-        Flags::default(),
+        &[],
         &[
             ("OTEL_EXPORTER_OTLP_ENDPOINT", "http://collector:4317"),
             ("OTEL_SERVICE_NAME", "payments-sidecar"),
@@ -266,7 +355,7 @@ fn the_otlp_endpoint_comes_from_its_setting_else_the_standard_variables() {
     assert_eq!(standard.endpoint, "http://collector:4317");
     assert_eq!(standard.service_name, "payments-sidecar");
     let traces_first = resolve(
-        Flags::default(),
+        &[],
         &[
             ("OTEL_EXPORTER_OTLP_ENDPOINT", "http://general:4317"),
             ("OTEL_EXPORTER_OTLP_TRACES_ENDPOINT", "http://traces:4317"),
@@ -278,10 +367,7 @@ fn the_otlp_endpoint_comes_from_its_setting_else_the_standard_variables() {
     assert_eq!(traces_first.endpoint, "http://traces:4317");
     assert_eq!(traces_first.service_name, "shardcar");
     let own = resolve(
-        Flags {
-            otlp_endpoint: Some("https://mine:4317".into()),
-            ..Flags::default()
-        },
+        &["--otlp-endpoint", "https://mine:4317"],
         &[("OTEL_EXPORTER_OTLP_ENDPOINT", "http://general:4317")],
     )
     .unwrap()
@@ -290,21 +376,31 @@ fn the_otlp_endpoint_comes_from_its_setting_else_the_standard_variables() {
     assert_eq!(own.endpoint, "https://mine:4317", "the setting wins");
     for (flags, pairs, named) in [
         (
-            Flags {
-                otlp_endpoint: Some("collector:4317".into()),
-                ..Flags::default()
-            },
+            vec!["--otlp-endpoint", "collector:4317"],
             vec![],
             "--otlp-endpoint",
         ),
         (
-            Flags::default(),
+            vec![],
             vec![("OTEL_EXPORTER_OTLP_ENDPOINT", "http://")],
             "OTEL_EXPORTER_OTLP_ENDPOINT",
         ),
     ] {
-        let e = resolve(flags, &pairs).unwrap_err();
+        let e = resolve(&flags, &pairs).unwrap_err();
         assert_eq!(e.setting, named);
         assert!(e.message.contains("http://"), "{e}");
+    }
+}
+
+#[test]
+fn the_readme_table_has_a_row_per_setting() {
+    let readme = include_str!("../README.md");
+    for s in SETTINGS {
+        let start = format!("| {} | `{}` | ", s.key, flag_of(s.key));
+        let row = readme
+            .lines()
+            .find(|l| l.starts_with(&start))
+            .unwrap_or_else(|| panic!("README.md has no row starting {start:?}"));
+        assert!(row.contains(&format!("`{}`", s.env)), "{row}");
     }
 }

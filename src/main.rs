@@ -3,8 +3,8 @@
 use std::collections::HashMap;
 use std::process::ExitCode;
 
-use clap::{Args, Parser, Subcommand};
-use shardcar::config::{Flags, LogFormat, Settings};
+use clap::{CommandFactory, FromArgMatches, Parser, Subcommand};
+use shardcar::config::{Given, LogFormat, RunArgs, Settings};
 
 /// Exit code for bad settings (EX_USAGE).
 const EXIT_USAGE: u8 = 64;
@@ -31,106 +31,30 @@ enum Command {
     Config,
 }
 
-#[derive(Args)]
-struct RunArgs {
-    /// TOML settings file; flags and SHARDCAR_* variables override it
-    #[arg(long, value_name = "FILE")]
-    config: Option<String>,
-    /// ZooKeeper connect string (h1:2181,h2:2181); without it the sidecar runs standalone.
-    #[arg(long, value_name = "HOSTS")]
-    zk: Option<String>,
-    /// ZooKeeper namespace (ElasticJob's registry-center namespace) [default: shardcar]
-    #[arg(long, value_name = "NS")]
-    namespace: Option<String>,
-    /// gRPC listen address: host:port or unix:///path [default: 127.0.0.1:50061]
-    #[arg(long, value_name = "ADDR")]
-    listen: Option<String>,
-    /// IPv4 address this sidecar registers as its server (default: detected)
-    #[arg(long, value_name = "IP")]
-    advertise_ip: Option<String>,
-    /// ZooKeeper session timeout [default: 10s]
-    #[arg(long, value_name = "DURATION")]
-    session_timeout: Option<String>,
-    /// ZooKeeper connection timeout [default: 15s]
-    #[arg(long, value_name = "DURATION")]
-    connection_timeout: Option<String>,
-    /// ZooKeeper digest credentials user:password (nodes get creator-only ACLs)
-    #[arg(long, value_name = "USER:PASS")]
-    digest: Option<String>,
-    /// Worker lease length, at most half the session timeout [default: half the session timeout]
-    #[arg(long, value_name = "DURATION")]
-    lease: Option<String>,
-    /// HTTP/2 keepalive ping interval on worker connections [default: 1s]
-    #[arg(long, value_name = "DURATION")]
-    keepalive_interval: Option<String>,
-    /// A worker that does not answer a ping within this long is dead [default: 3s]
-    #[arg(long, value_name = "DURATION")]
-    keepalive_timeout: Option<String>,
-    /// SIGTERM: the drain ends and the process exits within this long (at least the lease) [default: 10s]
-    #[arg(long, value_name = "DURATION")]
-    shutdown_grace: Option<String>,
-    /// Log filter (RUST_LOG syntax) [default: info]
-    #[arg(long, value_name = "LEVEL")]
-    log_level: Option<String>,
-    /// text or json [default: text]
-    #[arg(long, value_name = "FORMAT")]
-    log_format: Option<String>,
-    /// Serve Prometheus metrics at http://ADDR/metrics (host:port)
-    #[arg(long, value_name = "ADDR")]
-    metrics_listen: Option<String>,
-    /// Finished executions kept in memory for `ctl executions` [default: 1000]
-    #[arg(long, value_name = "N")]
-    history_size: Option<String>,
-    /// Append finished executions to FILE as JSON lines
-    #[arg(long, value_name = "FILE")]
-    history_file: Option<String>,
-    /// Export execution spans by OTLP/gRPC to URL [default: $OTEL_EXPORTER_OTLP_ENDPOINT, else none]
-    #[arg(long, value_name = "URL")]
-    otlp_endpoint: Option<String>,
-}
-
 fn main() -> ExitCode {
-    let cli = match Cli::try_parse() {
-        Ok(cli) => cli,
-        Err(e) if e.use_stderr() => {
-            let _ = e.print();
-            return ExitCode::from(EXIT_USAGE);
-        }
-        Err(e) => {
-            let _ = e.print();
-            return ExitCode::SUCCESS;
-        }
+    let matches = match Cli::command().try_get_matches() {
+        Ok(matches) => matches,
+        Err(e) => return clap_exit(&e),
     };
-    let args = match cli.command {
-        Command::Run(args) => *args,
+    let cli = match Cli::from_arg_matches(&matches) {
+        Ok(cli) => cli,
+        Err(e) => return clap_exit(&e),
+    };
+    match cli.command {
+        Command::Run(_) => {}
         Command::Ctl(args) => return ctl(args),
         Command::Config => {
             print!("{}", shardcar::config::example_file());
             return ExitCode::SUCCESS;
         }
-    };
-    let flags = Flags {
-        config: args.config,
-        zk: args.zk,
-        namespace: args.namespace,
-        listen: args.listen,
-        advertise_ip: args.advertise_ip,
-        session_timeout: args.session_timeout,
-        connection_timeout: args.connection_timeout,
-        digest: args.digest,
-        lease: args.lease,
-        keepalive_interval: args.keepalive_interval,
-        keepalive_timeout: args.keepalive_timeout,
-        shutdown_grace: args.shutdown_grace,
-        log_level: args.log_level,
-        log_format: args.log_format,
-        metrics_listen: args.metrics_listen,
-        history_size: args.history_size,
-        history_file: args.history_file,
-        otlp_endpoint: args.otlp_endpoint,
+    }
+    // Which of flag and variable each value came from is in the matches.
+    let given = match matches.subcommand_matches("run") {
+        Some(run) => Given::from_matches(run),
+        None => Given::default(),
     };
     let env: HashMap<String, String> = std::env::vars().collect();
-    let settings = match Settings::resolve(flags, &env) {
+    let settings = match Settings::resolve(given, &env) {
         Ok(s) => s,
         Err(e) => {
             eprintln!("shardcar: {e}");
@@ -159,6 +83,16 @@ fn main() -> ExitCode {
             eprintln!("shardcar: {e}");
             ExitCode::FAILURE
         }
+    }
+}
+
+/// Prints clap's message; help and version exit 0, a usage error 64.
+fn clap_exit(e: &clap::Error) -> ExitCode {
+    let _ = e.print();
+    if e.use_stderr() {
+        ExitCode::from(EXIT_USAGE)
+    } else {
+        ExitCode::SUCCESS
     }
 }
 

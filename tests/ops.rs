@@ -684,6 +684,23 @@ async fn bad_settings_are_refused_with_the_setting_named() {
             "shardcar: invalid setting --session-timeout: must be between 2s and 120s\n".into(),
         ),
         (
+            // A variable is read by the flag's name, and the flag wins over it.
+            vec!["--session-timeout".into(), "1x".into()],
+            vec![("SHARDCAR_SESSION_TIMEOUT", "5s")],
+            "shardcar: invalid setting --session-timeout: \"1x\" has an unknown unit \"x\" (use ms, s, m or h)\n".into(),
+        ),
+        (
+            vec![],
+            vec![("SHARDCAR_SESSION_TIMEOUT", "1x")],
+            "shardcar: invalid setting SHARDCAR_SESSION_TIMEOUT: \"1x\" has an unknown unit \"x\" (use ms, s, m or h)\n".into(),
+        ),
+        (
+            // An empty variable is not set: the listen default stands.
+            vec![],
+            vec![("SHARDCAR_LISTEN", ""), ("SHARDCAR_LOG_FORMAT", "xml")],
+            "shardcar: invalid setting SHARDCAR_LOG_FORMAT: \"xml\" must be text or json\n".into(),
+        ),
+        (
             vec![],
             vec![("SHARDCAR_HISTORY_SIZE", "lots")],
             "shardcar: invalid setting SHARDCAR_HISTORY_SIZE: \"lots\" must be a number from 0 to 1000000\n".into(),
