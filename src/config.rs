@@ -41,6 +41,10 @@ pub struct Settings {
     pub history_file: Option<std::path::PathBuf>,
     /// Where execution spans are exported (OTLP/gRPC), if anywhere.
     pub telemetry: Option<crate::ops::telemetry::TelemetrySettings>,
+    /// Which SCRIPT and HTTP jobs this sidecar runs itself.
+    pub typed_jobs: crate::exec::TypedJobs,
+    /// Jobs the settings file declares, created at start.
+    pub jobs: Vec<DeclaredJob>,
 }
 
 /// How log lines are written.
@@ -146,6 +150,9 @@ macro_rules! settings {
                 #[serde(default)]
                 $key: Option<FileValue>,
             )*
+            /// Jobs to create at start (`[[jobs]]` tables, in a job file's keys).
+            #[serde(default)]
+            jobs: Vec<serde_yaml_ng::Value>,
         }
 
         impl FileLayer {
@@ -288,6 +295,13 @@ settings! {
         meaning: "file to append finished executions to, one JSON object per line",
         example: r#""/var/lib/shardcar/history.jsonl""#,
     }
+    typed_jobs {
+        env: "SHARDCAR_TYPED_JOBS",
+        value_name: "WHICH",
+        default: "all",
+        meaning: "which SCRIPT and HTTP jobs this sidecar runs itself: all (every one in the namespace), declared (those under [[jobs]] in this file) or none",
+        example: r#""all""#,
+    }
     otlp_endpoint {
         env: "SHARDCAR_OTLP_ENDPOINT",
         value_name: "URL",
@@ -313,6 +327,18 @@ pub fn example_file() -> String {
             s.meaning, s.default, s.key, s.example
         ));
     }
+    out.push_str(
+        "\n# Jobs to create at start, one [[jobs]] table each, with the keys of a job file\n\
+         # (`shardcar ctl job put --help`). An existing job keeps the registry's config unless\n\
+         # the table says overwrite = true. SCRIPT and HTTP jobs are run by the sidecars\n\
+         # themselves (see typed_jobs).\n\
+         # [[jobs]]\n\
+         # job_name = \"cleanup\"\n\
+         # type = \"SCRIPT\"\n\
+         # cron = \"0 0/5 * * * ?\"\n\
+         # sharding_total_count = 2\n\
+         # props = { \"script.command.line\" = \"/opt/jobs/cleanup.sh --quiet\" }\n",
+    );
     out
 }
 
@@ -412,11 +438,20 @@ impl Given {
     }
 }
 
-/// The settings read from a TOML file, by key, as text.
-#[derive(Debug, Default, Clone, PartialEq, Eq)]
+/// The settings read from a TOML file, by key, as text, and the jobs it declares.
+#[derive(Debug, Default, Clone, PartialEq)]
 pub struct FileSettings {
     path: String,
     values: BTreeMap<String, String>,
+    jobs: Vec<DeclaredJob>,
+}
+
+/// A job the settings file declares (`[[jobs]]`): created at start when absent, its config
+/// replaced when `overwrite = true` (ElasticJob's rule).
+#[derive(Debug, Clone, PartialEq)]
+pub struct DeclaredJob {
+    pub config: crate::proto::JobConfig,
+    pub overwrite: bool,
 }
 
 impl FileSettings {
@@ -439,11 +474,17 @@ impl FileSettings {
             bad(setting, format!("{path} is not valid TOML{at}: {message}"))
         })?;
         use figment::providers::Format as _;
-        let layer: FileLayer = figment::Figment::from(figment::providers::Toml::string(text))
+        let mut layer: FileLayer = figment::Figment::from(figment::providers::Toml::string(text))
             .extract()
             .map_err(|e| file_error(path, setting, e))?;
+        let jobs = std::mem::take(&mut layer.jobs)
+            .into_iter()
+            .enumerate()
+            .map(|(i, job)| declared_job(path, i, job))
+            .collect::<Result<Vec<_>, _>>()?;
         Ok(FileSettings {
             path: path.to_string(),
+            jobs,
             values: layer
                 .into_values()
                 .into_iter()
@@ -467,6 +508,44 @@ impl FileSettings {
             .get(key)
             .map(|v| (v.clone(), format!("{key} in {}", self.path)))
     }
+}
+
+/// Reads the `index`th `[[jobs]]` table of the file at `path` with a job file's keys, and
+/// validates it as `PutJob` would.
+fn declared_job(
+    path: &str,
+    index: usize,
+    mut job: serde_yaml_ng::Value,
+) -> Result<DeclaredJob, SettingsError> {
+    let mut place = format!("jobs[{index}] in {path}");
+    let mut overwrite = false;
+    if let serde_yaml_ng::Value::Mapping(table) = &mut job {
+        if let Some(name) = table.get("job_name").or_else(|| table.get("jobName")) {
+            if let Some(name) = name.as_str() {
+                place = format!("jobs[{index}] ({name}) in {path}");
+            }
+        }
+        match table.remove("overwrite") {
+            None => {}
+            Some(serde_yaml_ng::Value::Bool(b)) => overwrite = b,
+            Some(_) => return Err(bad(&place, "overwrite must be true or false")),
+        }
+    }
+    let config = crate::api::jobfile::from_value(&place, job).map_err(|e| {
+        let message = e.to_string();
+        let message = message
+            .strip_prefix(&format!("{place}: "))
+            .unwrap_or(&message)
+            .to_string();
+        bad(&place, message)
+    })?;
+    crate::api::convert::from_proto(&config.job_name, &config, overwrite)
+        .and_then(|_| crate::api::convert::job_type_from_proto(&config))
+        .map_err(|e| {
+            let message = e.to_string();
+            bad(&place, message.trim_start_matches("invalid ").to_string())
+        })?;
+    Ok(DeclaredJob { config, overwrite })
 }
 
 /// A file the serde layer refused, named as `key in path` where a key is to blame.
@@ -748,7 +827,25 @@ impl Settings {
             }
             None => None,
         };
+        let jobs = layers
+            .file
+            .as_ref()
+            .map(|f| f.jobs.clone())
+            .unwrap_or_default();
+        let typed_jobs = match layers.pick("typed_jobs") {
+            None => crate::exec::TypedJobs::All,
+            Some((v, origin)) => match v.trim() {
+                "all" => crate::exec::TypedJobs::All,
+                "none" => crate::exec::TypedJobs::None,
+                "declared" => crate::exec::TypedJobs::Declared(
+                    jobs.iter().map(|j| j.config.job_name.clone()).collect(),
+                ),
+                _ => return Err(bad(&origin, format!("{v:?} must be all, declared or none"))),
+            },
+        };
         Ok(Settings {
+            typed_jobs,
+            jobs,
             zk,
             namespace,
             listen,

@@ -404,3 +404,61 @@ fn the_readme_table_has_a_row_per_setting() {
         assert!(row.contains(&format!("`{}`", s.env)), "{row}");
     }
 }
+
+#[test]
+fn declared_jobs_are_read_with_a_job_files_keys_and_mistakes_named() {
+    let f = file(
+        "typed_jobs = \"declared\"\n\
+         [[jobs]]\n\
+         job_name = \"clean\"\n\
+         type = \"SCRIPT\"\n\
+         cron = \"0/5 * * * * ?\"\n\
+         shardingTotalCount = 2\n\
+         overwrite = true\n\
+         props = { \"script.command.line\" = \"/opt/clean.sh\" }\n\
+         [[jobs]]\n\
+         job_name = \"orders\"\n\
+         sharding_total_count = 3\n",
+    )
+    .unwrap();
+    let s = Settings::resolve_layers(
+        given(&["--advertise-ip", "10.0.0.5"], &[]),
+        &env(&[]),
+        Some(f),
+    )
+    .unwrap();
+    assert_eq!(s.jobs.len(), 2);
+    assert_eq!(s.jobs[0].config.job_name, "clean");
+    assert_eq!(
+        s.jobs[0].config.job_type,
+        crate::proto::JobType::Script as i32
+    );
+    assert!(s.jobs[0].overwrite);
+    assert!(!s.jobs[1].overwrite);
+    assert_eq!(
+        s.typed_jobs,
+        crate::exec::TypedJobs::Declared(["clean".to_string(), "orders".to_string()].into())
+    );
+    let msg = |text: &str| file(text).unwrap_err().to_string();
+    assert_eq!(
+        msg("[[jobs]]\njob_name = \"clean\"\ntype = \"SCRIPT\"\nsharding_total_count = 1\n"),
+        "invalid setting jobs[0] (clean) in /etc/shardcar.toml: config.props: props[script.command.line] is required for a SCRIPT job: the command to run, e.g. \"/opt/jobs/clean.sh --fast\""
+    );
+    assert_eq!(
+        msg("[[jobs]]\njob_name = \"x\"\nsharding_total_count = 1\ncolour = 1\n"),
+        "invalid setting jobs[0] (x) in /etc/shardcar.toml: unknown key \"colour\" (see `shardcar ctl job put --help` for the keys)"
+    );
+    assert_eq!(
+        msg("[[jobs]]\njob_name = \"x\"\nsharding_total_count = 1\ntype = \"BATCH\"\n"),
+        "invalid setting jobs[0] (x) in /etc/shardcar.toml: type: \"BATCH\" is not SCRIPT or HTTP (leave it out for a job run by workers)"
+    );
+    assert_eq!(
+        Settings::resolve(
+            given(&["--advertise-ip", "10.0.0.5", "--typed-jobs", "some"], &[]),
+            &env(&[])
+        )
+        .unwrap_err()
+        .to_string(),
+        "invalid setting --typed-jobs: \"some\" must be all, declared or none"
+    );
+}

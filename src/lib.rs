@@ -9,7 +9,8 @@
 //! speaks only in domain terms (worker events, sources, errors); [`ops`] is what operators use
 //! (execution history, metrics, the namespace operations of the console), also in domain terms;
 //! [`api`] is the gRPC layer, the only one that knows tonic and the protobuf types, converting
-//! both ways, validating requests and mapping errors to status codes; [`config`] reads a
+//! both ways, validating requests and mapping errors to status codes; [`exec`] runs SCRIPT and
+//! HTTP jobs on the sidecar itself, as a worker of its own Worker API; [`config`] reads a
 //! process's settings (with [`net`], which picks the advertised IP as ElasticJob does) and
 //! [`sidecar`] wires a process together from them; [`ctl`] is `shardcar ctl`, a client of the
 //! Admin API. The design of record is `docs/architecture.md`.
@@ -20,6 +21,7 @@ pub mod config;
 pub mod coordination;
 pub mod ctl;
 pub mod elasticjob;
+pub mod exec;
 pub mod net;
 pub mod ops;
 pub mod registry;

@@ -53,6 +53,8 @@ pub enum RunError {
     Reflection(#[from] tonic_reflection::server::Error),
     #[error("invalid setting otlp_endpoint: {0}")]
     Telemetry(String),
+    #[error("cannot create job {job} declared in the settings file: {message}")]
+    DeclaredJob { job: String, message: String },
 }
 
 /// Runs a sidecar until `shutdown` resolves, then drains: health NOT_SERVING, `Shutdown` to
@@ -92,6 +94,7 @@ pub async fn run(
             Registry::standalone()
         }
     };
+    put_declared_jobs(&registry, &settings.jobs).await?;
     let history = Arc::new(match &settings.history_file {
         Some(path) => History::with_file(settings.history_size, path)?,
         None => History::new(settings.history_size),
@@ -215,6 +218,21 @@ pub async fn run(
         }
     };
     let listen = settings.listen.clone();
+    // The SCRIPT and HTTP jobs run as workers of this very listener, once it is bound.
+    let (bound_tx, bound_rx) = tokio::sync::oneshot::channel::<String>();
+    {
+        let (registry, which, cancel, tasks) = (
+            registry.clone(),
+            settings.typed_jobs.clone(),
+            cancel.clone(),
+            tracker.clone(),
+        );
+        tracker.spawn(async move {
+            if let Ok(target) = bound_rx.await {
+                crate::exec::supervise(registry, target, which, cancel, tasks).await;
+            }
+        });
+    }
     let serve = async {
         if let Some(path) = listen.strip_prefix("unix://") {
             let _ = std::fs::remove_file(path);
@@ -224,6 +242,7 @@ pub async fn run(
                     source,
                 })?;
             info!(listen = %listen, ip = %settings.advertise_ip, "shardcar listening");
+            let _ = bound_tx.send(listen.clone());
             let incoming = UnixListenerStream::new(listener).map(|c| c.map(TrackedIo::new));
             router
                 .serve_with_incoming_shutdown(incoming, signal)
@@ -236,6 +255,9 @@ pub async fn run(
                     source,
                 })?;
             info!(listen = %listen, ip = %settings.advertise_ip, "shardcar listening");
+            if let Ok(bound) = listener.local_addr() {
+                let _ = bound_tx.send(crate::exec::own_target(bound));
+            }
             let incoming = TcpListenerStream::new(listener).map(|c| {
                 c.inspect(|s| {
                     let _ = s.set_nodelay(true);
@@ -333,4 +355,38 @@ async fn track_health(
             changed = session.changed() => if changed.is_err() { return },
         }
     }
+}
+
+/// Creates the jobs the settings file declares, or replaces their config when they say
+/// `overwrite = true`; an existing job otherwise keeps the registry's config (ElasticJob's rule).
+async fn put_declared_jobs(
+    registry: &Registry,
+    jobs: &[crate::config::DeclaredJob],
+) -> Result<(), RunError> {
+    for job in jobs {
+        let name = job.config.job_name.clone();
+        let failed = |message: String| RunError::DeclaredJob {
+            job: name.clone(),
+            message,
+        };
+        let paths = crate::elasticjob::paths::JobPaths::new(&name);
+        let exists = registry
+            .exists(&paths.config())
+            .await
+            .map_err(|e| failed(e.to_string()))?
+            .is_some();
+        if exists && !job.overwrite {
+            info!(job = %name, "declared job exists: the registry's config stands (overwrite = true replaces it)");
+            continue;
+        }
+        let (config, extras) = crate::api::convert::from_proto(&name, &job.config, job.overwrite)
+            .map_err(|e| failed(e.to_string()))?;
+        let job_type = crate::api::convert::job_type_from_proto(&job.config)
+            .map_err(|e| failed(e.to_string()))?;
+        crate::ops::jobs::put_job(registry, config, extras, job_type)
+            .await
+            .map_err(|e| failed(e.to_string()))?;
+        info!(job = %name, "declared job written");
+    }
+    Ok(())
 }

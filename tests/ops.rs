@@ -1,11 +1,12 @@
 //! Operating shardcar, end to end with real processes: `shardcar ctl` against a real sidecar in
 //! standalone and ZooKeeper mode (and over a Unix socket), the Prometheus endpoint after a known
 //! number of executions, health following ZooKeeper, reflection, settings that are refused, and
-//! the execution spans exported by OTLP (`ops/telemetry.rs`).
+//! the execution spans exported by OTLP (`ops/telemetry.rs`), and SCRIPT and HTTP jobs run by
+//! the sidecars themselves (`ops/typed_jobs.rs`).
 
 mod common;
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet};
 use std::process::Stdio;
 use std::time::Duration;
 
@@ -27,6 +28,8 @@ const NEVER: &str = "0 0 0 1 1 ? 2099";
 
 #[path = "ops/telemetry.rs"]
 mod telemetry;
+#[path = "ops/typed_jobs.rs"]
+mod typed_jobs;
 
 /// The output of one `shardcar` command.
 struct Output {

@@ -13,7 +13,7 @@ use tokio_stream::Stream;
 use tokio_util::task::TaskTracker;
 use tonic::{Request, Response, Status};
 
-use crate::api::convert::{from_proto, to_proto};
+use crate::api::convert::{from_proto, job_type_from_proto, job_type_to_proto, to_proto};
 use crate::coordination::trace::TraceParent;
 use crate::coordination::Coordinator;
 use crate::elasticjob::paths::{JobNode, JobPaths, ServerStatus};
@@ -135,7 +135,8 @@ impl AdminService for AdminApi {
         }
         check_job_name("config.job_name", &config.job_name)?;
         let (job_config, extras) = from_proto(&config.job_name, &config, false)?;
-        let created = jobs::put_job(&self.registry, job_config, extras).await?;
+        let job_type = job_type_from_proto(&config)?;
+        let created = jobs::put_job(&self.registry, job_config, extras, job_type).await?;
         tracing::info!(job = %config.job_name, created, "job configuration written");
         Ok(Response::new(proto::PutJobResponse { created }))
     }
@@ -397,7 +398,10 @@ fn status_to_wire(s: JobStatus) -> proto::JobState {
 /// The wire form of a job's state.
 pub fn job_to_wire(job: &JobInfo) -> proto::JobDetail {
     proto::JobDetail {
-        config: Some(to_proto(&job.config, &job.extras)),
+        config: Some(proto::JobConfig {
+            job_type: job_type_to_proto(job.job_type) as i32,
+            ..to_proto(&job.config, &job.extras)
+        }),
         state: status_to_wire(job.status) as i32,
         leader: job.leader.clone(),
         servers: job

@@ -9,6 +9,7 @@ use crate::elasticjob::config::{format_item_parameters, JobConfiguration};
 use crate::elasticjob::extras::JobExtras;
 use crate::elasticjob::paths::validate_job_name;
 use crate::elasticjob::strategy::StrategyType;
+use crate::elasticjob::typed::JobType;
 use crate::proto;
 use crate::schedule::{validate_time_zone, CronSchedule};
 
@@ -102,6 +103,14 @@ pub fn from_proto(
             format!("property names must not be empty (got {key:?})"),
         ));
     }
+    let mut props = BTreeMap::new();
+    for (k, v) in &c.props {
+        props.insert(k.clone(), v.clone());
+    }
+    if let Some(job_type) = job_type_from_proto(c)? {
+        crate::elasticjob::typed::action(job_type, &props)
+            .map_err(|e| invalid("config.props", e.to_string()))?;
+    }
     let mut config = JobConfiguration::new(job_name, total);
     config.cron = Some(c.cron.trim().to_string()).filter(|s| !s.is_empty());
     config.time_zone = Some(c.time_zone.clone()).filter(|s| !s.is_empty());
@@ -125,6 +134,31 @@ pub fn from_proto(
         execution_timeout_seconds: c.execution_timeout_seconds,
     };
     Ok((config, extras))
+}
+
+/// The typed job a wire config asks for: `None` for a job run by workers.
+///
+/// # Errors
+/// `InvalidArgument` on `config.job_type` for a number this build does not know.
+pub fn job_type_from_proto(c: &proto::JobConfig) -> Result<Option<JobType>, CoordError> {
+    match proto::JobType::try_from(c.job_type) {
+        Ok(proto::JobType::Unspecified) => Ok(None),
+        Ok(proto::JobType::Script) => Ok(Some(JobType::Script)),
+        Ok(proto::JobType::Http) => Ok(Some(JobType::Http)),
+        Err(_) => Err(invalid(
+            "config.job_type",
+            format!("{} is not a known job type (SCRIPT, HTTP)", c.job_type),
+        )),
+    }
+}
+
+/// The wire value of a job's type.
+pub fn job_type_to_proto(job_type: Option<JobType>) -> proto::JobType {
+    match job_type {
+        None => proto::JobType::Unspecified,
+        Some(JobType::Script) => proto::JobType::Script,
+        Some(JobType::Http) => proto::JobType::Http,
+    }
 }
 
 /// ElasticJob's strategy for a wire value: unset means its default, AVG_ALLOCATION; `None` for a
@@ -181,6 +215,8 @@ pub fn to_proto(c: &JobConfiguration, extras: &JobExtras) -> proto::JobConfig {
             .map(|(k, v)| (k.clone(), v.clone()))
             .collect(),
         execution_timeout_seconds: extras.execution_timeout_seconds,
+        // The type is the job root's, not the config's: see `job_type_to_proto`.
+        job_type: proto::JobType::Unspecified as i32,
     }
 }
 

@@ -7,4 +7,5 @@ pub mod connection;
 pub mod convert;
 pub mod error;
 pub mod events;
+pub mod jobfile;
 pub mod worker;

@@ -126,6 +126,12 @@ impl WorkerService for WorkerApi {
         } else {
             instance_id(self.coordinator.ip(), req.pid)
         };
+        if req.config.as_ref().is_some_and(|c| c.job_type != 0) {
+            return Err(invalid(
+                "config.job_type",
+                "SCRIPT and HTTP jobs are run by the sidecars themselves; create them with PutJob (shardcar ctl job put), not by subscribing",
+            ));
+        }
         let config = req
             .config
             .as_ref()

@@ -5,7 +5,6 @@
 //! Exit codes: 0 done; 1 the sidecar refused the request (the message is its status); 64 bad
 //! usage or job file; 69 the sidecar cannot be reached.
 
-pub mod jobfile;
 pub mod protojson;
 pub mod render;
 
@@ -90,7 +89,9 @@ pub enum JobVerb {
     /// Keys are JobConfig's (job_name, cron, time_zone, sharding_total_count,
     /// sharding_item_parameters, job_parameter, failover, misfire, monitor_execution,
     /// sharding_strategy, max_time_diff_seconds, reconcile_interval_minutes, description,
-    /// disabled, props, execution_timeout_seconds) or ElasticJob's camelCase config keys.
+    /// disabled, props, execution_timeout_seconds, type) or ElasticJob's camelCase config keys.
+    /// `type: SCRIPT` or `type: HTTP` makes a job the sidecars run themselves, from its props
+    /// (script.command.line; http.uri, http.method, ...).
     Put {
         /// Job file
         file: String,
@@ -409,7 +410,7 @@ fn read_job_file(file: &str) -> Result<proto::JobConfig, CtlError> {
             .map_err(|e| CtlError::Usage(format!("cannot read job file {file}: {e}")))?
     };
     let shown = if file == "-" { "stdin" } else { file };
-    jobfile::parse(shown, &text).map_err(|e| CtlError::Usage(e.to_string()))
+    crate::api::jobfile::parse(shown, &text).map_err(|e| CtlError::Usage(e.to_string()))
 }
 
 async fn toggle_run(

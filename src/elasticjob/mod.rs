@@ -10,6 +10,7 @@ pub mod hash;
 pub mod instance;
 pub mod paths;
 pub mod strategy;
+pub mod typed;
 #[cfg(test)]
 pub(crate) mod vectors;
 mod yaml;

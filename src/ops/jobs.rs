@@ -20,6 +20,7 @@ use crate::elasticjob::config::JobConfiguration;
 use crate::elasticjob::extras::JobExtras;
 use crate::elasticjob::instance::{ip_of, parse_instance_yaml};
 use crate::elasticjob::paths::{validate_job_name, JobNode, JobPaths, ServerStatus};
+use crate::elasticjob::typed::JobType;
 use crate::registry::{self, CreateMode, Node, Registry};
 
 /// ElasticJob console's job status.
@@ -73,6 +74,8 @@ pub struct ItemInfo {
 #[derive(Debug, Clone, PartialEq)]
 pub struct JobInfo {
     pub config: JobConfiguration,
+    /// SCRIPT or HTTP when the job root names one (the sidecars run it); `None`: workers do.
+    pub job_type: Option<JobType>,
     pub extras: JobExtras,
     pub status: JobStatus,
     /// The leader's instance id (empty: none).
@@ -204,6 +207,9 @@ fn snapshot(
         .transpose()
         .map_err(|e| corrupt(e.to_string()))?
         .unwrap_or_default();
+    let job_type = tree
+        .get(&paths.root())
+        .and_then(|n| JobType::from_root_data(&n.data));
     let parameters = config.item_parameters().unwrap_or_default();
     let total = config.sharding_total_count.max(0);
     let mut items: BTreeMap<i32, ItemInfo> = (0..total)
@@ -294,6 +300,7 @@ fn snapshot(
         JobStatus::Ok
     };
     Ok(JobInfo {
+        job_type,
         config,
         extras,
         status,
@@ -344,16 +351,21 @@ async fn persist(reg: &Registry, path: &str, data: &[u8]) -> Result<(), AdminErr
 
 /// Creates the job or replaces its configuration. Settings shardcar does not model (executor
 /// and error handler types, listeners, extra configurations, label, static sharding) are kept
-/// from the configuration being replaced. Returns whether the job is new.
+/// from the configuration being replaced. A `job_type` is written as the job root's data when
+/// the root is new or empty, as ElasticJob writes its job type there; a root that names
+/// something else (a Java class, the other type) is never rewritten. Returns whether the job
+/// is new.
 ///
 /// `config` has been validated (the gRPC layer checks every field of the wire form).
 ///
 /// # Errors
-/// `InvalidArgument` for a job name ElasticJob cannot use, `Registry`.
+/// `InvalidArgument` for a job name ElasticJob cannot use; `FailedPrecondition` for a type the
+/// job's root contradicts; `Registry`.
 pub async fn put_job(
     reg: &Registry,
     mut config: JobConfiguration,
     extras: JobExtras,
+    job_type: Option<JobType>,
 ) -> Result<bool, AdminError> {
     check_job_name("config.job_name", &config.job_name)?;
     let paths = JobPaths::new(&config.job_name);
@@ -368,9 +380,33 @@ pub async fn put_job(
             config.static_sharding = old.static_sharding;
         }
     }
-    // The root keeps empty data (`docs/elasticjob-compat.md` §1: any Java class may share the job).
-    match reg.create(&paths.root(), b"", CreateMode::Persistent).await {
-        Ok(_) | Err(registry::Error::NodeExists(_)) => {}
+    // A worker job's root keeps empty data (`docs/elasticjob-compat.md` §1: any Java class may
+    // share the job); a typed job's names its type.
+    let root_data = job_type.map(JobType::root_data).unwrap_or_default();
+    match reg
+        .create(&paths.root(), root_data.as_bytes(), CreateMode::Persistent)
+        .await
+    {
+        Ok(_) => {}
+        Err(registry::Error::NodeExists(_)) => {
+            if let Some(job_type) = job_type {
+                let root = reg
+                    .get(&paths.root())
+                    .await?
+                    .map(|n| n.data)
+                    .unwrap_or_default();
+                let current = String::from_utf8_lossy(&root).trim().to_string();
+                if current.is_empty() {
+                    reg.set(&paths.root(), root_data.as_bytes(), None).await?;
+                } else if JobType::from_root_data(&root) != Some(job_type) {
+                    return Err(AdminError::FailedPrecondition(format!(
+                        "job {:?} is run as {current:?} (its root's data), not as a {} job; remove it first to change its type",
+                        config.job_name,
+                        job_type.root_data()
+                    )));
+                }
+            }
+        }
         Err(e) => return Err(e.into()),
     }
     persist(reg, &paths.shardcar(), extras.to_yaml().as_bytes()).await?;

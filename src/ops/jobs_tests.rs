@@ -13,7 +13,7 @@ fn config(name: &str, cron: &str, total: i32) -> JobConfiguration {
 async fn job(reg: &Registry, name: &str, total: i32) {
     let mut c = config(name, "0 0 0 1 1 ? 2099", total);
     c.sharding_item_parameters = "0=a".into();
-    assert!(put_job(reg, c, JobExtras::default()).await.unwrap());
+    assert!(put_job(reg, c, JobExtras::default(), None).await.unwrap());
 }
 
 async fn online(reg: &Registry, name: &str, ip: &str, pid: u32) -> String {
@@ -133,7 +133,7 @@ async fn put_keeps_java_only_settings_and_validates() {
         .await
         .unwrap();
     let wire = config("j", "0/10 * * * * ?", 4);
-    assert!(!put_job(&reg, wire.clone(), JobExtras::default())
+    assert!(!put_job(&reg, wire.clone(), JobExtras::default(), None)
         .await
         .unwrap());
     let yaml = text(&reg.get(&paths.config()).await.unwrap().unwrap());
@@ -153,7 +153,11 @@ async fn put_keeps_java_only_settings_and_validates() {
     let mut bad = wire.clone();
     bad.job_name = "a/b".into();
     assert_eq!(
-        field(put_job(&reg, bad, JobExtras::default()).await.unwrap_err()),
+        field(
+            put_job(&reg, bad, JobExtras::default(), None)
+                .await
+                .unwrap_err()
+        ),
         "config.job_name"
     );
 }
@@ -258,4 +262,84 @@ async fn trigger_without_instances_is_refused() {
     job(&reg, "idle", 1).await;
     let err = trigger_job(&reg, "idle").await.unwrap_err();
     assert!(matches!(err, AdminError::FailedPrecondition(_)), "{err:?}");
+}
+
+#[tokio::test]
+async fn a_typed_job_names_its_type_in_the_root_and_never_rewrites_another() {
+    let reg = MemoryStore::new().session();
+    let mut c = config("script", "0 0 0 1 1 ? 2099", 2);
+    c.props
+        .insert("script.command.line".into(), "/bin/true".into());
+    assert!(
+        put_job(&reg, c.clone(), JobExtras::default(), Some(JobType::Script))
+            .await
+            .unwrap()
+    );
+    let root = JobPaths::new("script").root();
+    let root_data = |reg: Registry| {
+        let root = root.clone();
+        async move { text(&reg.get(&root).await.unwrap().unwrap()) }
+    };
+    assert_eq!(root_data(reg.clone()).await, "SCRIPT");
+    assert_eq!(
+        get_job(&reg, "script").await.unwrap().job_type,
+        Some(JobType::Script)
+    );
+    // Putting it again as the same type, or without one, keeps the root as it is.
+    put_job(&reg, c.clone(), JobExtras::default(), Some(JobType::Script))
+        .await
+        .unwrap();
+    put_job(&reg, c.clone(), JobExtras::default(), None)
+        .await
+        .unwrap();
+    assert_eq!(root_data(reg.clone()).await, "SCRIPT");
+    // Another type, or a Java class in the root, is refused and nothing is written.
+    let e = put_job(&reg, c.clone(), JobExtras::default(), Some(JobType::Http))
+        .await
+        .unwrap_err();
+    assert!(
+        matches!(&e, AdminError::FailedPrecondition(m) if m.contains("\"SCRIPT\"")),
+        "{e:?}"
+    );
+    let mut java = config("java", "0 0 0 1 1 ? 2099", 1);
+    java.props.insert("script.command.line".into(), "x".into());
+    put_job(&reg, java.clone(), JobExtras::default(), None)
+        .await
+        .unwrap();
+    let java_root = JobPaths::new("java").root();
+    reg.set(&java_root, b"com.example.OrderJob", None)
+        .await
+        .unwrap();
+    let contents = |tree: BTreeMap<String, Node>| -> Vec<(String, String)> {
+        tree.iter().map(|(p, n)| (p.clone(), text(n))).collect()
+    };
+    let before = contents(reg.read_tree(&java_root).await.unwrap());
+    let e = put_job(&reg, java, JobExtras::default(), Some(JobType::Script))
+        .await
+        .unwrap_err();
+    assert!(
+        matches!(&e, AdminError::FailedPrecondition(m) if m.contains("com.example.OrderJob")),
+        "{e:?}"
+    );
+    assert_eq!(contents(reg.read_tree(&java_root).await.unwrap()), before);
+    // A worker job's empty root takes the type.
+    let mut plain = config("plain", "0 0 0 1 1 ? 2099", 1);
+    put_job(&reg, plain.clone(), JobExtras::default(), None)
+        .await
+        .unwrap();
+    plain
+        .props
+        .insert("script.command.line".into(), "/bin/true".into());
+    put_job(&reg, plain, JobExtras::default(), Some(JobType::Script))
+        .await
+        .unwrap();
+    assert_eq!(
+        text(
+            &reg.get(&JobPaths::new("plain").root())
+                .await
+                .unwrap()
+                .unwrap()
+        ),
+        "SCRIPT"
+    );
 }

@@ -8,6 +8,12 @@ from typing import ClassVar as _ClassVar, Iterable as _Iterable, Mapping as _Map
 
 DESCRIPTOR: _descriptor.FileDescriptor
 
+class JobType(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
+    __slots__ = ()
+    JOB_TYPE_UNSPECIFIED: _ClassVar[JobType]
+    JOB_TYPE_SCRIPT: _ClassVar[JobType]
+    JOB_TYPE_HTTP: _ClassVar[JobType]
+
 class ShardingStrategy(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
     __slots__ = ()
     SHARDING_STRATEGY_UNSPECIFIED: _ClassVar[ShardingStrategy]
@@ -37,6 +43,9 @@ class ExecutionOutcome(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
     EXECUTION_OUTCOME_COMPLETED: _ClassVar[ExecutionOutcome]
     EXECUTION_OUTCOME_FAILED: _ClassVar[ExecutionOutcome]
     EXECUTION_OUTCOME_REVOKED: _ClassVar[ExecutionOutcome]
+JOB_TYPE_UNSPECIFIED: JobType
+JOB_TYPE_SCRIPT: JobType
+JOB_TYPE_HTTP: JobType
 SHARDING_STRATEGY_UNSPECIFIED: ShardingStrategy
 SHARDING_STRATEGY_AVG_ALLOCATION: ShardingStrategy
 SHARDING_STRATEGY_ODEVITY: ShardingStrategy
@@ -82,7 +91,7 @@ class SubscribeRequest(_message.Message):
     def __init__(self, job_name: _Optional[str] = ..., config: _Optional[_Union[JobConfig, _Mapping]] = ..., overwrite: bool = ..., pid: _Optional[int] = ..., instance_id: _Optional[str] = ..., labels: _Optional[_Mapping[str, str]] = ..., instance_suffix: _Optional[str] = ...) -> None: ...
 
 class JobConfig(_message.Message):
-    __slots__ = ("job_name", "cron", "time_zone", "sharding_total_count", "sharding_item_parameters", "job_parameter", "failover", "misfire", "monitor_execution", "sharding_strategy", "max_time_diff_seconds", "reconcile_interval_minutes", "description", "disabled", "props", "execution_timeout_seconds")
+    __slots__ = ("job_name", "cron", "time_zone", "sharding_total_count", "sharding_item_parameters", "job_parameter", "failover", "misfire", "monitor_execution", "sharding_strategy", "max_time_diff_seconds", "reconcile_interval_minutes", "description", "disabled", "props", "execution_timeout_seconds", "job_type")
     class ShardingItemParametersEntry(_message.Message):
         __slots__ = ("key", "value")
         KEY_FIELD_NUMBER: _ClassVar[int]
@@ -113,6 +122,7 @@ class JobConfig(_message.Message):
     DISABLED_FIELD_NUMBER: _ClassVar[int]
     PROPS_FIELD_NUMBER: _ClassVar[int]
     EXECUTION_TIMEOUT_SECONDS_FIELD_NUMBER: _ClassVar[int]
+    JOB_TYPE_FIELD_NUMBER: _ClassVar[int]
     job_name: str
     cron: str
     time_zone: str
@@ -129,7 +139,8 @@ class JobConfig(_message.Message):
     disabled: bool
     props: _containers.ScalarMap[str, str]
     execution_timeout_seconds: int
-    def __init__(self, job_name: _Optional[str] = ..., cron: _Optional[str] = ..., time_zone: _Optional[str] = ..., sharding_total_count: _Optional[int] = ..., sharding_item_parameters: _Optional[_Mapping[int, str]] = ..., job_parameter: _Optional[str] = ..., failover: bool = ..., misfire: bool = ..., monitor_execution: bool = ..., sharding_strategy: _Optional[_Union[ShardingStrategy, str]] = ..., max_time_diff_seconds: _Optional[int] = ..., reconcile_interval_minutes: _Optional[int] = ..., description: _Optional[str] = ..., disabled: bool = ..., props: _Optional[_Mapping[str, str]] = ..., execution_timeout_seconds: _Optional[int] = ...) -> None: ...
+    job_type: JobType
+    def __init__(self, job_name: _Optional[str] = ..., cron: _Optional[str] = ..., time_zone: _Optional[str] = ..., sharding_total_count: _Optional[int] = ..., sharding_item_parameters: _Optional[_Mapping[int, str]] = ..., job_parameter: _Optional[str] = ..., failover: bool = ..., misfire: bool = ..., monitor_execution: bool = ..., sharding_strategy: _Optional[_Union[ShardingStrategy, str]] = ..., max_time_diff_seconds: _Optional[int] = ..., reconcile_interval_minutes: _Optional[int] = ..., description: _Optional[str] = ..., disabled: bool = ..., props: _Optional[_Mapping[str, str]] = ..., execution_timeout_seconds: _Optional[int] = ..., job_type: _Optional[_Union[JobType, str]] = ...) -> None: ...
 
 class SubscribeResponse(_message.Message):
     __slots__ = ("registered", "assignment", "trigger", "revoke", "shutdown", "lease")

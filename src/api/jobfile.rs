@@ -1,4 +1,5 @@
-//! Job files for `shardcar ctl job put FILE`: YAML or JSON (JSON is YAML), with the wire
+//! Job files for `shardcar ctl job put FILE` (and the `[[jobs]]` of the sidecar's settings
+//! file): YAML or JSON (JSON is YAML), with the wire
 //! `JobConfig`'s field names (`sharding_total_count`) or ElasticJob's (`shardingTotalCount`), so
 //! a `config` node copied from ZooKeeper or the ElasticJob console can be put as it is.
 //! ElasticJob keys shardcar does not model are ignored (and kept in the registry); any other
@@ -75,6 +76,9 @@ struct RawJob {
     props: Option<BTreeMap<String, serde_yaml_ng::Value>>,
     #[serde(alias = "executionTimeoutSeconds")]
     execution_timeout_seconds: Option<u32>,
+    /// SCRIPT or HTTP: the sidecars run the job themselves.
+    #[serde(rename = "type", alias = "job_type", alias = "jobType")]
+    job_type: Option<String>,
     #[serde(flatten)]
     other: BTreeMap<String, serde_yaml_ng::Value>,
 }
@@ -96,6 +100,24 @@ fn scalar(v: &serde_yaml_ng::Value) -> Option<String> {
 pub fn parse(file: &str, text: &str) -> Result<proto::JobConfig, JobFileError> {
     let raw: RawJob = serde_yaml_ng::from_str(text)
         .map_err(|e| JobFileError::Syntax(file.to_string(), e.to_string()))?;
+    from_raw(file, raw)
+}
+
+/// [`parse`] for a job already read as a value (a `[[jobs]]` table of the sidecar's settings
+/// file); `place` names it in messages.
+///
+/// # Errors
+/// As [`parse`].
+pub fn from_value(
+    place: &str,
+    value: serde_yaml_ng::Value,
+) -> Result<proto::JobConfig, JobFileError> {
+    let raw: RawJob = serde_yaml_ng::from_value(value)
+        .map_err(|e| JobFileError::Syntax(place.to_string(), e.to_string()))?;
+    from_raw(place, raw)
+}
+
+fn from_raw(file: &str, raw: RawJob) -> Result<proto::JobConfig, JobFileError> {
     if let Some(key) = raw
         .other
         .keys()
@@ -176,6 +198,21 @@ pub fn parse(file: &str, text: &str) -> Result<proto::JobConfig, JobFileError> {
                 .ok_or_else(|| value_error("props", format!("{k} needs a text value")))
         })
         .collect::<Result<_, _>>()?;
+    let job_type = match raw.job_type.as_deref().map(str::trim) {
+        None | Some("") => proto::JobType::Unspecified,
+        Some(name) => match name.to_ascii_uppercase().trim_start_matches("JOB_TYPE_") {
+            "SCRIPT" => proto::JobType::Script,
+            "HTTP" => proto::JobType::Http,
+            _ => {
+                return Err(value_error(
+                    "type",
+                    format!(
+                        "{name:?} is not SCRIPT or HTTP (leave it out for a job run by workers)"
+                    ),
+                ))
+            }
+        },
+    };
     Ok(proto::JobConfig {
         job_name,
         cron: raw.cron.unwrap_or_default(),
@@ -193,6 +230,7 @@ pub fn parse(file: &str, text: &str) -> Result<proto::JobConfig, JobFileError> {
         disabled: raw.disabled.unwrap_or(false),
         props,
         execution_timeout_seconds: raw.execution_timeout_seconds.unwrap_or(0),
+        job_type: job_type as i32,
     })
 }
 
@@ -235,6 +273,32 @@ mod tests {
         .unwrap();
         assert_eq!(j.job_name, "j");
         assert_eq!(j.cron, "");
+    }
+
+    #[test]
+    fn typed_jobs() {
+        for (text, want) in [
+            ("type: SCRIPT", proto::JobType::Script),
+            ("type: http", proto::JobType::Http),
+            ("jobType: JOB_TYPE_SCRIPT", proto::JobType::Script),
+            ("description: plain", proto::JobType::Unspecified),
+        ] {
+            let c = parse(
+                "f",
+                &format!("job_name: j\nsharding_total_count: 1\n{text}\n"),
+            )
+            .unwrap();
+            assert_eq!(c.job_type, want as i32, "{text}");
+        }
+        assert_eq!(
+            parse(
+                "f",
+                "job_name: j\nsharding_total_count: 1\ntype: DATAFLOW\n"
+            )
+            .unwrap_err()
+            .to_string(),
+            "f: type: \"DATAFLOW\" is not SCRIPT or HTTP (leave it out for a job run by workers)"
+        );
     }
 
     #[test]
