@@ -15,6 +15,13 @@ import java.util.TreeMap;
  * {@link ShardcarWorker#register} with an {@link InvalidJobConfigException} naming the field.
  */
 public final class JobConfig {
+  /**
+   * The property that turns a dataflow job's streaming mode on, ElasticJob's
+   * {@code DataflowJobProperties.STREAM_PROCESS_KEY}: {@code true} (any case) streams, anything else
+   * or absent is one-off. See {@link DataflowHandler}.
+   */
+  public static final String STREAMING_PROCESS = "streaming.process";
+
   private final String jobName;
   private final String cron;
   private final String timeZone;
@@ -151,6 +158,14 @@ public final class JobConfig {
 
   public Map<String, String> getProps() {
     return props;
+  }
+
+  /**
+   * Whether a dataflow job streams: its {@link #STREAMING_PROCESS} property is {@code true}
+   * (ElasticJob's reading, {@code Boolean.parseBoolean}).
+   */
+  public boolean isStreamingProcess() {
+    return Boolean.parseBoolean(props.get(STREAMING_PROCESS));
   }
 
   /** 0 means no timeout. */
@@ -345,6 +360,14 @@ public final class JobConfig {
         prop(key, properties.getProperty(key));
       }
       return this;
+    }
+
+    /**
+     * Sets the dataflow streaming mode: property {@link JobConfig#STREAMING_PROCESS} to
+     * {@code true} or {@code false}.
+     */
+    public Builder streamingProcess(boolean streaming) {
+      return prop(STREAMING_PROCESS, Boolean.toString(streaming));
     }
 
     /** Seconds after which a running item is reported failed by the sidecar; 0 (default) means never. */

@@ -209,6 +209,16 @@ public final class JobRegistration implements AutoCloseable {
   }
 
   /**
+   * Whether this registration takes no new work now: a {@code Shutdown} from the sidecar was
+   * received, or it is closing or closed (a streaming dataflow item stops fetching then).
+   */
+  boolean isStopping() {
+    synchronized (lock) {
+      return protocol.isDecliningWork();
+    }
+  }
+
+  /**
    * Waits until this registration is closed.
    *
    * @return false if it is still open after {@code timeout}
@@ -423,6 +433,7 @@ public final class JobRegistration implements AutoCloseable {
   private void startItem(ItemKey key, ShardingContext ctx) {
     ItemRun run = new ItemRun(key, ctx);
     ctx.attach(() -> isCancelled(key));
+    ctx.startEpoch(assignment.epoch()); // on the event thread, after every assignment received before the trigger
     runs.put(key, run);
     try {
       items.execute(() -> runItem(run));

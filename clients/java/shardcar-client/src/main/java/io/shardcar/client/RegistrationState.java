@@ -517,6 +517,11 @@ final class RegistrationState {
     return phase != Phase.RUNNING;
   }
 
+  /** Whether new triggers would be declined now: closing or stopped, or a {@code Shutdown} was received on this stream. */
+  boolean isDecliningWork() {
+    return phase != Phase.RUNNING || shutdownReceived;
+  }
+
   boolean isStopped() {
     return phase == Phase.STOPPED;
   }

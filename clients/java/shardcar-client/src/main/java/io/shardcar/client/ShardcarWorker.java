@@ -15,8 +15,10 @@ import java.util.Objects;
 import java.util.concurrent.CopyOnWriteArrayList;
 import java.util.concurrent.CountDownLatch;
 import java.util.concurrent.TimeUnit;
+import java.util.concurrent.atomic.AtomicReference;
 import java.util.function.Function;
 import java.util.function.Predicate;
+import java.util.function.Supplier;
 import java.util.logging.Level;
 import java.util.logging.Logger;
 
@@ -81,6 +83,8 @@ public final class ShardcarWorker implements AutoCloseable {
     /** Never a suffix: the instance id is {@code {ip}@-@{pid}}. */
     NEVER
   }
+
+  private static final System.Logger LOG = System.getLogger(ShardcarWorker.class.getName());
 
   /** Held so that the level set on it is not lost to garbage collection. */
   private static final Logger NETTY_BOOTSTRAP_LOG =
@@ -171,15 +175,97 @@ public final class ShardcarWorker implements AutoCloseable {
     return doRegister(jobName, null, handler);
   }
 
+  /**
+   * Subscribes to a dataflow job, creating it with {@code config} when it does not exist (as
+   * {@link #register(JobConfig, JobHandler)}), and runs {@code handler} for its items: one-off or
+   * streaming as the job's {@link JobConfig#STREAMING_PROCESS streaming.process} property says in
+   * its effective configuration (the stored one, when the job existed and {@code overwrite} is off).
+   *
+   * @param config the job's configuration
+   * @param handler fetches and processes each item's data
+   * @param <T> the type of the data items
+   * @return the open registration
+   * @throws InvalidJobConfigException when the sidecar rejects the configuration
+   * @throws SidecarUnavailableException when the sidecar cannot be reached within the connect timeout
+   * @throws InstanceConflictException when the instance id is already live for this job
+   * @throws WorkerClosedException after {@link #close()}
+   */
+  public <T> JobRegistration register(JobConfig config, DataflowHandler<T> handler) {
+    Objects.requireNonNull(config, "config");
+    return doRegisterDataflow(config.getJobName(), config, handler, null);
+  }
+
+  /**
+   * {@link #register(JobConfig, DataflowHandler)} with the streaming mode set explicitly: writes
+   * {@link JobConfig#STREAMING_PROCESS streaming.process} = {@code streaming} into the configuration
+   * sent. The effective configuration still decides (as in ElasticJob, a job stored before keeps
+   * its own properties unless {@code overwrite} is on); a mismatch is logged as a warning.
+   *
+   * @param config the job's configuration
+   * @param handler fetches and processes each item's data
+   * @param streaming true to fetch and process while a fetch returns data; false for one fetch per item
+   * @param <T> the type of the data items
+   * @return the open registration
+   * @throws InvalidJobConfigException when the sidecar rejects the configuration
+   * @throws SidecarUnavailableException when the sidecar cannot be reached within the connect timeout
+   * @throws InstanceConflictException when the instance id is already live for this job
+   * @throws WorkerClosedException after {@link #close()}
+   */
+  public <T> JobRegistration register(JobConfig config, DataflowHandler<T> handler, boolean streaming) {
+    Objects.requireNonNull(config, "config");
+    return doRegisterDataflow(config.getJobName(), config.toBuilder().streamingProcess(streaming).build(), handler,
+        streaming);
+  }
+
+  /**
+   * Subscribes to a dataflow job that already exists; its stored {@code streaming.process} property
+   * chooses the mode.
+   *
+   * @param jobName the job
+   * @param handler fetches and processes each item's data
+   * @param <T> the type of the data items
+   * @return the open registration
+   * @throws JobNotFoundException when the sidecar does not know the job
+   * @throws SidecarUnavailableException when the sidecar cannot be reached within the connect timeout
+   */
+  public <T> JobRegistration register(String jobName, DataflowHandler<T> handler) {
+    Objects.requireNonNull(jobName, "jobName");
+    return doRegisterDataflow(jobName, null, handler, null);
+  }
+
+  private <T> JobRegistration doRegisterDataflow(
+      String jobName, JobConfig config, DataflowHandler<T> handler, Boolean streaming) {
+    Objects.requireNonNull(handler, "handler");
+    JobRegistration registration = registerWith(jobName, config, self -> new DataflowRunner<>(
+        handler,
+        () -> self.get().getEffectiveConfig(),
+        () -> self.get().isStopping(),
+        () -> self.get().getAssignment().epoch()));
+    boolean effective = registration.getEffectiveConfig().isStreamingProcess();
+    if (streaming != null && streaming != effective) {
+      LOG.log(System.Logger.Level.WARNING,
+          "job {0}: registered with {1}={2}, but the job''s stored configuration says {3} and wins "
+              + "(set overwrite to replace it)",
+          jobName, JobConfig.STREAMING_PROCESS, streaming, effective);
+    }
+    return registration;
+  }
+
   private JobRegistration doRegister(String jobName, JobConfig config, JobHandler handler) {
     Objects.requireNonNull(handler, "handler");
+    return registerWith(jobName, config, self -> handler);
+  }
+
+  /** {@code handlerOf} gets the registration (readable once its handlers run) and returns its handler. */
+  private JobRegistration registerWith(
+      String jobName, JobConfig config, Function<Supplier<JobRegistration>, JobHandler> handlerOf) {
     if (closing) {
       throw new WorkerClosedException("register(" + jobName + ") on a closed ShardcarWorker");
     }
-    JobRegistration[] self = new JobRegistration[1];
+    AtomicReference<JobRegistration> self = new AtomicReference<>();
     JobRegistration registration = new JobRegistration(
-        settings, channel, jobName, config, handler, bySidecar -> terminated(self[0], bySidecar));
-    self[0] = registration;
+        settings, channel, jobName, config, handlerOf.apply(self::get), bySidecar -> terminated(self.get(), bySidecar));
+    self.set(registration);
     registrations.add(registration);
     registration.start();
     return registration;

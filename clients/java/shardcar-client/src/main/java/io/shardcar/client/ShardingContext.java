@@ -23,6 +23,8 @@ public final class ShardingContext {
   private final String traceparent;
   private final String tracestate;
   private volatile BooleanSupplier cancellation;
+  /** The registration's assignment epoch when the worker started this item; -1 when not started by a worker. */
+  private volatile long startEpoch = -1;
 
   /** A context without trace context (empty {@code traceparent} and {@code tracestate}). */
   public ShardingContext(
@@ -149,6 +151,15 @@ public final class ShardingContext {
   /** Set by the worker before the handler runs. */
   void attach(BooleanSupplier cancellation) {
     this.cancellation = cancellation;
+  }
+
+  /** Set by the worker when it starts the item: the sharding epoch it runs under. */
+  void startEpoch(long epoch) {
+    this.startEpoch = epoch;
+  }
+
+  long startEpoch() {
+    return startEpoch;
   }
 
   @Override

@@ -1,5 +1,6 @@
 package io.shardcar.elasticjob;
 
+import io.shardcar.client.DataflowHandler;
 import io.shardcar.client.JobConfig;
 import io.shardcar.client.JobHandler;
 import io.shardcar.client.JobRegistration;
@@ -8,15 +9,20 @@ import io.shardcar.client.ShardcarWorker;
 import java.util.ArrayList;
 import java.util.List;
 import java.util.Objects;
+import org.apache.shardingsphere.elasticjob.api.ElasticJob;
 import org.apache.shardingsphere.elasticjob.api.JobConfiguration;
 import org.apache.shardingsphere.elasticjob.api.ShardingContext;
+import org.apache.shardingsphere.elasticjob.dataflow.job.DataflowJob;
 import org.apache.shardingsphere.elasticjob.simple.job.SimpleJob;
 
 /**
- * Runs ElasticJob-Lite 3.x {@link SimpleJob} implementations, unchanged, through a shardcar
- * sidecar: the job's {@link JobConfiguration} is mapped to shardcar's {@link JobConfig} and its
- * {@code execute(ShardingContext)} is called once per item with ElasticJob's own
- * {@link ShardingContext}.
+ * Runs ElasticJob-Lite 3.x {@link SimpleJob} and {@link DataflowJob} implementations, unchanged,
+ * through a shardcar sidecar: the job's {@link JobConfiguration} is mapped to shardcar's
+ * {@link JobConfig}; a {@code SimpleJob}'s {@code execute(ShardingContext)} is called once per
+ * item with ElasticJob's own {@link ShardingContext}, a {@code DataflowJob}'s
+ * {@code fetchData}/{@code processData} as ElasticJob's {@code DataflowJobExecutor} calls them
+ * (one-off, or streaming with the {@code streaming.process} property; see
+ * {@link DataflowHandler}).
  *
  * <pre>{@code
  * // before: new ScheduleJobBootstrap(registryCenter, new MyJob(), jobConfig).schedule();
@@ -53,15 +59,120 @@ public final class ElasticJobBridge {
     }
   }
 
+  /**
+   * Starts a worker for the sidecar named by {@code SHARDCAR_TARGET} (default
+   * {@code 127.0.0.1:50061}) and registers the dataflow {@code job} on it. Close the returned
+   * worker to stop.
+   *
+   * @throws ShardcarException when the configuration is invalid or the sidecar cannot be reached
+   */
+  public static ShardcarWorker run(DataflowJob<?> job, JobConfiguration config) {
+    return run(ShardcarWorker.builder().build(), job, config);
+  }
+
+  /**
+   * Registers the dataflow {@code job} on {@code worker} and returns the worker; on failure the
+   * worker is closed.
+   *
+   * @throws ShardcarException when the configuration is invalid or the sidecar cannot be reached
+   */
+  public static ShardcarWorker run(ShardcarWorker worker, DataflowJob<?> job, JobConfiguration config) {
+    try {
+      register(worker, job, config);
+      return worker;
+    } catch (RuntimeException e) {
+      worker.close();
+      throw e;
+    }
+  }
+
   /** Registers {@code job} with its ElasticJob configuration on an existing worker. */
   public static JobRegistration register(ShardcarWorker worker, SimpleJob job, JobConfiguration config) {
     return worker.register(toJobConfig(config), handler(job));
+  }
+
+  /**
+   * Registers the dataflow {@code job} with its ElasticJob configuration on an existing worker.
+   * Its {@code streaming.process} property (ElasticJob's
+   * {@code DataflowJobProperties.STREAM_PROCESS_KEY}) chooses one-off or streaming, as read from the
+   * job's effective configuration.
+   */
+  public static JobRegistration register(ShardcarWorker worker, DataflowJob<?> job, JobConfiguration config) {
+    return worker.register(toJobConfig(config), dataflowHandler(job));
+  }
+
+  /**
+   * Registers a {@link SimpleJob} or a {@link DataflowJob} (the job types of ElasticJob-Lite's
+   * class-based executors that shardcar runs).
+   *
+   * @throws IllegalArgumentException for any other kind of job
+   */
+  public static JobRegistration register(ShardcarWorker worker, ElasticJob job, JobConfiguration config) {
+    Objects.requireNonNull(job, "job");
+    if (job instanceof SimpleJob simple) {
+      return register(worker, simple, config);
+    }
+    if (job instanceof DataflowJob<?> dataflow) {
+      return register(worker, dataflow, config);
+    }
+    throw new IllegalArgumentException("job " + config.getJobName() + ": " + job.getClass().getName()
+        + " is neither a SimpleJob nor a DataflowJob; shardcar runs only those");
+  }
+
+  /**
+   * Registers a {@link SimpleJob} or a {@link DataflowJob} with a shardcar configuration (for
+   * example {@link #toJobConfig(JobConfiguration)}'s, with shardcar-only settings added such as
+   * {@code executionTimeoutSeconds}).
+   *
+   * @throws IllegalArgumentException for any other kind of job
+   */
+  public static JobRegistration register(ShardcarWorker worker, ElasticJob job, JobConfig config) {
+    Objects.requireNonNull(job, "job");
+    if (job instanceof SimpleJob simple) {
+      return worker.register(config, handler(simple));
+    }
+    if (job instanceof DataflowJob<?> dataflow) {
+      return worker.register(config, dataflowHandler(dataflow));
+    }
+    throw new IllegalArgumentException("job " + config.getJobName() + ": " + job.getClass().getName()
+        + " is neither a SimpleJob nor a DataflowJob; shardcar runs only those");
+  }
+
+  /** Whether {@code job} is of a kind the bridge runs: a {@link SimpleJob} or a {@link DataflowJob}. */
+  public static boolean isSupported(ElasticJob job) {
+    return job instanceof SimpleJob || job instanceof DataflowJob;
   }
 
   /** Calls {@code job.execute} with ElasticJob's {@link ShardingContext} for each item. */
   public static JobHandler handler(SimpleJob job) {
     Objects.requireNonNull(job, "job");
     return ctx -> job.execute(toShardingContext(ctx));
+  }
+
+  /**
+   * Calls {@code job.fetchData} and {@code job.processData} with ElasticJob's
+   * {@link ShardingContext}; register the result with
+   * {@link ShardcarWorker#register(JobConfig, DataflowHandler)} for ElasticJob's
+   * {@code DataflowJobExecutor} loop.
+   */
+  public static <T> DataflowHandler<T> dataflowHandler(DataflowJob<T> job) {
+    Objects.requireNonNull(job, "job");
+    return new DataflowHandler<T>() {
+      @Override
+      public List<T> fetch(io.shardcar.client.ShardingContext ctx) {
+        return job.fetchData(toShardingContext(ctx));
+      }
+
+      @Override
+      public void process(io.shardcar.client.ShardingContext ctx, List<T> data) {
+        job.processData(toShardingContext(ctx), data);
+      }
+
+      @Override
+      public String toString() {
+        return "DataflowHandler(" + job.getClass().getName() + ")";
+      }
+    };
   }
 
   /** ElasticJob's view of one item. */

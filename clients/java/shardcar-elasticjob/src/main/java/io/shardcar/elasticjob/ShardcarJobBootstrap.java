@@ -3,12 +3,14 @@ package io.shardcar.elasticjob;
 import io.shardcar.client.JobRegistration;
 import io.shardcar.client.ShardcarWorker;
 import java.util.Objects;
+import org.apache.shardingsphere.elasticjob.api.ElasticJob;
 import org.apache.shardingsphere.elasticjob.api.JobConfiguration;
-import org.apache.shardingsphere.elasticjob.simple.job.SimpleJob;
 
 /**
  * Drop-in for ElasticJob's {@code ScheduleJobBootstrap}: same shape ({@code schedule()},
- * {@code shutdown()}), but the registry center is replaced by a shardcar worker.
+ * {@code shutdown()}), but the registry center is replaced by a shardcar worker. The job is a
+ * {@code SimpleJob} or a {@code DataflowJob} (one-off, or streaming with the
+ * {@code streaming.process} property), as with ElasticJob's class-based executors.
  *
  * <pre>{@code
  * // before: new ScheduleJobBootstrap(registryCenter, new MyJob(), jobConfig).schedule();
@@ -18,25 +20,45 @@ import org.apache.shardingsphere.elasticjob.simple.job.SimpleJob;
 public final class ShardcarJobBootstrap implements AutoCloseable {
   private final ShardcarWorker worker;
   private final boolean ownsWorker;
-  private final SimpleJob job;
+  private final ElasticJob job;
   private final JobConfiguration config;
   private JobRegistration registration;
 
-  /** Uses a worker of its own for the sidecar named by {@code SHARDCAR_TARGET} (default {@code 127.0.0.1:50061}). */
-  public ShardcarJobBootstrap(SimpleJob job, JobConfiguration config) {
+  /**
+   * Uses a worker of its own for the sidecar named by {@code SHARDCAR_TARGET} (default {@code 127.0.0.1:50061}).
+   *
+   * @param job a {@code SimpleJob} or a {@code DataflowJob}
+   * @param config the job's ElasticJob configuration
+   * @throws IllegalArgumentException when the job is neither a {@code SimpleJob} nor a {@code DataflowJob}
+   */
+  public ShardcarJobBootstrap(ElasticJob job, JobConfiguration config) {
     this(ShardcarWorker.builder().build(), true, job, config);
   }
 
-  /** Uses a shared worker; {@link #shutdown()} then closes only this job's registration. */
-  public ShardcarJobBootstrap(ShardcarWorker worker, SimpleJob job, JobConfiguration config) {
+  /**
+   * Uses a shared worker; {@link #shutdown()} then closes only this job's registration.
+   *
+   * @param worker the worker to register on
+   * @param job a {@code SimpleJob} or a {@code DataflowJob}
+   * @param config the job's ElasticJob configuration
+   * @throws IllegalArgumentException when the job is neither a {@code SimpleJob} nor a {@code DataflowJob}
+   */
+  public ShardcarJobBootstrap(ShardcarWorker worker, ElasticJob job, JobConfiguration config) {
     this(worker, false, job, config);
   }
 
-  private ShardcarJobBootstrap(ShardcarWorker worker, boolean ownsWorker, SimpleJob job, JobConfiguration config) {
+  private ShardcarJobBootstrap(ShardcarWorker worker, boolean ownsWorker, ElasticJob job, JobConfiguration config) {
     this.worker = Objects.requireNonNull(worker, "worker");
     this.ownsWorker = ownsWorker;
     this.job = Objects.requireNonNull(job, "job");
     this.config = Objects.requireNonNull(config, "config");
+    if (!ElasticJobBridge.isSupported(job)) {
+      if (ownsWorker) {
+        worker.close();
+      }
+      throw new IllegalArgumentException("job " + config.getJobName() + ": " + job.getClass().getName()
+          + " is neither a SimpleJob nor a DataflowJob; shardcar runs only those");
+    }
   }
 
   /**

@@ -15,6 +15,9 @@ import java.util.List;
 import java.util.Map;
 import org.apache.shardingsphere.elasticjob.api.JobConfiguration;
 import org.apache.shardingsphere.elasticjob.api.ShardingContext;
+import org.apache.shardingsphere.elasticjob.api.ElasticJob;
+import org.apache.shardingsphere.elasticjob.dataflow.job.DataflowJob;
+import org.apache.shardingsphere.elasticjob.dataflow.props.DataflowJobProperties;
 import org.apache.shardingsphere.elasticjob.simple.job.SimpleJob;
 import org.junit.jupiter.api.Test;
 
@@ -100,5 +103,48 @@ class ElasticJobBridgeTest {
     IllegalStateException e = assertThrows(IllegalStateException.class, () -> ElasticJobBridge.handler(job)
         .execute(new io.shardcar.client.ShardingContext("j", "", 1, "", 0, "", "e", TriggerSource.CRON, 0, null)));
     assertEquals("boom", e.getMessage());
+  }
+
+  @Test
+  void theDataflowJobSeesElasticJobsShardingContextAndItsData() throws Exception {
+    List<String> calls = new ArrayList<>();
+    DataflowJob<Integer> job = new DataflowJob<>() {
+      @Override
+      public List<Integer> fetchData(ShardingContext ctx) {
+        calls.add("fetch " + ctx.getShardingItem() + " " + ctx.getShardingParameter());
+        return List.of(7, 8);
+      }
+
+      @Override
+      public void processData(ShardingContext ctx, List<Integer> data) {
+        calls.add("process " + ctx.getJobName() + " " + data);
+      }
+    };
+    io.shardcar.client.ShardingContext ctx = new io.shardcar.client.ShardingContext(
+        "orders", "t", 3, "p", 1, "Shanghai", "e-1", TriggerSource.CRON, 17, Instant.EPOCH);
+    io.shardcar.client.DataflowHandler<Integer> handler = ElasticJobBridge.dataflowHandler(job);
+    handler.process(ctx, handler.fetch(ctx));
+    assertEquals(List.of("fetch 1 Shanghai", "process orders [7, 8]"), calls);
+  }
+
+  @Test
+  void theStreamingPropertyTravelsWithTheOtherProps() {
+    JobConfig c = ElasticJobBridge.toJobConfig(JobConfiguration.newBuilder("j", 1)
+        .setProperty(DataflowJobProperties.STREAM_PROCESS_KEY, "true").build());
+    assertTrue(c.isStreamingProcess());
+    assertFalse(ElasticJobBridge.toJobConfig(JobConfiguration.newBuilder("j", 1).build()).isStreamingProcess());
+  }
+
+  @Test
+  void onlySimpleAndDataflowJobsAreRun() {
+    ElasticJob other = new ElasticJob() {};
+    assertFalse(ElasticJobBridge.isSupported(other));
+    assertTrue(ElasticJobBridge.isSupported((SimpleJob) ctx -> {}));
+    try (io.shardcar.client.ShardcarWorker worker =
+        io.shardcar.client.ShardcarWorker.builder().target("127.0.0.1:1").build()) {
+      IllegalArgumentException e = assertThrows(IllegalArgumentException.class,
+          () -> new ShardcarJobBootstrap(worker, other, JobConfiguration.newBuilder("j", 1).build()));
+      assertTrue(e.getMessage().contains("neither a SimpleJob nor a DataflowJob"), e.getMessage());
+    }
   }
 }

@@ -154,7 +154,13 @@ public final class SidecarProcess implements AutoCloseable {
   @Override
   public void close() {
     if (process != null && process.isAlive()) {
-      Processes.signal(process, "CONT");
+      try {
+        Processes.signal(process, "CONT");
+      } catch (IllegalStateException e) {
+        if (process.isAlive()) {
+          throw e;
+        } // it exited meanwhile (e.g. at the end of a drain): nothing to resume
+      }
     }
     Processes.kill(process);
   }

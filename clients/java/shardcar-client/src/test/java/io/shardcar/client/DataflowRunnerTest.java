@@ -1,0 +1,173 @@
+package io.shardcar.client;
+
+import static org.junit.jupiter.api.Assertions.assertEquals;
+import static org.junit.jupiter.api.Assertions.assertFalse;
+import static org.junit.jupiter.api.Assertions.assertSame;
+import static org.junit.jupiter.api.Assertions.assertThrows;
+import static org.junit.jupiter.api.Assertions.assertTrue;
+
+import java.time.Instant;
+import java.util.ArrayDeque;
+import java.util.ArrayList;
+import java.util.Deque;
+import java.util.List;
+import java.util.concurrent.atomic.AtomicBoolean;
+import java.util.concurrent.atomic.AtomicLong;
+import java.util.concurrent.atomic.AtomicReference;
+import org.junit.jupiter.api.Test;
+
+/** ElasticJob's {@code DataflowJobExecutor} loop as {@link DataflowRunner} runs it; needs no sidecar. */
+class DataflowRunnerTest {
+  private static final JobConfig ONE_OFF = JobConfig.newBuilder("df", 1).build();
+  private static final JobConfig STREAMING = JobConfig.newBuilder("df", 1).streamingProcess(true).build();
+
+  /** Hands out the given batches in order (then nothing), and records every call. */
+  static final class Batches implements DataflowHandler<String> {
+    final Deque<List<String>> batches = new ArrayDeque<>();
+    final List<String> calls = new ArrayList<>();
+    Runnable afterProcess = () -> {};
+
+    Batches(List<List<String>> batches) {
+      this.batches.addAll(batches);
+    }
+
+    @Override
+    public List<String> fetch(ShardingContext ctx) {
+      List<String> next = batches.isEmpty() ? List.of() : batches.poll();
+      calls.add("fetch" + next);
+      return next;
+    }
+
+    @Override
+    public void process(ShardingContext ctx, List<String> data) {
+      calls.add("process" + data);
+      afterProcess.run();
+    }
+  }
+
+  private final AtomicReference<JobConfig> config = new AtomicReference<>(ONE_OFF);
+  private final AtomicBoolean stopping = new AtomicBoolean();
+  private final AtomicLong epoch = new AtomicLong(3);
+  private final AtomicBoolean cancelled = new AtomicBoolean();
+
+  private ShardingContext context() {
+    ShardingContext ctx = new ShardingContext("df", "", 1, "", 0, "", "e-1", TriggerSource.MANUAL, 1, Instant.EPOCH);
+    ctx.attach(cancelled::get);
+    ctx.startEpoch(3);
+    return ctx;
+  }
+
+  private void run(DataflowHandler<String> handler) throws Exception {
+    new DataflowRunner<>(handler, config::get, stopping::get, epoch::get).execute(context());
+  }
+
+  @Test
+  void oneOffFetchesOnceAndProcessesWhatItGot() throws Exception {
+    Batches h = new Batches(List.of(List.of("a", "b"), List.of("c")));
+    run(h);
+    assertEquals(List.of("fetch[a, b]", "process[a, b]"), h.calls);
+  }
+
+  @Test
+  void oneOffWithNothingFetchedDoesNotProcess() throws Exception {
+    Batches h = new Batches(List.of(List.of()));
+    run(h);
+    assertEquals(List.of("fetch[]"), h.calls);
+  }
+
+  @Test
+  void aNullFetchIsNoData() throws Exception {
+    List<String> calls = new ArrayList<>();
+    config.set(STREAMING);
+    run(new DataflowHandler<String>() {
+      @Override
+      public List<String> fetch(ShardingContext ctx) {
+        calls.add("fetch");
+        return null;
+      }
+
+      @Override
+      public void process(ShardingContext ctx, List<String> data) {
+        calls.add("process");
+      }
+    });
+    assertEquals(List.of("fetch"), calls);
+  }
+
+  @Test
+  void streamingFetchesAndProcessesUntilAFetchReturnsNothing() throws Exception {
+    config.set(STREAMING);
+    Batches h = new Batches(List.of(List.of("a", "b"), List.of("c"), List.of(), List.of("never")));
+    run(h);
+    assertEquals(List.of("fetch[a, b]", "process[a, b]", "fetch[c]", "process[c]", "fetch[]"), h.calls);
+  }
+
+  @Test
+  void theStreamingPropertyIsReadLikeElasticJob() {
+    assertTrue(JobConfig.newBuilder("j", 1).prop(JobConfig.STREAMING_PROCESS, "TRUE").build().isStreamingProcess());
+    assertFalse(JobConfig.newBuilder("j", 1).prop(JobConfig.STREAMING_PROCESS, "yes").build().isStreamingProcess());
+    assertFalse(ONE_OFF.isStreamingProcess());
+    assertEquals("false", JobConfig.newBuilder("j", 1).streamingProcess(false).build().getProps().get("streaming.process"));
+  }
+
+  @Test
+  void aCancelledItemStopsBeforeItsNextFetch() throws Exception {
+    config.set(STREAMING);
+    Batches h = new Batches(List.of(List.of("a"), List.of("b"), List.of("c")));
+    h.afterProcess = () -> cancelled.set(true);
+    run(h);
+    assertEquals(List.of("fetch[a]", "process[a]"), h.calls);
+  }
+
+  @Test
+  void aWorkerShuttingDownStopsTheLoopBeforeItsNextFetch() throws Exception {
+    config.set(STREAMING);
+    Batches h = new Batches(List.of(List.of("a"), List.of("b"), List.of("c")));
+    h.afterProcess = () -> stopping.set(true);
+    run(h);
+    assertEquals(List.of("fetch[a]", "process[a]"), h.calls);
+  }
+
+  @Test
+  void aShardingChangeStopsTheLoopBeforeItsNextFetch() throws Exception {
+    config.set(STREAMING);
+    Batches h = new Batches(List.of(List.of("a"), List.of("b"), List.of("c")));
+    h.afterProcess = () -> epoch.incrementAndGet();
+    run(h);
+    assertEquals(List.of("fetch[a]", "process[a]"), h.calls);
+  }
+
+  @Test
+  void streamingTurnedOffInTheConfigurationStopsTheLoop() throws Exception {
+    config.set(STREAMING);
+    Batches h = new Batches(List.of(List.of("a"), List.of("b"), List.of("c")));
+    h.afterProcess = () -> config.set(ONE_OFF);
+    run(h);
+    assertEquals(List.of("fetch[a]", "process[a]"), h.calls);
+  }
+
+  @Test
+  void whatFetchOrProcessThrowsEndsTheItem() {
+    config.set(STREAMING);
+    IllegalStateException boom = new IllegalStateException("boom");
+    Batches h = new Batches(List.of(List.of("a"), List.of("b"), List.of("c")));
+    h.afterProcess = () -> {
+      if (h.calls.size() > 2) {
+        throw boom;
+      }
+    };
+    assertSame(boom, assertThrows(IllegalStateException.class, () -> run(h)));
+    assertEquals(List.of("fetch[a]", "process[a]", "fetch[b]", "process[b]"), h.calls);
+
+    DataflowHandler<String> failingFetch = new DataflowHandler<>() {
+      @Override
+      public List<String> fetch(ShardingContext ctx) throws Exception {
+        throw new java.io.IOException("source down");
+      }
+
+      @Override
+      public void process(ShardingContext ctx, List<String> data) {}
+    };
+    assertEquals("source down", assertThrows(java.io.IOException.class, () -> run(failingFetch)).getMessage());
+  }
+}
