@@ -97,9 +97,13 @@ def wait_sync(ctx: ShardingContext, release: str) -> None:
         return
     before = time.monotonic()  # before the print: the freeze may land while it is written
     emit(ev="working")
-    cancelled = False
-    while not cancelled and not released(release):  # the test freezes the process in here
-        cancelled = ctx.wait(STEP)
+    while True:  # the test freezes the process in here
+        # The file is looked at before the check, so that the check that ends the window
+        # comes after the freeze wherever in this loop it landed.
+        done = released(release)
+        cancelled = ctx.wait(0 if done else STEP)
+        if cancelled or done:
+            break
     emit(ev="check", gap=time.monotonic() - before, cancelled=cancelled)
     keep_checking(ctx)
 
@@ -110,10 +114,12 @@ async def wait_async(ctx: ShardingContext, release: str) -> None:
         return
     before = time.monotonic()  # before the print: the freeze may land while it is written
     emit(ev="working")
-    cancelled = False
     try:
-        while not cancelled and not released(release):  # the test freezes the process in here
-            cancelled = await ctx.wait_async(STEP)
+        while True:  # the test freezes the process in here
+            done = released(release)  # before the check, as in wait_sync
+            cancelled = await ctx.wait_async(0 if done else STEP)
+            if cancelled or done:
+                break
     except asyncio.CancelledError:
         # The worker cancelled the task first: the asyncio form of "cancelled".
         emit(ev="check", gap=time.monotonic() - before, cancelled="CancelledError")

@@ -10,10 +10,13 @@ Quick start::
         ...                                     # one call per item; raise to report failure
     worker.run()                                # blocks; Ctrl-C drains cleanly
 
+``@worker.dataflow(config, streaming=True)`` registers a dataflow job instead (ElasticJob's
+``DataflowJob``: ``fetch(ctx) -> list`` and ``process(ctx, data)``; see :mod:`shardcar.dataflow`).
 ``shardcar.aio.Worker`` is the asyncio twin (``async def`` handlers, ``await worker.run()``).
 """
 
 from .config import JobConfig, ShardingStrategy
+from .dataflow import STREAMING_PROCESS_KEY, AsyncDataflowJob, DataflowJob
 from .errors import (
     AnswerRejectedError,
     AnswerTransportError,
@@ -50,6 +53,9 @@ __all__ = [
     "Handler",
     "JobConfig",
     "ShardingStrategy",
+    "DataflowJob",
+    "AsyncDataflowJob",
+    "STREAMING_PROCESS_KEY",
     "ShardingContext",
     "TriggerSource",
     "ShardItem",

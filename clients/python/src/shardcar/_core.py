@@ -392,6 +392,18 @@ class ProtocolCore:
         with self._lock:
             return self._lease_end(*self._now()) is not None
 
+    @property
+    def winding_down(self) -> Optional[str]:
+        """Why no new work starts on the current stream (the worker was asked to stop, or the
+        sidecar sent ``Shutdown``), or ``None``. Running items are still to finish and be
+        answered; a streaming dataflow item stops fetching."""
+        with self._lock:
+            if self._stopping:
+                return "the worker is stopping"
+            if self._shutdown:
+                return "the sidecar sent Shutdown"
+            return None
+
     def running(self) -> int:
         """How many handlers have been started and not returned."""
         with self._lock:

@@ -9,6 +9,8 @@ how things run: threads and blocking calls, or tasks and ``await``.
 
 from __future__ import annotations
 
+import threading
+from collections import OrderedDict
 from typing import (
     Any,
     Callable,
@@ -37,8 +39,17 @@ from ._common import (
 from ._core import Output, ProtocolCore, ReconnectPolicy
 from ._proto import shardcar_pb2 as pb
 from ._tracing import item_tracer, no_span
+from .config import JobConfig
 from .errors import ShardcarError, from_rpc_error
-from .events import Assignment, Event, Lease, Registered, ShardingContext, event_from_proto
+from .events import (
+    Assignment,
+    Event,
+    Lease,
+    Registered,
+    ShardingContext,
+    Trigger,
+    event_from_proto,
+)
 
 H = TypeVar("H")  # a handler: sync or async
 AssignmentCallback = Callable[[Assignment], object]
@@ -180,14 +191,22 @@ class WorkerBase(Generic[H]):
         """
 
         def register(handler: H) -> H:
-            name = job_name_of(config)
-            if any(r.job_name == name for r in self._jobs):
-                raise ValueError(f"job {name!r} already has a handler on this worker")
-            concurrency = max_concurrency or self.max_concurrency
-            self._jobs.append(self._runner(config, handler, overwrite, concurrency))
+            self._register(config, handler, overwrite, max_concurrency)
             return handler
 
         return register
+
+    def _register(
+        self, config: JobSpec, handler: H, overwrite: bool, max_concurrency: Optional[int]
+    ) -> Any:
+        """Adds a job's runner (one handler per job and worker); returns the runner."""
+        name = job_name_of(config)
+        if any(r.job_name == name for r in self._jobs):
+            raise ValueError(f"job {name!r} already has a handler on this worker")
+        concurrency = max_concurrency or self.max_concurrency
+        runner = self._runner(config, handler, overwrite, concurrency)
+        self._jobs.append(runner)
+        return runner
 
     def on_assignment(self, callback: AssignmentCallback) -> AssignmentCallback:
         """Decorator: ``callback(assignment)`` runs on every ``Assignment`` of every job (the
@@ -247,10 +266,57 @@ class RunnerBase(Generic[H]):
             ),
         )
 
+        # What the stream said about the job, for handlers that ask (dataflow jobs): the
+        # effective config of the latest ``Registered``, the latest ``Assignment`` of the
+        # current stream, and the one each trigger arrived under. Written by the stream thread
+        # or task only (``_observe``), read by handlers.
+        self._effective_config: Optional[JobConfig] = None
+        self._assignment: Optional[Assignment] = None
+        self._trigger_assignments: "OrderedDict[str, Optional[Assignment]]" = OrderedDict()
+        self._observed = threading.Lock()
+
     @property
     def fatal(self) -> Optional[ShardcarError]:
         """The error this job stopped with, if any."""
         return self.core.stop_error
+
+    @property
+    def effective_config(self) -> Optional[JobConfig]:
+        """The job's config as the sidecar last reported it (``Registered``: ZooKeeper's when
+        the job already existed); ``None`` before the first registration."""
+        return self._effective_config
+
+    def _observe(self, event: Event) -> None:
+        """Notes what an event of the current stream says about the job; the drivers call it
+        for every event, in order, before the core sees it."""
+        with self._observed:
+            if isinstance(event, Registered):
+                if event.config is not None:
+                    self._effective_config = event.config
+                self._assignment = None  # a new stream: its own assignments follow
+            elif isinstance(event, Assignment):
+                self._assignment = event
+            elif isinstance(event, Trigger):
+                self._trigger_assignments[event.execution_id] = self._assignment
+                while len(self._trigger_assignments) > _TRIGGER_ASSIGNMENTS_KEPT:
+                    self._trigger_assignments.popitem(last=False)
+
+    def handed_over(self, ctx: ShardingContext) -> bool:
+        """Whether an ``Assignment`` since ``ctx``'s trigger arrived took its item from this
+        instance (ElasticJob's ``isNeedSharding``, for a sidecar that reshards at once instead
+        of at the next fire): the latest one does not hold the item, and either the one the
+        trigger came under did, or the sharding changed since (another epoch: for an item run
+        for another instance, a failover, which no assignment of this instance holds)."""
+        with self._observed:
+            latest = self._assignment
+            if latest is None or ctx.execution_id not in self._trigger_assignments:
+                return False
+            if ctx.sharding_item in latest.item_numbers:
+                return False
+            then = self._trigger_assignments[ctx.execution_id]
+            if then is None:
+                return True
+            return ctx.sharding_item in then.item_numbers or latest.epoch != then.epoch
 
     def _perform(self, outputs: List[Output]) -> None:
         raise NotImplementedError
@@ -265,6 +331,10 @@ class RunnerBase(Generic[H]):
         outputs, cancelled, lease_left = self.core.check(ctx.execution_id, ctx.sharding_item)
         self._perform(outputs)
         return cancelled, lease_left
+
+
+# How many triggers' assignments a runner remembers (far more than can run at once).
+_TRIGGER_ASSIGNMENTS_KEPT = 4096
 
 
 def rpc_status(err: BaseException) -> Tuple[str, str]:

@@ -15,7 +15,19 @@ import functools
 import signal
 import threading
 import time
-from typing import Any, AsyncIterator, Awaitable, Callable, Dict, List, Optional, Sequence, Set, Tuple
+from typing import (
+    Any,
+    AsyncIterator,
+    Awaitable,
+    Callable,
+    Dict,
+    List,
+    Optional,
+    Sequence,
+    Set,
+    Tuple,
+    TypeVar,
+)
 
 import grpc
 import grpc.aio
@@ -24,13 +36,15 @@ from ._common import JobSpec, answer_request, channel_options, failure_text, log
 from ._core import AnswerCall, CancelItem, Outcome, Output, Reconnect, SendCall, StartItem
 from ._driver import AssignmentCallback, RunnerBase, SubscriptionBase, WorkerBase, rpc_status
 from ._proto import shardcar_pb2_grpc as pb_grpc
+from .dataflow import AsyncDataflow, AsyncDataflowJob, AsyncJobLike, with_streaming
 from .errors import ShardcarError
 from .events import Assignment, Event, ShardingContext
 
-__all__ = ["Worker", "Subscription", "AsyncHandler"]
+__all__ = ["Worker", "Subscription", "AsyncHandler", "AsyncDataflowJob"]
 
 AsyncHandler = Callable[[ShardingContext], Awaitable[None]]
 Key = Tuple[str, int]
+AsyncDataflowJobT = TypeVar("AsyncDataflowJobT", bound=AsyncJobLike)
 
 
 class Subscription(SubscriptionBase):
@@ -113,6 +127,28 @@ class Worker(WorkerBase[AsyncHandler]):
         """Opens a raw event stream for ``job`` (no handlers, no reconnect, leases not enforced)."""
         request = self._subscribe_request(job, overwrite)
         return Subscription(self._ensure_channel(), request, self.target, self.answer_timeout)
+
+    def dataflow(
+        self,
+        config: JobSpec,
+        *,
+        streaming: Optional[bool] = None,
+        overwrite: bool = False,
+        max_concurrency: Optional[int] = None,
+    ) -> Callable[[AsyncDataflowJobT], AsyncDataflowJobT]:
+        """Decorator: a dataflow job with ``async def fetch(ctx)`` and ``async def
+        process(ctx, data)``; the same semantics as :meth:`shardcar.Worker.dataflow`. A
+        cancelled item's task is also cancelled (``asyncio.CancelledError`` at its next
+        ``await``)."""
+        spec = with_streaming(config, streaming)
+
+        def register(job: AsyncDataflowJobT) -> AsyncDataflowJobT:
+            handler = AsyncDataflow(job, streaming)
+            runner = self._register(spec, handler, overwrite, max_concurrency)
+            handler.bind(runner)
+            return job
+
+        return register
 
     async def run(self, *, handle_signals: bool = True) -> None:
         """Runs every job until :meth:`stop`, SIGINT or SIGTERM (then drains), like the sync one.
@@ -280,6 +316,7 @@ class _JobRunner(RunnerBase[AsyncHandler]):
                 outputs: List[Output] = []
                 try:
                     async for event in sub:
+                        self._observe(event)
                         self._perform(self.core.on_event(event))
                         if isinstance(event, Assignment):
                             await self._assigned(event)

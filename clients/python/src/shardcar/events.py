@@ -266,11 +266,15 @@ class ShardingContext:
         """
         end = None if timeout is None else time.monotonic() + max(0.0, timeout)
         while True:
+            # The clock is read before the lease is checked, never after: a pause (SIGSTOP)
+            # between the two is then seen by the check, instead of ending the wait with
+            # False on a check made before it.
+            now = time.monotonic()
             cancelled, step = self._poll()
             if cancelled:
                 return True
             if end is not None:
-                remaining = end - time.monotonic()
+                remaining = end - now
                 if remaining <= 0:
                     return False
                 step = min(step, remaining)
@@ -297,11 +301,12 @@ class ShardingContext:
         try:
             end = None if timeout is None else time.monotonic() + max(0.0, timeout)
             while True:
+                now = time.monotonic()  # before the check, as in wait()
                 cancelled, step = self._poll()
                 if cancelled:
                     return True
                 if end is not None:
-                    remaining = end - time.monotonic()
+                    remaining = end - now
                     if remaining <= 0:
                         return False
                     step = min(step, remaining)

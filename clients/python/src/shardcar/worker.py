@@ -17,7 +17,7 @@ import functools
 import signal
 import threading
 import time
-from typing import Any, Callable, Dict, Iterator, List, Optional, Sequence
+from typing import Any, Callable, Dict, Iterator, List, Optional, Sequence, TypeVar
 
 import grpc
 
@@ -25,6 +25,7 @@ from ._common import JobSpec, answer_request, channel_options, failure_text, log
 from ._core import AnswerCall, Outcome, Output, Reconnect, SendCall, StartItem, Stop
 from ._driver import RunnerBase, SubscriptionBase, WorkerBase, rpc_status
 from ._proto import shardcar_pb2_grpc as pb_grpc
+from .dataflow import SyncDataflow, SyncJobLike, with_streaming
 from .errors import ShardcarError
 from .events import Assignment, Event, ShardingContext
 
@@ -32,6 +33,7 @@ __all__ = ["Worker", "Subscription", "Handler"]
 
 Handler = Callable[[ShardingContext], None]
 AssignmentCallback = Callable[[Assignment], None]
+DataflowJobT = TypeVar("DataflowJobT", bound=SyncJobLike)
 
 
 class Subscription(SubscriptionBase):
@@ -134,6 +136,37 @@ class Worker(WorkerBase[Handler]):
         """Opens a raw event stream for ``job`` (no handlers, no reconnect, leases not enforced)."""
         request = self._subscribe_request(job, overwrite)
         return Subscription(self._stub, request, self.target, self.answer_timeout)
+
+    def dataflow(
+        self,
+        config: JobSpec,
+        *,
+        streaming: Optional[bool] = None,
+        overwrite: bool = False,
+        max_concurrency: Optional[int] = None,
+    ) -> Callable[[DataflowJobT], DataflowJobT]:
+        """Decorator: a dataflow job (ElasticJob's ``DataflowJob``), an object or a class (made
+        once, without arguments) with ``fetch(ctx) -> list`` and ``process(ctx, data)``, runs
+        for every item of every trigger of this job.
+
+        One-off: ``fetch`` once, ``process`` the data if there is any. Streaming (the job prop
+        ``streaming.process`` is ``"true"``): ``process`` and ``fetch`` again while ``fetch``
+        returns data and the item is still eligible: not cancelled (revoke, lease lapse, stream
+        lost), the worker not stopping, no ``Shutdown``, the item not handed over by a
+        resharding. The loop's end by itself is ``Complete``; ``fetch`` or ``process`` raising
+        is ``ReportFailure``; a cancelled item is declined. ``streaming`` writes the prop into
+        ``config`` (``None``: leave it as it is); the job's effective config (ZooKeeper's, when
+        it existed) decides. See :mod:`shardcar.dataflow`.
+        """
+        spec = with_streaming(config, streaming)
+
+        def register(job: DataflowJobT) -> DataflowJobT:
+            handler = SyncDataflow(job, streaming)
+            runner = self._register(spec, handler, overwrite, max_concurrency)
+            handler.bind(runner)
+            return job
+
+        return register
 
     # -- running --------------------------------------------------------------------------------
     def run(self, *, handle_signals: bool = True) -> None:
@@ -289,6 +322,7 @@ class _JobRunner(RunnerBase[Handler]):
             outputs: List[Output] = []
             try:
                 for event in sub:
+                    self._observe(event)
                     self._perform(self.core.on_event(event))
                     if isinstance(event, Assignment):
                         self._assigned(event)
