@@ -8,7 +8,8 @@ import java.util.List;
  * {@link #process} with it. Register it with {@link ShardcarWorker#register(JobConfig, DataflowHandler)}.
  *
  * <p>Two modes, chosen by the job's {@code streaming.process} property
- * ({@link JobConfig#STREAMING_PROCESS}) in the configuration the sidecar uses:
+ * ({@link JobConfig#STREAMING_PROCESS}) in the configuration the sidecar uses, read when each item
+ * starts:
  *
  * <ul>
  *   <li><b>one-off</b> (the default): fetch once; process the data if there is any (a null or
@@ -16,14 +17,16 @@ import java.util.List;
  *   <li><b>streaming</b> ({@code streaming.process=true}): fetch, process, and fetch again as long
  *       as a fetch returns data; the item is complete when a fetch returns none. Before each
  *       further fetch the worker checks that the item may go on, and ends the loop when it may
- *       not: the item was revoked, the lease ran out, the stream was lost or replaced (the
- *       execution is void; the item is declined, never answered), the sharding changed since
- *       the item started (ElasticJob's {@code isNeedSharding}: the item is complete and the next
- *       trigger runs under the new sharding), the worker is shutting down (the item is complete),
- *       or the job's configuration no longer has {@code streaming.process=true}.
+ *       not: the item was cancelled (revoked, the lease ran out, the stream was lost or replaced,
+ *       the shutdown grace period is over: the item is declined, never answered), the worker is
+ *       shutting down or the sidecar sent {@code Shutdown} (the item is complete), or an
+ *       assignment received since the trigger no longer holds the item (a resharding took it:
+ *       another instance joined, {@code DisableJob}; ElasticJob's {@code isNeedSharding}; the item
+ *       is complete). An item a resharding left to this instance goes on streaming.
  * </ul>
  *
- * <p>A {@code fetch} or {@code process} that throws ends the item: it is reported failed
+ * <p>Data fetched after the item was cancelled is not processed: the item ends and is declined.
+ * A {@code fetch} or {@code process} that throws ends the item: it is reported failed
  * ({@code ReportFailure}) with the exception's text, unless the item was cancelled (then it is
  * declined). Like {@link JobHandler}, both run on an item thread that is interrupted when the item
  * is cancelled; long calls should stop on {@link InterruptedException} or check

@@ -94,6 +94,8 @@ public final class JobRegistration implements AutoCloseable {
   private volatile String instanceId = "";
   private volatile JobConfig effectiveConfig;
   private volatile Assignment assignment = Assignment.NONE;
+  /** The latest assignment of the current stream; null until its first (each stream gets its own). */
+  private volatile Assignment streamAssignment;
   private volatile ShardcarException failure;
 
   JobRegistration(
@@ -216,6 +218,30 @@ public final class JobRegistration implements AutoCloseable {
     synchronized (lock) {
       return protocol.isDecliningWork();
     }
+  }
+
+  /**
+   * Whether an assignment received since {@code ctx}'s trigger took its item from this instance
+   * (ElasticJob's {@code isNeedSharding}, for a sidecar that reshards at once rather than at the next
+   * fire): the current stream's latest assignment does not hold the item, and either the one the
+   * trigger came under did (a second instance joined, {@code DisableJob}, ...), or the sharding
+   * changed since (another epoch: for an item this instance does not own, a failover item). False
+   * for a context this registration did not start, and before the current stream's first assignment.
+   */
+  boolean handedOver(ShardingContext ctx) {
+    return handedOver(ctx.getShardingItem(), ctx.startAssignment(), streamAssignment);
+  }
+
+  /**
+   * {@link #handedOver(ShardingContext)}: {@code then} is the assignment {@code item}'s trigger came
+   * under ({@link Assignment#NONE} if none had arrived on its stream, null for an item not started
+   * by a registration), {@code latest} the current stream's latest (null before its first).
+   */
+  static boolean handedOver(int item, Assignment then, Assignment latest) {
+    if (then == null || latest == null || latest.itemNumbers().contains(item)) {
+      return false;
+    }
+    return then.itemNumbers().contains(item) || latest.epoch() != then.epoch();
   }
 
   /**
@@ -433,7 +459,9 @@ public final class JobRegistration implements AutoCloseable {
   private void startItem(ItemKey key, ShardingContext ctx) {
     ItemRun run = new ItemRun(key, ctx);
     ctx.attach(() -> isCancelled(key));
-    ctx.startEpoch(assignment.epoch()); // on the event thread, after every assignment received before the trigger
+    // On the event thread, after every assignment the stream delivered before the trigger.
+    Assignment current = streamAssignment;
+    ctx.startAssignment(current != null ? current : Assignment.NONE);
     runs.put(key, run);
     try {
       items.execute(() -> runItem(run));
@@ -502,6 +530,7 @@ public final class JobRegistration implements AutoCloseable {
 
   private void observe(RegistrationState.Notice notice) {
     if (notice instanceof RegistrationState.Registered r) {
+      streamAssignment = null; // a new stream: its own assignments follow
       instanceId = r.registered().getInstanceId();
       if (r.registered().hasConfig()) {
         try {
@@ -520,6 +549,7 @@ public final class JobRegistration implements AutoCloseable {
     } else if (notice instanceof RegistrationState.Assigned a) {
       Assignment now = ProtoMapping.fromProto(a.assignment());
       assignment = now;
+      streamAssignment = now;
       notify(() -> listener.onAssignment(jobName, now));
       firstRegistration.complete(null); // register() returns once the current assignment is known
     } else if (notice instanceof RegistrationState.ShutdownReceived s) {

@@ -84,8 +84,6 @@ public final class ShardcarWorker implements AutoCloseable {
     NEVER
   }
 
-  private static final System.Logger LOG = System.getLogger(ShardcarWorker.class.getName());
-
   /** Held so that the level set on it is not lost to garbage collection. */
   private static final Logger NETTY_BOOTSTRAP_LOG =
       Logger.getLogger("io.grpc.netty.shaded.io.netty.bootstrap.Bootstrap");
@@ -236,18 +234,18 @@ public final class ShardcarWorker implements AutoCloseable {
   private <T> JobRegistration doRegisterDataflow(
       String jobName, JobConfig config, DataflowHandler<T> handler, Boolean streaming) {
     Objects.requireNonNull(handler, "handler");
-    JobRegistration registration = registerWith(jobName, config, self -> new DataflowRunner<>(
-        handler,
-        () -> self.get().getEffectiveConfig(),
-        () -> self.get().isStopping(),
-        () -> self.get().getAssignment().epoch()));
-    boolean effective = registration.getEffectiveConfig().isStreamingProcess();
-    if (streaming != null && streaming != effective) {
-      LOG.log(System.Logger.Level.WARNING,
-          "job {0}: registered with {1}={2}, but the job''s stored configuration says {3} and wins "
-              + "(set overwrite to replace it)",
-          jobName, JobConfig.STREAMING_PROCESS, streaming, effective);
-    }
+    AtomicReference<DataflowRunner<T>> runner = new AtomicReference<>();
+    JobRegistration registration = registerWith(jobName, config, self -> {
+      runner.set(new DataflowRunner<>(
+          jobName,
+          handler,
+          () -> self.get().getEffectiveConfig(),
+          streaming,
+          () -> self.get().isStopping(),
+          ctx -> self.get().handedOver(ctx)));
+      return runner.get();
+    });
+    runner.get().streaming(); // warns now if the stored streaming.process differs from the explicit one
     return registration;
   }
 

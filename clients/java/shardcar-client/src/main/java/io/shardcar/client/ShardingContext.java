@@ -23,8 +23,12 @@ public final class ShardingContext {
   private final String traceparent;
   private final String tracestate;
   private volatile BooleanSupplier cancellation;
-  /** The registration's assignment epoch when the worker started this item; -1 when not started by a worker. */
-  private volatile long startEpoch = -1;
+  /**
+   * The latest assignment of the stream that delivered this item's trigger, when the worker started
+   * it ({@link Assignment#NONE} when none had arrived on that stream yet); null when not started by
+   * a worker.
+   */
+  private volatile Assignment startAssignment;
 
   /** A context without trace context (empty {@code traceparent} and {@code tracestate}). */
   public ShardingContext(
@@ -153,13 +157,13 @@ public final class ShardingContext {
     this.cancellation = cancellation;
   }
 
-  /** Set by the worker when it starts the item: the sharding epoch it runs under. */
-  void startEpoch(long epoch) {
-    this.startEpoch = epoch;
+  /** Set by the worker when it starts the item: the assignment its trigger came under. */
+  void startAssignment(Assignment assignment) {
+    this.startAssignment = assignment;
   }
 
-  long startEpoch() {
-    return startEpoch;
+  Assignment startAssignment() {
+    return startAssignment;
   }
 
   @Override

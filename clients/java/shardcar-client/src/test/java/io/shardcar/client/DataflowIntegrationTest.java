@@ -28,6 +28,8 @@ import java.util.function.Function;
 import org.junit.jupiter.api.Tag;
 import org.junit.jupiter.api.Test;
 import org.junit.jupiter.api.Timeout;
+import org.junit.jupiter.params.ParameterizedTest;
+import org.junit.jupiter.params.provider.ValueSource;
 
 /**
  * Dataflow jobs ({@link DataflowHandler}) against a real standalone sidecar: ElasticJob's one-off
@@ -325,6 +327,25 @@ class DataflowIntegrationTest {
   }
 
   @Test
+  void dataFetchedAfterARevokeIsNotProcessedAndTheItemIsDeclined() {
+    Flow flow = new Flow(ctx -> {
+      awaitInHandler("the revoke", ctx::isCancelled);
+      return List.of("fetched after the revoke");
+    });
+    try (Rig rig = new Rig(List.of())) {
+      rig.worker.register(job("df-late-data", 1).executionTimeoutSeconds(1).build(), flow);
+      String execution = rig.triggerNewExecution("df-late-data", flow);
+      Recorder.Event declined = rig.recorder.await("the item given back", WAIT,
+          e -> e.kind().equals("Declined") && execution.equals(e.executionId()));
+      assertTrue(declined.text().contains("revoked"), declined.toString());
+      assertEquals(1, flow.fetchCount(execution, 0));
+      assertTrue(flow.processed.isEmpty(), "nothing processed: " + flow.processed);
+      assertTrue(rig.recorder.events("Answered").stream().noneMatch(e -> execution.equals(e.executionId())),
+          "a revoked item is never answered: " + rig.recorder.events());
+    }
+  }
+
+  @Test
   void aLostLeaseStopsTheStreamingLoopBeforeItsNextFetch() {
     CountDownLatch processing = new CountDownLatch(1);
     Flow flow = new Flow(ctx -> List.of("endless"));
@@ -354,32 +375,82 @@ class DataflowIntegrationTest {
     }
   }
 
-  @Test
-  void aReshardingEndsTheStreamingLoopLikeElasticJobsIsNeedSharding() {
-    CountDownLatch resharded = new CountDownLatch(1);
-    AtomicInteger processing = new AtomicInteger();
+  /**
+   * ElasticJob's streaming loop ends when a resharding is due; shardcar reshards at once, so the
+   * loop ends before the next fetch once an assignment no longer holds the item: a second worker
+   * joining takes one of two items, or {@code DisableJob} takes both (the epoch stays the same).
+   * An item taken away is answered {@code Complete} (it stopped by itself, its batches were
+   * processed); an item kept goes on fetching until the worker closes (a drain), and is then
+   * answered {@code Complete} too.
+   */
+  @ParameterizedTest
+  @ValueSource(strings = {"second-worker", "disable-job"})
+  void aReshardingStopsFetchingTheItemsItTookAwayAndOnlyThose(String how) {
+    String job = "df-handover-" + how;
     Flow flow = new Flow(ctx -> List.of("endless"));
-    flow.onProcess = (ctx, data) -> {
-      processing.incrementAndGet();
-      awaitLatch(resharded);
-    };
+    flow.onProcess = (ctx, data) -> java.util.concurrent.locks.LockSupport.parkNanos(
+        TimeUnit.MILLISECONDS.toNanos(20));
     try (Rig rig = new Rig(List.of())) {
-      JobRegistration a = rig.worker.register(job("df-reshard", 2).streamingProcess(true).build(), flow);
-      String execution = rig.triggerNewExecution("df-reshard", flow);
-      awaitCondition("both items processing", () -> processing.get() >= 2);
-      long epoch = a.getAssignment().epoch();
-      // A second instance joins: the sidecar reshards, and worker-a gets a new assignment.
+      JobRegistration a = rig.worker.register(job(job, 2).streamingProcess(true).build(), flow);
+      String execution = rig.triggerNewExecution(job, flow);
+      awaitCondition("both items to stream",
+          () -> flow.fetchCount(execution, 0) >= 2 && flow.fetchCount(execution, 1) >= 2);
+      Assignment before = a.getAssignment();
+      assertEquals(Set.of(0, 1), before.itemNumbers(), before.toString());
       Recorder other = new Recorder();
-      try (ShardcarWorker b = rig.worker("worker-b", other)) {
-        b.register("df-reshard", new Flow());
-        rig.recorder.await("worker-a's new assignment", WAIT,
-            e -> e.kind().equals("Assignment") && e.assignment().epoch() > epoch);
-        resharded.countDown();
-        // Both items end after their current process; answered (the sidecar may refuse the one handed over).
+      ShardcarWorker b = null;
+      try {
+        if (how.equals("second-worker")) {
+          b = rig.worker("worker-b", other);
+          b.register(job, new Flow());
+        } else {
+          rig.admin.disableJob(job);
+        }
+        int keep = how.equals("second-worker") ? 1 : 0;
+        Assignment moved = rig.recorder.await("the resharding to reach worker-a", WAIT,
+            e -> e.kind().equals("Assignment") && e.assignment().epoch() >= before.epoch()
+                && e.assignment().itemNumbers().size() == keep).assignment();
+        if (how.equals("disable-job")) {
+          assertEquals(before.epoch(), moved.epoch(), "DisableJob keeps the epoch: " + moved);
+        }
+        // The handover is visible to the loops before the listener hears of the assignment.
+        Map<Integer, Integer> fetchedThen = Map.of(
+            0, flow.fetchCount(execution, 0), 1, flow.fetchCount(execution, 1));
+        Set<Integer> kept = moved.itemNumbers();
+        for (int item : kept) {
+          awaitCondition("the kept item " + item + " to go on streaming",
+              () -> flow.fetchCount(execution, item) >= fetchedThen.get(item) + 5);
+        }
+        for (int item : Set.of(0, 1)) {
+          if (kept.contains(item)) {
+            continue;
+          }
+          Recorder.Event answered = rig.recorder.await("the lost item " + item + " answered", WAIT,
+              e -> e.kind().equals("Answered") && execution.equals(e.executionId()) && e.item() == item);
+          assertNull(answered.text(), "the loop ended by itself: " + answered);
+          assertNull(answered.error(), "the sidecar accepted it: " + answered);
+          // The iteration under way when the assignment came may finish; no further fetch.
+          assertTrue(flow.fetchCount(execution, item) <= fetchedThen.get(item) + 1,
+              "item " + item + " fetched " + flow.fetchCount(execution, item) + " times, "
+                  + fetchedThen.get(item) + " when it was handed over");
+        }
+        rig.worker.close(); // a drain: the kept item's loop ends before its next fetch
         List<Recorder.Event> answers = rig.awaitAnswered(execution, 2);
-        answers.forEach(e -> assertNull(e.text(), "the loop ended normally: " + e));
-        assertEquals(1, flow.fetchCount(execution, 0), "no fetch after the resharding");
-        assertEquals(1, flow.fetchCount(execution, 1), "no fetch after the resharding");
+        answers.forEach(e -> {
+          assertNull(e.text(), "completed: " + e);
+          assertNull(e.error(), "the sidecar accepted it: " + e);
+        });
+        ExecutionInfo info = rig.admin.awaitExecution(job, "the execution", WAIT,
+            e -> e.getExecutionId().equals(execution));
+        assertEquals(ExecutionOutcome.EXECUTION_OUTCOME_COMPLETED, info.getOutcome(), info.toString());
+        info.getItemResultsList().forEach(r ->
+            assertEquals(ExecutionOutcome.EXECUTION_OUTCOME_COMPLETED, r.getOutcome(), info.toString()));
+        assertEquals(2, info.getItemResultsCount(), info.toString());
+        assertTrue(rig.recorder.events("Cancelled").isEmpty(), "nothing cancelled: " + rig.recorder.events());
+      } finally {
+        if (b != null) {
+          b.close();
+        }
       }
     }
   }

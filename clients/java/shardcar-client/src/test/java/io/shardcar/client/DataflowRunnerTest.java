@@ -11,8 +11,9 @@ import java.util.ArrayDeque;
 import java.util.ArrayList;
 import java.util.Deque;
 import java.util.List;
+import java.util.Map;
+import java.util.TreeMap;
 import java.util.concurrent.atomic.AtomicBoolean;
-import java.util.concurrent.atomic.AtomicLong;
 import java.util.concurrent.atomic.AtomicReference;
 import org.junit.jupiter.api.Test;
 
@@ -26,6 +27,7 @@ class DataflowRunnerTest {
     final Deque<List<String>> batches = new ArrayDeque<>();
     final List<String> calls = new ArrayList<>();
     Runnable afterProcess = () -> {};
+    Runnable afterFetch = () -> {};
 
     Batches(List<List<String>> batches) {
       this.batches.addAll(batches);
@@ -35,6 +37,7 @@ class DataflowRunnerTest {
     public List<String> fetch(ShardingContext ctx) {
       List<String> next = batches.isEmpty() ? List.of() : batches.poll();
       calls.add("fetch" + next);
+      afterFetch.run();
       return next;
     }
 
@@ -47,18 +50,30 @@ class DataflowRunnerTest {
 
   private final AtomicReference<JobConfig> config = new AtomicReference<>(ONE_OFF);
   private final AtomicBoolean stopping = new AtomicBoolean();
-  private final AtomicLong epoch = new AtomicLong(3);
+  private final AtomicBoolean handedOver = new AtomicBoolean();
   private final AtomicBoolean cancelled = new AtomicBoolean();
 
   private ShardingContext context() {
     ShardingContext ctx = new ShardingContext("df", "", 1, "", 0, "", "e-1", TriggerSource.MANUAL, 1, Instant.EPOCH);
     ctx.attach(cancelled::get);
-    ctx.startEpoch(3);
     return ctx;
   }
 
   private void run(DataflowHandler<String> handler) throws Exception {
-    new DataflowRunner<>(handler, config::get, stopping::get, epoch::get).execute(context());
+    run(handler, null);
+  }
+
+  private void run(DataflowHandler<String> handler, Boolean explicit) throws Exception {
+    new DataflowRunner<>("df", handler, config::get, explicit, stopping::get, ctx -> handedOver.get())
+        .execute(context());
+  }
+
+  private static Assignment assignment(long epoch, Integer... items) {
+    Map<Integer, String> map = new TreeMap<>();
+    for (Integer item : items) {
+      map.put(item, "");
+    }
+    return new Assignment(new TreeMap<>(map), false, epoch);
   }
 
   @Test
@@ -129,21 +144,77 @@ class DataflowRunnerTest {
   }
 
   @Test
-  void aShardingChangeStopsTheLoopBeforeItsNextFetch() throws Exception {
+  void dataFetchedAfterACancelIsNotProcessed() throws Exception {
+    config.set(STREAMING);
+    Batches streaming = new Batches(List.of(List.of("a"), List.of("b"), List.of("c")));
+    streaming.afterFetch = () -> cancelled.set(streaming.calls.size() >= 3); // during the second fetch
+    run(streaming);
+    assertEquals(List.of("fetch[a]", "process[a]", "fetch[b]"), streaming.calls);
+
+    cancelled.set(false);
+    config.set(ONE_OFF);
+    Batches oneOff = new Batches(List.of(List.of("a")));
+    oneOff.afterFetch = () -> cancelled.set(true);
+    run(oneOff);
+    assertEquals(List.of("fetch[a]"), oneOff.calls);
+  }
+
+  @Test
+  void anItemAReshardingTookAwayStopsBeforeItsNextFetch() throws Exception {
     config.set(STREAMING);
     Batches h = new Batches(List.of(List.of("a"), List.of("b"), List.of("c")));
-    h.afterProcess = () -> epoch.incrementAndGet();
+    h.afterProcess = () -> handedOver.set(true);
     run(h);
     assertEquals(List.of("fetch[a]", "process[a]"), h.calls);
   }
 
   @Test
-  void streamingTurnedOffInTheConfigurationStopsTheLoop() throws Exception {
+  void aReshardingTakesAnItemAwayWhenTheLatestAssignmentNoLongerHoldsIt() {
+    Assignment both = assignment(3, 0, 1);
+    // Another instance joined: a new epoch without item 1; item 0 stays.
+    assertTrue(JobRegistration.handedOver(1, both, assignment(4, 0)));
+    assertFalse(JobRegistration.handedOver(0, both, assignment(4, 0)), "an item still held keeps streaming");
+    // DisableJob: the items are gone, the epoch is the same.
+    assertTrue(JobRegistration.handedOver(0, both, assignment(3)));
+    assertTrue(JobRegistration.handedOver(1, both, assignment(3)));
+    // Nothing changed.
+    assertFalse(JobRegistration.handedOver(0, both, both));
+    // A failover item (not this instance's): only another sharding hands it over.
+    assertFalse(JobRegistration.handedOver(2, both, both));
+    assertTrue(JobRegistration.handedOver(2, both, assignment(4, 0, 1)));
+    // Triggered before its stream's first assignment: handed over unless the latest holds it.
+    assertTrue(JobRegistration.handedOver(0, Assignment.NONE, assignment(3, 1)));
+    assertFalse(JobRegistration.handedOver(0, Assignment.NONE, assignment(3, 0)));
+    // Not started by a registration, or no assignment yet on the current stream: never.
+    assertFalse(JobRegistration.handedOver(0, null, assignment(4)));
+    assertFalse(JobRegistration.handedOver(0, both, null));
+  }
+
+  @Test
+  void theStreamingPropertyIsReadOnceWhenTheItemStarts() throws Exception {
     config.set(STREAMING);
-    Batches h = new Batches(List.of(List.of("a"), List.of("b"), List.of("c")));
-    h.afterProcess = () -> config.set(ONE_OFF);
-    run(h);
+    Batches streaming = new Batches(List.of(List.of("a"), List.of("b"), List.of()));
+    streaming.afterFetch = () -> config.set(ONE_OFF);
+    run(streaming);
+    assertEquals(List.of("fetch[a]", "process[a]", "fetch[b]", "process[b]", "fetch[]"), streaming.calls);
+
+    Batches oneOff = new Batches(List.of(List.of("a"), List.of("b")));
+    oneOff.afterFetch = () -> config.set(STREAMING);
+    run(oneOff);
+    assertEquals(List.of("fetch[a]", "process[a]"), oneOff.calls);
+  }
+
+  @Test
+  void theEffectiveConfigurationWinsOverTheExplicitMode() throws Exception {
+    config.set(ONE_OFF); // stored without the property; registered with streaming=true
+    Batches h = new Batches(List.of(List.of("a"), List.of("b")));
+    run(h, true);
     assertEquals(List.of("fetch[a]", "process[a]"), h.calls);
+
+    config.set(STREAMING);
+    Batches s = new Batches(List.of(List.of("a"), List.of("b")));
+    run(s, false);
+    assertEquals(List.of("fetch[a]", "process[a]", "fetch[b]", "process[b]", "fetch[]"), s.calls);
   }
 
   @Test

@@ -5,6 +5,7 @@ import io.grpc.ManagedChannelBuilder;
 import io.grpc.Metadata;
 import io.grpc.stub.MetadataUtils;
 import io.shardcar.v1.AdminServiceGrpc;
+import io.shardcar.v1.DisableJobRequest;
 import io.shardcar.v1.ExecutionInfo;
 import io.shardcar.v1.ListExecutionsRequest;
 import io.shardcar.v1.ShutdownInstanceRequest;
@@ -51,6 +52,11 @@ public final class SidecarAdmin implements AutoCloseable {
     return stub.withDeadlineAfter(10, TimeUnit.SECONDS)
         .shutdownInstance(ShutdownInstanceRequest.newBuilder().setJobName(jobName).setInstanceId(instanceId).build())
         .getJobNamesList();
+  }
+
+  /** Disables the job ({@code DisableJob}): its instances are assigned no items. */
+  public void disableJob(String jobName) {
+    stub.withDeadlineAfter(10, TimeUnit.SECONDS).disableJob(DisableJobRequest.newBuilder().setJobName(jobName).build());
   }
 
   /** Finished executions of the job, newest first. */
