@@ -1,7 +1,9 @@
 //! Benchmarks of the sidecar core against a real ZooKeeper and real `shardcar` processes.
 //! It prints figures; it asserts nothing (timings on shared machines are noisy).
 //!
-//! Run: `cargo bench --bench core` (release build of the sidecar and of this program).
+//! Run: `cargo bench --bench core` (release build of the sidecar and of this program);
+//! `cargo bench --bench core -- trigger` runs only the figures whose names start so
+//! (resharding, trigger, failover).
 //!
 //! Figures:
 //! 1. resharding: a new worker's `Subscribe` → every worker of the job holds its new
@@ -347,12 +349,25 @@ async fn bench_failover(zk: &ZooKeeper) {
 fn main() {
     // The failover benchmark re-executes this program as a worker process.
     child::main_if_child();
+    // `cargo bench --bench core -- trigger failover` runs only the figures named (by prefix).
+    let chosen: Vec<String> = std::env::args()
+        .skip(1)
+        .filter(|a| !a.starts_with('-'))
+        .collect();
+    let wanted =
+        |name: &str| chosen.is_empty() || chosen.iter().any(|c| name.starts_with(c.as_str()));
     let runtime = tokio::runtime::Runtime::new().expect("a tokio runtime");
     runtime.block_on(async {
         let zk = ZooKeeper::start().await;
-        bench_resharding(&zk).await;
-        bench_triggers(&zk, 1).await;
-        bench_triggers(&zk, 100).await;
-        bench_failover(&zk).await;
+        if wanted("resharding") {
+            bench_resharding(&zk).await;
+        }
+        if wanted("trigger") {
+            bench_triggers(&zk, 1).await;
+            bench_triggers(&zk, 100).await;
+        }
+        if wanted("failover") {
+            bench_failover(&zk).await;
+        }
     });
 }

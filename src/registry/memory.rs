@@ -295,6 +295,23 @@ impl MemSession {
         })
     }
 
+    pub(crate) async fn get_many(&self, paths: &[String]) -> Result<Vec<Option<Node>>> {
+        for p in paths {
+            validate(p)?;
+        }
+        self.read(|t| {
+            Ok(paths
+                .iter()
+                .map(|p| {
+                    t.node(p).map(|n| Node {
+                        data: n.data.clone(),
+                        stat: n.stat,
+                    })
+                })
+                .collect())
+        })
+    }
+
     pub(crate) async fn exists(&self, path: &str) -> Result<Option<Stat>> {
         validate(path)?;
         self.read(|t| Ok(t.node(path).map(|n| n.stat)))

@@ -376,6 +376,12 @@ impl Registry {
         dispatch!(self, s => s.get(path).await)
     }
 
+    /// Several nodes read at one point in the store's history (ZooKeeper's multi-read), so
+    /// the nodes one transaction wrote are seen all changed or none; `None` for an absent one.
+    pub async fn get_many(&self, paths: &[String]) -> Result<Vec<Option<Node>>> {
+        dispatch!(self, s => s.get_many(paths).await)
+    }
+
     /// The node's stat, `None` if absent.
     pub async fn exists(&self, path: &str) -> Result<Option<Stat>> {
         dispatch!(self, s => s.exists(path).await)

@@ -10,7 +10,7 @@ use tokio::sync::watch;
 use zookeeper_client as zk;
 
 use super::path::{join, validate};
-use super::zk_session::{self, acls, call, Shared};
+use super::zk_session::{self, acls, call, map_err, Shared};
 use super::{CreateMode, Error, Node, Op, OpResult, Result, SessionState, Stat, Watch, ZkSettings};
 
 /// Reads in flight at once per level of `read_tree`.
@@ -113,6 +113,38 @@ impl ZkSession {
             Err(Error::NoNode(_)) => Ok(None),
             Err(e) => Err(e),
         }
+    }
+
+    pub(crate) async fn get_many(&self, paths: &[String]) -> Result<Vec<Option<Node>>> {
+        for p in paths {
+            validate(p)?;
+        }
+        let first = paths.first().map(String::as_str).unwrap_or("/");
+        let results = call(&self.shared, first, None, |c| async move {
+            let mut reader = c.new_multi_reader();
+            for p in paths {
+                reader.add_get_data(p)?;
+            }
+            reader.commit().await
+        })
+        .await?;
+        paths
+            .iter()
+            .zip(results)
+            .map(|(path, r)| match r {
+                zk::MultiReadResult::Data { data, stat: st } => Ok(Some(Node {
+                    data,
+                    stat: stat(&st),
+                })),
+                zk::MultiReadResult::Error {
+                    err: zk::Error::NoNode,
+                } => Ok(None),
+                zk::MultiReadResult::Error { err } => Err(map_err(err, path)),
+                _ => Err(Error::Other(format!(
+                    "{path}: the multi-read answered something other than data"
+                ))),
+            })
+            .collect()
     }
 
     pub(crate) async fn exists(&self, path: &str) -> Result<Option<Stat>> {

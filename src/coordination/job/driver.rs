@@ -441,6 +441,13 @@ impl Driver {
                 }
                 .boxed(),
             ),
+            Action::ReadMany { op, paths } => self.io.push_back(
+                async move {
+                    let nodes = registry.get_many(&paths).await;
+                    Queued::Done(op, IoResult::ReadMany { paths, nodes })
+                }
+                .boxed(),
+            ),
             Action::Reload { op } => {
                 let root = self.paths.root();
                 self.io.push_back(

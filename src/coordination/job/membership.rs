@@ -518,15 +518,37 @@ impl JobState {
     }
 
     pub(super) fn push_assignment(&mut self, id: &str, out: &mut Vec<Action>) {
+        // A sharding being written (ElasticJob's leader under `processing`, which it clears
+        // in the same transaction as it writes the owners) or not yet read whole: what the
+        // mirror shows may be half of it. The worker keeps its last assignment until then
+        // (its first one goes out at once: it comes right after `Registered`).
+        let first = self.locals.get(id).is_some_and(|l| l.sent.is_none());
+        if !first
+            && (self.view.processing
+                || self.owners_reread
+                || self.in_flight(|p| matches!(p, Pending::ReadOwners)))
+        {
+            return;
+        }
         let items = self.view.items_of(id, &self.settings.ip);
         let leader = self.view.leader.as_ref().is_some_and(|(l, _)| l == id);
-        let epoch = self.view.epoch();
+        let mut epoch = self.view.epoch();
         let params = self.parameters();
         let Some(local) = self.locals.get_mut(id) else {
             return;
         };
         if !local.live() {
             return;
+        }
+        // The epoch never goes back, and grows whenever the items change: the owners' zxids
+        // cannot show a change that only removed items (fewer items, a disabled item or
+        // server), so such a change takes the next number after the last one sent.
+        if let Some((sent_items, _, sent_epoch)) = &local.sent {
+            epoch = if *sent_items != items {
+                epoch.max(sent_epoch + 1)
+            } else {
+                epoch.max(*sent_epoch)
+            };
         }
         let next = (items, leader, epoch);
         if local.sent.as_ref() == Some(&next) {

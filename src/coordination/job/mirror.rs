@@ -60,11 +60,51 @@ impl JobState {
             }
             // Our own creation, mirrored exactly from its result: nothing new to read.
             WatchEvent::Created(p) if self.knows(&p) => {}
+            // A sharding is one transaction (shardcar's leader and ElasticJob's alike, the
+            // latter under `processing`): its owners are read again all at once.
+            WatchEvent::Created(p) | WatchEvent::DataChanged(p) | WatchEvent::Deleted(p)
+                if matches!(
+                    self.paths.classify(&p),
+                    JobNode::ItemInstance(_) | JobNode::ShardingProcessing
+                ) =>
+            {
+                self.owners_reread = true;
+            }
             WatchEvent::Created(p) | WatchEvent::DataChanged(p) | WatchEvent::Deleted(p) => {
                 let op = self.start_op(Pending::Read);
                 out.push(Action::Read { op, path: p });
             }
         }
+    }
+
+    /// The owner node of every item the job has or the mirror knows, and the sharding's
+    /// `processing` flag: what [`Pending::ReadOwners`] reads.
+    pub(super) fn owner_paths(&self) -> Vec<String> {
+        let total = self.view.total().max(0);
+        let known = self
+            .cache
+            .children(&self.paths.sharding())
+            .into_iter()
+            .filter_map(|c| c.parse::<i32>().ok())
+            .max()
+            .map_or(0, |i| i + 1);
+        let mut paths: Vec<String> = (0..total.max(known))
+            .map(|i| self.paths.item_instance(i))
+            .collect();
+        paths.push(self.paths.sharding_processing());
+        paths
+    }
+
+    /// Mirrors what [`Pending::ReadOwners`] read: every node as it was at one instant.
+    pub(super) fn apply_owners(&mut self, paths: &[String], nodes: Vec<Option<Node>>) {
+        for (path, node) in paths.iter().zip(nodes) {
+            self.inexact.remove(path);
+            match node {
+                Some(node) => self.cache.put(path, Some(node)),
+                None => self.cache.remove_subtree(path),
+            }
+        }
+        self.view_stale = true;
     }
 
     /// Mirrors our own committed writes from their results, so the next decision sees them

@@ -159,6 +159,11 @@ pub(crate) enum IoResult {
         path: String,
         node: Result<Option<Node>, RegError>,
     },
+    /// [`Action::ReadMany`]: the nodes, read at one point in the registry's history.
+    ReadMany {
+        paths: Vec<String>,
+        nodes: Result<Vec<Option<Node>>, RegError>,
+    },
     /// [`Action::Reload`]: the whole subtree.
     Loaded(Result<std::collections::BTreeMap<String, Node>, RegError>),
     /// [`Action::Persist`].
@@ -214,6 +219,8 @@ pub(crate) enum Action {
     },
     /// Read one node.
     Read { op: OpId, path: String },
+    /// Read several nodes at one point in the registry's history (a multi-read).
+    ReadMany { op: OpId, paths: Vec<String> },
     /// Read the whole job subtree.
     Reload { op: OpId },
     /// Watch the job's subtree again (the watch was lost).

@@ -21,6 +21,13 @@ impl JobState {
                 }
                 Err(e) => self.write_failed("reading a node", &e, env),
             },
+            (Pending::ReadOwners, IoResult::ReadMany { paths, nodes }) => match nodes {
+                Ok(nodes) => self.apply_owners(&paths, nodes),
+                Err(e) => {
+                    self.owners_reread = true;
+                    self.write_failed("reading the sharding", &e, env);
+                }
+            },
             (Pending::Reload, IoResult::Loaded(result)) => match result {
                 Ok(nodes) => {
                     debug!(job = %self.name, nodes = nodes.len(), "job read");

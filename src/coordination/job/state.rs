@@ -176,6 +176,8 @@ pub(super) enum Pending {
     /// This sidecar's liveness node (`shardcar/sidecars/{ip}`).
     SidecarNode,
     Read,
+    /// The owners of every item and the sharding's `processing` flag, read at once.
+    ReadOwners,
     Reload,
     Watch,
     Persist,
@@ -218,6 +220,10 @@ pub(crate) struct JobState {
     pub(super) retry_at: Option<Instant>,
     /// A fresh read of the whole subtree is wanted (after a reconnect, a refused write).
     pub(super) reload_wanted: bool,
+    /// An owner node (or the sharding's `processing` flag) changed: the owners are to be read
+    /// again at one point in the registry's history, so that another writer's sharding, one
+    /// transaction, is never seen half applied. Assignments wait for that read.
+    pub(super) owners_reread: bool,
     /// The trace the next MANUAL execution of each listed local instance continues, until when
     /// (see [`Input::ContinueTrace`]).
     pub(super) manual_parent: Option<ManualTrace>,
@@ -257,6 +263,7 @@ impl JobState {
             next_op: 0,
             retry_at: None,
             reload_wanted: false,
+            owners_reread: false,
             manual_parent: None,
             watch_wanted: false,
             schedule: None,
@@ -478,6 +485,14 @@ impl JobState {
         }
         if self.retry_at.is_some_and(|r| env.now >= r) {
             self.retry_at = None;
+        }
+        if self.owners_reread && !self.in_flight(|p| matches!(p, Pending::ReadOwners)) {
+            self.owners_reread = false;
+            let op = self.start_op(Pending::ReadOwners);
+            out.push(Action::ReadMany {
+                op,
+                paths: self.owner_paths(),
+            });
         }
         if self
             .last_reload

@@ -187,3 +187,150 @@ fn the_job_retires_once_its_last_instance_has_left_and_its_node_is_gone() {
     );
     assert!(s.state.idle(), "nothing left: the driver retires the job");
 }
+
+/// The assignments sent among `actions`: items and epoch.
+fn assignments(actions: &[Action]) -> Vec<(Vec<i32>, i64)> {
+    events(actions)
+        .into_iter()
+        .filter_map(|e| match e {
+            WorkerEvent::Assignment { items, epoch, .. } => {
+                Some((items.iter().map(|(i, _)| *i).collect(), *epoch))
+            }
+            _ => None,
+        })
+        .collect()
+}
+
+/// The multi-read among `actions`, if any: its op and paths.
+fn read_many(actions: &[Action]) -> Option<(OpId, Vec<String>)> {
+    actions.iter().find_map(|a| match a {
+        Action::ReadMany { op, paths } => Some((*op, paths.clone())),
+        _ => None,
+    })
+}
+
+/// Answers a multi-read with the nodes of `state` (absent when not there).
+fn answer_reads(
+    s: &mut Script,
+    (op, paths): (OpId, Vec<String>),
+    state: &BTreeMap<String, Node>,
+) -> Vec<Action> {
+    let nodes = paths.iter().map(|p| state.get(p).cloned()).collect();
+    s.step(Input::Done {
+        op,
+        result: IoResult::ReadMany {
+            paths,
+            nodes: Ok(nodes),
+        },
+    })
+}
+
+/// A job of 4 items led by the peer: the local instance owns 0 and 1, the peer 2 and 3.
+fn led_by_peer() -> (Script, Vec<Action>) {
+    let mut s = Script::new("j");
+    let mut tree = s.tree(
+        &config(4, false),
+        &[(0, ME), (1, ME), (2, PEER), (3, PEER)],
+        PEER,
+    );
+    tree.insert(s.paths.instance(ME), node(&instance_yaml(ME, IP), 0, 11));
+    let (_, actions) = s.join(Some(tree));
+    (s, actions)
+}
+
+#[test]
+fn another_writers_sharding_is_read_whole_and_sent_once() {
+    // Another sidecar's leader moves item 1 to the peer and item 2 here in one multi-op: its
+    // events arrive one by one, but the worker must never see half of it (#12 interop).
+    let (mut s, joined) = led_by_peer();
+    assert_eq!(assignments(&joined), [(vec![0, 1], 8)]);
+    s.at(100);
+    let p = s.paths.clone();
+    let first = s.step(Input::Watched(WatchEvent::DataChanged(p.item_instance(1))));
+    assert!(assignments(&first).is_empty());
+    let read = read_many(&first).expect("the owners are read again, all at once");
+    assert!(read.1.contains(&p.item_instance(3)) && read.1.contains(&p.sharding_processing()));
+    let second = s.step(Input::Watched(WatchEvent::DataChanged(p.item_instance(2))));
+    assert!(assignments(&second).is_empty());
+    assert!(read_many(&second).is_none(), "one multi-read at a time");
+    let after: BTreeMap<String, Node> = [
+        (p.item_instance(0), node(ME, 0, 8)),
+        (p.item_instance(1), node(PEER, 1, 200)),
+        (p.item_instance(2), node(ME, 1, 200)),
+        (p.item_instance(3), node(PEER, 0, 8)),
+    ]
+    .into();
+    let answered = answer_reads(&mut s, read, &after);
+    // The second event came while the first read was out: it may be newer, so it is read too
+    // before anything is sent.
+    assert!(assignments(&answered).is_empty());
+    let again = read_many(&answered).expect("read again for the event that came meanwhile");
+    let answered = answer_reads(&mut s, again, &after);
+    assert_eq!(assignments(&answered), [(vec![0, 2], 200)]);
+    assert!(read_many(&answered).is_none());
+}
+
+#[test]
+fn an_elasticjob_resharding_under_processing_is_held_until_it_is_committed() {
+    // ElasticJob's leader creates `processing`, deletes every owner node, then writes the new
+    // owners and deletes `processing` in one transaction. No empty assignment, no epoch 0.
+    let (mut s, _) = led_by_peer();
+    s.at(100);
+    let p = s.paths.clone();
+    let created = s.step(Input::Watched(WatchEvent::Created(p.sharding_processing())));
+    let read = read_many(&created).expect("processing makes the owners be read");
+    let resetting: BTreeMap<String, Node> = [(p.sharding_processing(), node("", 0, 150))].into();
+    let held = answer_reads(&mut s, read, &resetting);
+    assert!(assignments(&held).is_empty(), "{:?}", kinds(&held));
+    let mut all = Vec::new();
+    for i in 0..4 {
+        all.extend(s.step(Input::Watched(WatchEvent::Deleted(p.item_instance(i)))));
+    }
+    let committed: BTreeMap<String, Node> = [
+        (p.item_instance(0), node(PEER, 0, 160)),
+        (p.item_instance(1), node(ME, 0, 160)),
+        (p.item_instance(2), node(ME, 0, 160)),
+        (p.item_instance(3), node(PEER, 0, 160)),
+    ]
+    .into();
+    for i in 0..4 {
+        all.extend(s.step(Input::Watched(WatchEvent::Created(p.item_instance(i)))));
+    }
+    all.extend(s.step(Input::Watched(WatchEvent::Deleted(p.sharding_processing()))));
+    assert!(assignments(&all).is_empty());
+    // Reads answered in turn with what ZooKeeper has by then (the commit is in).
+    let mut next = read_many(&all);
+    let mut sent = Vec::new();
+    while let Some(read) = next {
+        let answered = answer_reads(&mut s, read, &committed);
+        sent.extend(assignments(&answered));
+        next = read_many(&answered);
+    }
+    assert_eq!(sent, [(vec![1, 2], 160)]);
+}
+
+#[test]
+fn the_epoch_grows_when_items_are_only_taken_away() {
+    // A disabled server keeps every owner node as it is: the owners' zxids do not move, yet
+    // the worker's items change, so the epoch must.
+    let (mut s, joined) = led_by_peer();
+    assert_eq!(assignments(&joined), [(vec![0, 1], 8)]);
+    s.at(100);
+    let server = s.paths.server(IP);
+    let seen = s.step(Input::Watched(WatchEvent::DataChanged(server.clone())));
+    let op = seen
+        .iter()
+        .find_map(|a| match a {
+            Action::Read { op, .. } => Some(*op),
+            _ => None,
+        })
+        .expect("the server node is read");
+    let disabled = s.step(Input::Done {
+        op,
+        result: IoResult::Read {
+            path: server,
+            node: Ok(Some(node("DISABLED", 1, 90))),
+        },
+    });
+    assert_eq!(assignments(&disabled), [(vec![], 9)]);
+}

@@ -354,6 +354,7 @@ pub(super) fn kinds(actions: &[Action]) -> Vec<&'static str> {
             Action::Commit { .. } => "Commit",
             Action::Persist { .. } => "Persist",
             Action::Read { .. } => "Read",
+            Action::ReadMany { .. } => "ReadMany",
             Action::Reload { .. } => "Reload",
             Action::Watch { .. } => "Watch",
             Action::AcquireLatch { .. } => "AcquireLatch",
