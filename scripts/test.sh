@@ -5,14 +5,15 @@
 #   ones → cargo clippy (all targets, -D warnings) → cargo test (all
 #   targets; the integration tests start real ZooKeeper and sidecar processes) → the Python
 #   client's pytest suite and package smoke test (sdist, wheel) → the Java client's `mvn verify`, each client suite against the
-#   sidecar binary that `cargo test` built → the Debian package built from that binary,
+#   sidecar binary that `cargo test` built → the ElasticJob mixed-cluster suite (real ElasticJob
+#   3.0.4 JVMs next to sidecars, tests/interop/run.sh) → the Debian package built from that binary,
 #   installed with dpkg, checked and removed (scripts/package.sh --dev --check; as root) → the
 #   nemesis fault soak, short profile (2 seeds ×
 #   60 s, scripts/nemesis.sh). Every step runs even after a failure; a summary
 #   comes last and the exit status is non-zero if any step failed.
 #
 # Usage: scripts/test.sh [--no-deps] [--fail-fast] [STEP...]
-#   STEP: deps fmt proto stubs clippy rust python java package nemesis (default: all of them; `--no-deps` drops `deps`)
+#   STEP: deps fmt proto stubs clippy rust python java interop package nemesis (default: all of them; `--no-deps` drops `deps`)
 # Environment: CARGO_TARGET_DIR is honoured; CARGO_TEST_ARGS are passed to `cargo test`
 # (e.g. CARGO_TEST_ARGS="-- --test-threads=1"), PYTEST_ARGS to pytest, MVN_ARGS to Maven;
 # NEMESIS_SEEDS (default "1 2") and NEMESIS_DURATION (default 60s) choose the fault soak's profile.
@@ -21,7 +22,7 @@ set -euo pipefail
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 cd "$ROOT"
 
-ALL_STEPS=(deps fmt proto stubs clippy rust python java package nemesis)
+ALL_STEPS=(deps fmt proto stubs clippy rust python java interop package nemesis)
 STEPS=()
 FAIL_FAST=0
 NO_DEPS=0
@@ -29,8 +30,8 @@ for arg in "$@"; do
     case "$arg" in
         --no-deps) NO_DEPS=1 ;;
         --fail-fast) FAIL_FAST=1 ;;
-        -h|--help) sed -n '3,13p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
-        deps|fmt|proto|stubs|clippy|rust|python|java|package|nemesis) STEPS+=("$arg") ;;
+        -h|--help) sed -n '3,14p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
+        deps|fmt|proto|stubs|clippy|rust|python|java|interop|package|nemesis) STEPS+=("$arg") ;;
         *) echo "test.sh: unknown argument: $arg (try --help)" >&2; exit 64 ;;
     esac
 done
@@ -193,7 +194,7 @@ if want rust; then
     # shellcheck disable=SC2086 # CARGO_TEST_ARGS is a list of words
     run_step rust "cargo test (lib, bins, tests, examples)" cargo test --lib --bins --tests --examples ${CARGO_TEST_ARGS:-}
 fi
-if want python || want java; then
+if want python || want java || want interop; then
     if [ ! -x "$SHARDCAR_BIN_PATH" ]; then
         run_step build "cargo build --bin shardcar (for the client tests)" cargo build --bin shardcar
     fi
@@ -211,6 +212,10 @@ if want java; then
     else
         skip java "no clients/java"
     fi
+fi
+if want interop; then
+    run_step interop "ElasticJob mixed cluster: ElasticJob 3.0.4 JVMs and sidecars on one ZooKeeper (tests/interop/run.sh)" \
+        env SHARDCAR_BIN="$SHARDCAR_BIN_PATH" tests/interop/run.sh
 fi
 if want package; then
     if [ "$(id -u)" -eq 0 ]; then

@@ -1,0 +1,306 @@
+package io.shardcar.interop.harness;
+
+import java.io.IOException;
+import java.io.UncheckedIOException;
+import java.io.Writer;
+import java.nio.charset.StandardCharsets;
+import java.nio.file.Files;
+import java.nio.file.Path;
+import java.time.Duration;
+import java.util.ArrayList;
+import java.util.Comparator;
+import java.util.HashMap;
+import java.util.LinkedHashMap;
+import java.util.List;
+import java.util.Map;
+import java.util.concurrent.CopyOnWriteArrayList;
+import java.util.function.BooleanSupplier;
+import java.util.stream.Collectors;
+import java.util.stream.Stream;
+import org.apache.shardingsphere.elasticjob.lite.lifecycle.api.JobAPIFactory;
+import org.apache.shardingsphere.elasticjob.lite.lifecycle.api.JobConfigurationAPI;
+import org.apache.shardingsphere.elasticjob.lite.lifecycle.api.JobOperateAPI;
+import org.apache.shardingsphere.elasticjob.lite.lifecycle.api.JobStatisticsAPI;
+import org.apache.shardingsphere.elasticjob.lite.lifecycle.api.ServerStatisticsAPI;
+import org.apache.shardingsphere.elasticjob.lite.lifecycle.api.ShardingStatisticsAPI;
+
+/**
+ * One test's mixed cluster on the suite's ZooKeeper: a namespace of its own, sidecars, ElasticJob
+ * member JVMs and shardcar worker JVMs, their records, and ElasticJob's lifecycle API on the same
+ * namespace. {@link #close()} kills every process it started (use try-with-resources) and leaves
+ * the logs, the records and a dump of the namespace in {@code target/interop-logs/{test}/}.
+ */
+public final class Cluster implements AutoCloseable {
+  private final String test;
+  private final String namespace;
+  private final Path dir;
+  private final Path socketDir;
+  private final ZooKeeperServer zooKeeper;
+  private final Zk zk;
+  private final List<Proc> procs = new CopyOnWriteArrayList<>();
+  private final Map<String, Member> members = new LinkedHashMap<>();
+  private final Map<String, Integer> specCount = new HashMap<>();
+
+  private Cluster(String test) {
+    this.test = test;
+    this.zooKeeper = ZooKeeperServer.get();
+    this.namespace = "interop-" + test.replaceAll("[^A-Za-z0-9]", "") + "-" + Long.toHexString(System.nanoTime() & 0xffffff);
+    try {
+      this.dir = Files.createDirectories(Layout.logRoot().resolve(test.replaceAll("[^A-Za-z0-9._-]", "_") + "-" + System.currentTimeMillis()));
+      // Unix socket paths must stay short (108 bytes): a temp dir, not target/.
+      this.socketDir = Files.createTempDirectory("sci-");
+    } catch (IOException e) {
+      throw new UncheckedIOException(e);
+    }
+    this.zk = new Zk(zooKeeper.connectString(), namespace);
+  }
+
+  public static Cluster start(String test) {
+    return new Cluster(test);
+  }
+
+  public String namespace() {
+    return namespace;
+  }
+
+  public String zkConnect() {
+    return zooKeeper.connectString();
+  }
+
+  public Path dir() {
+    return dir;
+  }
+
+  public Zk zk() {
+    return zk;
+  }
+
+  // ---- processes ----------------------------------------------------------------------------
+
+  /** A sidecar advertising {@code ip} (127.0.0.2, 127.0.0.3, ...), ready to serve. */
+  public Sidecar sidecar(String ip) {
+    Sidecar s = Sidecar.start(zooKeeper.connectString(), namespace, ip, socketDir, dir);
+    procs.add(s);
+    return s;
+  }
+
+  /** An ElasticJob member JVM running {@code jobs}, waited for until every job started. */
+  public Member elasticJob(String name, Job... jobs) {
+    Member m = elasticJobStarting(name, jobs);
+    awaitReady(m, jobs);
+    return m;
+  }
+
+  /** An ElasticJob member JVM running {@code jobs}, not waited for. */
+  public Member elasticJobStarting(String name, Job... jobs) {
+    List<String> args = new ArrayList<>(List.of("--zk", zooKeeper.connectString(), "--namespace", namespace,
+        "--session-ms", "4000"));
+    return startMember(Member.Side.ELASTICJOB, "io.shardcar.interop.member.ElasticJobMember", name, args, jobs);
+  }
+
+  /** A shardcar worker JVM on {@code sidecar} subscribed to {@code jobs}, waited for until registered. */
+  public Member shardcar(String name, Sidecar sidecar, Job... jobs) {
+    Member m = startMember(Member.Side.SHARDCAR, "io.shardcar.interop.member.ShardcarMember", name,
+        new ArrayList<>(List.of("--target", sidecar.target())), jobs);
+    awaitReady(m, jobs);
+    return m;
+  }
+
+  private Member startMember(Member.Side side, String mainClass, String name, List<String> extra, Job... jobs) {
+    if (members.containsKey(name)) {
+      throw new IllegalArgumentException("member name " + name + " already used in this test (records are per name)");
+    }
+    List<String> cmd = new ArrayList<>(List.of(Layout.java().toString(), "-Xmx192m", "-XX:+UseSerialGC",
+        "-XX:TieredStopAtLevel=1", "-Xss512k", "-Dorg.slf4j.simpleLogger.defaultLogLevel=info",
+        "-Dorg.slf4j.simpleLogger.showDateTime=true", "-Dorg.slf4j.simpleLogger.dateTimeFormat=HH:mm:ss.SSS",
+        "-cp", Layout.memberClasspath(), mainClass, "--dir", dir.toString(), "--name", name,
+        "--parent", Long.toString(ProcessHandle.current().pid())));
+    cmd.addAll(extra);
+    for (Job job : jobs) {
+      cmd.add("--job");
+      cmd.add(writeSpec(name, job).toString());
+    }
+    Member m = new Member(this, side, name, cmd, dir.resolve(name + ".log"));
+    procs.add(m);
+    members.put(name, m);
+    return m;
+  }
+
+  private Path writeSpec(String member, Job job) {
+    int n = specCount.merge(member, 1, Integer::sum);
+    Path file = dir.resolve(member + "-job" + n + ".properties");
+    try (Writer w = Files.newBufferedWriter(file, StandardCharsets.UTF_8)) {
+      job.toProperties().store(w, "job spec for " + member);
+    } catch (IOException e) {
+      throw new UncheckedIOException(e);
+    }
+    return file;
+  }
+
+  private void awaitReady(Member m, Job... jobs) {
+    Await.until(m + " ready in " + Stream.of(jobs).map(Job::name).toList(), Duration.ofSeconds(60), () -> {
+      for (Rec r : m.recs()) {
+        if (r.is("startFailed")) {
+          throw new AssertionError(m + " failed to start " + r.job() + ": " + r.get("error") + "\n" + m.logTail(3000));
+        }
+      }
+      if (!m.isAlive()) {
+        throw new AssertionError(m + " exited before it was ready:\n" + m.logTail(4000));
+      }
+      return Stream.of(jobs).allMatch(j -> m.readyInstance(j.name()).isPresent());
+    }, () -> m.logTail(4000));
+  }
+
+  /** Creates (or removes) the member's control file that makes its next item runs last until removed. */
+  public void slow(Member m, boolean on) {
+    Path f = dir.resolve(m.member() + ".slow");
+    try {
+      if (on) {
+        Files.writeString(f, "slow");
+      } else {
+        Files.deleteIfExists(f);
+      }
+    } catch (IOException e) {
+      throw new UncheckedIOException(e);
+    }
+  }
+
+  // ---- facts ---------------------------------------------------------------------------------
+
+  /** The records of one member. */
+  public List<Rec> recs(String member) {
+    Path f = dir.resolve(member + ".rec");
+    if (!Files.exists(f)) {
+      return List.of();
+    }
+    try {
+      String s = Files.readString(f, StandardCharsets.UTF_8);
+      int end = s.lastIndexOf('\n');
+      if (end < 0) {
+        return List.of();
+      }
+      List<Rec> out = new ArrayList<>();
+      for (String line : s.substring(0, end).split("\n")) {
+        if (!line.isBlank()) {
+          out.add(Rec.parse(member, line));
+        }
+      }
+      return out;
+    } catch (IOException e) {
+      throw new UncheckedIOException(e);
+    }
+  }
+
+  /** The records of every member, in time order. */
+  public List<Rec> recs() {
+    return members.keySet().stream().flatMap(m -> recs(m).stream())
+        .sorted(Comparator.comparingLong(Rec::t)).collect(Collectors.toList());
+  }
+
+  /** Every item run of {@code job} so far, by start time. */
+  public List<Run> runs(String job) {
+    List<Run> runs = new ArrayList<>();
+    for (Map.Entry<String, Member> e : members.entrySet()) {
+      Map<String, Rec> ends = new HashMap<>();
+      List<Rec> recs = recs(e.getKey());
+      recs.stream().filter(r -> r.is("end") && job.equals(r.job())).forEach(r -> ends.put(r.get("run"), r));
+      for (Rec r : recs) {
+        if (r.is("start") && job.equals(r.job())) {
+          Rec end = ends.get(r.get("run"));
+          long until = end != null ? end.t() : e.getValue().killedAt() > 0 ? e.getValue().killedAt() : Long.MAX_VALUE;
+          runs.add(new Run(e.getKey(), r.get("side"), job, r.item(), r.t(), until, end != null, r));
+        }
+      }
+    }
+    runs.sort(Comparator.comparingLong(Run::start));
+    return runs;
+  }
+
+  /** Runs of {@code job} by {@code member} that started at or after {@code since}. */
+  public List<Run> runsOf(String job, Member member, long since) {
+    return runs(job).stream().filter(r -> r.member().equals(member.member()) && r.start() >= since).toList();
+  }
+
+  /** No two runs of one item of {@code job} overlap in time, whoever ran them. */
+  public void assertNoOverlap(String job) {
+    List<Run> runs = runs(job);
+    List<String> clashes = new ArrayList<>();
+    for (int i = 0; i < runs.size(); i++) {
+      for (int j = i + 1; j < runs.size(); j++) {
+        Run a = runs.get(i);
+        Run b = runs.get(j);
+        if (a.item() == b.item() && a.overlaps(b)) {
+          clashes.add(a + "\n    overlaps " + b);
+        }
+      }
+    }
+    if (!clashes.isEmpty()) {
+      throw new AssertionError("item runs of " + job + " overlap:\n  " + String.join("\n  ", clashes) + "\n" + state(job));
+    }
+  }
+
+  /** The job's nodes and the latest records, for failure messages. */
+  public String state(String job) {
+    List<Rec> recs = recs();
+    List<Rec> tail = recs.subList(Math.max(0, recs.size() - 60), recs.size());
+    return "--- ZooKeeper /" + namespace + "/" + job + " ---\n" + zk.tree("/" + job) + "--- latest records ---\n" + Rec.lines(tail);
+  }
+
+  /** {@link Await#until} with the job's state in the failure message. */
+  public void await(String job, String what, Duration timeout, BooleanSupplier condition) {
+    Await.until(what, timeout, condition, () -> state(job));
+  }
+
+  // ---- ElasticJob's lifecycle API on this namespace ------------------------------------------
+
+  public JobOperateAPI operateApi() {
+    return JobAPIFactory.createJobOperateAPI(zooKeeper.connectString(), namespace, null);
+  }
+
+  public JobConfigurationAPI configApi() {
+    return JobAPIFactory.createJobConfigurationAPI(zooKeeper.connectString(), namespace, null);
+  }
+
+  public JobStatisticsAPI jobStatsApi() {
+    return JobAPIFactory.createJobStatisticsAPI(zooKeeper.connectString(), namespace, null);
+  }
+
+  public ShardingStatisticsAPI shardingStatsApi() {
+    return JobAPIFactory.createShardingStatisticsAPI(zooKeeper.connectString(), namespace, null);
+  }
+
+  public ServerStatisticsAPI serverStatsApi() {
+    return JobAPIFactory.createServerStatisticsAPI(zooKeeper.connectString(), namespace, null);
+  }
+
+  // ---- teardown -------------------------------------------------------------------------------
+
+  @Override
+  public void close() {
+    try {
+      Files.writeString(dir.resolve("zookeeper-namespace.txt"), zk.tree("/"), StandardCharsets.UTF_8);
+    } catch (RuntimeException | IOException e) {
+      // best effort: the dump is for reading after a failure
+    }
+    // Members first (their sidecars must not see them as crashed workers longer than needed).
+    for (Proc p : procs) {
+      if (p instanceof Member) {
+        p.close();
+      }
+    }
+    for (Proc p : procs) {
+      p.close();
+    }
+    zk.close();
+    try (Stream<Path> files = Files.walk(socketDir)) {
+      files.sorted(Comparator.reverseOrder()).forEach(p -> p.toFile().delete());
+    } catch (IOException e) {
+      // a temp dir
+    }
+  }
+
+  @Override
+  public String toString() {
+    return test + " in namespace " + namespace;
+  }
+}
