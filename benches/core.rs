@@ -197,6 +197,8 @@ async fn bench_triggers(zk: &ZooKeeper, jobs: usize) {
     let zxid_after = zxid(zk).await;
     let executions_after: usize = workers.iter().map(|w| w.triggers().len()).sum();
     let mut samples = Vec::new();
+    // Execution id -> when its trigger reached the worker (wall clock, seconds).
+    let mut received = std::collections::HashMap::new();
     for (w, skip) in workers.iter().zip(window_start) {
         for (at, event) in w.events().into_iter().skip(skip) {
             if let Some(Event::Trigger(t)) = event.event {
@@ -208,6 +210,7 @@ async fn bench_triggers(zk: &ZooKeeper, jobs: usize) {
                     base_wall - base_instant.duration_since(at).as_secs_f64()
                 };
                 samples.push((arrival - fire) * 1000.0);
+                received.insert(t.execution_id.clone(), arrival);
             }
         }
     }
@@ -218,6 +221,7 @@ async fn bench_triggers(zk: &ZooKeeper, jobs: usize) {
         "ms",
         samples,
     );
+    stage_breakdown(&car, jobs, &received).await;
     let executions = executions_after - executions_before;
     let txns = zxid_after - zxid_before;
     println!(
@@ -228,6 +232,74 @@ async fn bench_triggers(zk: &ZooKeeper, jobs: usize) {
         "memory: sidecar RSS {} KiB idle, {} KiB with {jobs} jobs and {jobs} workers",
         rss_idle,
         rss_kib(car.pid())
+    );
+}
+
+/// Where the time from a fire to its trigger goes, from the sidecar's own record of each
+/// execution (`ListExecutions`: its start and the events of its span) and the worker's receipt.
+async fn stage_breakdown(
+    car: &Sidecar,
+    jobs: usize,
+    received: &std::collections::HashMap<String, f64>,
+) {
+    use shardcar::proto::admin_service_client::AdminServiceClient;
+    let secs = |t: &prost_types::Timestamp| t.seconds as f64 + t.nanos as f64 / 1e9;
+    let mut admin = AdminServiceClient::connect(car.endpoint()).await.unwrap();
+    let executions = admin
+        .list_executions(shardcar::proto::ListExecutionsRequest {
+            job_name: String::new(),
+            limit: 0,
+        })
+        .await
+        .unwrap()
+        .into_inner()
+        .executions;
+    let (mut wake, mut write, mut send, mut wire) =
+        (Vec::new(), Vec::new(), Vec::new(), Vec::new());
+    for e in executions {
+        let Some(arrival) = received.get(&e.execution_id) else {
+            continue;
+        };
+        let at = |name: &str| {
+            e.events
+                .iter()
+                .find(|v| v.name == name)
+                .and_then(|v| v.at.as_ref())
+                .map(secs)
+        };
+        let (Some(fire), Some(started), Some(written), Some(sent)) = (
+            e.fire_time.as_ref().map(secs),
+            e.started_at.as_ref().map(secs),
+            at("running nodes written"),
+            at("trigger sent"),
+        ) else {
+            continue;
+        };
+        wake.push((started - fire) * 1000.0);
+        write.push((written - started) * 1000.0);
+        send.push((sent - written) * 1000.0);
+        wire.push((arrival - sent) * 1000.0);
+    }
+    let label = |stage: &str| format!("  stage ({jobs} jobs): {stage}");
+    report(
+        &label("fire instant -> execution begun (timer wake, actor queue)"),
+        "ms",
+        wake,
+    );
+    report(
+        &label("execution begun -> running nodes written (the start multi-op)"),
+        "ms",
+        write,
+    );
+    report(
+        &label("running nodes written -> Trigger queued (lease check, send)"),
+        "ms",
+        send,
+    );
+    report(
+        &label("Trigger queued -> received by the worker (gRPC stream)"),
+        "ms",
+        wire,
     );
 }
 

@@ -93,19 +93,40 @@ fn outcome_proto(name: &str) -> proto::ExecutionOutcome {
     }
 }
 
+/// A wall-clock instant on the wire.
+fn system_timestamp(at: std::time::SystemTime) -> prost_types::Timestamp {
+    let since_epoch = at.duration_since(UNIX_EPOCH).unwrap_or_default();
+    prost_types::Timestamp {
+        seconds: since_epoch.as_secs() as i64,
+        nanos: since_epoch.subsec_nanos() as i32,
+    }
+}
+
 /// The wire form of a record.
 pub fn execution_info(r: &ExecutionRecord) -> proto::ExecutionInfo {
-    let since_epoch = r.started_at.duration_since(UNIX_EPOCH).unwrap_or_default();
     proto::ExecutionInfo {
+        task_id: r.task_id.clone(),
+        fire_time: Some(system_timestamp(r.fire_time)),
+        fencing_tokens: r.fencing_tokens.iter().map(|(i, t)| (*i, *t)).collect(),
+        events: r
+            .events
+            .iter()
+            .map(|e| proto::ExecutionEvent {
+                name: e.name.to_string(),
+                at: Some(system_timestamp(e.at)),
+                attributes: e
+                    .attributes
+                    .iter()
+                    .map(|(k, v)| (k.to_string(), v.clone()))
+                    .collect(),
+            })
+            .collect(),
         job_name: r.job.clone(),
         execution_id: r.execution_id.clone(),
         instance_id: r.instance_id.clone(),
         source: source(r.source) as i32,
         items: r.items.keys().copied().collect(),
-        started_at: Some(prost_types::Timestamp {
-            seconds: since_epoch.as_secs() as i64,
-            nanos: since_epoch.subsec_nanos() as i32,
-        }),
+        started_at: Some(system_timestamp(r.started_at)),
         duration: Some(prost_types::Duration {
             seconds: r.duration.as_secs() as i64,
             nanos: r.duration.subsec_nanos() as i32,
@@ -144,5 +165,25 @@ mod tests {
             proto::ExecutionOutcome::Failed as i32
         );
         assert_eq!(p.duration.unwrap().seconds, 1);
+        assert_eq!(p.task_id, "orders@-@0@-@READY@-@10.0.0.1@-@7");
+        assert_eq!(p.fire_time.unwrap().seconds, 1_700_000_000);
+        assert_eq!(p.started_at.unwrap().nanos, 250_000_000);
+    }
+
+    #[test]
+    fn the_events_of_an_execution_on_the_wire() {
+        let mut r = one_failed_item();
+        r.fencing_tokens = [(0, 41), (2, 43)].into();
+        r.events = vec![crate::coordination::trace::SpanEvent {
+            at: std::time::UNIX_EPOCH + std::time::Duration::from_millis(1_700_000_000_003),
+            name: "trigger sent",
+            attributes: vec![("items", "0,2".into())],
+        }];
+        let p = super::execution_info(&r);
+        assert_eq!(p.fencing_tokens[&2], 43);
+        assert_eq!(p.events.len(), 1);
+        assert_eq!(p.events[0].name, "trigger sent");
+        assert_eq!(p.events[0].at.unwrap().nanos, 3_000_000);
+        assert_eq!(p.events[0].attributes["items"], "0,2");
     }
 }

@@ -540,7 +540,14 @@ class ItemResult(_message.Message):
     def __init__(self, item: _Optional[int] = ..., outcome: _Optional[_Union[ExecutionOutcome, str]] = ..., error: _Optional[str] = ...) -> None: ...
 
 class ExecutionInfo(_message.Message):
-    __slots__ = ("job_name", "execution_id", "instance_id", "source", "items", "started_at", "duration", "outcome", "error", "item_results")
+    __slots__ = ("job_name", "execution_id", "instance_id", "source", "items", "started_at", "duration", "outcome", "error", "item_results", "task_id", "fire_time", "fencing_tokens", "events")
+    class FencingTokensEntry(_message.Message):
+        __slots__ = ("key", "value")
+        KEY_FIELD_NUMBER: _ClassVar[int]
+        VALUE_FIELD_NUMBER: _ClassVar[int]
+        key: int
+        value: int
+        def __init__(self, key: _Optional[int] = ..., value: _Optional[int] = ...) -> None: ...
     JOB_NAME_FIELD_NUMBER: _ClassVar[int]
     EXECUTION_ID_FIELD_NUMBER: _ClassVar[int]
     INSTANCE_ID_FIELD_NUMBER: _ClassVar[int]
@@ -551,6 +558,10 @@ class ExecutionInfo(_message.Message):
     OUTCOME_FIELD_NUMBER: _ClassVar[int]
     ERROR_FIELD_NUMBER: _ClassVar[int]
     ITEM_RESULTS_FIELD_NUMBER: _ClassVar[int]
+    TASK_ID_FIELD_NUMBER: _ClassVar[int]
+    FIRE_TIME_FIELD_NUMBER: _ClassVar[int]
+    FENCING_TOKENS_FIELD_NUMBER: _ClassVar[int]
+    EVENTS_FIELD_NUMBER: _ClassVar[int]
     job_name: str
     execution_id: str
     instance_id: str
@@ -561,7 +572,28 @@ class ExecutionInfo(_message.Message):
     outcome: ExecutionOutcome
     error: str
     item_results: _containers.RepeatedCompositeFieldContainer[ItemResult]
-    def __init__(self, job_name: _Optional[str] = ..., execution_id: _Optional[str] = ..., instance_id: _Optional[str] = ..., source: _Optional[_Union[TriggerSource, str]] = ..., items: _Optional[_Iterable[int]] = ..., started_at: _Optional[_Union[_timestamp_pb2.Timestamp, _Mapping]] = ..., duration: _Optional[_Union[_duration_pb2.Duration, _Mapping]] = ..., outcome: _Optional[_Union[ExecutionOutcome, str]] = ..., error: _Optional[str] = ..., item_results: _Optional[_Iterable[_Union[ItemResult, _Mapping]]] = ...) -> None: ...
+    task_id: str
+    fire_time: _timestamp_pb2.Timestamp
+    fencing_tokens: _containers.ScalarMap[int, int]
+    events: _containers.RepeatedCompositeFieldContainer[ExecutionEvent]
+    def __init__(self, job_name: _Optional[str] = ..., execution_id: _Optional[str] = ..., instance_id: _Optional[str] = ..., source: _Optional[_Union[TriggerSource, str]] = ..., items: _Optional[_Iterable[int]] = ..., started_at: _Optional[_Union[_timestamp_pb2.Timestamp, _Mapping]] = ..., duration: _Optional[_Union[_duration_pb2.Duration, _Mapping]] = ..., outcome: _Optional[_Union[ExecutionOutcome, str]] = ..., error: _Optional[str] = ..., item_results: _Optional[_Iterable[_Union[ItemResult, _Mapping]]] = ..., task_id: _Optional[str] = ..., fire_time: _Optional[_Union[_timestamp_pb2.Timestamp, _Mapping]] = ..., fencing_tokens: _Optional[_Mapping[int, int]] = ..., events: _Optional[_Iterable[_Union[ExecutionEvent, _Mapping]]] = ...) -> None: ...
+
+class ExecutionEvent(_message.Message):
+    __slots__ = ("name", "at", "attributes")
+    class AttributesEntry(_message.Message):
+        __slots__ = ("key", "value")
+        KEY_FIELD_NUMBER: _ClassVar[int]
+        VALUE_FIELD_NUMBER: _ClassVar[int]
+        key: str
+        value: str
+        def __init__(self, key: _Optional[str] = ..., value: _Optional[str] = ...) -> None: ...
+    NAME_FIELD_NUMBER: _ClassVar[int]
+    AT_FIELD_NUMBER: _ClassVar[int]
+    ATTRIBUTES_FIELD_NUMBER: _ClassVar[int]
+    name: str
+    at: _timestamp_pb2.Timestamp
+    attributes: _containers.ScalarMap[str, str]
+    def __init__(self, name: _Optional[str] = ..., at: _Optional[_Union[_timestamp_pb2.Timestamp, _Mapping]] = ..., attributes: _Optional[_Mapping[str, str]] = ...) -> None: ...
 
 class WatchJobRequest(_message.Message):
     __slots__ = ("job_name",)
