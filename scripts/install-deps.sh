@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # Installs what shardcar's tests and demo need on Debian/Ubuntu (bookworm tested):
-# ZooKeeper's jars (package `zookeeper`, which brings a Java runtime), procps, buf (into .tools/,
+# ZooKeeper's jars (package `zookeeper`, which brings a Java runtime), PostgreSQL (package
+# `postgresql`: the tests start their own servers from its binaries), procps, buf (into .tools/,
 # from npm), cargo-deb (for scripts/package.sh), and — when the client directories exist — the
 # Python venv (.venv) and the Java build tools.
 #
@@ -66,11 +67,14 @@ apt_install() {
 install_system_deps() {
     if command -v dpkg-query >/dev/null 2>&1; then
         # zookeeper: /usr/share/java/zookeeper.jar and its dependencies (and a JRE);
+        # postgresql: initdb and postgres under /usr/lib/postgresql/*/bin (the tracing_db tests);
         # procps: ps/pgrep used when debugging; ca-certificates: crates, pip and Maven downloads.
-        apt_install zookeeper procps ca-certificates
+        apt_install zookeeper postgresql procps ca-certificates
     fi
     [ -r /usr/share/java/zookeeper.jar ] ||
         die "/usr/share/java/zookeeper.jar not found: install Debian's 'zookeeper' package"
+    [ -n "${SHARDCAR_TEST_PG_BIN:-}" ] || compgen -G '/usr/lib/postgresql/*/bin/postgres' >/dev/null ||
+        die "no /usr/lib/postgresql/*/bin/postgres: install Debian's 'postgresql' package"
     command -v java >/dev/null 2>&1 || die "no java on PATH (it comes with the 'zookeeper' package)"
 }
 

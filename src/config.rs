@@ -41,6 +41,8 @@ pub struct Settings {
     pub history_file: Option<std::path::PathBuf>,
     /// Where execution spans are exported (OTLP/gRPC), if anywhere.
     pub telemetry: Option<crate::ops::telemetry::TelemetrySettings>,
+    /// ElasticJob's tracing tables on PostgreSQL, if configured.
+    pub tracing_db: Option<crate::ops::tracing_db::TracingDbSettings>,
     /// Which SCRIPT and HTTP jobs this sidecar runs itself.
     pub typed_jobs: crate::exec::TypedJobs,
     /// Jobs the settings file declares, created at start.
@@ -308,6 +310,13 @@ settings! {
         default: "(none: OTEL_EXPORTER_OTLP_TRACES_ENDPOINT or OTEL_EXPORTER_OTLP_ENDPOINT, else no export)",
         meaning: "OTLP/gRPC endpoint execution spans are exported to (service name: OTEL_SERVICE_NAME, else shardcar)",
         example: r#""http://127.0.0.1:4317""#,
+    }
+    tracing_db {
+        env: "SHARDCAR_TRACING_DB",
+        value_name: "URL",
+        default: "(none)",
+        meaning: "PostgreSQL URL postgres://user:password@host:port/db (no TLS) of ElasticJob's event-tracing tables, JOB_EXECUTION_LOG and JOB_STATUS_TRACE_LOG (created if absent): every execution is written there as ElasticJob writes its own",
+        example: r#""postgres://shardcar:secret@127.0.0.1:5432/elasticjob""#,
     }
 }
 
@@ -827,6 +836,13 @@ impl Settings {
             }
             None => None,
         };
+        let tracing_db = match layers.pick("tracing_db") {
+            Some((v, origin)) => Some(
+                crate::ops::tracing_db::TracingDbSettings::parse(&v, &origin)
+                    .map_err(|m| bad(&origin, m))?,
+            ),
+            None => None,
+        };
         let jobs = layers
             .file
             .as_ref()
@@ -863,6 +879,7 @@ impl Settings {
             history_size,
             history_file,
             telemetry,
+            tracing_db,
         })
     }
 }

@@ -393,6 +393,37 @@ fn the_otlp_endpoint_comes_from_its_setting_else_the_standard_variables() {
 }
 
 #[test]
+fn the_tracing_db_is_a_postgresql_url_named_where_it_came_from() {
+    let resolve =
+        |flags: &[&str], vars: &[(&str, &str)]| Settings::resolve(given(flags, vars), &env(&[]));
+    assert_eq!(resolve(&[], &[]).unwrap().tracing_db, None);
+    let db = resolve(
+        &[],
+        &[("SHARDCAR_TRACING_DB", "postgres://app:pw@db:5433/history")],
+    )
+    .unwrap()
+    .tracing_db
+    .unwrap();
+    assert_eq!(db.origin, "SHARDCAR_TRACING_DB");
+    assert_eq!(db.config.get_dbname(), Some("history"));
+    assert_eq!(db.shown, "postgres://app:***@db:5433/history");
+    let e = resolve(
+        &["--tracing-db", "jdbc:postgresql://db/history"],
+        &[("SHARDCAR_TRACING_DB", "postgres://app:pw@db/history")],
+    )
+    .unwrap_err();
+    assert_eq!(e.setting, "--tracing-db", "the flag wins and is named");
+    assert!(
+        e.message.contains("postgres://user:password@host:5432/db"),
+        "{e}"
+    );
+    let f = file("tracing_db = \"postgres://app:pw@/history\"\n").unwrap();
+    let e = Settings::resolve_layers(given(&[], &[]), &env(&[]), Some(f)).unwrap_err();
+    assert!(e.setting.starts_with("tracing_db in "), "{e}");
+    assert!(!e.to_string().contains(":pw@"), "{e}");
+}
+
+#[test]
 fn the_readme_table_has_a_row_per_setting() {
     let readme = include_str!("../README.md");
     for s in SETTINGS {

@@ -81,7 +81,7 @@ fn main() -> ExitCode {
         Err(e) => {
             tracing::error!("{e}");
             eprintln!("shardcar: {e}");
-            ExitCode::FAILURE
+            ExitCode::from(e.exit_code())
         }
     }
 }

@@ -55,6 +55,19 @@ pub enum RunError {
     Telemetry(String),
     #[error("cannot create job {job} declared in the settings file: {message}")]
     DeclaredJob { job: String, message: String },
+    #[error(transparent)]
+    TracingDb(#[from] crate::ops::tracing_db::TracingDbError),
+}
+
+impl RunError {
+    /// The process's exit status: 64 (EX_USAGE) for a setting found unusable at start (the
+    /// tracing database refused the login), 1 otherwise.
+    pub fn exit_code(&self) -> u8 {
+        match self {
+            RunError::TracingDb(_) => 64,
+            _ => 1,
+        }
+    }
 }
 
 /// Runs a sidecar until `shutdown` resolves, then drains: health NOT_SERVING, `Shutdown` to
@@ -66,6 +79,16 @@ pub async fn run(
     settings: Settings,
     shutdown: impl Future<Output = ()> + Send + 'static,
 ) -> Result<(), RunError> {
+    let cancel = CancellationToken::new();
+    let tracker = TaskTracker::new();
+    // The tracing database first: a login it refuses stops the sidecar before it joins anything.
+    let tracing_db_started = match &settings.tracing_db {
+        Some(db) => Some((
+            db,
+            crate::ops::tracing_db::connect_at_start(db, &tracker).await?,
+        )),
+        None => None,
+    };
     let registry = match &settings.zk {
         Some(connect) => {
             let zk = ZkSettings {
@@ -111,8 +134,6 @@ pub async fn run(
         ),
         None => None,
     };
-    let cancel = CancellationToken::new();
-    let tracker = TaskTracker::new();
     if let Some(listener) = metrics_listener {
         info!(metrics = %settings.metrics_listen.map(|a| a.to_string()).unwrap_or_default(), "serving Prometheus metrics at /metrics");
         tracker.spawn(crate::ops::http::serve(
@@ -135,6 +156,15 @@ pub async fn run(
         ),
         None => None,
     };
+    // Rows for the tracing tables are written until the drain is over (`close`, below).
+    let tracing_db = tracing_db_started.map(|(db, started)| {
+        Arc::new(crate::ops::tracing_db::TracingDb::spawn(
+            db,
+            started,
+            metrics.clone(),
+            &tracker,
+        ))
+    });
     let timer = Timer::spawn_on(&tracker);
     let coordinator = Coordinator::new(
         registry.clone(),
@@ -148,6 +178,7 @@ pub async fn run(
             history: history.clone(),
             metrics: metrics.clone(),
             telemetry,
+            tracing_db: tracing_db.clone(),
         }),
         tracker.clone(),
     );
@@ -307,6 +338,10 @@ pub async fn run(
         .unwrap_or_else(|e| e.into_inner())
         .map_or_else(|| std::time::Instant::now() + cleanup, |s| s + grace);
     let left = || end.saturating_duration_since(std::time::Instant::now());
+    if let Some(db) = &tracing_db {
+        // What is still queued goes out while the session closes, within the grace.
+        db.close(end.checked_sub(Duration::from_millis(100)).unwrap_or(end));
+    }
     if coordinator.is_empty() {
         // Every instance left: close the session, so its ephemeral nodes go at once.
         let _ = tokio::time::timeout(left() / 2, registry.close()).await;

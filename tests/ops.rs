@@ -1,8 +1,9 @@
 //! Operating shardcar, end to end with real processes: `shardcar ctl` against a real sidecar in
 //! standalone and ZooKeeper mode (and over a Unix socket), the Prometheus endpoint after a known
 //! number of executions, health following ZooKeeper, reflection, settings that are refused, and
-//! the execution spans exported by OTLP (`ops/telemetry.rs`), and SCRIPT and HTTP jobs run by
-//! the sidecars themselves (`ops/typed_jobs.rs`).
+//! the execution spans exported by OTLP (`ops/telemetry.rs`), ElasticJob's tracing tables on
+//! a real PostgreSQL (`ops/tracing_db.rs`), and SCRIPT and HTTP jobs run by the sidecars
+//! themselves (`ops/typed_jobs.rs`).
 
 mod common;
 
@@ -28,6 +29,8 @@ const NEVER: &str = "0 0 0 1 1 ? 2099";
 
 #[path = "ops/telemetry.rs"]
 mod telemetry;
+#[path = "ops/tracing_db.rs"]
+mod tracing_db;
 #[path = "ops/typed_jobs.rs"]
 mod typed_jobs;
 

@@ -1,6 +1,7 @@
 //! ElasticJob-Lite 3.x's ZooKeeper namespace layout: typed paths under `/{job}`, the YAML codecs
 //! of `config` and `instances/{id}` (byte-for-byte what Java writes), instance ids and task ids,
-//! and Java's `String.hashCode`. Nothing outside this module formats a znode path.
+//! and Java's `String.hashCode`; and the rows of its RDB event-tracing tables
+//! ([`tracing_tables`]). Nothing outside this module formats a znode path.
 //!
 //! Reference: `docs/elasticjob-compat.md` §1–§3; ground truth: `tests/vectors/`.
 
@@ -10,6 +11,7 @@ pub mod hash;
 pub mod instance;
 pub mod paths;
 pub mod strategy;
+pub mod tracing_tables;
 pub mod typed;
 #[cfg(test)]
 pub(crate) mod vectors;

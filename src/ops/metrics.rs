@@ -74,6 +74,11 @@ struct OutcomeLabels {
 }
 
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct RowOutcomeLabels {
+    outcome: &'static str,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 struct StateLabels {
     state: &'static str,
 }
@@ -107,6 +112,7 @@ pub struct Metrics {
     connected: Gauge,
     reconnects: Counter,
     expirations: Counter,
+    tracing_rows: Family<RowOutcomeLabels, Counter>,
 }
 
 impl std::fmt::Debug for Metrics {
@@ -151,6 +157,7 @@ impl Metrics {
             connected: Gauge::default(),
             reconnects: Counter::default(),
             expirations: Counter::default(),
+            tracing_rows: Family::default(),
             registry: MetricRegistry::default(),
         };
         // Counters are registered without `_total`; the encoder adds it.
@@ -234,6 +241,11 @@ impl Metrics {
             "ZooKeeper sessions that expired (a new one was opened)",
             m.expirations.clone(),
         );
+        r.register(
+            "shardcar_tracing_rows",
+            "Rows for ElasticJob's tracing tables, by outcome (written, dropped, rejected)",
+            m.tracing_rows.clone(),
+        );
         for state in SESSION_STATES {
             m.session_state.get_or_create(&StateLabels { state }).set(0);
         }
@@ -310,6 +322,13 @@ impl Metrics {
         leading.insert(job_name.to_string(), leader);
         self.leader_jobs
             .set(leading.values().filter(|l| **l).count() as i64);
+    }
+
+    /// `n` rows for the tracing database were `written`, `dropped` or `rejected`.
+    pub fn tracing_rows(&self, outcome: &'static str, n: u64) {
+        self.tracing_rows
+            .get_or_create(&RowOutcomeLabels { outcome })
+            .inc_by(n);
     }
 
     /// Records a session state change: a return to `Connected` within the same session counts

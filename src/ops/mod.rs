@@ -1,13 +1,14 @@
 //! Operating a sidecar: the execution [`history`], Prometheus [`metrics`] and their [`http`]
-//! endpoint, OpenTelemetry execution spans ([`telemetry`]), the [`OpsObserver`] that feeds them
-//! from the coordinator, and the namespace
-//! operations behind the Admin API ([`jobs`]).
+//! endpoint, OpenTelemetry execution spans ([`telemetry`]), ElasticJob's tracing tables on
+//! PostgreSQL ([`tracing_db`]), the [`OpsObserver`] that feeds them from the coordinator, and
+//! the namespace operations behind the Admin API ([`jobs`]).
 
 pub mod history;
 pub mod http;
 pub mod jobs;
 pub mod metrics;
 pub mod telemetry;
+pub mod tracing_db;
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -23,6 +24,8 @@ pub struct OpsObserver {
     pub metrics: Arc<Metrics>,
     /// Execution spans, when an OTLP endpoint is configured.
     pub telemetry: Option<telemetry::Telemetry>,
+    /// Rows for ElasticJob's tracing tables, when a database is configured.
+    pub tracing_db: Option<Arc<tracing_db::TracingDb>>,
 }
 
 impl Observer for OpsObserver {
@@ -44,6 +47,9 @@ impl Observer for OpsObserver {
         self.history.record(record);
         if let Some(t) = &self.telemetry {
             t.execution_finished(record);
+        }
+        if let Some(db) = &self.tracing_db {
+            db.execution_finished(record);
         }
     }
 

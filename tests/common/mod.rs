@@ -2,6 +2,7 @@
 //!
 //! It owns the processes a scenario needs and cleans them up even when a test panics:
 //! - [`ZooKeeper`]: a real ZooKeeper (one node or a quorum) run from Debian's jars;
+//! - [`Postgres`]: a real PostgreSQL server run from Debian's packages, in a temp dir;
 //! - [`Sidecar`]: a real `shardcar run` process, ready once its gRPC port accepts connections;
 //! - [`TestWorker`]: a real gRPC worker that records every event it is sent;
 //! - [`zk_tree`]: a dump of a namespace for assertions against ElasticJob's layout;
@@ -12,6 +13,7 @@
 #![allow(dead_code, unused_imports)]
 
 pub mod ledger;
+pub mod postgres;
 pub mod process;
 pub mod proxy;
 pub mod sidecar;
@@ -19,6 +21,7 @@ pub mod tree;
 pub mod worker;
 pub mod zookeeper;
 
+pub use postgres::Postgres;
 pub use sidecar::{Sidecar, SidecarOptions};
 pub use tree::{zk_tree, ZkTree};
 pub use worker::{
