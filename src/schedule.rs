@@ -1,21 +1,22 @@
 //! Cron schedules in Quartz syntax (what ElasticJob's `config.cron` holds) and the one timer
-//! task that fires every job's schedule.
+//! thread that fires every job's schedule.
 //!
 //! [`CronSchedule`] parses Quartz expressions (seconds first, 6 or 7 fields, `?`, `L`, `W`,
 //! `#`, Quartz weekday numbering 1 = SUN … 7 = SAT) with croner and evaluates them in the job's
-//! time zone. [`Timer`] is a handle to a single tokio task that keeps a heap of deadlines for
-//! all jobs and sends a [`Fire`] at each instant: no task or thread per job (ElasticJob runs a
+//! time zone. [`Timer`] is a handle to a single thread that keeps a heap of deadlines for all
+//! jobs and sends a [`Fire`] at each instant, within the operating system's timer slack of it
+//! (a task would wake at the runtime's next millisecond tick): no task or thread per job (ElasticJob runs a
 //! Quartz scheduler and a thread per job, issue #510).
 
 use std::cmp::Reverse;
 use std::collections::{BinaryHeap, HashMap};
-use std::sync::{Arc, Mutex, MutexGuard};
+use std::sync::{Arc, Condvar, Mutex, MutexGuard};
 use std::time::Duration;
 
 use chrono::{DateTime, FixedOffset, Local, TimeZone, Utc};
 use croner::parser::{CronParser, Seconds};
 use croner::Cron;
-use tokio::sync::{mpsc, Notify};
+use tokio::sync::mpsc;
 use tokio_util::task::TaskTracker;
 
 const FIELDS: [&str; 7] = [
@@ -342,7 +343,8 @@ impl State {
 
 struct Shared {
     state: Mutex<State>,
-    wake: Notify,
+    /// Wakes the timer's thread when a schedule changes or the timer closes.
+    wake: Condvar,
 }
 
 impl Shared {
@@ -353,17 +355,17 @@ impl Shared {
     }
 }
 
-/// Closes the timer task when the last [`Timer`] handle is dropped.
+/// Closes the timer thread when the last [`Timer`] handle is dropped.
 struct CloseOnDrop(Arc<Shared>);
 
 impl Drop for CloseOnDrop {
     fn drop(&mut self) {
         self.0.lock().closed = true;
-        self.0.wake.notify_one();
+        self.0.wake.notify_all();
     }
 }
 
-/// A handle to the one task that fires all schedules. Cheap to clone; the task ends when the
+/// A handle to the one thread that fires all schedules. Cheap to clone; the thread ends when the
 /// last handle is dropped.
 #[derive(Clone)]
 pub struct Timer {
@@ -375,7 +377,7 @@ pub struct Timer {
 const MAX_SLEEP: Duration = Duration::from_secs(1);
 
 impl Timer {
-    /// Spawns the timer task on the current tokio runtime.
+    /// Starts the timer's thread (on the current tokio runtime's blocking pool).
     ///
     /// # Panics
     /// Outside a tokio runtime.
@@ -383,16 +385,17 @@ impl Timer {
         Timer::spawn_on(&TaskTracker::new())
     }
 
-    /// [`Timer::spawn`], the task tracked by `tracker`.
+    /// [`Timer::spawn`], the thread tracked by `tracker`.
     ///
     /// # Panics
     /// Outside a tokio runtime.
     pub fn spawn_on(tracker: &TaskTracker) -> Timer {
         let shared = Arc::new(Shared {
             state: Mutex::new(State::default()),
-            wake: Notify::new(),
+            wake: Condvar::new(),
         });
-        tracker.spawn(run(shared.clone()));
+        let thread = shared.clone();
+        tracker.spawn_blocking(move || run(&thread));
         Timer {
             _close: Arc::new(CloseOnDrop(shared.clone())),
             shared,
@@ -402,64 +405,70 @@ impl Timer {
     /// Fires `schedule` for `key` on `tx` from now on, replacing any schedule `key` had.
     pub fn schedule(&self, key: String, schedule: CronSchedule, tx: mpsc::Sender<Fire>) {
         self.shared.lock().schedule(key, schedule, tx, Utc::now());
-        self.shared.wake.notify_one();
+        self.shared.wake.notify_all();
     }
 
     /// Stops `key`'s schedule; it never fires again (a no-op for an unknown key).
     pub fn cancel(&self, key: &str) {
         self.shared.lock().cancel(key);
-        self.shared.wake.notify_one();
+        self.shared.wake.notify_all();
     }
 
-    /// Stops every schedule for good and ends the timer's task (which `spawn_on`'s tracker
+    /// Stops every schedule for good and ends the timer's thread (which `spawn_on`'s tracker
     /// then sees end), whatever handles are still held.
     pub fn close(&self) {
         self.shared.lock().closed = true;
-        self.shared.wake.notify_one();
+        self.shared.wake.notify_all();
     }
 }
 
-async fn run(shared: Arc<Shared>) {
+/// The timer's thread: sends every due fire, then waits on the condition variable until the
+/// next deadline. A thread rather than a task, so that a fire goes out within the operating
+/// system's timer slack (tens of microseconds) of its instant, not at the next millisecond
+/// tick of the runtime's timer wheel.
+fn run(shared: &Shared) {
+    let mut state = shared.lock();
     loop {
-        let deadline = {
-            // Held without an await: taking due fires and sending them (`try_send` never
-            // waits) under the lock means that once `cancel` returns, nothing more is sent.
-            let mut state = shared.lock();
-            if state.closed {
-                return;
-            }
-            let mut gone = Vec::new();
-            for (tx, fire) in state.take_due(Utc::now()) {
-                match tx.try_send(fire) {
-                    Ok(()) => {}
-                    Err(mpsc::error::TrySendError::Full(fire)) => {
-                        tracing::warn!(key = %fire.key, fire_time = %fire.fire_time, "fire dropped: the job's fire queue is full");
-                    }
-                    Err(mpsc::error::TrySendError::Closed(fire)) => gone.push(fire.key),
+        if state.closed {
+            return;
+        }
+        // Sending under the lock (`try_send` never waits) means that once `cancel` returns,
+        // nothing more is sent for that key.
+        let mut gone = Vec::new();
+        for (tx, fire) in state.take_due(Utc::now()) {
+            match tx.try_send(fire) {
+                Ok(()) => {}
+                Err(mpsc::error::TrySendError::Full(fire)) => {
+                    tracing::warn!(key = %fire.key, fire_time = %fire.fire_time, "fire dropped: the job's fire queue is full");
                 }
+                Err(mpsc::error::TrySendError::Closed(fire)) => gone.push(fire.key),
             }
-            for key in gone {
-                if state.entries.get(&key).is_some_and(|e| e.tx.is_closed()) {
-                    tracing::debug!(%key, "fire receiver gone; cancelling its schedule");
-                    state.cancel(&key);
-                }
+        }
+        for key in gone {
+            if state.entries.get(&key).is_some_and(|e| e.tx.is_closed()) {
+                tracing::debug!(%key, "fire receiver gone; cancelling its schedule");
+                state.cancel(&key);
             }
-            state.next_deadline()
-        };
-        match deadline {
-            None => shared.wake.notified().await,
+        }
+        state = match state.next_deadline() {
+            None => shared.wake.wait(state).unwrap_or_else(|p| p.into_inner()),
             Some(at) => {
-                // Wall-clock deadline to a monotonic instant, recomputed at every wake.
+                // Wall-clock deadline, recomputed at every wake (and at least every second,
+                // so that a step of the wall clock is noticed).
                 let wait = (at - Utc::now())
                     .to_std()
                     .unwrap_or(Duration::ZERO)
                     .min(MAX_SLEEP);
-                tokio::select! {
-                    _ = shared.wake.notified() => {}
-                    _ = tokio::time::sleep_until(tokio::time::Instant::now() + wait) => {}
+                if wait.is_zero() {
+                    continue;
                 }
+                shared
+                    .wake
+                    .wait_timeout(state, wait)
+                    .unwrap_or_else(|p| p.into_inner())
+                    .0
             }
-        }
+        };
     }
 }
 
