@@ -3,7 +3,7 @@
 //!
 //! Run: `cargo bench --bench core` (release build of the sidecar and of this program);
 //! `cargo bench --bench core -- trigger` runs only the figures whose names start so
-//! (resharding, trigger, failover).
+//! (resharding, trigger, transactions, failover).
 //!
 //! Figures:
 //! 1. resharding: a new worker's `Subscribe` → every worker of the job holds its new
@@ -104,6 +104,48 @@ fn rss_kib(pid: u32) -> u64 {
         .and_then(|l| l.split_whitespace().nth(1))
         .and_then(|v| v.parse().ok())
         .unwrap_or(0)
+}
+
+fn threads(pid: u32) -> u64 {
+    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).unwrap_or_default();
+    status
+        .lines()
+        .find(|l| l.starts_with("Threads:"))
+        .and_then(|l| l.split_whitespace().nth(1))
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(0)
+}
+
+/// ZooKeeper transactions per execution for one job of `items` items, one worker answering at
+/// once, firing every second: the start and the end are one multi-op each, whatever the count.
+async fn bench_transactions_per_item_count(zk: &ZooKeeper) {
+    for items in [1, 8, 64] {
+        let ns = format!("bench-txns-{items}");
+        let options = SidecarOptions {
+            namespace: ns.clone(),
+            log_level: "warn".into(),
+            ..SidecarOptions::zk(zk.connect_string(), "127.0.0.2")
+        };
+        let car = Sidecar::start(options).await;
+        let w = TestWorker::subscribe(
+            &car.endpoint(),
+            subscribe_request(job_config("job", "* * * * * ?", items)),
+        )
+        .await
+        .unwrap();
+        w.set_auto_complete(true);
+        tokio::time::sleep(Duration::from_secs(2)).await;
+        let (zxid_before, runs_before) = (zxid(zk).await, w.triggers().len());
+        tokio::time::sleep(Duration::from_secs(5)).await;
+        let (zxid_after, runs_after) = (zxid(zk).await, w.triggers().len());
+        let runs = runs_after - runs_before;
+        println!(
+            "zookeeper: {items} items: {} transactions for {runs} executions = {:.2} per execution (threads: {})",
+            zxid_after - zxid_before,
+            (zxid_after - zxid_before) as f64 / runs.max(1) as f64,
+            threads(car.pid())
+        );
+    }
 }
 
 async fn bench_resharding(zk: &ZooKeeper) {
@@ -229,9 +271,11 @@ async fn bench_triggers(zk: &ZooKeeper, jobs: usize) {
         txns as f64 / executions.max(1) as f64
     );
     println!(
-        "memory: sidecar RSS {} KiB idle, {} KiB with {jobs} jobs and {jobs} workers",
+        "memory: sidecar RSS {} KiB idle, {} KiB with {jobs} jobs and {jobs} workers; {} threads on {} cores",
         rss_idle,
-        rss_kib(car.pid())
+        rss_kib(car.pid()),
+        threads(car.pid()),
+        std::thread::available_parallelism().map_or(0, usize::from)
     );
 }
 
@@ -437,6 +481,9 @@ fn main() {
         if wanted("trigger") {
             bench_triggers(&zk, 1).await;
             bench_triggers(&zk, 100).await;
+        }
+        if wanted("transactions") {
+            bench_transactions_per_item_count(&zk).await;
         }
         if wanted("failover") {
             bench_failover(&zk).await;

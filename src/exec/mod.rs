@@ -26,6 +26,8 @@ use runner::{Ended, JobRunner};
 /// How often the namespace is looked at for typed jobs, and how long a runner that could not
 /// join waits before it tries again.
 const POLL: Duration = Duration::from_secs(1);
+/// Every how many looks the roots of worker jobs are read again.
+const RECHECK_EVERY: u64 = 5;
 
 /// Which typed jobs this sidecar runs.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -74,6 +76,7 @@ pub async fn supervise(
     let mut stopped: BTreeSet<String> = BTreeSet::new();
     let (ended_tx, mut ended_rx) = tokio::sync::mpsc::unbounded_channel::<(String, Ended)>();
     let mut retry_at: HashMap<String, tokio::time::Instant> = HashMap::new();
+    let mut polls: u64 = 0;
     loop {
         let jobs: BTreeSet<String> = match registry.children("/").await {
             Ok(children) => children.into_iter().filter(|j| which.runs(j)).collect(),
@@ -86,16 +89,33 @@ pub async fn supervise(
         // again under the same name is looked at afresh.
         types.retain(|job, _| jobs.contains(job));
         stopped.retain(|job| jobs.contains(job));
-        for job in &jobs {
-            if !types.contains_key(job) {
-                match registry.get(&JobPaths::new(job).root()).await {
-                    Ok(Some(node)) => {
-                        types.insert(job.clone(), JobType::from_root_data(&node.data));
+        // The roots of jobs not seen before, and now and then those of worker jobs again (a
+        // `ctl job put` of a typed job may give an empty root its type), in one multi-read.
+        polls += 1;
+        let recheck = polls.is_multiple_of(RECHECK_EVERY);
+        let unread: Vec<String> = jobs
+            .iter()
+            .filter(|j| match types.get(*j) {
+                None => true,
+                Some(None) => recheck,
+                Some(Some(_)) => false,
+            })
+            .cloned()
+            .collect();
+        if !unread.is_empty() {
+            let roots: Vec<String> = unread.iter().map(|j| JobPaths::new(j).root()).collect();
+            match registry.get_many(&roots).await {
+                Ok(nodes) => {
+                    for (job, node) in unread.into_iter().zip(nodes) {
+                        if let Some(node) = node {
+                            types.insert(job, JobType::from_root_data(&node.data));
+                        }
                     }
-                    Ok(None) => {}
-                    Err(e) => debug!(job = %job, error = %e, "cannot read the job root"),
                 }
+                Err(e) => debug!(error = %e, "cannot read the job roots"),
             }
+        }
+        for job in &jobs {
             let Some(Some(job_type)) = types.get(job) else {
                 continue;
             };

@@ -174,24 +174,38 @@ impl JobRunner {
         } else {
             None
         };
+        if let Some(reason) = refuse {
+            // Not run at all: given back, to run again elsewhere or at the next fire.
+            debug!(job = %self.job_name, items = ?items, %reason, "declining a trigger");
+            let decline = proto::DeclineRequest {
+                instance_id: instance_id.to_string(),
+                execution_id: t.execution_id.clone(),
+                items,
+                reason,
+            };
+            let mut client = self.client.clone();
+            if let Err(e) = client.decline(decline).await {
+                debug!(job = %self.job_name, error = %e, "decline not delivered");
+            }
+            return;
+        }
         // The props are read at every trigger, as ElasticJob's executors read the job's config.
-        let action = match refuse {
-            Some(reason) => Err(reason),
-            None => self.action().await,
-        };
-        let action = match action {
+        let action = match self.action().await {
             Ok(action) => Arc::new(action),
-            Err(reason) => {
-                warn!(job = %self.job_name, items = ?items, %reason, "declining a trigger");
-                let decline = proto::DeclineRequest {
-                    instance_id: instance_id.to_string(),
-                    execution_id: t.execution_id.clone(),
-                    items,
-                    reason,
-                };
-                let mut client = self.client.clone();
-                if let Err(e) = client.decline(decline).await {
-                    debug!(job = %self.job_name, error = %e, "decline not delivered");
+            Err(error) => {
+                // A job that cannot run as configured fails, where its history shows why.
+                warn!(job = %self.job_name, items = ?items, %error, "the job cannot run as configured");
+                for item in items {
+                    let mut client = self.client.clone();
+                    let failure = proto::ReportFailureRequest {
+                        instance_id: instance_id.to_string(),
+                        execution_id: t.execution_id.clone(),
+                        item,
+                        error: cut(&error, MAX_ERROR),
+                    };
+                    if let Err(e) = client.report_failure(failure).await {
+                        debug!(job = %self.job_name, error = %e, "failure not delivered");
+                    }
                 }
                 return;
             }
