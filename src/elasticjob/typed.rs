@@ -159,47 +159,93 @@ pub fn action(job_type: JobType, props: &BTreeMap<String, String>) -> Result<Act
     }
 }
 
-/// Splits a command line into words as ElasticJob's script executor does (Apache Commons
-/// Exec's `CommandLine.parse`): on spaces, with single or double quotes around a word that
-/// holds spaces. No shell runs: write `sh -c '...'` for pipes and variables.
+/// The program and arguments ElasticJob's script executor runs for `script.command.line`
+/// (Apache Commons Exec 1.3's `CommandLine.parse`, then its `toStrings`): words are separated
+/// by spaces (only), single or double quotes group a word, and then every argument after the
+/// program is trimmed, loses the quotes at its ends, and is wrapped again in double quotes if
+/// it holds a space or a single quote, or in single quotes if it holds a double quote. So
+/// `sh -c 'echo hi'` reaches `sh` as `"echo hi"`, quotes included, under ElasticJob and here
+/// alike: put what needs a shell in a script file. No shell runs.
 ///
 /// # Errors
-/// An unbalanced quote.
+/// An empty line, an unbalanced quote, or an argument with both kinds of quote (which
+/// ElasticJob cannot run either).
 pub fn split_command_line(line: &str) -> Result<Vec<String>, String> {
+    if line.trim().is_empty() {
+        return Err("is empty".to_string());
+    }
+    #[derive(PartialEq)]
+    enum State {
+        Normal,
+        Single,
+        Double,
+    }
+    let mut state = State::Normal;
     let mut words = Vec::new();
     let mut word = String::new();
-    let mut in_word = false;
-    let mut quote: Option<char> = None;
+    let mut quoted_last = false;
     for c in line.chars() {
-        match quote {
-            Some(q) if c == q => quote = None,
-            Some(_) => word.push(c),
-            None if c == '"' || c == '\'' => {
-                quote = Some(c);
-                in_word = true;
+        match state {
+            State::Single if c == '\'' => {
+                quoted_last = true;
+                state = State::Normal;
             }
-            None if c.is_whitespace() => {
-                if in_word {
-                    words.push(std::mem::take(&mut word));
-                    in_word = false;
+            State::Double if c == '"' => {
+                quoted_last = true;
+                state = State::Normal;
+            }
+            State::Single | State::Double => word.push(c),
+            State::Normal => {
+                match c {
+                    '\'' => state = State::Single,
+                    '"' => state = State::Double,
+                    ' ' => {
+                        if quoted_last || !word.is_empty() {
+                            words.push(std::mem::take(&mut word));
+                        }
+                    }
+                    c => word.push(c),
                 }
-            }
-            None => {
-                word.push(c);
-                in_word = true;
+                quoted_last = false;
             }
         }
     }
-    if let Some(q) = quote {
-        return Err(format!("has an unbalanced {q} in {line:?}"));
-    }
-    if in_word {
+    if quoted_last || !word.is_empty() {
         words.push(word);
     }
-    if words.is_empty() {
-        return Err("is empty".to_string());
+    if state != State::Normal {
+        return Err(format!("has unbalanced quotes in {line:?}"));
     }
-    Ok(words)
+    let mut argv = Vec::with_capacity(words.len());
+    let mut words = words.into_iter();
+    match words.next() {
+        Some(program) if !program.trim().is_empty() => argv.push(program),
+        _ => return Err(format!("names no program in {line:?}")),
+    }
+    for word in words {
+        argv.push(quote_argument(&word).map_err(|m| format!("{m} in {line:?}"))?);
+    }
+    Ok(argv)
+}
+
+/// Commons Exec's `StringUtils.quoteArgument`: an argument as its executor passes it.
+fn quote_argument(word: &str) -> Result<String, String> {
+    // Java's trim: every character up to and including the space.
+    let mut w = word.trim_matches(|c: char| c <= ' ');
+    w = w.trim_start_matches(['\'', '"']);
+    w = w.trim_end_matches(['\'', '"']);
+    if w.contains('"') {
+        if w.contains('\'') {
+            return Err(format!(
+                "has an argument with both single and double quotes ({word:?}), which ElasticJob cannot pass either"
+            ));
+        }
+        Ok(format!("'{w}'"))
+    } else if w.contains('\'') || w.contains(' ') {
+        Ok(format!("\"{w}\""))
+    } else {
+        Ok(w.to_string())
+    }
 }
 
 /// One item's sharding context as ElasticJob's executors send it: Gson's form of its
@@ -264,14 +310,33 @@ mod tests {
     }
 
     #[test]
-    fn command_lines_split_as_commons_exec_does() {
+    fn command_lines_split_and_quoted_as_commons_exec_does() {
+        // What ElasticJob 3.0.4's script executor passed for these lines (its argv, as the
+        // interop suite records it, tests/interop TypedJobTest).
+        assert_eq!(
+            split_command_line("plain 'two words' \"it's\" 'say \"hi\"' a'b c'd ''").unwrap(),
+            vec![
+                "plain",
+                "\"two words\"",
+                "\"it's\"",
+                "'say \"hi'",
+                "\"ab cd\"",
+                ""
+            ]
+        );
         assert_eq!(
             split_command_line("/bin/echo  a 'b c' \"d e\"").unwrap(),
-            vec!["/bin/echo", "a", "b c", "d e"]
+            vec!["/bin/echo", "a", "\"b c\"", "\"d e\""]
+        );
+        // Only spaces separate words, and a quoted word is trimmed.
+        assert_eq!(
+            split_command_line("x a\tb 'tail '").unwrap(),
+            vec!["x", "a\tb", "tail"]
         );
         assert_eq!(split_command_line("x ''").unwrap(), vec!["x", ""]);
         assert!(split_command_line("sh -c 'echo").is_err());
         assert!(split_command_line("   ").is_err());
+        assert!(split_command_line("x \"a'b\"'c\"d'").is_err());
     }
 
     #[test]

@@ -60,6 +60,17 @@ async fn instances(car: &Sidecar, job: &str) -> Vec<shardcar::proto::InstanceInf
     }
 }
 
+/// An executable shell script `name` in `dir` with `body`; returns its path. (A command line
+/// reaches its program as ElasticJob passes it, so `sh -c '...'` would get its script quoted:
+/// scripts go in files.)
+fn script(dir: &tempfile::TempDir, name: &str, body: &str) -> String {
+    use std::os::unix::fs::PermissionsExt;
+    let path = dir.path().join(name);
+    std::fs::write(&path, format!("#!/bin/sh\n{body}\n")).unwrap();
+    std::fs::set_permissions(&path, std::fs::Permissions::from_mode(0o755)).unwrap();
+    path.display().to_string()
+}
+
 /// Lines of a file, or none while it does not exist.
 fn lines(path: &std::path::Path) -> Vec<String> {
     std::fs::read_to_string(path)
@@ -73,10 +84,14 @@ async fn script_jobs_run_on_every_sidecar_with_elasticjobs_sharding_context() {
     let a = Sidecar::start(SidecarOptions::zk(zk.connect_string(), "127.0.0.2")).await;
     let b = Sidecar::start(SidecarOptions::zk(zk.connect_string(), "127.0.0.3")).await;
     let dir = tempfile::tempdir().unwrap();
-    // `sh -c SCRIPT JSON`: the JSON is the shell's $0.
-    let script = format!(
-        "sh -c 'printf \"%s %s\\n\" \"$0\" \"$SHARDCAR_FENCING_TOKEN\" >> {}/item-$SHARDCAR_SHARDING_ITEM'",
-        dir.path().display()
+    // The JSON is the script's last argument.
+    let script = script(
+        &dir,
+        "record.sh",
+        &format!(
+            "printf '%s %s\\n' \"$1\" \"$SHARDCAR_FENCING_TOKEN\" >> {}/item-$SHARDCAR_SHARDING_ITEM",
+            dir.path().display()
+        ),
     );
     let mut job = typed_job(
         "clean",
@@ -193,16 +208,19 @@ async fn script_jobs_run_on_every_sidecar_with_elasticjobs_sharding_context() {
 #[tokio::test(flavor = "multi_thread")]
 async fn a_declared_script_job_reports_its_stderr_and_a_revoked_one_is_killed() {
     let dir = tempfile::tempdir().unwrap();
+    let broken = script(&dir, "broken.sh", "echo it broke >&2\nexit 3");
     let settings = write_file(
         &dir,
         "shardcar.toml",
-        "typed_jobs = \"declared\"\n\
-         [[jobs]]\n\
-         job_name = \"broken\"\n\
-         type = \"SCRIPT\"\n\
-         cron = \"0 0 0 1 1 ? 2099\"\n\
-         sharding_total_count = 1\n\
-         props = { \"script.command.line\" = \"sh -c 'echo it broke >&2; exit 3'\" }\n",
+        &format!(
+            "typed_jobs = \"declared\"\n\
+             [[jobs]]\n\
+             job_name = \"broken\"\n\
+             type = \"SCRIPT\"\n\
+             cron = \"0 0 0 1 1 ? 2099\"\n\
+             sharding_total_count = 1\n\
+             props = {{ \"script.command.line\" = \"{broken}\" }}\n"
+        ),
     );
     let car = Sidecar::start(SidecarOptions {
         extra_args: vec!["--config".into(), settings],
@@ -238,9 +256,13 @@ async fn a_declared_script_job_reports_its_stderr_and_a_revoked_one_is_killed() 
 
     // A script that ignores SIGTERM: a revoke terminates it, then kills it (its group too).
     let pid_file = dir.path().join("pid");
-    let stubborn = format!(
-        "sh -c 'trap \"\" TERM; echo $$ > {}; sleep 60; true'",
-        pid_file.display()
+    let stubborn = script(
+        &dir,
+        "stubborn.sh",
+        &format!(
+            "trap '' TERM\necho $$ > {}\nsleep 60\ntrue",
+            pid_file.display()
+        ),
     );
     let mut job = typed_job(
         "broken",
