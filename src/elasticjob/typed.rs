@@ -428,4 +428,34 @@ mod tests {
         assert_eq!(JobType::from_root_data(b"com.example.Job"), None);
         assert_eq!(JobType::from_root_data(b""), None);
     }
+
+    #[test]
+    fn the_typed_jobs_a_real_elasticjob_wrote_are_read_and_written_back_byte_for_byte() {
+        // Captured from ElasticJob-Lite 3.0.4 JVMs (tests/vectors/README.md, "typed").
+        for (text, want) in [
+            (include_str!("../../tests/vectors/typed/script-2x2.json"), JobType::Script),
+            (include_str!("../../tests/vectors/typed/http-2x2.json"), JobType::Http),
+        ] {
+            let dump: serde_json::Value = serde_json::from_str(text).unwrap();
+            let job = dump["job"].as_str().unwrap();
+            let node = |suffix: &str| {
+                let path = format!("/vec/{job}{suffix}");
+                dump["nodes"]
+                    .as_array()
+                    .unwrap()
+                    .iter()
+                    .find(|n| n["path"] == path.as_str())
+                    .and_then(|n| n["data"].as_str())
+                    .unwrap_or_else(|| panic!("{path} is in the dump"))
+                    .to_string()
+            };
+            assert_eq!(JobType::from_root_data(node("").as_bytes()), Some(want));
+            let yaml = node("/config");
+            let config =
+                crate::elasticjob::config::JobConfiguration::from_yaml(yaml.as_bytes()).unwrap();
+            assert_eq!(config.to_yaml(), yaml, "{job}: written back byte for byte");
+            let props: BTreeMap<String, String> = config.props.into_iter().collect();
+            assert!(action(want, &props).is_ok(), "{job}: {props:?}");
+        }
+    }
 }

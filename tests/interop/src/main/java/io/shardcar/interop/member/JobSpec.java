@@ -51,4 +51,9 @@ public final class JobSpec {
   public boolean flag(String key) {
     return Boolean.parseBoolean(p.getProperty(key, "false"));
   }
+
+  /** Every key of the spec (e.g. to find the {@code prop.*} keys of a typed job). */
+  public java.util.Set<String> keys() {
+    return p.stringPropertyNames();
+  }
 }

@@ -98,6 +98,62 @@ public final class Cluster implements AutoCloseable {
     return startMember(Member.Side.ELASTICJOB, "io.shardcar.interop.member.ElasticJobMember", name, args, jobs);
   }
 
+  /**
+   * An ElasticJob member JVM running typed jobs ({@code SCRIPT}, {@code HTTP}: {@link Job#type},
+   * {@link Job#prop}) with ElasticJob's own executors, waited for until every job started. Its
+   * locale is {@code C.UTF-8}, so that the JVM passes arguments to scripts in UTF-8 as the sidecar does.
+   */
+  public Member typedElasticJob(String name, Job... jobs) {
+    Member m = typedElasticJobStarting(name, jobs);
+    awaitReady(m, jobs);
+    return m;
+  }
+
+  /** {@link #typedElasticJob}, not waited for. */
+  public Member typedElasticJobStarting(String name, Job... jobs) {
+    List<String> args = new ArrayList<>(List.of("--zk", zooKeeper.connectString(), "--namespace", namespace,
+        "--session-ms", "4000", "--parent", Long.toString(ProcessHandle.current().pid())));
+    return startTypedMember(name, List.of(), args, jobs);
+  }
+
+  /**
+   * {@link #typedElasticJob} in a PID namespace of its own ({@code unshare}, root only) where the JVM
+   * gets process id {@code pid}, so that its ElasticJob instance id is {@code {ip}@-@{pid}}: for
+   * test vectors with stable ids. It has no parent watch (the test JVM is not visible from inside);
+   * killing it kills the namespace ({@code --kill-child}).
+   */
+  public Member typedElasticJobWithPid(String name, int pid, Job... jobs) {
+    List<String> prefix = List.of("unshare", "--pid", "--fork", "--kill-child", "--mount-proc", "sh", "-c",
+        "echo " + (pid - 1) + " > /proc/sys/kernel/ns_last_pid && \"$@\"", "sh");
+    List<String> args = new ArrayList<>(List.of("--zk", zooKeeper.connectString(), "--namespace", namespace,
+        "--session-ms", "4000"));
+    Member m = startTypedMember(name, prefix, args, jobs);
+    awaitReady(m, jobs);
+    return m;
+  }
+
+  private Member startTypedMember(String name, List<String> prefix, List<String> extra, Job... jobs) {
+    if (members.containsKey(name)) {
+      throw new IllegalArgumentException("member name " + name + " already used in this test (records are per name)");
+    }
+    List<String> cmd = new ArrayList<>(prefix);
+    cmd.addAll(List.of(Layout.java().toString(), "-Xmx192m", "-XX:+UseSerialGC",
+        "-XX:TieredStopAtLevel=1", "-Xss512k", "-Dorg.slf4j.simpleLogger.defaultLogLevel=info",
+        "-Dorg.slf4j.simpleLogger.showDateTime=true", "-Dorg.slf4j.simpleLogger.dateTimeFormat=HH:mm:ss.SSS",
+        "-cp", Layout.memberClasspath(), "io.shardcar.interop.member.TypedElasticJobMember", "--dir", dir.toString(),
+        "--name", name));
+    cmd.addAll(extra);
+    for (Job job : jobs) {
+      cmd.add("--job");
+      cmd.add(writeSpec(name, job).toString());
+    }
+    Member m = new Member(this, Member.Side.ELASTICJOB, name, cmd, dir.resolve(name + ".log"),
+        Map.of("LC_ALL", "C.UTF-8", "LANG", "C.UTF-8"));
+    procs.add(m);
+    members.put(name, m);
+    return m;
+  }
+
   /** A shardcar worker JVM on {@code sidecar} subscribed to {@code jobs}, waited for until registered. */
   public Member shardcar(String name, Sidecar sidecar, Job... jobs) {
     Member m = startMember(Member.Side.SHARDCAR, "io.shardcar.interop.member.ShardcarMember", name,

@@ -63,6 +63,19 @@ public final class Job {
     return set("description", d);
   }
 
+  /**
+   * A typed job for {@code TypedElasticJobMember}: ElasticJob's job type ({@code SCRIPT}, {@code HTTP}),
+   * which ElasticJob writes into the job root instead of a class name.
+   */
+  public Job type(String elasticJobType) {
+    return set("elasticJobType", elasticJobType);
+  }
+
+  /** One of the job's props ({@code script.command.line}, {@code http.uri}, ...). */
+  public Job prop(String key, String value) {
+    return set("prop." + key, value);
+  }
+
   /** shardcar workers: subscribe with this configuration ({@code false}: by job name only). */
   public Job withConfig(boolean b) {
     return set("withConfig", b);

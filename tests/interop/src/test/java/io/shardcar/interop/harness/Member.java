@@ -23,6 +23,14 @@ public final class Member extends Proc {
     this.memberName = name;
   }
 
+  /** A member whose process gets {@code env} on top of the test JVM's environment. */
+  Member(Cluster cluster, Side side, String name, List<String> command, Path log, Map<String, String> env) {
+    super(name, command, log, env);
+    this.cluster = cluster;
+    this.side = side;
+    this.memberName = name;
+  }
+
   public Side side() {
     return side;
   }

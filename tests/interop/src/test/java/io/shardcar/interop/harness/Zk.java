@@ -116,6 +116,28 @@ public final class Zk implements AutoCloseable {
     return !exists("/" + job + "/leader/sharding/necessary") && !exists("/" + job + "/leader/sharding/processing");
   }
 
+  /** One node of a dump: its path, its data as UTF-8 text, whether it is ephemeral. */
+  public record Node(String path, String data, boolean ephemeral) {}
+
+  /** The subtree under {@code path}, depth first, children in ascending order (nodes gone meanwhile are left out). */
+  public List<Node> nodes(String path) {
+    List<Node> out = new ArrayList<>();
+    nodes(path, out);
+    return out;
+  }
+
+  private void nodes(String path, List<Node> out) {
+    Stat st = stat(path);
+    String d = data(path);
+    if (st == null || d == null) {
+      return;
+    }
+    out.add(new Node(path, d, st.getEphemeralOwner() != 0));
+    for (String c : children(path)) {
+      nodes(path.equals("/") ? "/" + c : path + "/" + c, out);
+    }
+  }
+
   /** The subtree under {@code path}: one line per node, its data and whether it is ephemeral. */
   public String tree(String path) {
     StringBuilder sb = new StringBuilder();
