@@ -433,8 +433,14 @@ mod tests {
     fn the_typed_jobs_a_real_elasticjob_wrote_are_read_and_written_back_byte_for_byte() {
         // Captured from ElasticJob-Lite 3.0.4 JVMs (tests/vectors/README.md, "typed").
         for (text, want) in [
-            (include_str!("../../tests/vectors/typed/script-2x2.json"), JobType::Script),
-            (include_str!("../../tests/vectors/typed/http-2x2.json"), JobType::Http),
+            (
+                include_str!("../../tests/vectors/typed/script-2x2.json"),
+                JobType::Script,
+            ),
+            (
+                include_str!("../../tests/vectors/typed/http-2x2.json"),
+                JobType::Http,
+            ),
         ] {
             let dump: serde_json::Value = serde_json::from_str(text).unwrap();
             let job = dump["job"].as_str().unwrap();
