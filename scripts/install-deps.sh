@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Installs what shardcar's tests and demo need on Debian/Ubuntu (bookworm tested):
 # ZooKeeper's jars (package `zookeeper`, which brings a Java runtime), PostgreSQL (package
-# `postgresql`: the tests start their own servers from its binaries), procps, buf (into .tools/,
+# `postgresql`: the tests start their own servers from its binaries), procps, Chromium and its
+# chromedriver (the web console's browser tests, tests/console.rs), buf (into .tools/,
 # from npm), cargo-deb (for scripts/package.sh), and — when the client directories exist — the
 # Python venv (.venv) and the Java build tools.
 #
@@ -70,7 +71,12 @@ install_system_deps() {
         # postgresql: initdb and postgres under /usr/lib/postgresql/*/bin (the tracing_db tests);
         # procps: ps/pgrep used when debugging; ca-certificates: crates, pip and Maven downloads.
         apt_install zookeeper postgresql procps ca-certificates
+        # chromium, chromium-driver: the headless browser of tests/console.rs and its WebDriver
+        # server; fonts-dejavu-core: legible pages in its screenshots.
+        apt_install chromium chromium-driver fonts-dejavu-core
     fi
+    command -v chromedriver >/dev/null 2>&1 ||
+        die "chromedriver not found: install Debian's 'chromium-driver' package"
     [ -r /usr/share/java/zookeeper.jar ] ||
         die "/usr/share/java/zookeeper.jar not found: install Debian's 'zookeeper' package"
     [ -n "${SHARDCAR_TEST_PG_BIN:-}" ] || compgen -G '/usr/lib/postgresql/*/bin/postgres' >/dev/null ||

@@ -33,8 +33,12 @@ pub struct Settings {
     pub shutdown_grace: Duration,
     pub log_level: String,
     pub log_format: LogFormat,
-    /// `host:port` for the Prometheus `/metrics` endpoint; `None`: no endpoint.
-    pub metrics_listen: Option<std::net::SocketAddr>,
+    /// `host:port` of the HTTP listener (the console, `/metrics`, `/healthz`, `/readyz`), from
+    /// `http_listen` or its alias `metrics_listen`; `None`: no HTTP listener.
+    pub http_listen: Option<std::net::SocketAddr>,
+    /// Who may operate the namespace: the admin token, and whether the console's read-only
+    /// pages are open without it.
+    pub access: crate::ops::access::Access,
     /// Finished executions kept in memory for `ListExecutions`.
     pub history_size: usize,
     /// Where finished executions are appended as JSON lines, if anywhere.
@@ -276,12 +280,40 @@ settings! {
         meaning: "text or json",
         example: r#""text""#,
     }
+    http_listen {
+        env: "SHARDCAR_HTTP_LISTEN",
+        value_name: "ADDR",
+        default: "(none: no HTTP listener)",
+        meaning: "host:port of the HTTP listener: the web console at /, Prometheus metrics at /metrics, probes at /healthz (live) and /readyz (ZooKeeper connected, not draining)",
+        example: r#""127.0.0.1:8080""#,
+    }
     metrics_listen {
         env: "SHARDCAR_METRICS_LISTEN",
         value_name: "ADDR",
-        default: "(none: no endpoint)",
-        meaning: "host:port of the Prometheus endpoint (GET /metrics)",
-        example: r#""127.0.0.1:9464""#,
+        default: "(none)",
+        meaning: "older name of http_listen, still read (it serves the console too); prefer http_listen",
+        example: r#""127.0.0.1:8080""#,
+    }
+    admin_token {
+        env: "SHARDCAR_ADMIN_TOKEN",
+        value_name: "TOKEN",
+        default: "(none)",
+        meaning: "bearer token the Admin API and the console's actions require (at least 16 characters); required when listen or http_listen is not a loopback address or the Unix socket is world-accessible",
+        example: r#""change-me-to-a-long-random-token""#,
+    }
+    admin_token_file {
+        env: "SHARDCAR_ADMIN_TOKEN_FILE",
+        value_name: "FILE",
+        default: "(none)",
+        meaning: "file holding admin_token (surrounding whitespace ignored); give one of the two",
+        example: r#""/etc/shardcar/admin-token""#,
+    }
+    console_read_only_open {
+        env: "SHARDCAR_CONSOLE_READ_ONLY_OPEN",
+        value_name: "BOOL",
+        default: "false",
+        meaning: "true: the console's read-only pages need no token (its actions and the Admin API still do)",
+        example: "false",
     }
     history_size {
         env: "SHARDCAR_HISTORY_SIZE",
@@ -351,8 +383,8 @@ pub fn example_file() -> String {
     out
 }
 
-/// A settings file value: TOML strings and numbers are both taken as text (`session_timeout =
-/// 6` and `= "6s"` both work); anything else is refused naming its TOML type.
+/// A settings file value: TOML strings, numbers and booleans are all taken as text
+/// (`session_timeout = 6` and `= "6s"` both work); anything else is refused naming its TOML type.
 #[derive(Debug)]
 struct FileValue(String);
 
@@ -362,7 +394,7 @@ impl<'de> serde::Deserialize<'de> for FileValue {
         impl<'de> serde::de::Visitor<'de> for Text {
             type Value = FileValue;
             fn expecting(&self, f: &mut std::fmt::Formatter) -> std::fmt::Result {
-                f.write_str("a string or a number")
+                f.write_str("a string, a number or a boolean")
             }
             fn visit_str<E: serde::de::Error>(self, v: &str) -> Result<FileValue, E> {
                 Ok(FileValue(v.to_string()))
@@ -376,11 +408,8 @@ impl<'de> serde::Deserialize<'de> for FileValue {
             fn visit_f64<E: serde::de::Error>(self, v: f64) -> Result<FileValue, E> {
                 Ok(FileValue(v.to_string()))
             }
-            fn visit_bool<E: serde::de::Error>(self, _: bool) -> Result<FileValue, E> {
-                Err(E::invalid_type(
-                    serde::de::Unexpected::Other("boolean"),
-                    &self,
-                ))
+            fn visit_bool<E: serde::de::Error>(self, v: bool) -> Result<FileValue, E> {
+                Ok(FileValue(v.to_string()))
             }
             fn visit_seq<A: serde::de::SeqAccess<'de>>(self, _: A) -> Result<FileValue, A::Error> {
                 Err(serde::de::Error::invalid_type(
@@ -575,7 +604,7 @@ fn file_error(path: &str, setting: &str, e: figment::Error) -> SettingsError {
         }
         figment::error::Kind::InvalidType(actual, _) if !key.is_empty() => bad(
             &format!("{key} in {path}"),
-            format!("must be a string or a number, not {actual}"),
+            format!("must be a string, a number or a boolean, not {actual}"),
         ),
         kind => bad(setting, format!("{path}: {kind}")),
     }
@@ -754,15 +783,8 @@ impl Settings {
             Some((v, _)) if v == "json" => LogFormat::Json,
             Some((v, origin)) => return Err(bad(&origin, format!("{v:?} must be text or json"))),
         };
-        let metrics_listen = match layers.pick("metrics_listen") {
-            Some((v, origin)) => Some(v.trim().parse().map_err(|_| {
-                bad(
-                    &origin,
-                    format!("{v:?} must be host:port, e.g. 127.0.0.1:9090"),
-                )
-            })?),
-            None => None,
-        };
+        let http_listen = access::http_listen(&layers)?;
+        let access = access::access(&layers, &listen, http_listen.as_ref())?;
         let history_size = match layers.pick("history_size") {
             Some((v, origin)) => v
                 .trim()
@@ -875,7 +897,8 @@ impl Settings {
             shutdown_grace,
             log_level,
             log_format,
-            metrics_listen,
+            http_listen: http_listen.map(|(addr, _)| addr),
+            access,
             history_size,
             history_file,
             telemetry,
@@ -899,6 +922,10 @@ fn check_listen(v: &str) -> Result<(), String> {
         Ok(())
     }
 }
+
+#[path = "config_access.rs"]
+mod access;
+pub use access::{check_unix_socket, world_accessible};
 
 #[cfg(test)]
 #[path = "config_tests.rs"]

@@ -157,7 +157,8 @@ fn file_is_the_last_layer() {
     assert_eq!(s.namespace, "fromflag");
     assert_eq!(s.session_timeout, Duration::from_secs(6));
     assert_eq!(s.lease, Duration::from_secs(3));
-    assert_eq!(s.metrics_listen, Some("127.0.0.1:9100".parse().unwrap()));
+    // metrics_listen is the older name of http_listen.
+    assert_eq!(s.http_listen, Some("127.0.0.1:9100".parse().unwrap()));
     assert_eq!(s.history_size, 5);
     assert_eq!(s.advertise_ip, "10.0.0.9");
     assert_eq!(s.log_level, "info");
@@ -168,16 +169,12 @@ fn bad_files_are_named() {
     let msg = |r: Result<FileSettings, SettingsError>| r.unwrap_err().to_string();
     assert_eq!(
         msg(file("zk = \"a:1\"\nlisten = [1]\n")),
-        "invalid setting listen in /etc/shardcar.toml: must be a string or a number, not array"
+        "invalid setting listen in /etc/shardcar.toml: must be a string, a number or a boolean, not array"
     );
-    for (value, kind) in [
-        ("true", "boolean"),
-        ("{ a = 1 }", "table"),
-        ("1979-05-27T07:32:00Z", "datetime"),
-    ] {
+    for (value, kind) in [("{ a = 1 }", "table"), ("1979-05-27T07:32:00Z", "datetime")] {
         assert_eq!(
             msg(file(&format!("listen = {value}\n"))),
-            format!("invalid setting listen in /etc/shardcar.toml: must be a string or a number, not {kind}")
+            format!("invalid setting listen in /etc/shardcar.toml: must be a string, a number or a boolean, not {kind}")
         );
     }
     assert_eq!(
@@ -321,6 +318,12 @@ fn the_example_file_names_every_setting_and_each_example_is_valid() {
         "\"/var/lib/shardcar/history.jsonl\"",
         &format!("{:?}", tmp.display().to_string()),
     );
+    // The token is given one way: inline here, so the file's line goes.
+    let uncommented: String = uncommented
+        .lines()
+        .filter(|l| !l.starts_with("admin_token_file = "))
+        .map(|l| format!("{l}\n"))
+        .collect();
     let all = FileSettings::parse("example", &uncommented, "--config").unwrap();
     let s = Settings::resolve_layers(given(&[], &[]), &env(&[]), Some(all)).unwrap();
     assert_eq!(s.zk.as_deref(), Some("zk1:2181,zk2:2181,zk3:2181"));
@@ -492,4 +495,164 @@ fn declared_jobs_are_read_with_a_job_files_keys_and_mistakes_named() {
         .to_string(),
         "invalid setting --typed-jobs: \"some\" must be all, declared or none"
     );
+}
+
+#[test]
+fn the_http_listener_and_its_older_name() {
+    let resolve =
+        |flags: &[&str], vars: &[(&str, &str)]| Settings::resolve(given(flags, vars), &env(&[]));
+    let s = resolve(&["--http-listen", "127.0.0.1:8080"], &[]).unwrap();
+    assert_eq!(s.http_listen, Some("127.0.0.1:8080".parse().unwrap()));
+    let s = resolve(&[], &[("SHARDCAR_METRICS_LISTEN", "127.0.0.1:9464")]).unwrap();
+    assert_eq!(s.http_listen, Some("127.0.0.1:9464".parse().unwrap()));
+    // Both, the same: fine; different: the older name is refused.
+    let s = resolve(
+        &[
+            "--http-listen",
+            "127.0.0.1:8080",
+            "--metrics-listen",
+            "127.0.0.1:8080",
+        ],
+        &[],
+    )
+    .unwrap();
+    assert_eq!(s.http_listen, Some("127.0.0.1:8080".parse().unwrap()));
+    let e = resolve(
+        &["--http-listen", "127.0.0.1:8080"],
+        &[("SHARDCAR_METRICS_LISTEN", "127.0.0.1:9464")],
+    )
+    .unwrap_err();
+    assert_eq!(e.setting, "SHARDCAR_METRICS_LISTEN");
+    assert!(e.message.contains("keep only http_listen"), "{e}");
+    let e = resolve(&["--http-listen", "8080"], &[]).unwrap_err();
+    assert_eq!(e.setting, "--http-listen");
+}
+
+#[test]
+fn an_address_other_hosts_reach_needs_the_admin_token() {
+    let resolve =
+        |flags: &[&str], vars: &[(&str, &str)]| Settings::resolve(given(flags, vars), &env(&[]));
+    let token = "0123456789abcdef-token";
+    // Loopback: open unless a token is given.
+    let s = resolve(&[], &[]).unwrap();
+    assert_eq!(s.access, crate::ops::access::Access::default());
+    for (flags, vars, setting, what) in [
+        (
+            vec!["--listen", "0.0.0.0:50061"],
+            vec![],
+            "--listen",
+            "Admin API",
+        ),
+        (
+            vec![],
+            vec![("SHARDCAR_LISTEN", "10.0.0.5:50061")],
+            "SHARDCAR_LISTEN",
+            "Admin API",
+        ),
+        (
+            vec!["--http-listen", "0.0.0.0:8080"],
+            vec![],
+            "--http-listen",
+            "console",
+        ),
+        (
+            vec![],
+            vec![("SHARDCAR_METRICS_LISTEN", "[::]:9464")],
+            "SHARDCAR_METRICS_LISTEN",
+            "console",
+        ),
+    ] {
+        let e = resolve(&flags, &vars).unwrap_err();
+        assert_eq!(e.setting, setting, "{e}");
+        assert!(
+            e.message.contains("is not a loopback address")
+                && e.message.contains(what)
+                && e.message
+                    .contains("admin_token (--admin-token, SHARDCAR_ADMIN_TOKEN)"),
+            "{e}"
+        );
+        // With a token, the same is fine.
+        let mut with_token = flags.clone();
+        with_token.extend(["--admin-token", token]);
+        let s = resolve(&with_token, &vars).unwrap();
+        assert!(s.access.token.as_ref().unwrap().matches(token));
+    }
+    // From a file, whitespace trimmed.
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("token");
+    std::fs::write(&path, format!("{token}\n")).unwrap();
+    let path = path.display().to_string();
+    let s = resolve(
+        &["--listen", "0.0.0.0:1", "--admin-token-file", &path],
+        &[("SHARDCAR_CONSOLE_READ_ONLY_OPEN", "true")],
+    )
+    .unwrap();
+    assert!(s.access.token.as_ref().unwrap().matches(token));
+    assert!(s.access.read_only_open);
+    // Mistakes are named.
+    let cases: Vec<(Vec<&str>, &str, &str)> = vec![
+        (
+            vec!["--admin-token", "short"],
+            "--admin-token",
+            "at least 16",
+        ),
+        (
+            vec!["--admin-token", token, "--admin-token-file", &path],
+            "--admin-token-file",
+            "one way",
+        ),
+        (
+            vec!["--admin-token-file", "/nonexistent/token"],
+            "--admin-token-file",
+            "cannot read /nonexistent/token",
+        ),
+        (
+            vec!["--console-read-only-open", "yes"],
+            "--console-read-only-open",
+            "true or false",
+        ),
+    ];
+    for (flags, setting, says) in cases {
+        let e = resolve(&flags, &[]).unwrap_err();
+        assert_eq!(e.setting, setting, "{e}");
+        assert!(e.message.contains(says), "{e}");
+    }
+    // The file's boolean.
+    let f =
+        file("console_read_only_open = true\nadmin_token = \"0123456789abcdef-token\"\n").unwrap();
+    let s = Settings::resolve_layers(given(&[], &[]), &env(&[]), Some(f)).unwrap();
+    assert!(s.access.read_only_open);
+    assert!(
+        !format!("{s:?}").contains(token),
+        "the token is never shown"
+    );
+}
+
+#[test]
+fn a_unix_socket_others_can_use_needs_the_admin_token() {
+    use std::os::unix::fs::PermissionsExt;
+    let dir = tempfile::tempdir().unwrap();
+    let socket = dir.path().join("s.sock");
+    let _listener = std::os::unix::net::UnixListener::bind(&socket).unwrap();
+    let open = crate::ops::access::Access::default();
+    let chmod = |p: &std::path::Path, mode: u32| {
+        std::fs::set_permissions(p, std::fs::Permissions::from_mode(mode)).unwrap()
+    };
+    chmod(&socket, 0o777);
+    // The temp dir is the owner's only: nobody else reaches the socket.
+    chmod(dir.path(), 0o700);
+    assert!(!world_accessible(&socket));
+    chmod(dir.path(), 0o755);
+    assert!(world_accessible(&socket));
+    let listen = format!("unix://{}", socket.display());
+    let e = check_unix_socket(&listen, &socket, &open).unwrap_err();
+    assert_eq!(e.setting, "listen");
+    assert!(e.message.contains("world-accessible"), "{e}");
+    let token = crate::ops::access::Access {
+        token: Some(crate::ops::access::AdminToken::new("0123456789abcdef-token").unwrap()),
+        read_only_open: false,
+    };
+    assert!(check_unix_socket(&listen, &socket, &token).is_ok());
+    chmod(&socket, 0o770);
+    assert!(check_unix_socket(&listen, &socket, &open).is_ok());
 }

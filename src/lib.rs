@@ -9,7 +9,9 @@
 //! speaks only in domain terms (worker events, sources, errors); [`ops`] is what operators use
 //! (execution history, metrics, the namespace operations of the console), also in domain terms;
 //! [`api`] is the gRPC layer, the only one that knows tonic and the protobuf types, converting
-//! both ways, validating requests and mapping errors to status codes; [`exec`] runs SCRIPT and
+//! both ways, validating requests and mapping errors to status codes (and the Admin API's
+//! token check); [`web`] is the HTTP listener — the web console, `/metrics` and the probes —
+//! whose actions go through `ops` and the Admin API's validation; [`exec`] runs SCRIPT and
 //! HTTP jobs on the sidecar itself, as a worker of its own Worker API; [`config`] reads a
 //! process's settings (with [`net`], which picks the advertised IP as ElasticJob does) and
 //! [`sidecar`] wires a process together from them; [`ctl`] is `shardcar ctl`, a client of the
@@ -27,6 +29,7 @@ pub mod ops;
 pub mod registry;
 pub mod schedule;
 pub mod sidecar;
+pub mod web;
 
 /// Code generated from `proto/shardcar/v1/shardcar.proto`.
 pub mod proto {

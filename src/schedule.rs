@@ -240,6 +240,33 @@ impl CronSchedule {
     }
 }
 
+impl CronSchedule {
+    /// The next `n` fire instants strictly after `t` (fewer when the schedule ends).
+    pub fn next_times(&self, t: DateTime<Utc>, n: usize) -> Vec<DateTime<Utc>> {
+        let mut out = Vec::with_capacity(n);
+        let mut at = t;
+        while out.len() < n {
+            match self.next_after(at) {
+                Some(next) => {
+                    out.push(next);
+                    at = next;
+                }
+                None => break,
+            }
+        }
+        out
+    }
+
+    /// An instant as the wall clock of this schedule's time zone shows it.
+    pub fn in_zone(&self, t: DateTime<Utc>) -> DateTime<FixedOffset> {
+        match &self.zone {
+            Zone::Local => t.with_timezone(&Local).fixed_offset(),
+            Zone::Fixed(z) => t.with_timezone(z).fixed_offset(),
+            Zone::Named(z) => t.with_timezone(z).fixed_offset(),
+        }
+    }
+}
+
 /// One fire of one schedule: `fire_time` is the scheduled instant (after a stall, the missed
 /// instant; compare it with the clock to detect a misfire).
 #[derive(Debug, Clone, PartialEq, Eq)]

@@ -4,7 +4,8 @@
 //!
 //! Every task the sidecar starts is tracked (a [`TaskTracker`]) and cancelled together (a
 //! [`CancellationToken`]), so nothing outlives the shutdown: the job drivers and their child
-//! tasks, the servers and their connections, the followers of `WatchJob`, the timer (closed
+//! tasks, the servers and their connections (gRPC and HTTP), the followers of `WatchJob` and of
+//! the console's live pages, the timer (closed
 //! after the drain). The registry tracks its session's own tasks (its loop, the heartbeat,
 //! watch forwarders) and waits for them when it is closed.
 
@@ -57,14 +58,18 @@ pub enum RunError {
     DeclaredJob { job: String, message: String },
     #[error(transparent)]
     TracingDb(#[from] crate::ops::tracing_db::TracingDbError),
+    /// A setting that proved unusable only once applied (a Unix socket others can use): the
+    /// process exits with status 64 like for any bad setting.
+    #[error(transparent)]
+    Setting(#[from] crate::config::SettingsError),
 }
 
 impl RunError {
     /// The process's exit status: 64 (EX_USAGE) for a setting found unusable at start (the
-    /// tracing database refused the login), 1 otherwise.
+    /// tracing database refused the login, a Unix socket others can use), 1 otherwise.
     pub fn exit_code(&self) -> u8 {
         match self {
-            RunError::TracingDb(_) => 64,
+            RunError::TracingDb(_) | RunError::Setting(_) => 64,
             _ => 1,
         }
     }
@@ -123,7 +128,7 @@ pub async fn run(
         None => History::new(settings.history_size),
     });
     let metrics = Arc::new(Metrics::new());
-    let metrics_listener = match settings.metrics_listen {
+    let http_listener = match settings.http_listen {
         Some(addr) => Some(
             tokio::net::TcpListener::bind(addr)
                 .await
@@ -134,15 +139,7 @@ pub async fn run(
         ),
         None => None,
     };
-    if let Some(listener) = metrics_listener {
-        info!(metrics = %settings.metrics_listen.map(|a| a.to_string()).unwrap_or_default(), "serving Prometheus metrics at /metrics");
-        tracker.spawn(crate::ops::http::serve(
-            listener,
-            metrics.clone(),
-            cancel.clone(),
-            tracker.clone(),
-        ));
-    }
+    let access = Arc::new(settings.access.clone());
     tracker.spawn(crate::ops::metrics::track_session(
         registry.clone(),
         metrics.clone(),
@@ -187,6 +184,28 @@ pub async fn run(
     health.set_serving::<WorkerServiceServer<WorkerApi>>().await;
     health.set_serving::<AdminServiceServer<AdminApi>>().await;
     let draining = CancellationToken::new();
+    if let Some(listener) = http_listener {
+        let port = listener.local_addr().map(|a| a.port()).unwrap_or_default();
+        info!(
+            http = %listener.local_addr().map(|a| a.to_string()).unwrap_or_default(),
+            admin_token = access.token_required(),
+            "serving the console at /, metrics at /metrics, probes at /healthz and /readyz"
+        );
+        let web = Arc::new(crate::web::Web {
+            registry: registry.clone(),
+            history: history.clone(),
+            metrics: metrics.clone(),
+            access: access.clone(),
+            sessions: crate::web::session::Sessions::new(port),
+            namespace: settings.namespace.clone(),
+            zk: settings.zk.clone(),
+            ip: settings.advertise_ip.clone(),
+            draining: draining.clone(),
+            cancel: cancel.clone(),
+            tracker: tracker.clone(),
+        });
+        tracker.spawn(crate::web::serve(listener, web));
+    }
     tracker.spawn(track_health(
         registry.clone(),
         health.clone(),
@@ -211,12 +230,15 @@ pub async fn run(
         .add_service(WorkerServiceServer::new(WorkerApi::new(
             coordinator.clone(),
         )))
-        .add_service(AdminServiceServer::new(AdminApi::new(
-            registry.clone(),
-            history.clone(),
-            tracker.clone(),
-            coordinator.clone(),
-        )));
+        .add_service(AdminServiceServer::with_interceptor(
+            AdminApi::new(
+                registry.clone(),
+                history.clone(),
+                tracker.clone(),
+                coordinator.clone(),
+            ),
+            crate::api::auth::admin_interceptor(access.clone()),
+        ));
 
     let drained = CancellationToken::new();
     let grace = settings.shutdown_grace;
@@ -272,6 +294,10 @@ pub async fn run(
                     addr: listen.clone(),
                     source,
                 })?;
+            if let Err(e) = crate::config::check_unix_socket(&listen, path.as_ref(), &access) {
+                let _ = std::fs::remove_file(path);
+                return Err(e.into());
+            }
             info!(listen = %listen, ip = %settings.advertise_ip, "shardcar listening");
             let _ = bound_tx.send(listen.clone());
             let incoming = UnixListenerStream::new(listener).map(|c| c.map(TrackedIo::new));

@@ -1,9 +1,11 @@
 //! Operating shardcar, end to end with real processes: `shardcar ctl` against a real sidecar in
 //! standalone and ZooKeeper mode (and over a Unix socket), the Prometheus endpoint after a known
-//! number of executions, health following ZooKeeper, reflection, settings that are refused, and
-//! the execution spans exported by OTLP (`ops/telemetry.rs`), ElasticJob's tracing tables on
-//! a real PostgreSQL (`ops/tracing_db.rs`), and SCRIPT and HTTP jobs run by the sidecars
-//! themselves (`ops/typed_jobs.rs`).
+//! number of executions, health and the HTTP probes following ZooKeeper, reflection, settings
+//! that are refused (an Admin API or console open to others without the admin token among
+//! them; the console itself is tested in a browser by `tests/console.rs`), the execution spans
+//! exported by OTLP (`ops/telemetry.rs`), ElasticJob's tracing tables on a real PostgreSQL
+//! (`ops/tracing_db.rs`), and SCRIPT and HTTP jobs run by the sidecars themselves
+//! (`ops/typed_jobs.rs`).
 
 mod common;
 
@@ -98,7 +100,7 @@ async fn scrape(addr: &str) -> BTreeMap<String, f64> {
         .await
         .unwrap_or_else(|e| panic!("cannot connect to the metrics endpoint {addr}: {e}"));
     stream
-        .write_all(b"GET /metrics HTTP/1.1\r\nHost: test\r\n\r\n")
+        .write_all(b"GET /metrics HTTP/1.1\r\nHost: test\r\nConnection: close\r\n\r\n")
         .await
         .unwrap();
     let mut response = String::new();
@@ -106,7 +108,8 @@ async fn scrape(addr: &str) -> BTreeMap<String, f64> {
     let (head, body) = response.split_once("\r\n\r\n").expect("an HTTP response");
     assert!(head.starts_with("HTTP/1.1 200 OK"), "{head}");
     assert!(
-        head.contains("Content-Type: application/openmetrics-text; version=1.0.0"),
+        head.to_ascii_lowercase()
+            .contains("content-type: application/openmetrics-text; version=1.0.0"),
         "{head}"
     );
     body.lines()
@@ -563,6 +566,9 @@ async fn health_follows_zookeeper_and_reflection_lists_services() {
     for service in ["", "shardcar.v1.WorkerService", "shardcar.v1.AdminService"] {
         wait_health(&endpoint, service, ServingStatus::Serving).await;
     }
+    // The HTTP probes (metrics_listen is the older name of http_listen).
+    wait_probe(&metrics_addr, "/readyz", 200).await;
+    assert_eq!(probe(&metrics_addr, "/healthz").await.0, 200);
 
     // Reflection, both versions, lists every service.
     let channel = tonic::transport::Endpoint::from_shared(endpoint.clone())
@@ -634,7 +640,14 @@ async fn health_follows_zookeeper_and_reflection_lists_services() {
     .await;
     let m = scrape(&metrics_addr).await;
     assert_eq!(metric(&m, "shardcar_zookeeper_connected"), 0.0);
+    let not_ready = wait_probe(&metrics_addr, "/readyz", 503).await;
+    assert!(
+        not_ready.starts_with("not ready: ZooKeeper "),
+        "{not_ready}"
+    );
+    assert_eq!(probe(&metrics_addr, "/healthz").await.0, 200, "still alive");
     zk.start_node(0).await;
+    wait_probe(&metrics_addr, "/readyz", 200).await;
     wait_health(&endpoint, "", ServingStatus::Serving).await;
     wait_health(
         &endpoint,
@@ -647,6 +660,33 @@ async fn health_follows_zookeeper_and_reflection_lists_services() {
     let recoveries = metric(&m, "shardcar_zookeeper_reconnects_total")
         + metric(&m, "shardcar_zookeeper_session_expirations_total");
     assert!(recoveries >= 1.0, "{m:#?}");
+}
+
+/// `GET path` on the HTTP listener at `addr`: status and body.
+async fn probe(addr: &str, path: &str) -> (u16, String) {
+    let response = reqwest::Client::new()
+        .get(format!("http://{addr}{path}"))
+        .timeout(WAIT)
+        .send()
+        .await
+        .unwrap_or_else(|e| panic!("cannot GET {path} from {addr}: {e}"));
+    let status = response.status().as_u16();
+    (status, response.text().await.unwrap_or_default())
+}
+
+/// Waits until `GET path` answers `status`; returns the body.
+async fn wait_probe(addr: &str, path: &str, status: u16) -> String {
+    let deadline = tokio::time::Instant::now() + WAIT;
+    loop {
+        let (got, body) = probe(addr, path).await;
+        if got == status {
+            return body;
+        }
+        if tokio::time::Instant::now() >= deadline {
+            panic!("{path} never answered {status}; last: {got} {body}");
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
 }
 
 /// Arguments after `run`, environment variables, the exact stderr expected.
@@ -723,6 +763,22 @@ async fn bad_settings_are_refused_with_the_setting_named() {
             "shardcar: invalid setting --lease: \"99999999999999999999h\" is too long to be a duration\n".into(),
         ),
         (
+            // The Admin API reachable from other hosts, and no token.
+            vec!["--listen".into(), "0.0.0.0:50061".into()],
+            vec![],
+            "shardcar: invalid setting --listen: 0.0.0.0:50061 is not a loopback address, so other hosts could use the Admin API: set admin_token (--admin-token, SHARDCAR_ADMIN_TOKEN) or admin_token_file, or listen on 127.0.0.1\n".into(),
+        ),
+        (
+            vec![],
+            vec![("SHARDCAR_HTTP_LISTEN", "0.0.0.0:8080")],
+            "shardcar: invalid setting SHARDCAR_HTTP_LISTEN: 0.0.0.0:8080 is not a loopback address, so other hosts could use the console: set admin_token (--admin-token, SHARDCAR_ADMIN_TOKEN) or admin_token_file, or listen on 127.0.0.1\n".into(),
+        ),
+        (
+            vec!["--listen".into(), "0.0.0.0:50061".into(), "--admin-token".into(), "secret".into()],
+            vec![],
+            "shardcar: invalid setting --admin-token: must be at least 16 characters long (e.g. the output of `openssl rand -hex 32`)\n".into(),
+        ),
+        (
             vec!["--shutdown-grace".into(), "1s".into()],
             vec![],
             "shardcar: invalid setting --shutdown-grace: must be at least the lease (5000 ms): a drain waits for its workers' leases to run out\n".into(),
@@ -735,5 +791,59 @@ async fn bad_settings_are_refused_with_the_setting_named() {
         let out = shardcar(&all, &env).await;
         assert_eq!(out.code, 64, "{all:?}: {}", out.stderr);
         assert_eq!(out.stderr, want, "{all:?}");
+    }
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_world_accessible_unix_socket_needs_the_admin_token() {
+    use std::os::unix::fs::PermissionsExt;
+    let dir = tempfile::tempdir().unwrap();
+    // Others may enter the directory: the socket's own mode decides.
+    std::fs::set_permissions(dir.path(), std::fs::Permissions::from_mode(0o755)).unwrap();
+    let socket = dir.path().join("shardcar.sock");
+    let listen = format!("unix://{}", socket.display());
+    let start = |umask: &str, extra: &str| {
+        tokio::process::Command::new("sh")
+            .arg("-c")
+            .arg(format!(
+                "umask {umask}; exec \"$0\" run --listen {listen} --advertise-ip 127.0.0.2 {extra}"
+            ))
+            .arg(env!("CARGO_BIN_EXE_shardcar"))
+            .env_remove("SHARDCAR_ADMIN_TOKEN")
+            .env_remove("SHARDCAR_LISTEN")
+            .stdout(Stdio::null())
+            .stderr(Stdio::piped())
+            .kill_on_drop(true)
+            .spawn()
+            .unwrap()
+    };
+    // Every user may write to it, and there is no token: refused as a bad setting.
+    let refused = tokio::time::timeout(WAIT, start("000", "").wait_with_output())
+        .await
+        .expect("the sidecar did not exit")
+        .unwrap();
+    let stderr = String::from_utf8_lossy(&refused.stderr);
+    assert_eq!(refused.status.code(), Some(64), "{stderr}");
+    assert!(
+        stderr.contains(&format!(
+            "shardcar: invalid setting listen: {listen} is world-accessible"
+        )) && stderr.contains("admin_token"),
+        "{stderr}"
+    );
+    assert!(!socket.exists(), "the refused socket was left behind");
+    // With a token, or a socket kept to its owner and group, it serves.
+    for (umask, extra) in [("000", "--admin-token 0123456789abcdef-token"), ("007", "")] {
+        let mut child = start(umask, extra);
+        let ready = common::eventually(WAIT, || async {
+            tokio::net::UnixStream::connect(&socket)
+                .await
+                .ok()
+                .map(|_| ())
+        })
+        .await;
+        assert!(ready.is_some(), "umask {umask} {extra}: never listened");
+        child.kill().await.unwrap();
+        let _ = child.wait().await;
+        let _ = std::fs::remove_file(&socket);
     }
 }

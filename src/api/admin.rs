@@ -1,32 +1,31 @@
 //! The `shardcar.v1.AdminService`: operations on the namespace for `shardcar ctl` and any UI.
 //! Each call validates its request (errors name the field) and hands it to [`crate::ops::jobs`],
 //! which reads and writes ElasticJob's layout; `ListExecutions` reads this sidecar's
-//! [`History`]; `WatchJob` follows the job's subtree with one recursive watch.
+//! [`History`]; `WatchJob` follows the job's subtree ([`crate::ops::watch`]). The service sits
+//! behind the admin token's interceptor ([`super::auth`]).
 
 use std::pin::Pin;
 use std::sync::Arc;
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
-use tokio::sync::mpsc;
 use tokio_stream::wrappers::ReceiverStream;
-use tokio_stream::Stream;
+use tokio_stream::{Stream, StreamExt};
 use tokio_util::task::TaskTracker;
 use tonic::{Request, Response, Status};
 
 use crate::api::convert::{from_proto, job_type_from_proto, job_type_to_proto, to_proto};
 use crate::coordination::trace::TraceParent;
 use crate::coordination::Coordinator;
-use crate::elasticjob::paths::{JobNode, JobPaths, ServerStatus};
+use crate::elasticjob::config::JobConfiguration;
+use crate::elasticjob::extras::JobExtras;
+use crate::elasticjob::paths::ServerStatus;
+use crate::elasticjob::typed::JobType;
 use crate::ops::history::History;
 use crate::ops::jobs::{self, check_job_name, AdminError, JobInfo, JobStatus, JobSummary};
+use crate::ops::watch;
 use crate::proto;
 use crate::proto::admin_service_server::AdminService;
-use crate::registry::{Registry, WatchEvent};
-
-/// Changes arriving within this long of each other are reported in one `WatchJobResponse`.
-const WATCH_DEBOUNCE: Duration = Duration::from_millis(100);
-/// `WatchJobResponse` messages buffered for a slow watcher before the watch waits for it.
-const WATCH_BUFFER: usize = 16;
+use crate::registry::Registry;
 
 /// The Admin service of one sidecar.
 pub struct AdminApi {
@@ -52,6 +51,37 @@ impl AdminApi {
             coordinator,
         }
     }
+}
+
+/// Validates a wire config as `PutJob` does: every error names its field (`config.cron`, ...).
+/// The console's configuration form checks with it too, before asking for a confirmation.
+///
+/// # Errors
+/// `InvalidArgument` naming the first bad field.
+pub fn validate_config(
+    config: &proto::JobConfig,
+) -> Result<(JobConfiguration, JobExtras, Option<JobType>), AdminError> {
+    if config.job_name.is_empty() {
+        return Err(AdminError::InvalidArgument {
+            field: "config.job_name".into(),
+            message: "must name the job".into(),
+        });
+    }
+    check_job_name("config.job_name", &config.job_name)?;
+    let (job_config, extras) = from_proto(&config.job_name, config, false)?;
+    let job_type = job_type_from_proto(config)?;
+    Ok((job_config, extras, job_type))
+}
+
+/// Validates a wire config ([`validate_config`]) and creates the job or replaces its
+/// configuration: the one path of `PutJob` and of the console's configuration form. Returns
+/// whether the job is new.
+///
+/// # Errors
+/// `InvalidArgument` naming the field; as [`jobs::put_job`].
+pub async fn put_job(registry: &Registry, config: &proto::JobConfig) -> Result<bool, AdminError> {
+    let (job_config, extras, job_type) = validate_config(config)?;
+    jobs::put_job(registry, job_config, extras, job_type).await
 }
 
 /// How long after a traced `TriggerJob` call the MANUAL executions it starts here continue its
@@ -80,10 +110,8 @@ fn optional_job(name: &str) -> Result<Option<&str>, Status> {
     }
 }
 
-fn now() -> prost_types::Timestamp {
-    let since = SystemTime::now()
-        .duration_since(UNIX_EPOCH)
-        .unwrap_or_default();
+fn timestamp(at: SystemTime) -> prost_types::Timestamp {
+    let since = at.duration_since(UNIX_EPOCH).unwrap_or_default();
     prost_types::Timestamp {
         seconds: since.as_secs() as i64,
         nanos: since.subsec_nanos() as i32,
@@ -127,16 +155,7 @@ impl AdminService for AdminApi {
                 message: "is required".into(),
             })
         })?;
-        if config.job_name.is_empty() {
-            return Err(Status::from(AdminError::InvalidArgument {
-                field: "config.job_name".into(),
-                message: "must name the job".into(),
-            }));
-        }
-        check_job_name("config.job_name", &config.job_name)?;
-        let (job_config, extras) = from_proto(&config.job_name, &config, false)?;
-        let job_type = job_type_from_proto(&config)?;
-        let created = jobs::put_job(&self.registry, job_config, extras, job_type).await?;
+        let created = put_job(&self.registry, &config).await?;
         tracing::info!(job = %config.job_name, created, "job configuration written");
         Ok(Response::new(proto::PutJobResponse { created }))
     }
@@ -285,104 +304,19 @@ impl AdminService for AdminApi {
         request: Request<proto::WatchJobRequest>,
     ) -> Result<Response<Self::WatchJobStream>, Status> {
         let req = request.into_inner();
-        let job = job_name(&req.job_name)?.to_string();
-        let paths = JobPaths::new(&job);
-        // Watch first, then read: no change can fall between the two.
-        let watch = self
-            .registry
-            .watch_recursive(&paths.root())
-            .await
-            .map_err(AdminError::from)?;
-        let first = job_to_wire(&jobs::get_job(&self.registry, &job).await?);
-        let (tx, rx) = mpsc::channel(WATCH_BUFFER);
-        self.tracker
-            .spawn(follow(self.registry.clone(), paths, watch, first, tx));
-        Ok(Response::new(Box::pin(ReceiverStream::new(rx))))
-    }
-}
-
-/// Describes a change for a person, relative to the job root; `None` for nodes that change
-/// all the time without meaning anything to an operator (latch contenders, the clock node).
-fn describe(paths: &JobPaths, event: &WatchEvent) -> Option<String> {
-    let (verb, path) = match event {
-        WatchEvent::Created(p) => ("created", p),
-        WatchEvent::Deleted(p) => ("deleted", p),
-        WatchEvent::DataChanged(p) => ("changed", p),
-        WatchEvent::Resync => return Some("reconnected to the registry: state re-read".into()),
-    };
-    match paths.classify(path) {
-        JobNode::ElectionLatch | JobNode::FailoverLatch => return None,
-        JobNode::Other if path.ends_with("systemTime/current") => return None,
-        _ => {}
-    }
-    let root = paths.root();
-    let relative = path
-        .strip_prefix(&root)
-        .map(|r| r.trim_start_matches('/'))
-        .filter(|r| !r.is_empty())
-        .unwrap_or("(job root)");
-    Some(format!("{verb} {relative}"))
-}
-
-/// Sends the first state, then a new state after each batch of changes, until the client goes
-/// away or the job is removed.
-async fn follow(
-    registry: Registry,
-    paths: JobPaths,
-    mut watch: crate::registry::Watch,
-    first: proto::JobDetail,
-    tx: mpsc::Sender<Result<proto::WatchJobResponse, Status>>,
-) {
-    let message = proto::WatchJobResponse {
-        at: Some(now()),
-        changes: Vec::new(),
-        job: Some(first),
-        removed: false,
-    };
-    if tx.send(Ok(message)).await.is_err() {
-        return;
-    }
-    loop {
-        let event = tokio::select! {
-            _ = tx.closed() => return,
-            event = watch.next() => match event {
-                Some(event) => event,
-                None => return,
-            },
-        };
-        let mut changes: Vec<String> = describe(&paths, &event).into_iter().collect();
-        tokio::time::sleep(WATCH_DEBOUNCE).await;
-        while let Some(event) = watch.try_next() {
-            changes.extend(describe(&paths, &event));
-        }
-        if changes.is_empty() {
-            continue;
-        }
-        let message = match jobs::get_job(&registry, paths.job_name()).await {
-            Ok(job) => proto::WatchJobResponse {
-                at: Some(now()),
-                changes,
-                job: Some(job_to_wire(&job)),
-                removed: false,
-            },
-            Err(AdminError::JobNotFound(_)) => {
-                let removed = proto::WatchJobResponse {
-                    at: Some(now()),
-                    changes,
-                    job: None,
-                    removed: true,
-                };
-                let _ = tx.send(Ok(removed)).await;
-                return;
-            }
-            Err(e) => {
-                let _ = tx.send(Err(e.into())).await;
-                return;
-            }
-        };
-        if tx.send(Ok(message)).await.is_err() {
-            return;
-        }
+        let job = job_name(&req.job_name)?;
+        let updates = watch::follow(&self.registry, job, &self.tracker).await?;
+        let stream = ReceiverStream::new(updates).map(|update| {
+            update
+                .map(|u| proto::WatchJobResponse {
+                    at: Some(timestamp(u.at)),
+                    changes: u.changes,
+                    removed: u.job.is_none(),
+                    job: u.job.as_ref().map(job_to_wire),
+                })
+                .map_err(Status::from)
+        });
+        Ok(Response::new(Box::pin(stream)))
     }
 }
 

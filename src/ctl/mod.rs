@@ -1,6 +1,7 @@
 //! `shardcar ctl`: the command line of the Admin API. Each verb is one Admin call against the
 //! sidecar at `--target` (else `SHARDCAR_TARGET`, else the address `shardcar run` listens on by
-//! default), shown as a table or, with `--json`, as the response in canonical proto3 JSON.
+//! default), with the admin token of `--token`, `--token-file` or `SHARDCAR_TOKEN` when given,
+//! shown as a table or, with `--json`, as the response in canonical proto3 JSON.
 //!
 //! Exit codes: 0 done; 1 the sidecar refused the request (the message is its status); 64 bad
 //! usage or job file; 69 the sidecar cannot be reached.
@@ -31,6 +32,17 @@ pub struct CtlArgs {
     /// Sidecar address: host:port or unix:///path [env: SHARDCAR_TARGET] [default: 127.0.0.1:50061]
     #[arg(long, global = true, value_name = "ADDR")]
     pub target: Option<String>,
+    /// The sidecar's admin token, when it has one [env: SHARDCAR_TOKEN]
+    #[arg(
+        long,
+        global = true,
+        value_name = "TOKEN",
+        conflicts_with = "token_file"
+    )]
+    pub token: Option<String>,
+    /// A file holding the admin token (keeps it out of `ps`)
+    #[arg(long, global = true, value_name = "FILE")]
+    pub token_file: Option<String>,
     /// Print the response as canonical proto3 JSON (as grpcurl does) instead of tables
     #[arg(long, global = true)]
     pub json: bool,
@@ -149,6 +161,7 @@ fn describe_status(status: &Status) -> String {
         Code::FailedPrecondition => "not possible now",
         Code::Unavailable => "unavailable",
         Code::Unimplemented => "not supported by this sidecar (is it an older version?)",
+        Code::Unauthenticated => "unauthenticated",
         _ => "failed",
     };
     format!("{kind}: {}", status.message())
@@ -164,6 +177,56 @@ pub fn target(flag: Option<String>, env: &HashMap<String, String>) -> String {
         })
         .unwrap_or_else(|| DEFAULT_LISTEN.to_string())
 }
+
+/// The admin token to send: `--token`, else `--token-file`'s contents, else `SHARDCAR_TOKEN`.
+///
+/// # Errors
+/// `Usage` when the file cannot be read or the token cannot be sent in a header.
+pub fn token(
+    flag: Option<String>,
+    file: Option<&str>,
+    env: &HashMap<String, String>,
+) -> Result<Option<String>, CtlError> {
+    let token = match (flag.filter(|t| !t.is_empty()), file) {
+        (Some(t), _) => Some(t),
+        (None, Some(path)) => Some(
+            std::fs::read_to_string(path)
+                .map_err(|e| CtlError::Usage(format!("cannot read token file {path}: {e}")))?,
+        ),
+        (None, None) => env.get("SHARDCAR_TOKEN").filter(|t| !t.is_empty()).cloned(),
+    };
+    let Some(token) = token.map(|t| t.trim().to_string()) else {
+        return Ok(None);
+    };
+    if token.is_empty()
+        || token.chars().any(char::is_whitespace)
+        || tonic::metadata::MetadataValue::try_from(format!("Bearer {token}")).is_err()
+    {
+        return Err(CtlError::Usage(
+            "the token must be printable ASCII without spaces".into(),
+        ));
+    }
+    Ok(Some(token))
+}
+
+/// Adds the admin token to every Admin call.
+#[derive(Clone)]
+pub struct WithToken(Option<tonic::metadata::MetadataValue<tonic::metadata::Ascii>>);
+
+impl tonic::service::Interceptor for WithToken {
+    fn call(&mut self, mut request: Request<()>) -> Result<Request<()>, Status> {
+        if let Some(value) = &self.0 {
+            request
+                .metadata_mut()
+                .insert("authorization", value.clone());
+        }
+        Ok(request)
+    }
+}
+
+/// An Admin client that sends the token.
+pub type Admin =
+    AdminServiceClient<tonic::service::interceptor::InterceptedService<Channel, WithToken>>;
 
 /// Connects to the sidecar at `target` (`host:port`, `http://host:port` or `unix:///path`).
 ///
@@ -248,6 +311,8 @@ pub async fn run(args: CtlArgs, env: &HashMap<String, String>) -> Result<(), Ctl
         Verb::Job(JobVerb::Put { file }) => Some(read_job_file(file)?),
         _ => None,
     };
+    let bearer = token(args.token, args.token_file.as_deref(), env)?
+        .and_then(|t| format!("Bearer {t}").try_into().ok());
     let target = target(args.target, env);
     let channel = connect(&target).await.map_err(|e| match e {
         CtlError::Unreachable { message, .. } => CtlError::Unreachable {
@@ -256,7 +321,7 @@ pub async fn run(args: CtlArgs, env: &HashMap<String, String>) -> Result<(), Ctl
         },
         other => other,
     })?;
-    let mut admin = AdminServiceClient::new(channel);
+    let mut admin: Admin = AdminServiceClient::with_interceptor(channel, WithToken(bearer));
     let json = args.json;
     let refused = |status: Status| -> CtlError {
         if status.code() == Code::Unavailable && status.message().contains("transport") {
@@ -414,7 +479,7 @@ fn read_job_file(file: &str) -> Result<proto::JobConfig, CtlError> {
 }
 
 async fn toggle_run(
-    admin: &mut AdminServiceClient<Channel>,
+    admin: &mut Admin,
     toggle: Toggle,
     disable: bool,
     json: bool,
@@ -525,6 +590,36 @@ mod tests {
         assert_eq!(target(Some("10.0.0.1:1".into()), &env), "10.0.0.1:1");
         assert_eq!(target(None, &env), "unix:///run/s.sock");
         assert_eq!(target(None, &HashMap::new()), DEFAULT_LISTEN);
+    }
+
+    #[test]
+    fn token_precedence() {
+        let env: HashMap<String, String> =
+            [("SHARDCAR_TOKEN".to_string(), "from-env".to_string())].into();
+        assert_eq!(
+            token(Some("flag".into()), None, &env).unwrap().as_deref(),
+            Some("flag")
+        );
+        assert_eq!(
+            token(None, None, &env).unwrap().as_deref(),
+            Some("from-env")
+        );
+        assert_eq!(token(None, None, &HashMap::new()).unwrap(), None);
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("t");
+        std::fs::write(&path, "from-file\n").unwrap();
+        let path = path.display().to_string();
+        assert_eq!(
+            token(None, Some(&path), &env).unwrap().as_deref(),
+            Some("from-file")
+        );
+        assert_eq!(
+            token(None, Some("/nonexistent/t"), &env)
+                .unwrap_err()
+                .exit_code(),
+            64
+        );
+        assert!(token(Some("a b".into()), None, &env).is_err());
     }
 
     #[tokio::test]

@@ -32,6 +32,8 @@ pub struct History {
     records: Mutex<VecDeque<ExecutionRecord>>,
     file_tx: Option<mpsc::SyncSender<String>>,
     dropped_lines: AtomicU64,
+    /// Counts records, so that followers (the console's live pages) learn of new ones.
+    recorded: tokio::sync::watch::Sender<u64>,
 }
 
 impl History {
@@ -42,6 +44,7 @@ impl History {
             records: Mutex::new(VecDeque::with_capacity(capacity.min(4096))),
             file_tx: None,
             dropped_lines: AtomicU64::new(0),
+            recorded: tokio::sync::watch::Sender::new(0),
         }
     }
 
@@ -83,12 +86,21 @@ impl History {
         if self.capacity == 0 {
             return;
         }
-        // Short critical section: push and trim, no await.
-        let mut records = self.records.lock().unwrap_or_else(|e| e.into_inner());
-        if records.len() == self.capacity {
-            records.pop_front();
+        {
+            // Short critical section: push and trim, no await.
+            let mut records = self.records.lock().unwrap_or_else(|e| e.into_inner());
+            if records.len() == self.capacity {
+                records.pop_front();
+            }
+            records.push_back(record.clone());
         }
-        records.push_back(record.clone());
+        // Never blocks: followers read the count when they get to it.
+        self.recorded.send_modify(|n| *n += 1);
+    }
+
+    /// A receiver that sees a change each time executions are recorded.
+    pub fn subscribe(&self) -> tokio::sync::watch::Receiver<u64> {
+        self.recorded.subscribe()
     }
 
     /// The most recent executions of `job` (every job when `None`), newest first, at most

@@ -1,4 +1,4 @@
-//! The namespace operations behind the Admin API, done the way ElasticJob's console and
+//! The namespace operations behind the Admin API and the web console, done the way ElasticJob's console and
 //! lifecycle API do them (`docs/elasticjob-compat.md` §8), so that every coordinator watching the
 //! job — shardcar's and Java's — reacts as it would to the console:
 //!
@@ -50,6 +50,11 @@ pub struct InstanceInfo {
     pub server_ip: String,
     pub items: Vec<i32>,
     pub leader: bool,
+    /// The ZooKeeper session that holds its (ephemeral) node: the instance lives as long as it.
+    pub session_id: i64,
+    /// A shardcar sidecar on its server (`shardcar/sidecars/{ip}`) runs it and grants its worker
+    /// leases; otherwise it is a JVM of ElasticJob's own.
+    pub via_sidecar: bool,
 }
 
 /// One item of a job, as its nodes say.
@@ -258,6 +263,7 @@ fn snapshot(
                     InstanceInfo {
                         instance_id: id,
                         server_ip,
+                        session_id: node.stat.ephemeral_owner,
                         ..Default::default()
                     },
                 );
@@ -283,6 +289,7 @@ fn snapshot(
     }
     for instance in instances.values_mut() {
         instance.leader = instance.instance_id == leader;
+        instance.via_sidecar = tree.contains_key(&paths.sidecar(&instance.server_ip));
         if let Some(server) = servers.get_mut(&instance.server_ip) {
             server.instance_count += 1;
         }

@@ -1,14 +1,16 @@
-//! Operating a sidecar: the execution [`history`], Prometheus [`metrics`] and their [`http`]
-//! endpoint, OpenTelemetry execution spans ([`telemetry`]), ElasticJob's tracing tables on
-//! PostgreSQL ([`tracing_db`]), the [`OpsObserver`] that feeds them from the coordinator, and
-//! the namespace operations behind the Admin API ([`jobs`]).
+//! Operating a sidecar: the execution [`history`], Prometheus [`metrics`], OpenTelemetry
+//! execution spans ([`telemetry`]), ElasticJob's tracing tables on PostgreSQL ([`tracing_db`]),
+//! the [`OpsObserver`] that feeds them from the coordinator, the namespace operations behind the
+//! Admin API and the console ([`jobs`]), following a job as it changes ([`watch`]), and who may
+//! do all that ([`access`]: the admin token).
 
+pub mod access;
 pub mod history;
-pub mod http;
 pub mod jobs;
 pub mod metrics;
 pub mod telemetry;
 pub mod tracing_db;
+pub mod watch;
 
 use std::sync::Arc;
 use std::time::Duration;

@@ -1,0 +1,477 @@
+//! The configuration form of a job: its fields as text, read into the wire `JobConfig` that
+//! `PutJob` validates, and drawn again with the reason next to each field that is wrong.
+
+use std::collections::BTreeMap;
+use std::fmt::Write as _;
+
+use crate::elasticjob::config::JobConfiguration;
+use crate::proto;
+
+use super::html::{esc, job_url};
+use super::pages::fire_times;
+use super::session::Viewer;
+
+/// How a field is drawn.
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum Kind {
+    Text,
+    Number,
+    Check,
+    Strategy,
+    Lines,
+}
+
+/// The form's fields: name (a `JobConfig` field), label, kind, help.
+const FIELDS: &[(&str, &str, Kind, &str)] = &[
+    (
+        "cron",
+        "Cron",
+        Kind::Text,
+        "Quartz, with seconds: \"0/30 * * * * ?\", \"0 0 2 ? * MON-FRI\". Empty: only when triggered.",
+    ),
+    (
+        "time_zone",
+        "Time zone",
+        Kind::Text,
+        "An IANA name (Asia/Shanghai) or GMT+08:00. Empty: each sidecar's local zone.",
+    ),
+    (
+        "sharding_total_count",
+        "Sharding total count",
+        Kind::Number,
+        "How many items the job is split into.",
+    ),
+    (
+        "sharding_item_parameters",
+        "Item parameters",
+        Kind::Text,
+        "ElasticJob's form: 0=Beijing,1=Shanghai.",
+    ),
+    (
+        "job_parameter",
+        "Job parameter",
+        Kind::Text,
+        "Given to every item.",
+    ),
+    ("description", "Description", Kind::Text, ""),
+    (
+        "sharding_strategy",
+        "Sharding strategy",
+        Kind::Strategy,
+        "How the leader spreads items over instances.",
+    ),
+    (
+        "failover",
+        "Failover",
+        Kind::Check,
+        "Items of a crashed instance run again elsewhere at once.",
+    ),
+    (
+        "misfire",
+        "Misfire",
+        Kind::Check,
+        "A fire missed while busy runs once when the instance is free.",
+    ),
+    (
+        "monitor_execution",
+        "Monitor execution",
+        Kind::Check,
+        "Record running items in ZooKeeper (needed for failover and misfire).",
+    ),
+    (
+        "max_time_diff_seconds",
+        "Max time diff (s)",
+        Kind::Number,
+        "-1: off.",
+    ),
+    (
+        "reconcile_interval_minutes",
+        "Reconcile interval (min)",
+        Kind::Number,
+        "",
+    ),
+    (
+        "execution_timeout_seconds",
+        "Execution timeout (s)",
+        Kind::Number,
+        "0: none. A run still going then is revoked.",
+    ),
+    (
+        "disabled",
+        "Disabled at start",
+        Kind::Check,
+        "ElasticJob's disabled flag: new servers start disabled.",
+    ),
+    (
+        "props",
+        "Properties",
+        Kind::Lines,
+        "One key=value per line (script.command.line, http.uri, …).",
+    ),
+];
+
+/// The form's values as typed (a checked box is `on`, an unchecked one absent).
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct ConfigForm {
+    values: BTreeMap<String, String>,
+}
+
+/// Field → why it is wrong; `_` for what belongs to no field.
+pub type FieldErrors = BTreeMap<String, String>;
+
+const STRATEGIES: &[(proto::ShardingStrategy, &str)] = &[
+    (proto::ShardingStrategy::AvgAllocation, "AVG_ALLOCATION"),
+    (proto::ShardingStrategy::Odevity, "ODEVITY"),
+    (proto::ShardingStrategy::RoundRobin, "ROUND_ROBIN"),
+];
+
+impl ConfigForm {
+    /// The form filled with a job's configuration.
+    pub fn from_config(c: &proto::JobConfig) -> ConfigForm {
+        let mut v = BTreeMap::new();
+        let mut put = |k: &str, value: String| {
+            v.insert(k.to_string(), value);
+        };
+        put("cron", c.cron.clone());
+        put("time_zone", c.time_zone.clone());
+        put("sharding_total_count", c.sharding_total_count.to_string());
+        let params: Vec<String> = c
+            .sharding_item_parameters
+            .iter()
+            .collect::<BTreeMap<_, _>>()
+            .into_iter()
+            .map(|(i, p)| format!("{i}={p}"))
+            .collect();
+        put("sharding_item_parameters", params.join(","));
+        put("job_parameter", c.job_parameter.clone());
+        put("description", c.description.clone());
+        let strategy = STRATEGIES
+            .iter()
+            .find(|(s, _)| *s as i32 == c.sharding_strategy)
+            .map_or("AVG_ALLOCATION", |(_, n)| n);
+        put("sharding_strategy", strategy.to_string());
+        for (k, on) in [
+            ("failover", c.failover),
+            ("misfire", c.misfire.unwrap_or(true)),
+            ("monitor_execution", c.monitor_execution.unwrap_or(true)),
+            ("disabled", c.disabled),
+        ] {
+            if on {
+                put(k, "on".into());
+            }
+        }
+        put(
+            "max_time_diff_seconds",
+            c.max_time_diff_seconds.unwrap_or(-1).to_string(),
+        );
+        put(
+            "reconcile_interval_minutes",
+            c.reconcile_interval_minutes.unwrap_or(10).to_string(),
+        );
+        put(
+            "execution_timeout_seconds",
+            c.execution_timeout_seconds.to_string(),
+        );
+        let props: Vec<String> = c
+            .props
+            .iter()
+            .collect::<BTreeMap<_, _>>()
+            .into_iter()
+            .map(|(k, v)| format!("{k}={v}"))
+            .collect();
+        put("props", props.join("\n"));
+        ConfigForm { values: v }
+    }
+
+    /// The form as posted (fields that are not the form's are ignored).
+    pub fn from_fields(fields: &[(String, String)]) -> ConfigForm {
+        let values = fields
+            .iter()
+            .filter(|(k, _)| FIELDS.iter().any(|(name, ..)| name == k))
+            .map(|(k, v)| (k.clone(), v.clone()))
+            .collect();
+        ConfigForm { values }
+    }
+
+    /// The posted fields, to carry them through a confirmation page.
+    pub fn fields(&self) -> Vec<(String, String)> {
+        self.values
+            .iter()
+            .map(|(k, v)| (k.clone(), v.clone()))
+            .collect()
+    }
+
+    fn text(&self, name: &str) -> &str {
+        self.values.get(name).map_or("", String::as_str)
+    }
+
+    fn checked(&self, name: &str) -> bool {
+        self.values
+            .get(name)
+            .is_some_and(|v| v == "on" || v == "true")
+    }
+
+    /// The wire config of job `job_name` (of `job_type`, which the form does not change), or
+    /// the fields that are not even of the right form (a number, `key=value`).
+    ///
+    /// # Errors
+    /// Every field that cannot be read, with the reason.
+    pub fn to_proto(&self, job_name: &str, job_type: i32) -> Result<proto::JobConfig, FieldErrors> {
+        let mut errors = FieldErrors::new();
+        let mut number = |name: &str| -> Option<i64> {
+            let text = self.text(name).trim();
+            match text.parse::<i64>() {
+                Ok(n) => Some(n),
+                Err(_) => {
+                    errors.insert(name.to_string(), format!("{text:?} is not a whole number"));
+                    None
+                }
+            }
+        };
+        let total = number("sharding_total_count");
+        let max_diff = number("max_time_diff_seconds");
+        let reconcile = number("reconcile_interval_minutes");
+        let timeout = number("execution_timeout_seconds");
+        let in_i32 = |n: Option<i64>, name: &str, errors: &mut FieldErrors| {
+            n.and_then(|n| match i32::try_from(n) {
+                Ok(v) => Some(v),
+                Err(_) => {
+                    errors.insert(name.to_string(), format!("{n} is out of range"));
+                    None
+                }
+            })
+        };
+        let total = in_i32(total, "sharding_total_count", &mut errors);
+        let max_diff = in_i32(max_diff, "max_time_diff_seconds", &mut errors);
+        let reconcile = in_i32(reconcile, "reconcile_interval_minutes", &mut errors);
+        let timeout = timeout.and_then(|n| match u32::try_from(n) {
+            Ok(v) => Some(v),
+            Err(_) => {
+                errors.insert(
+                    "execution_timeout_seconds".into(),
+                    format!("{n} must be 0 (none) or a positive number of seconds"),
+                );
+                None
+            }
+        });
+        // ElasticJob's own reading of `0=a,1=b`.
+        let mut parsed = JobConfiguration::new(job_name, total.unwrap_or(1).max(1));
+        parsed.sharding_item_parameters = self.text("sharding_item_parameters").trim().to_string();
+        let params = match parsed.item_parameters() {
+            Ok(p) => p,
+            Err(e) => {
+                errors.insert("sharding_item_parameters".into(), e.to_string());
+                BTreeMap::new()
+            }
+        };
+        let mut props = std::collections::HashMap::new();
+        for (n, line) in self.text("props").lines().enumerate() {
+            let line = line.trim();
+            if line.is_empty() {
+                continue;
+            }
+            match line.split_once('=') {
+                Some((k, v)) => {
+                    props.insert(k.trim().to_string(), v.trim().to_string());
+                }
+                None => {
+                    errors.insert(
+                        "props".into(),
+                        format!("line {} ({line:?}) is not key=value", n + 1),
+                    );
+                }
+            }
+        }
+        let strategy = match STRATEGIES
+            .iter()
+            .find(|(_, n)| *n == self.text("sharding_strategy"))
+        {
+            Some((s, _)) => *s as i32,
+            None => {
+                errors.insert(
+                    "sharding_strategy".into(),
+                    "choose AVG_ALLOCATION, ODEVITY or ROUND_ROBIN".into(),
+                );
+                0
+            }
+        };
+        if !errors.is_empty() {
+            return Err(errors);
+        }
+        Ok(proto::JobConfig {
+            job_name: job_name.to_string(),
+            cron: self.text("cron").trim().to_string(),
+            time_zone: self.text("time_zone").trim().to_string(),
+            sharding_total_count: total.unwrap_or_default(),
+            sharding_item_parameters: params.into_iter().collect(),
+            job_parameter: self.text("job_parameter").to_string(),
+            failover: self.checked("failover"),
+            misfire: Some(self.checked("misfire")),
+            monitor_execution: Some(self.checked("monitor_execution")),
+            sharding_strategy: strategy,
+            max_time_diff_seconds: max_diff,
+            reconcile_interval_minutes: reconcile,
+            description: self.text("description").to_string(),
+            disabled: self.checked("disabled"),
+            props,
+            execution_timeout_seconds: timeout.unwrap_or_default(),
+            job_type,
+        })
+    }
+
+    /// The form, with `errors` shown next to their fields.
+    pub fn render(&self, job: &str, viewer: &Viewer, errors: &FieldErrors) -> String {
+        let url = format!("{}/edit", job_url(job));
+        let mut out = String::new();
+        if let Some(general) = errors.get("_") {
+            let _ = write!(
+                out,
+                r#"<p class="error" id="error-form">{}</p>"#,
+                esc(general)
+            );
+        }
+        let _ = write!(
+            out,
+            r#"<form method="post" action="{url}" id="config-form" class="config" data-confirm="{question}" novalidate>
+<input type="hidden" name="csrf" value="{csrf}"><input type="hidden" name="confirmed" value="">"#,
+            url = esc(&url),
+            question = esc(&format!(
+                "Save the new configuration of job {job}? Every sidecar and JVM of the job picks it up."
+            )),
+            csrf = esc(&viewer.csrf),
+        );
+        for (name, label, kind, help) in FIELDS {
+            let error = errors.get(*name);
+            let value = esc(self.text(name));
+            let input = match kind {
+                Kind::Text if *name == "cron" => format!(
+                    r#"<input type="text" id="{name}" name="{name}" value="{value}" data-cron-preview="cron-preview" data-zone-field="time_zone" autocomplete="off" spellcheck="false">"#
+                ),
+                Kind::Text => format!(
+                    r#"<input type="text" id="{name}" name="{name}" value="{value}" autocomplete="off">"#
+                ),
+                Kind::Number => format!(
+                    r#"<input type="text" inputmode="numeric" id="{name}" name="{name}" value="{value}">"#
+                ),
+                Kind::Check => format!(
+                    r#"<input type="checkbox" id="{name}" name="{name}"{}>"#,
+                    if self.checked(name) { " checked" } else { "" }
+                ),
+                Kind::Strategy => {
+                    let mut select = format!(r#"<select id="{name}" name="{name}">"#);
+                    for (_, s) in STRATEGIES {
+                        let selected = if self.text(name) == *s {
+                            " selected"
+                        } else {
+                            ""
+                        };
+                        let _ = write!(select, r#"<option value="{s}"{selected}>{s}</option>"#);
+                    }
+                    select.push_str("</select>");
+                    select
+                }
+                Kind::Lines => format!(
+                    r#"<textarea id="{name}" name="{name}" rows="3" spellcheck="false">{value}</textarea>"#
+                ),
+            };
+            let _ = write!(
+                out,
+                r#"<div class="field{invalid}" id="field-{name}"><label for="{name}">{label}</label>{input}{error}{help}</div>"#,
+                invalid = if error.is_some() { " invalid" } else { "" },
+                label = esc(label),
+                error = error
+                    .map(|e| format!(r#"<p class="field-error" id="error-{name}">{}</p>"#, esc(e)))
+                    .unwrap_or_default(),
+                help = if help.is_empty() {
+                    String::new()
+                } else {
+                    format!(r#"<p class="help">{}</p>"#, esc(help))
+                },
+            );
+            if *name == "time_zone" {
+                let _ = write!(
+                    out,
+                    r#"<div class="field preview"><label>Next fire times</label><div id="cron-preview" aria-live="polite">{}</div></div>"#,
+                    fire_times(
+                        self.text("cron"),
+                        self.text("time_zone"),
+                        "cron-preview-times"
+                    )
+                );
+            }
+        }
+        let _ = write!(
+            out,
+            r#"<div class="buttons"><button type="submit" class="primary" id="save">Save</button> <a href="{}">Cancel</a></div></form>"#,
+            esc(&job_url(job))
+        );
+        out
+    }
+}
+
+/// The form field an Admin validation error names (`config.cron` → `cron`), `_` for none.
+pub fn field_of(admin_field: &str) -> String {
+    let field = admin_field.strip_prefix("config.").unwrap_or(admin_field);
+    if FIELDS.iter().any(|(name, ..)| *name == field) {
+        field.to_string()
+    } else {
+        "_".to_string()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn config() -> proto::JobConfig {
+        proto::JobConfig {
+            job_name: "j".into(),
+            cron: "0/5 * * * * ?".into(),
+            sharding_total_count: 3,
+            sharding_item_parameters: [(0, "a".to_string()), (2, "c".to_string())].into(),
+            misfire: Some(true),
+            monitor_execution: Some(true),
+            sharding_strategy: proto::ShardingStrategy::RoundRobin as i32,
+            max_time_diff_seconds: Some(-1),
+            reconcile_interval_minutes: Some(10),
+            props: [("k".to_string(), "v=w".to_string())].into(),
+            ..Default::default()
+        }
+    }
+
+    #[test]
+    fn a_config_survives_the_form() {
+        let form = ConfigForm::from_config(&config());
+        assert_eq!(form.text("sharding_item_parameters"), "0=a,2=c");
+        let back = ConfigForm::from_fields(&form.fields())
+            .to_proto("j", 0)
+            .unwrap();
+        assert_eq!(back, config());
+    }
+
+    #[test]
+    fn fields_that_cannot_be_read_are_named() {
+        let mut form = ConfigForm::from_config(&config());
+        form.values
+            .insert("sharding_total_count".into(), "three".into());
+        form.values.insert("props".into(), "novalue".into());
+        form.values
+            .insert("sharding_item_parameters".into(), "x=y".into());
+        let errors = form.to_proto("j", 0).unwrap_err();
+        assert_eq!(
+            errors.keys().map(String::as_str).collect::<Vec<_>>(),
+            ["props", "sharding_item_parameters", "sharding_total_count"]
+        );
+        assert_eq!(field_of("config.cron"), "cron");
+        assert_eq!(field_of("config.job_type"), "_");
+    }
+
+    #[test]
+    fn errors_are_drawn_next_to_their_field() {
+        let form = ConfigForm::from_config(&config());
+        let errors: FieldErrors = [("cron".to_string(), "<bad>".to_string())].into();
+        let html = form.render("j", &Viewer::default(), &errors);
+        assert!(html.contains(r#"<p class="field-error" id="error-cron">&lt;bad&gt;</p>"#));
+        assert!(html.contains(r#"id="field-cron""#));
+    }
+}
