@@ -71,6 +71,39 @@ fn script(dir: &tempfile::TempDir, name: &str, body: &str) -> String {
     path.display().to_string()
 }
 
+/// Waits until the sidecar's own instance of typed job `job` is live.
+async fn wait_joined(car: &Sidecar, job: &str) {
+    let joined = eventually(WAIT, || async {
+        (instances(car, job).await.len() == 1).then_some(())
+    })
+    .await;
+    assert!(joined.is_some(), "{job} never joined\n{}", car.log_tail(40));
+}
+
+/// Asks every instance of `job` to run it once now.
+async fn trigger(car: &Sidecar, job: &str) {
+    admin(car)
+        .await
+        .trigger_job(TriggerJobRequest {
+            job_name: job.into(),
+        })
+        .await
+        .unwrap();
+}
+
+/// The first finished execution of `job` that `pick` accepts.
+async fn finished(
+    car: &Sidecar,
+    job: &str,
+    pick: impl Fn(&shardcar::proto::ExecutionInfo) -> bool,
+) -> shardcar::proto::ExecutionInfo {
+    eventually(WAIT, || async {
+        executions(car, job).await.into_iter().find(|e| pick(e))
+    })
+    .await
+    .unwrap_or_else(|| panic!("no such execution of {job}\n{}", car.log_tail(40)))
+}
+
 /// Lines of a file, or none while it does not exist.
 fn lines(path: &std::path::Path) -> Vec<String> {
     std::fs::read_to_string(path)
@@ -227,23 +260,9 @@ async fn a_declared_script_job_reports_its_stderr_and_a_revoked_one_is_killed() 
         ..SidecarOptions::standalone()
     })
     .await;
-    let joined = eventually(WAIT, || async {
-        (instances(&car, "broken").await.len() == 1).then_some(())
-    })
-    .await;
-    assert!(joined.is_some(), "{}", car.log_tail(40));
-    admin(&car)
-        .await
-        .trigger_job(TriggerJobRequest {
-            job_name: "broken".into(),
-        })
-        .await
-        .unwrap();
-    let failed = eventually(WAIT, || async {
-        executions(&car, "broken").await.into_iter().next()
-    })
-    .await
-    .unwrap_or_else(|| panic!("no execution\n{}", car.log_tail(40)));
+    wait_joined(&car, "broken").await;
+    trigger(&car, "broken").await;
+    let failed = finished(&car, "broken", |_| true).await;
     assert_eq!(
         failed.outcome,
         ExecutionOutcome::Failed as i32,
@@ -276,13 +295,7 @@ async fn a_declared_script_job_reports_its_stderr_and_a_revoked_one_is_killed() 
         .put_job(PutJobRequest { config: Some(job) })
         .await
         .unwrap();
-    admin(&car)
-        .await
-        .trigger_job(TriggerJobRequest {
-            job_name: "broken".into(),
-        })
-        .await
-        .unwrap();
+    trigger(&car, "broken").await;
     let pid: i32 = eventually(WAIT, || async {
         std::fs::read_to_string(&pid_file).ok()?.trim().parse().ok()
     })
@@ -305,14 +318,10 @@ async fn a_declared_script_job_reports_its_stderr_and_a_revoked_one_is_killed() 
         "the script outlived its revoke\n{}",
         car.log_tail(40)
     );
-    let revoked = eventually(WAIT, || async {
-        executions(&car, "broken")
-            .await
-            .into_iter()
-            .find(|e| e.outcome == ExecutionOutcome::Revoked as i32)
+    finished(&car, "broken", |e| {
+        e.outcome == ExecutionOutcome::Revoked as i32
     })
     .await;
-    assert!(revoked.is_some(), "{}", car.log_tail(40));
     let log = car.log();
     assert!(
         log.contains("the script did not stop on SIGTERM: killing it"),
@@ -428,23 +437,9 @@ async fn http_jobs_call_the_uri_with_elasticjobs_header_and_fail_on_an_error_sta
         .put_job(PutJobRequest { config: Some(job) })
         .await
         .unwrap();
-    let joined = eventually(WAIT, || async {
-        (instances(&car, "ping").await.len() == 1).then_some(())
-    })
-    .await;
-    assert!(joined.is_some(), "{}", car.log_tail(40));
-    admin(&car)
-        .await
-        .trigger_job(TriggerJobRequest {
-            job_name: "ping".into(),
-        })
-        .await
-        .unwrap();
-    let done = eventually(WAIT, || async {
-        executions(&car, "ping").await.into_iter().next()
-    })
-    .await
-    .unwrap_or_else(|| panic!("no execution\n{}", car.log_tail(40)));
+    wait_joined(&car, "ping").await;
+    trigger(&car, "ping").await;
+    let done = finished(&car, "ping", |_| true).await;
     assert_eq!(
         done.outcome,
         ExecutionOutcome::Completed as i32,
@@ -487,21 +482,11 @@ async fn http_jobs_call_the_uri_with_elasticjobs_header_and_fail_on_an_error_sta
         .put_job(PutJobRequest { config: Some(job) })
         .await
         .unwrap();
-    admin(&car)
-        .await
-        .trigger_job(TriggerJobRequest {
-            job_name: "ping".into(),
-        })
-        .await
-        .unwrap();
-    let failed = eventually(WAIT, || async {
-        executions(&car, "ping")
-            .await
-            .into_iter()
-            .find(|e| e.outcome == ExecutionOutcome::Failed as i32)
+    trigger(&car, "ping").await;
+    let failed = finished(&car, "ping", |e| {
+        e.outcome == ExecutionOutcome::Failed as i32
     })
-    .await
-    .unwrap_or_else(|| panic!("no failed execution\n{}", car.log_tail(40)));
+    .await;
     assert!(
         failed.error.contains("500") && failed.error.contains("nope"),
         "{failed:#?}"
