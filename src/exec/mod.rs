@@ -78,73 +78,77 @@ pub async fn supervise(
     let mut retry_at: HashMap<String, tokio::time::Instant> = HashMap::new();
     let mut polls: u64 = 0;
     loop {
-        let jobs: BTreeSet<String> = match registry.children("/").await {
-            Ok(children) => children.into_iter().filter(|j| which.runs(j)).collect(),
+        // A failed look changes nothing (what was learnt, and the jobs whose instance was shut
+        // down, are kept): the next look tries again.
+        let listed: Option<BTreeSet<String>> = match registry.children("/").await {
+            Ok(children) => Some(children.into_iter().filter(|j| which.runs(j)).collect()),
             Err(e) => {
                 debug!(error = %e, "cannot list the namespace's jobs");
-                BTreeSet::new()
+                None
             }
         };
-        // A job that is gone is forgotten (its runner ends by itself), so that a job created
-        // again under the same name is looked at afresh.
-        types.retain(|job, _| jobs.contains(job));
-        stopped.retain(|job| jobs.contains(job));
-        // The roots of jobs not seen before, and now and then those of worker jobs again (a
-        // `ctl job put` of a typed job may give an empty root its type), in one multi-read.
-        polls += 1;
-        let recheck = polls.is_multiple_of(RECHECK_EVERY);
-        let unread: Vec<String> = jobs
-            .iter()
-            .filter(|j| match types.get(*j) {
-                None => true,
-                Some(None) => recheck,
-                Some(Some(_)) => false,
-            })
-            .cloned()
-            .collect();
-        if !unread.is_empty() {
-            let roots: Vec<String> = unread.iter().map(|j| JobPaths::new(j).root()).collect();
-            match registry.get_many(&roots).await {
-                Ok(nodes) => {
-                    for (job, node) in unread.into_iter().zip(nodes) {
-                        if let Some(node) = node {
-                            types.insert(job, JobType::from_root_data(&node.data));
+        if let Some(jobs) = listed {
+            // A job that is gone is forgotten (its runner ends by itself), so that a job created
+            // again under the same name is looked at afresh.
+            types.retain(|job, _| jobs.contains(job));
+            stopped.retain(|job| jobs.contains(job));
+            // The roots of jobs not seen before, and now and then those of worker jobs again (a
+            // `ctl job put` of a typed job may give an empty root its type), in one multi-read.
+            polls += 1;
+            let recheck = polls.is_multiple_of(RECHECK_EVERY);
+            let unread: Vec<String> = jobs
+                .iter()
+                .filter(|j| match types.get(*j) {
+                    None => true,
+                    Some(None) => recheck,
+                    Some(Some(_)) => false,
+                })
+                .cloned()
+                .collect();
+            if !unread.is_empty() {
+                let roots: Vec<String> = unread.iter().map(|j| JobPaths::new(j).root()).collect();
+                match registry.get_many(&roots).await {
+                    Ok(nodes) => {
+                        for (job, node) in unread.into_iter().zip(nodes) {
+                            if let Some(node) = node {
+                                types.insert(job, JobType::from_root_data(&node.data));
+                            }
                         }
                     }
+                    Err(e) => debug!(error = %e, "cannot read the job roots"),
                 }
-                Err(e) => debug!(error = %e, "cannot read the job roots"),
             }
-        }
-        for job in &jobs {
-            let Some(Some(job_type)) = types.get(job) else {
-                continue;
-            };
-            let due = retry_at
-                .get(job)
-                .is_none_or(|at| *at <= tokio::time::Instant::now());
-            if running.contains_key(job) || stopped.contains(job) || !due {
-                continue;
+            for job in &jobs {
+                let Some(Some(job_type)) = types.get(job) else {
+                    continue;
+                };
+                let due = retry_at
+                    .get(job)
+                    .is_none_or(|at| *at <= tokio::time::Instant::now());
+                if running.contains_key(job) || stopped.contains(job) || !due {
+                    continue;
+                }
+                // The job needs its config before it can be joined.
+                match registry.exists(&JobPaths::new(job).config()).await {
+                    Ok(Some(_)) => {}
+                    _ => continue,
+                }
+                let stop = cancel.child_token();
+                running.insert(job.clone(), stop.clone());
+                let job_runner = JobRunner {
+                    client: client.clone(),
+                    registry: registry.clone(),
+                    job_name: job.clone(),
+                    job_type: *job_type,
+                    instance_suffix: std::process::id().to_string(),
+                    stop,
+                };
+                let (job, ended_tx) = (job.clone(), ended_tx.clone());
+                tracker.spawn(async move {
+                    let ended = job_runner.run().await;
+                    let _ = ended_tx.send((job, ended));
+                });
             }
-            // The job needs its config before it can be joined.
-            match registry.exists(&JobPaths::new(job).config()).await {
-                Ok(Some(_)) => {}
-                _ => continue,
-            }
-            let stop = cancel.child_token();
-            running.insert(job.clone(), stop.clone());
-            let job_runner = JobRunner {
-                client: client.clone(),
-                registry: registry.clone(),
-                job_name: job.clone(),
-                job_type: *job_type,
-                instance_suffix: std::process::id().to_string(),
-                stop,
-            };
-            let (job, ended_tx) = (job.clone(), ended_tx.clone());
-            tracker.spawn(async move {
-                let ended = job_runner.run().await;
-                let _ = ended_tx.send((job, ended));
-            });
         }
         tokio::select! {
             () = cancel.cancelled() => break,
