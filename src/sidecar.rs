@@ -231,12 +231,20 @@ pub async fn run(
             coordinator.clone(),
         )))
         .add_service(AdminServiceServer::with_interceptor(
-            AdminApi::new(
-                registry.clone(),
-                history.clone(),
-                tracker.clone(),
-                coordinator.clone(),
-            ),
+            {
+                let admin = AdminApi::new(
+                    registry.clone(),
+                    history.clone(),
+                    tracker.clone(),
+                    coordinator.clone(),
+                );
+                match &settings.tracing_db {
+                    Some(db) => admin.with_tracing_db(Arc::new(
+                        crate::ops::tracing_db::reader::Reader::new(db.clone()),
+                    )),
+                    None => admin,
+                }
+            },
             crate::api::auth::admin_interceptor(access.clone()),
         ));
 

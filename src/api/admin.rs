@@ -1,9 +1,14 @@
 //! The `shardcar.v1.AdminService`: operations on the namespace for `shardcar ctl` and any UI.
 //! Each call validates its request (errors name the field) and hands it to [`crate::ops::jobs`],
-//! which reads and writes ElasticJob's layout; `ListExecutions` reads this sidecar's
-//! [`History`]; `WatchJob` follows the job's subtree ([`crate::ops::watch`]). The service sits
-//! behind the admin token's interceptor ([`super::auth`]).
+//! which reads and writes ElasticJob's layout; `ListExecutions` reads the cluster-wide history
+//! from ElasticJob's tracing tables when `tracing_db` is set (executions this sidecar still
+//! keeps are answered from its [`History`], which has more about them), else, or when the
+//! database is unavailable, this sidecar's [`History`]; the response's `shardcar-history`
+//! header says which ([`HISTORY_HEADER`]). `WatchJob` follows the job's subtree
+//! ([`crate::ops::watch`]). The service sits behind the admin token's interceptor
+//! ([`super::auth`]).
 
+use std::collections::HashMap;
 use std::pin::Pin;
 use std::sync::Arc;
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
@@ -22,15 +27,28 @@ use crate::elasticjob::paths::ServerStatus;
 use crate::elasticjob::typed::JobType;
 use crate::ops::history::History;
 use crate::ops::jobs::{self, check_job_name, AdminError, JobInfo, JobStatus, JobSummary};
+use crate::ops::tracing_db::reader::{instant, Reader, TracedExecution};
 use crate::ops::watch;
 use crate::proto;
 use crate::proto::admin_service_server::AdminService;
 use crate::registry::Registry;
 
+/// The response header of `ListExecutions` that says where the executions came from:
+/// [`HISTORY_TRACING_DB`], [`HISTORY_LOCAL`] or [`HISTORY_LOCAL_FALLBACK`].
+pub const HISTORY_HEADER: &str = "shardcar-history";
+/// Read from the tracing database: every sidecar's executions and ElasticJob's.
+pub const HISTORY_TRACING_DB: &str = "tracing-db";
+/// This sidecar's own history (no `tracing_db` set).
+pub const HISTORY_LOCAL: &str = "local";
+/// This sidecar's own history, because the tracing database could not be read.
+pub const HISTORY_LOCAL_FALLBACK: &str = "local-fallback";
+
 /// The Admin service of one sidecar.
 pub struct AdminApi {
     registry: Registry,
     history: Arc<History>,
+    /// Set with `tracing_db`: `ListExecutions` reads the cluster-wide history there.
+    tracing_db: Option<Arc<Reader>>,
     /// `WatchJob` followers run here, so a shutdown waits for them.
     tracker: TaskTracker,
     /// For `TriggerJob` calls that carry a trace to continue.
@@ -47,9 +65,68 @@ impl AdminApi {
         AdminApi {
             registry,
             history,
+            tracing_db: None,
             tracker,
             coordinator,
         }
+    }
+
+    /// `ListExecutions` reads the cluster-wide history from the tracing database.
+    pub fn with_tracing_db(mut self, reader: Arc<Reader>) -> AdminApi {
+        self.tracing_db = Some(reader);
+        self
+    }
+
+    /// The newest `limit` executions of this sidecar's history (all kept when 0).
+    fn local_executions(&self, job: Option<&str>, limit: usize) -> Vec<proto::ExecutionInfo> {
+        self.history
+            .recent(job, limit)
+            .iter()
+            .map(crate::api::events::execution_info)
+            .collect()
+    }
+
+    /// The wire form of executions read from the tracing tables; those this sidecar still
+    /// keeps in its history (the same task id, items and start) are answered from there, with
+    /// their execution id, fire time, fencing tokens and events.
+    fn traced_executions(&self, traced: &[TracedExecution]) -> Vec<proto::ExecutionInfo> {
+        let millis = |t: SystemTime| t.duration_since(UNIX_EPOCH).unwrap_or_default().as_millis();
+        let started: Vec<SystemTime> = traced.iter().map(|e| instant(e.started())).collect();
+        let mut wanted: HashMap<(&str, u128), usize> = HashMap::new();
+        for (i, (e, at)) in traced.iter().zip(&started).enumerate() {
+            wanted.insert((e.rows[0].task_id.as_str(), millis(*at)), i);
+        }
+        let mut local: Vec<Option<proto::ExecutionInfo>> = vec![None; traced.len()];
+        if let Some(oldest) = started.iter().min() {
+            // Records are kept in the order they finished: once one finished before the oldest
+            // start (with a margin), every one after it did too.
+            let horizon = oldest
+                .checked_sub(Duration::from_secs(60))
+                .unwrap_or(UNIX_EPOCH);
+            self.history.visit_newest_first(|r| {
+                if r.started_at + r.duration < horizon {
+                    return false;
+                }
+                let sent = crate::ops::tracing_db::rows::sent(r);
+                if let Some(&i) = wanted.get(&(r.task_id.as_str(), millis(sent))) {
+                    let items = traced[i].rows.iter().map(|row| row.sharding_item);
+                    if r.items.keys().copied().eq(items) {
+                        local[i] = Some(crate::api::events::execution_info(r));
+                    }
+                }
+                true
+            });
+        }
+        let mut executions: Vec<proto::ExecutionInfo> = traced
+            .iter()
+            .zip(local)
+            .map(|(e, local)| local.unwrap_or_else(|| crate::api::events::traced_execution_info(e)))
+            .collect();
+        // Newest first by the start shown: a local record starts when its fire was acted on, a
+        // few milliseconds before its rows' start (the trigger sent).
+        let start = |e: &proto::ExecutionInfo| e.started_at.map(|t| (t.seconds, t.nanos));
+        executions.sort_by_key(|e| std::cmp::Reverse(start(e)));
+        executions
     }
 }
 
@@ -290,13 +367,21 @@ impl AdminService for AdminApi {
     ) -> Result<Response<proto::ListExecutionsResponse>, Status> {
         let req = request.into_inner();
         let job = optional_job(&req.job_name)?;
-        let executions = self
-            .history
-            .recent(job, req.limit as usize)
-            .iter()
-            .map(crate::api::events::execution_info)
-            .collect();
-        Ok(Response::new(proto::ListExecutionsResponse { executions }))
+        let limit = req.limit as usize;
+        let (executions, history) = match &self.tracing_db {
+            None => (self.local_executions(job, limit), HISTORY_LOCAL),
+            // A database that cannot be read is logged by the reader.
+            Some(reader) => match reader.recent(job, limit).await {
+                Ok(traced) => (self.traced_executions(&traced), HISTORY_TRACING_DB),
+                Err(_) => (self.local_executions(job, limit), HISTORY_LOCAL_FALLBACK),
+            },
+        };
+        let mut response = Response::new(proto::ListExecutionsResponse { executions });
+        response.metadata_mut().insert(
+            HISTORY_HEADER,
+            tonic::metadata::MetadataValue::from_static(history),
+        );
+        Ok(response)
     }
 
     async fn watch_job(

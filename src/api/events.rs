@@ -148,10 +148,175 @@ pub fn execution_info(r: &ExecutionRecord) -> proto::ExecutionInfo {
     }
 }
 
+/// The error of an item whose row has no outcome: ElasticJob writes the row as the item starts
+/// and completes it when the item ends; shardcar writes an item taken back (its worker gone,
+/// its lease run out) the same way.
+pub const NO_OUTCOME: &str =
+    "no outcome recorded: still running, or stopped without one (taken back, or its process ended)";
+
+/// The wire form of an execution read back from ElasticJob's tracing tables (any sidecar's, or
+/// an ElasticJob process's). What the tables do not keep stays unset: the fire time, fencing
+/// tokens and events; the execution id is the id of its first item's row.
+///
+/// `source`: `MISFIRE` and `FAILOVER` as written; ElasticJob-Lite's `NORMAL_TRIGGER`, which
+/// stands for a cron fire, a trigger-once and a failover alike, is `TRIGGER_SOURCE_UNSPECIFIED`.
+/// `outcome`: unset while an item has no outcome, else failed if an item failed, else completed.
+pub fn traced_execution_info(
+    e: &crate::ops::tracing_db::reader::TracedExecution,
+) -> proto::ExecutionInfo {
+    use crate::ops::tracing_db::reader::instant;
+    let first = &e.rows[0];
+    let started = e.started();
+    let source = match first.execution_source.as_str() {
+        "MISFIRE" => proto::TriggerSource::Misfire,
+        "FAILOVER" => proto::TriggerSource::Failover,
+        _ => proto::TriggerSource::Unspecified,
+    };
+    let item_outcome =
+        |r: &crate::ops::tracing_db::reader::ItemRow| match (r.complete_time, r.is_success) {
+            (None, _) => (proto::ExecutionOutcome::Unspecified, NO_OUTCOME.to_string()),
+            (Some(_), true) => (proto::ExecutionOutcome::Completed, String::new()),
+            (Some(_), false) => (
+                proto::ExecutionOutcome::Failed,
+                r.failure_cause.clone().unwrap_or_default(),
+            ),
+        };
+    let results: Vec<(proto::ExecutionOutcome, String)> = e.rows.iter().map(item_outcome).collect();
+    let outcome = if results
+        .iter()
+        .any(|(o, _)| *o == proto::ExecutionOutcome::Unspecified)
+    {
+        proto::ExecutionOutcome::Unspecified
+    } else if results
+        .iter()
+        .any(|(o, _)| *o == proto::ExecutionOutcome::Failed)
+    {
+        proto::ExecutionOutcome::Failed
+    } else {
+        proto::ExecutionOutcome::Completed
+    };
+    let error = results
+        .iter()
+        .find(|(o, _)| *o == proto::ExecutionOutcome::Failed)
+        .or_else(|| results.iter().find(|(_, error)| !error.is_empty()))
+        .map(|(_, error)| error.clone())
+        .unwrap_or_default();
+    let duration = match e
+        .rows
+        .iter()
+        .map(|r| r.complete_time)
+        .collect::<Option<Vec<_>>>()
+    {
+        Some(ends) => ends.into_iter().max().map(|end| {
+            let d = (end - started).to_std().unwrap_or_default();
+            prost_types::Duration {
+                seconds: d.as_secs() as i64,
+                nanos: d.subsec_nanos() as i32,
+            }
+        }),
+        None => None,
+    };
+    // The instance is what follows job, items and type in the task id: `{ip}@-@{pid}`.
+    let delimiter = crate::elasticjob::instance::DELIMITER;
+    let instance_id = first
+        .task_id
+        .splitn(4, delimiter)
+        .nth(3)
+        .filter(|i| !i.is_empty())
+        .unwrap_or(first.ip.as_str())
+        .to_string();
+    proto::ExecutionInfo {
+        job_name: first.job_name.clone(),
+        execution_id: first.id.clone(),
+        instance_id,
+        source: source as i32,
+        items: e.rows.iter().map(|r| r.sharding_item).collect(),
+        started_at: Some(system_timestamp(instant(started))),
+        duration,
+        outcome: outcome as i32,
+        error,
+        item_results: e
+            .rows
+            .iter()
+            .zip(results)
+            .map(|(r, (outcome, error))| proto::ItemResult {
+                item: r.sharding_item,
+                outcome: outcome as i32,
+                error,
+            })
+            .collect(),
+        task_id: first.task_id.clone(),
+        fire_time: None,
+        fencing_tokens: Default::default(),
+        events: Vec::new(),
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use crate::ops::history::tests::one_failed_item;
     use crate::proto;
+
+    #[test]
+    fn an_execution_read_from_the_tracing_tables_on_the_wire() {
+        use crate::ops::tracing_db::reader::{ItemRow, TracedExecution};
+        let t = |ms: i64| {
+            chrono::DateTime::from_timestamp_millis(1_700_000_000_000 + ms)
+                .unwrap()
+                .naive_local()
+        };
+        let row =
+            |item: i32, start: i64, end: Option<i64>, success: bool, cause: Option<&str>| ItemRow {
+                id: format!("row-{item}"),
+                job_name: "ledger".into(),
+                task_id: "ledger@-@0,1@-@READY@-@10.9.9.9@-@4242".into(),
+                ip: "10.9.9.9".into(),
+                sharding_item: item,
+                execution_source: "NORMAL_TRIGGER".into(),
+                failure_cause: cause.map(str::to_string),
+                is_success: success,
+                start_time: t(start),
+                complete_time: end.map(t),
+            };
+        let failed = TracedExecution {
+            rows: vec![
+                row(0, 5, Some(200), true, None),
+                row(
+                    1,
+                    6,
+                    Some(250),
+                    false,
+                    Some("java.io.IOException: disk full"),
+                ),
+            ],
+        };
+        let p = super::traced_execution_info(&failed);
+        assert_eq!(p.execution_id, "row-0");
+        assert_eq!(p.instance_id, "10.9.9.9@-@4242");
+        assert_eq!(p.source, proto::TriggerSource::Unspecified as i32);
+        assert_eq!(p.outcome, proto::ExecutionOutcome::Failed as i32);
+        assert_eq!(p.error, "java.io.IOException: disk full");
+        assert_eq!(p.items, [0, 1]);
+        assert_eq!(p.duration.unwrap().nanos, 245_000_000);
+        assert_eq!(
+            p.item_results[0].outcome,
+            proto::ExecutionOutcome::Completed as i32
+        );
+        assert!(p.fire_time.is_none() && p.events.is_empty());
+        // An item without an outcome leaves the execution without one.
+        let mut running = failed.clone();
+        running.rows[0].complete_time = None;
+        running
+            .rows
+            .iter_mut()
+            .for_each(|r| r.execution_source = "MISFIRE".into());
+        let p = super::traced_execution_info(&running);
+        assert_eq!(p.outcome, proto::ExecutionOutcome::Unspecified as i32);
+        assert_eq!(p.source, proto::TriggerSource::Misfire as i32);
+        assert_eq!(p.error, "java.io.IOException: disk full");
+        assert_eq!(p.item_results[0].error, super::NO_OUTCOME);
+        assert!(p.duration.is_none());
+    }
 
     #[test]
     fn a_finished_execution_on_the_wire() {

@@ -74,7 +74,8 @@ pub enum Verb {
         #[arg(long, value_name = "NAME")]
         job: Option<String>,
     },
-    /// Recent executions run by this sidecar's workers, newest first
+    /// Recent executions, newest first: run by this sidecar's workers, or with tracing_db every
+    /// sidecar's and ElasticJob's, from the tracing database
     Executions {
         /// Only this job
         name: Option<String>,
@@ -442,9 +443,20 @@ pub async fn run(args: CtlArgs, env: &HashMap<String, String>) -> Result<(), Ctl
                     limit,
                 }))
                 .await
-                .map_err(refused)?
-                .into_inner();
-            emit(json, render::executions(&response.executions), &response);
+                .map_err(refused)?;
+            // Where the sidecar read them: the tracing database, or its own history.
+            let history = response
+                .metadata()
+                .get(crate::api::admin::HISTORY_HEADER)
+                .and_then(|v| v.to_str().ok())
+                .unwrap_or_default()
+                .to_string();
+            let response = response.into_inner();
+            emit(
+                json,
+                render::executions(&response.executions, &history),
+                &response,
+            );
         }
         Verb::Watch { name } => {
             check_name(&name)?;

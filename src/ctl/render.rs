@@ -259,10 +259,27 @@ fn indent(text: &str) -> String {
     text.lines().map(|l| format!("  {l}\n")).collect()
 }
 
-/// `ctl executions`.
-pub fn executions(list: &[proto::ExecutionInfo]) -> String {
+/// `ctl executions`; `history` is the response's `shardcar-history` header (empty when the
+/// sidecar sent none).
+pub fn executions(list: &[proto::ExecutionInfo], history: &str) -> String {
+    use crate::api::admin::{HISTORY_LOCAL_FALLBACK, HISTORY_TRACING_DB};
+    let note = match history {
+        HISTORY_TRACING_DB => {
+            "(from the tracing database: the executions of every sidecar and ElasticJob \
+             process writing there)\n"
+        }
+        HISTORY_LOCAL_FALLBACK => {
+            "(this sidecar's own executions only: the tracing database could not be read, \
+             see the sidecar's log)\n"
+        }
+        _ => "",
+    };
     if list.is_empty() {
-        return "no executions recorded by this sidecar yet\n".into();
+        let none = match history {
+            HISTORY_TRACING_DB => "no executions in the tracing database yet\n",
+            _ => "no executions recorded by this sidecar yet\n",
+        };
+        return format!("{none}{note}");
     }
     let rows: Vec<Vec<String>> = list
         .iter()
@@ -272,7 +289,13 @@ pub fn executions(list: &[proto::ExecutionInfo]) -> String {
                 e.job_name.clone(),
                 e.execution_id.clone(),
                 e.instance_id.clone(),
-                source_name(e.source).into(),
+                // Only executions read from the tracing tables have none: ElasticJob's
+                // NORMAL_TRIGGER (a fire, a trigger-once or a failover).
+                if e.source == proto::TriggerSource::Unspecified as i32 {
+                    "NORMAL_TRIGGER".into()
+                } else {
+                    source_name(e.source).into()
+                },
                 items_text(&e.items),
                 outcome_name(e.outcome).into(),
                 format!("{:.3}s", seconds(&e.duration)),
@@ -293,7 +316,7 @@ pub fn executions(list: &[proto::ExecutionInfo]) -> String {
             "ERROR",
         ],
         &rows,
-    )
+    ) + note
 }
 
 /// One message of `ctl watch`.
@@ -325,6 +348,36 @@ pub fn change(c: &proto::WatchJobResponse) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn executions_say_where_they_come_from() {
+        use crate::api::admin::{HISTORY_LOCAL, HISTORY_LOCAL_FALLBACK, HISTORY_TRACING_DB};
+        let e = proto::ExecutionInfo {
+            job_name: "ledger".into(),
+            source: proto::TriggerSource::Unspecified as i32,
+            ..Default::default()
+        };
+        let db = executions(std::slice::from_ref(&e), HISTORY_TRACING_DB);
+        assert!(
+            db.lines().nth(1).unwrap().contains("NORMAL_TRIGGER"),
+            "{db}"
+        );
+        assert!(db.ends_with("ElasticJob process writing there)\n"), "{db}");
+        assert!(executions(&[], HISTORY_TRACING_DB)
+            .starts_with("no executions in the tracing database yet\n(from the tracing"));
+        let fallback = executions(std::slice::from_ref(&e), HISTORY_LOCAL_FALLBACK);
+        assert!(fallback.ends_with("could not be read, see the sidecar's log)\n"));
+        assert_eq!(
+            executions(std::slice::from_ref(&e), HISTORY_LOCAL)
+                .lines()
+                .count(),
+            2
+        );
+        assert_eq!(
+            executions(&[], HISTORY_LOCAL),
+            "no executions recorded by this sidecar yet\n"
+        );
+    }
 
     #[test]
     fn tables_align() {

@@ -117,6 +117,17 @@ impl History {
             .collect()
     }
 
+    /// Calls `visit` with the kept executions, newest first, until it returns `false`; the lock
+    /// is held meanwhile, so `visit` must be quick.
+    pub fn visit_newest_first(&self, mut visit: impl FnMut(&ExecutionRecord) -> bool) {
+        let records = self.records.lock().unwrap_or_else(|e| e.into_inner());
+        for r in records.iter().rev() {
+            if !visit(r) {
+                return;
+            }
+        }
+    }
+
     /// Lines that could not be queued for the history file because the writer fell behind.
     pub fn dropped_lines(&self) -> u64 {
         self.dropped_lines.load(Ordering::Relaxed)

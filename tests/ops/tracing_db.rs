@@ -3,7 +3,9 @@
 //! execution leave the rows an ElasticJob executor would, a sidecar started while the database
 //! is down coordinates anyway and writes once it is back (and exits within its grace if the
 //! database is down at shutdown), and a URL or login that cannot be used exits with 64, naming
-//! the setting. The facts compared against are ElasticJob 3.0.4's
+//! the setting. `ctl executions` lists from the database every sidecar's executions and those
+//! an ElasticJob process wrote there (rows written with ElasticJob's own statements), and
+//! this sidecar's own history while the database is down. The facts compared against are ElasticJob 3.0.4's
 //! (`elasticjob-tracing-rdb`: `META-INF/sql/PostgreSQL.properties`, `RDBJobEventStorage`;
 //! `ElasticJobExecutor`, `LiteJobFacade`), listed in `docs/elasticjob-compat.md` §12.
 
@@ -695,4 +697,381 @@ async fn a_tracing_db_that_cannot_be_used_exits_64_naming_the_setting() {
             assert!(!out.stderr.contains(secret), "{args:?}: {}", out.stderr);
         }
     }
+}
+
+/// An ElasticJob process writing its tracing rows, with ElasticJob's own statements (3.0.4,
+/// `META-INF/sql/PostgreSQL.properties`) in the order `RDBJobEventStorage` runs them: an
+/// item's row inserted as it starts (`JOB_EXECUTION_LOG.INSERT`), then updated when it ends
+/// (`UPDATE`, `UPDATE_FAILURE`); status rows inserted as they happen.
+struct ElasticJobProcess<'a> {
+    client: &'a tokio_postgres::Client,
+    job: &'a str,
+    /// `{job}@-@{items}@-@READY@-@{ip}@-@{pid}`.
+    task_id: String,
+    ip: &'a str,
+}
+
+impl ElasticJobProcess<'_> {
+    async fn status(&self, state: &str, message: &str, items: &str, at: NaiveDateTime) {
+        self.client
+            .execute(
+                "INSERT INTO JOB_STATUS_TRACE_LOG (id, job_name, original_task_id, task_id, \
+                 slave_id, source, execution_type, sharding_item,  state, message, creation_time) \
+                 VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11)",
+                &[
+                    &uuid::Uuid::new_v4().to_string(),
+                    &self.job,
+                    &"",
+                    &self.task_id,
+                    &self.ip,
+                    &"LITE_EXECUTOR",
+                    &"READY",
+                    &items,
+                    &state,
+                    &message,
+                    &at,
+                ],
+            )
+            .await
+            .unwrap();
+    }
+
+    /// The row of an item that starts; its id.
+    async fn item_started(&self, item: i32, source: &str, at: NaiveDateTime) -> String {
+        let id = uuid::Uuid::new_v4().to_string();
+        self.client
+            .execute(
+                "INSERT INTO JOB_EXECUTION_LOG (id, job_name, task_id, hostname, ip, \
+                 sharding_item, execution_source, is_success, start_time) \
+                 VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9)",
+                &[
+                    &id,
+                    &self.job,
+                    &self.task_id,
+                    &"ej-host",
+                    &self.ip,
+                    &item,
+                    &source,
+                    &false,
+                    &at,
+                ],
+            )
+            .await
+            .unwrap();
+        id
+    }
+
+    async fn item_succeeded(&self, id: &str, at: NaiveDateTime) {
+        self.client
+            .execute(
+                "UPDATE JOB_EXECUTION_LOG SET is_success = $1, complete_time = $2 WHERE id = $3",
+                &[&true, &at, &id],
+            )
+            .await
+            .unwrap();
+    }
+
+    async fn item_failed(&self, id: &str, at: NaiveDateTime, cause: &str) {
+        self.client
+            .execute(
+                "UPDATE JOB_EXECUTION_LOG SET is_success = $1, complete_time = $2, \
+                 failure_cause = $3 WHERE id = $4",
+                &[&false, &at, &cause, &id],
+            )
+            .await
+            .unwrap();
+    }
+}
+
+/// A table time (local wall-clock) as the instant it stands for.
+fn instant_of(t: NaiveDateTime) -> chrono::DateTime<chrono::Utc> {
+    use chrono::TimeZone;
+    chrono::Local
+        .from_local_datetime(&t)
+        .earliest()
+        .unwrap()
+        .with_timezone(&chrono::Utc)
+}
+
+/// `startedAt` of an execution in `ctl --json` output.
+fn started_at(e: &Value) -> chrono::DateTime<chrono::Utc> {
+    let text = e["startedAt"].as_str().unwrap_or_else(|| panic!("{e}"));
+    chrono::DateTime::parse_from_rfc3339(text)
+        .unwrap()
+        .with_timezone(&chrono::Utc)
+}
+
+/// `ctl executions --json ARGS` on `car`, once it lists `n` executions.
+async fn executions_listed(car: &Sidecar, args: &[&str], n: usize) -> Vec<Value> {
+    let target = car.addr().to_string();
+    let mut all = vec!["executions"];
+    all.extend_from_slice(args);
+    let last = std::sync::Mutex::new(Vec::new());
+    let found = common::eventually(WAIT, || {
+        let (target, all, last) = (&target, &all, &last);
+        async move {
+            let list = ctl_json(target, all).await["executions"]
+                .as_array()
+                .cloned()
+                .unwrap_or_default();
+            *last.lock().unwrap() = list.clone();
+            (list.len() == n).then_some(list)
+        }
+    })
+    .await;
+    found.unwrap_or_else(|| {
+        panic!(
+            "ctl executions {args:?}: wanted {n}, have {:#?}",
+            last.lock().unwrap()
+        )
+    })
+}
+
+/// The trace of an ElasticJob item that threw, as ElasticJob stores it (`printStackTrace`).
+const STACK_TRACE: &str = "java.io.IOException: disk full\n\tat com.example.Ledger.execute(Ledger.java:42)\n\tat org.apache.shardingsphere.elasticjob.simple.executor.SimpleJobExecutor.process(SimpleJobExecutor.java:32)\n";
+
+#[tokio::test(flavor = "multi_thread")]
+async fn ctl_executions_lists_every_sidecars_and_elasticjobs_executions_from_the_database() {
+    let pg = Postgres::start().await;
+    let zk = ZooKeeper::start().await;
+    let (a, b) = tokio::join!(
+        Sidecar::start(options(&pg, Some(&zk), "127.0.0.2")),
+        Sidecar::start(options(&pg, Some(&zk), "127.0.0.3"))
+    );
+    let client = pg.client().await;
+
+    // An ElasticJob process on another host wrote, as it does: a run a minute ago whose item 1
+    // failed (its items' start times a millisecond apart), and a misfire catch-up half a
+    // minute ago that has not ended; and a run of another job.
+    let ej = ElasticJobProcess {
+        client: &client,
+        job: "ledger",
+        task_id: "ledger@-@0,1@-@READY@-@10.9.9.9@-@4242".into(),
+        ip: "10.9.9.9",
+    };
+    let ms = chrono::TimeDelta::milliseconds;
+    let t0 = local_now() - chrono::TimeDelta::seconds(60);
+    ej.status("TASK_STAGING", "Job 'ledger' execute begin.", "[0, 1]", t0)
+        .await;
+    ej.status("TASK_RUNNING", "", "[0, 1]", t0 + ms(3)).await;
+    let i0 = ej.item_started(0, "NORMAL_TRIGGER", t0 + ms(5)).await;
+    let i1 = ej.item_started(1, "NORMAL_TRIGGER", t0 + ms(6)).await;
+    ej.item_succeeded(&i0, t0 + ms(200)).await;
+    ej.item_failed(&i1, t0 + ms(250), STACK_TRACE).await;
+    ej.status(
+        "TASK_ERROR",
+        &format!("{{1={STACK_TRACE}}}"),
+        "[0, 1]",
+        t0 + ms(251),
+    )
+    .await;
+    let t1 = local_now() - chrono::TimeDelta::seconds(30);
+    ej.status("TASK_RUNNING", "", "[0, 1]", t1).await;
+    ej.item_started(0, "MISFIRE", t1 + ms(1)).await;
+    ej.item_started(1, "MISFIRE", t1 + ms(1)).await;
+    let other = ElasticJobProcess {
+        client: &client,
+        job: "other",
+        task_id: "other@-@0@-@READY@-@10.9.9.9@-@4242".into(),
+        ip: "10.9.9.9",
+    };
+    let t2 = local_now() - chrono::TimeDelta::seconds(20);
+    let o = other.item_started(0, "NORMAL_TRIGGER", t2).await;
+    other.item_succeeded(&o, t2 + ms(10)).await;
+
+    // One worker on each sidecar, an item each; one trigger runs both.
+    let wa = TestWorker::subscribe(
+        &a.endpoint(),
+        subscribe_request(job_config("ledger", NEVER, 2)),
+    )
+    .await
+    .unwrap();
+    let wb = TestWorker::subscribe(
+        &b.endpoint(),
+        subscribe_request(job_config("ledger", NEVER, 2)),
+    )
+    .await
+    .unwrap();
+    for w in [&wa, &wb] {
+        w.set_auto_complete(true);
+        w.wait_items(|items| items.len() == 1, WAIT)
+            .await
+            .unwrap_or_else(|e| panic!("{e}"));
+    }
+    let mut admin = AdminServiceClient::connect(a.endpoint()).await.unwrap();
+    admin
+        .trigger_job(TriggerJobRequest {
+            job_name: "ledger".into(),
+        })
+        .await
+        .expect("TriggerJob");
+    let ta = wa.next_trigger(WAIT).await.unwrap();
+    let tb = wb.next_trigger(WAIT).await.unwrap();
+
+    // On sidecar b: both sidecars' executions, newest first, then ElasticJob's.
+    let list = executions_listed(&b, &[], 5).await;
+    let (sidecars, rest) = list.split_at(2);
+    let by_instance = |w: &TestWorker| {
+        sidecars
+            .iter()
+            .find(|e| e["instanceId"] == w.instance_id())
+            .unwrap_or_else(|| panic!("no execution of {} in {list:#?}", w.instance_id()))
+    };
+    for (w, t) in [(&wa, &ta), (&wb, &tb)] {
+        let e = by_instance(w);
+        assert_eq!(e["jobName"], "ledger");
+        assert_eq!(e["taskId"], t.task_id);
+        assert_eq!(
+            e["items"],
+            serde_json::json!(t.items.iter().map(|i| i.item).collect::<Vec<_>>())
+        );
+        assert_eq!(e["outcome"], "EXECUTION_OUTCOME_COMPLETED", "{e:#}");
+    }
+    // b's own execution as its history has it (execution id, source, events); a's as the
+    // table has it: ElasticJob's NORMAL_TRIGGER (no source on the wire), the row's id.
+    let own = by_instance(&wb);
+    assert_eq!(own["executionId"], tb.execution_id);
+    assert_eq!(own["source"], "TRIGGER_SOURCE_MANUAL");
+    assert!(
+        own["events"].as_array().is_some_and(|e| !e.is_empty()),
+        "{own:#}"
+    );
+    let peer = by_instance(&wa);
+    assert_ne!(peer["executionId"], ta.execution_id);
+    assert_uuid(peer["executionId"].as_str().unwrap());
+    assert!(peer.get("source").is_none(), "{peer:#}");
+    assert!(peer.get("events").is_none(), "{peer:#}");
+    assert_eq!(
+        peer["itemResults"][0]["outcome"],
+        "EXECUTION_OUTCOME_COMPLETED"
+    );
+
+    assert_eq!(rest[0]["jobName"], "other");
+    assert_eq!(started_at(&rest[0]), instant_of(t2));
+    let running = &rest[1];
+    assert_eq!(running["instanceId"], "10.9.9.9@-@4242");
+    assert_eq!(running["taskId"], "ledger@-@0,1@-@READY@-@10.9.9.9@-@4242");
+    assert_eq!(running["source"], "TRIGGER_SOURCE_MISFIRE");
+    assert_eq!(running["items"], serde_json::json!([0, 1]));
+    assert!(
+        running.get("outcome").is_none(),
+        "no outcome yet: {running:#}"
+    );
+    assert!(running.get("duration").is_none(), "{running:#}");
+    assert!(
+        running["error"]
+            .as_str()
+            .unwrap()
+            .starts_with("no outcome recorded"),
+        "{running:#}"
+    );
+    let failed = &rest[2];
+    assert_eq!(failed["outcome"], "EXECUTION_OUTCOME_FAILED", "{failed:#}");
+    assert_eq!(failed["error"], STACK_TRACE);
+    assert_eq!(failed["items"], serde_json::json!([0, 1]));
+    assert_eq!(started_at(failed), instant_of(t0 + ms(5)));
+    assert_eq!(failed["duration"], "0.245s");
+    assert_eq!(failed["executionId"], i0);
+    assert_eq!(
+        failed["itemResults"][0]["outcome"],
+        "EXECUTION_OUTCOME_COMPLETED"
+    );
+    assert_eq!(
+        failed["itemResults"][1]["outcome"],
+        "EXECUTION_OUTCOME_FAILED"
+    );
+    assert_eq!(failed["itemResults"][1]["error"], STACK_TRACE);
+    assert!(
+        list.windows(2)
+            .all(|w| started_at(&w[0]) >= started_at(&w[1])),
+        "newest first: {list:#?}"
+    );
+
+    // On sidecar a, the same executions, a's own now with its execution id.
+    let on_a = executions_listed(&a, &[], 5).await;
+    assert!(on_a
+        .iter()
+        .any(|e| e["executionId"] == ta.execution_id && e["source"] == "TRIGGER_SOURCE_MANUAL"));
+    // A job, a limit.
+    let only_other = executions_listed(&b, &["other"], 1).await;
+    assert_eq!(only_other[0]["jobName"], "other");
+    let newest = executions_listed(&b, &["ledger", "--limit", "2"], 2).await;
+    assert!(newest
+        .iter()
+        .all(|e| e["jobName"] == "ledger" && e["outcome"] == "EXECUTION_OUTCOME_COMPLETED"));
+    // The table says where the executions come from and ElasticJob's source.
+    let table = ctl(&b.addr().to_string(), &["executions"]).await.stdout;
+    assert!(
+        table.contains("NORMAL_TRIGGER") && table.contains("MISFIRE"),
+        "{table}"
+    );
+    assert!(
+        table.contains("(from the tracing database: the executions of every sidecar and ElasticJob process writing there)"),
+        "{table}"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn ctl_executions_falls_back_to_the_sidecars_own_history_while_the_database_is_down() {
+    let mut pg = Postgres::start().await;
+    let car = Sidecar::start(options(&pg, None, "127.0.0.2")).await;
+    let target = car.addr().to_string();
+    let client = pg.client().await;
+    let w = TestWorker::subscribe(
+        &car.endpoint(),
+        subscribe_request(job_config("audit", NEVER, 1)),
+    )
+    .await
+    .unwrap();
+    w.set_auto_complete(true);
+    w.wait_items(|items| items.len() == 1, WAIT)
+        .await
+        .unwrap_or_else(|e| panic!("{e}"));
+    let t = trigger(&car, &w, "audit").await;
+    // An ElasticJob process's run of the same job, earlier.
+    let ej = ElasticJobProcess {
+        client: &client,
+        job: "audit",
+        task_id: "audit@-@0@-@READY@-@10.9.9.9@-@4242".into(),
+        ip: "10.9.9.9",
+    };
+    let id = ej
+        .item_started(
+            0,
+            "NORMAL_TRIGGER",
+            local_now() - chrono::TimeDelta::seconds(10),
+        )
+        .await;
+    ej.item_succeeded(&id, local_now()).await;
+    let list = executions_listed(&car, &[], 2).await;
+    assert_eq!(list[0]["executionId"], t.execution_id);
+    assert_eq!(list[1]["instanceId"], "10.9.9.9@-@4242");
+
+    // The database goes away: this sidecar's own history answers, and says so.
+    pg.stop().await;
+    let list = executions_listed(&car, &[], 1).await;
+    assert_eq!(list[0]["executionId"], t.execution_id);
+    assert_eq!(list[0]["outcome"], "EXECUTION_OUTCOME_COMPLETED");
+    let table = ctl(&target, &["executions"]).await.stdout;
+    assert!(
+        table.contains("(this sidecar's own executions only: the tracing database could not be read, see the sidecar's log)"),
+        "{table}"
+    );
+    let warning = "cannot read the execution history from the tracing database";
+    assert_eq!(
+        car.log().matches(warning).count(),
+        1,
+        "{}",
+        car.log_tail(20)
+    );
+
+    // Back: the database answers again.
+    pg.start_again().await;
+    let list = executions_listed(&car, &[], 2).await;
+    assert_eq!(list[1]["instanceId"], "10.9.9.9@-@4242");
+    assert!(
+        car.log().contains("the tracing database answers again"),
+        "{}",
+        car.log_tail(20)
+    );
 }

@@ -16,8 +16,12 @@
 //! no such database or user, no right to create the tables) stop the sidecar with exit status
 //! 64; a database that cannot be reached does not: the sidecar runs and the rows wait.
 //!
+//! With the sink, `Admin.ListExecutions` reads the cluster-wide history back from the table
+//! ([`reader`]): every sidecar's executions and those of ElasticJob processes writing there.
+//!
 //! The connection is plain TCP or a Unix socket, without TLS (`sslmode=require` is refused).
 
+pub mod reader;
 pub mod rows;
 mod writer;
 

@@ -93,10 +93,16 @@ fn answered(r: &ExecutionRecord, item: i32) -> Option<SystemTime> {
         .map(|e| e.at)
 }
 
+/// When the worker was sent the execution's items: the `start_time` of its execution-log rows
+/// (as [`local_millis`] writes it), which with the task id finds them again in the table.
+pub fn sent(r: &ExecutionRecord) -> SystemTime {
+    noted(r, "trigger sent").unwrap_or(r.started_at)
+}
+
 /// The rows of a finished execution on the host named `hostname`.
 pub fn rows_of(r: &ExecutionRecord, hostname: &str) -> Vec<Row> {
     let end = r.started_at + r.duration;
-    let sent = noted(r, "trigger sent").unwrap_or(r.started_at);
+    let sent = sent(r);
     let running = noted(r, "running nodes written").unwrap_or(sent);
     let items: Vec<i32> = r.items.keys().copied().collect();
     let (job_name, execution_type, slave_id, task_items) = match task_parts(&r.task_id) {

@@ -357,7 +357,10 @@ class AdminServiceServicer(object):
         raise NotImplementedError('Method not implemented!')
 
     def ListExecutions(self, request, context):
-        """Recent executions run by this sidecar's workers, newest first.
+        """Recent executions, newest first: those run by this sidecar's workers; with `tracing_db` set,
+        every sidecar's and ElasticJob's, read from ElasticJob's tracing tables (this sidecar's own
+        history when the database cannot be read). The response header `shardcar-history` says
+        which: `tracing-db`, `local` or `local-fallback`.
         """
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
         context.set_details('Method not implemented!')
