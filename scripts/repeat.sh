@@ -4,8 +4,8 @@
 #
 # Usage: scripts/repeat.sh N [--suite SUITE]... [FILTER]
 #   N       runs of each suite (1 or more)
-#   SUITE   rust (the integration suites: core, failure, ops, harness_smoke; the default),
-#           a single Rust suite (core, failure, ops, harness_smoke, nemesis), python or java
+#   SUITE   rust (the integration suites: core, failure, ops, console, harness_smoke; the default),
+#           a single Rust suite (core, failure, ops, console, harness_smoke, nemesis), python or java
 #   FILTER  passed to the runner: a test-name substring for Rust (cargo test FILTER),
 #           a -k expression for pytest, a -Dtest pattern for Maven
 #
@@ -27,7 +27,7 @@ RUNS="$1"
 shift
 case "$RUNS" in ''|*[!0-9]*|0) die "N must be a positive number, got '$RUNS' (try --help)" ;; esac
 
-RUST_SUITES=(core failure ops harness_smoke)
+RUST_SUITES=(core failure ops console harness_smoke)
 SUITES=()
 FILTER=""
 while [ $# -gt 0 ]; do
@@ -36,8 +36,8 @@ while [ $# -gt 0 ]; do
             [ $# -ge 2 ] || die "--suite needs a value"
             case "$2" in
                 rust) SUITES+=("${RUST_SUITES[@]}") ;;
-                core|failure|ops|harness_smoke|nemesis|python|java) SUITES+=("$2") ;;
-                *) die "unknown suite '$2' (rust, core, failure, ops, harness_smoke, nemesis, python, java)" ;;
+                core|failure|ops|console|harness_smoke|nemesis|python|java) SUITES+=("$2") ;;
+                *) die "unknown suite '$2' (rust, core, failure, ops, console, harness_smoke, nemesis, python, java)" ;;
             esac
             shift 2
             ;;
