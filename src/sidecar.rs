@@ -194,6 +194,10 @@ pub async fn run(
         let web = Arc::new(crate::web::Web {
             registry: registry.clone(),
             history: history.clone(),
+            tracing_db: settings
+                .tracing_db
+                .as_ref()
+                .map(|db| Arc::new(crate::ops::tracing_db::reader::Reader::new(db.clone()))),
             metrics: metrics.clone(),
             access: access.clone(),
             sessions: crate::web::session::Sessions::new(port),

@@ -76,58 +76,85 @@ impl AdminApi {
         self.tracing_db = Some(reader);
         self
     }
+}
 
-    /// The newest `limit` executions of this sidecar's history (all kept when 0).
-    fn local_executions(&self, job: Option<&str>, limit: usize) -> Vec<proto::ExecutionInfo> {
-        self.history
-            .recent(job, limit)
-            .iter()
-            .map(crate::api::events::execution_info)
-            .collect()
+/// The newest `limit` executions (all kept when 0), of `job` or of every job, as `ListExecutions`
+/// and the console show them: from ElasticJob's tracing tables when `tracing_db` is set, else
+/// (or while the database cannot be read) from this sidecar's history; and where they came from
+/// ([`HISTORY_TRACING_DB`], [`HISTORY_LOCAL`] or [`HISTORY_LOCAL_FALLBACK`]).
+pub async fn recent_executions(
+    history: &History,
+    tracing_db: Option<&Reader>,
+    job: Option<&str>,
+    limit: usize,
+) -> (Vec<proto::ExecutionInfo>, &'static str) {
+    match tracing_db {
+        None => (local_executions(history, job, limit), HISTORY_LOCAL),
+        // A database that cannot be read is logged by the reader.
+        Some(reader) => match reader.recent(job, limit).await {
+            Ok(traced) => (traced_executions(history, &traced), HISTORY_TRACING_DB),
+            Err(_) => (
+                local_executions(history, job, limit),
+                HISTORY_LOCAL_FALLBACK,
+            ),
+        },
     }
+}
 
-    /// The wire form of executions read from the tracing tables; those this sidecar still
-    /// keeps in its history (the same task id, items and start) are answered from there, with
-    /// their execution id, fire time, fencing tokens and events.
-    fn traced_executions(&self, traced: &[TracedExecution]) -> Vec<proto::ExecutionInfo> {
-        let millis = |t: SystemTime| t.duration_since(UNIX_EPOCH).unwrap_or_default().as_millis();
-        let started: Vec<SystemTime> = traced.iter().map(|e| instant(e.started())).collect();
-        let mut wanted: HashMap<(&str, u128), usize> = HashMap::new();
-        for (i, (e, at)) in traced.iter().zip(&started).enumerate() {
-            wanted.insert((e.rows[0].task_id.as_str(), millis(*at)), i);
-        }
-        let mut local: Vec<Option<proto::ExecutionInfo>> = vec![None; traced.len()];
-        if let Some(oldest) = started.iter().min() {
-            // Records are kept in the order they finished: once one finished before the oldest
-            // start (with a margin), every one after it did too.
-            let horizon = oldest
-                .checked_sub(Duration::from_secs(60))
-                .unwrap_or(UNIX_EPOCH);
-            self.history.visit_newest_first(|r| {
-                if r.started_at + r.duration < horizon {
-                    return false;
-                }
-                let sent = crate::ops::tracing_db::rows::sent(r);
-                if let Some(&i) = wanted.get(&(r.task_id.as_str(), millis(sent))) {
-                    let items = traced[i].rows.iter().map(|row| row.sharding_item);
-                    if r.items.keys().copied().eq(items) {
-                        local[i] = Some(crate::api::events::execution_info(r));
-                    }
-                }
-                true
-            });
-        }
-        let mut executions: Vec<proto::ExecutionInfo> = traced
-            .iter()
-            .zip(local)
-            .map(|(e, local)| local.unwrap_or_else(|| crate::api::events::traced_execution_info(e)))
-            .collect();
-        // Newest first by the start shown: a local record starts when its fire was acted on, a
-        // few milliseconds before its rows' start (the trigger sent).
-        let start = |e: &proto::ExecutionInfo| e.started_at.map(|t| (t.seconds, t.nanos));
-        executions.sort_by_key(|e| std::cmp::Reverse(start(e)));
-        executions
+/// The newest `limit` executions of this sidecar's history (all kept when 0).
+fn local_executions(
+    history: &History,
+    job: Option<&str>,
+    limit: usize,
+) -> Vec<proto::ExecutionInfo> {
+    history
+        .recent(job, limit)
+        .iter()
+        .map(crate::api::events::execution_info)
+        .collect()
+}
+
+/// The wire form of executions read from the tracing tables; those this sidecar still keeps in
+/// its history (the same task id, items and start) are answered from there, with their
+/// execution id, fire time, fencing tokens and events.
+fn traced_executions(history: &History, traced: &[TracedExecution]) -> Vec<proto::ExecutionInfo> {
+    let millis = |t: SystemTime| t.duration_since(UNIX_EPOCH).unwrap_or_default().as_millis();
+    let started: Vec<SystemTime> = traced.iter().map(|e| instant(e.started())).collect();
+    let mut wanted: HashMap<(&str, u128), usize> = HashMap::new();
+    for (i, (e, at)) in traced.iter().zip(&started).enumerate() {
+        wanted.insert((e.rows[0].task_id.as_str(), millis(*at)), i);
     }
+    let mut local: Vec<Option<proto::ExecutionInfo>> = vec![None; traced.len()];
+    if let Some(oldest) = started.iter().min() {
+        // Records are kept in the order they finished: once one finished before the oldest
+        // start (with a margin), every one after it did too.
+        let horizon = oldest
+            .checked_sub(Duration::from_secs(60))
+            .unwrap_or(UNIX_EPOCH);
+        history.visit_newest_first(|r| {
+            if r.started_at + r.duration < horizon {
+                return false;
+            }
+            let sent = crate::ops::tracing_db::rows::sent(r);
+            if let Some(&i) = wanted.get(&(r.task_id.as_str(), millis(sent))) {
+                let items = traced[i].rows.iter().map(|row| row.sharding_item);
+                if r.items.keys().copied().eq(items) {
+                    local[i] = Some(crate::api::events::execution_info(r));
+                }
+            }
+            true
+        });
+    }
+    let mut executions: Vec<proto::ExecutionInfo> = traced
+        .iter()
+        .zip(local)
+        .map(|(e, local)| local.unwrap_or_else(|| crate::api::events::traced_execution_info(e)))
+        .collect();
+    // Newest first by the start shown: a local record starts when its fire was acted on, a
+    // few milliseconds before its rows' start (the trigger sent).
+    let start = |e: &proto::ExecutionInfo| e.started_at.map(|t| (t.seconds, t.nanos));
+    executions.sort_by_key(|e| std::cmp::Reverse(start(e)));
+    executions
 }
 
 /// Validates a wire config as `PutJob` does: every error names its field (`config.cron`, ...).
@@ -368,14 +395,8 @@ impl AdminService for AdminApi {
         let req = request.into_inner();
         let job = optional_job(&req.job_name)?;
         let limit = req.limit as usize;
-        let (executions, history) = match &self.tracing_db {
-            None => (self.local_executions(job, limit), HISTORY_LOCAL),
-            // A database that cannot be read is logged by the reader.
-            Some(reader) => match reader.recent(job, limit).await {
-                Ok(traced) => (self.traced_executions(&traced), HISTORY_TRACING_DB),
-                Err(_) => (self.local_executions(job, limit), HISTORY_LOCAL_FALLBACK),
-            },
-        };
+        let (executions, history) =
+            recent_executions(&self.history, self.tracing_db.as_deref(), job, limit).await;
         let mut response = Response::new(proto::ListExecutionsResponse { executions });
         response.metadata_mut().insert(
             HISTORY_HEADER,

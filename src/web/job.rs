@@ -55,7 +55,8 @@ pub async fn page(
         Ok(job) => job,
         Err(e) => return error_page(&web, &viewer, &e, "/"),
     };
-    let fragment = job_fragment(&web, &viewer, &job);
+    let recent = recent(&web, &name).await;
+    let fragment = job_fragment(&web, &viewer, &job, &recent);
     if q.fragment.as_deref() == Some("live") {
         return Html(fragment).into_response();
     }
@@ -87,7 +88,7 @@ fn own_session(web: &Web) -> Option<i64> {
 /// The part of a job's page that changes: state, actions, items, instances, servers, recent
 /// executions, configuration and next fire times. The same state renders the same text, so a
 /// page replaces it only when something changed.
-pub fn job_fragment(web: &Web, viewer: &Viewer, job: &JobInfo) -> String {
+pub fn job_fragment(web: &Web, viewer: &Viewer, job: &JobInfo, recent: &Recent) -> String {
     let name = &job.config.job_name;
     let url = job_url(name);
     let mut out = String::new();
@@ -165,7 +166,7 @@ pub fn job_fragment(web: &Web, viewer: &Viewer, job: &JobInfo) -> String {
     items_table(&mut out, web, viewer, job);
     instances_table(&mut out, web, viewer, job);
     servers_table(&mut out, viewer, job);
-    executions_table(&mut out, web, name);
+    executions_table(&mut out, recent);
     config_section(&mut out, job);
     out
 }
@@ -335,25 +336,87 @@ fn servers_table(out: &mut String, viewer: &Viewer, job: &JobInfo) {
     out.push_str("</tbody></table>");
 }
 
-fn executions_table(out: &mut String, web: &Web, job: &str) {
-    out.push_str(r#"<h2>Recent executions <span class="muted">(run by this sidecar's workers)</span></h2><table id="executions"><thead><tr><th>Started</th><th>Source</th><th>Instance</th><th>Items</th><th>Outcome</th><th>Duration</th><th>Error</th></tr></thead><tbody>"#);
-    let records = web.history.recent(Some(job), RECENT_EXECUTIONS);
-    for r in &records {
-        let items: Vec<String> = r.items.keys().map(i32::to_string).collect();
+/// The recent executions the job page shows: [`crate::api::admin::recent_executions`], as
+/// `ListExecutions` answers (from the tracing tables when `tracing_db` is set).
+pub async fn recent(web: &Web, job: &str) -> Recent {
+    let (executions, from) = crate::api::admin::recent_executions(
+        &web.history,
+        web.tracing_db.as_deref(),
+        Some(job),
+        RECENT_EXECUTIONS,
+    )
+    .await;
+    Recent { executions, from }
+}
+
+/// Recent executions, and where they came from (`tracing-db`, `local`, `local-fallback`).
+pub struct Recent {
+    executions: Vec<crate::proto::ExecutionInfo>,
+    from: &'static str,
+}
+
+fn executions_table(out: &mut String, recent: &Recent) {
+    let whose = match recent.from {
+        crate::api::admin::HISTORY_TRACING_DB => {
+            "(every sidecar's and ElasticJob's, from the tracing database)"
+        }
+        crate::api::admin::HISTORY_LOCAL_FALLBACK => {
+            "(run by this sidecar's workers: the tracing database cannot be read)"
+        }
+        _ => "(run by this sidecar's workers)",
+    };
+    let _ = write!(
+        out,
+        r#"<h2>Recent executions <span class="muted">{whose}</span></h2><table id="executions"><thead><tr><th>Started</th><th>Source</th><th>Instance</th><th>Items</th><th>Outcome</th><th>Duration</th><th>Error</th></tr></thead><tbody>"#
+    );
+    let instant = |t: &Option<prost_types::Timestamp>| {
+        t.as_ref().map_or(std::time::UNIX_EPOCH, |t| {
+            std::time::UNIX_EPOCH + Duration::new(t.seconds.max(0) as u64, t.nanos.max(0) as u32)
+        })
+    };
+    for e in &recent.executions {
+        let items: Vec<String> = e.items.iter().map(i32::to_string).collect();
+        let source = crate::proto::TriggerSource::try_from(e.source)
+            .map(|s| {
+                s.as_str_name()
+                    .trim_start_matches("TRIGGER_SOURCE_")
+                    .to_string()
+            })
+            .unwrap_or_default();
+        let source = if source == "UNSPECIFIED" {
+            "NORMAL_TRIGGER".to_string()
+        } else {
+            source
+        };
+        let outcome = crate::proto::ExecutionOutcome::try_from(e.outcome)
+            .map(|o| {
+                o.as_str_name()
+                    .trim_start_matches("EXECUTION_OUTCOME_")
+                    .to_ascii_lowercase()
+            })
+            .unwrap_or_default();
+        let outcome = if outcome == "unspecified" {
+            "unknown".to_string()
+        } else {
+            outcome
+        };
+        let duration = e.duration.as_ref().map_or(Duration::ZERO, |d| {
+            Duration::new(d.seconds.max(0) as u64, d.nanos.max(0) as u32)
+        });
         let _ = write!(
             out,
             r#"<tr data-execution="{id}"><td title="{id}">{started}</td><td class="source">{source}</td><td>{instance}</td><td class="items">{items}</td><td class="outcome">{outcome}</td><td>{duration}</td><td>{error}</td></tr>"#,
-            id = esc(&r.execution_id),
-            started = esc(&local_time(r.started_at)),
-            source = esc(r.source.as_str()),
-            instance = esc(&r.instance_id),
+            id = esc(&e.execution_id),
+            started = esc(&local_time(instant(&e.started_at))),
+            source = esc(&source),
+            instance = esc(&e.instance_id),
             items = esc(&items.join(", ")),
-            outcome = outcome_badge(r.outcome()),
-            duration = esc(&short_duration(r.duration)),
-            error = esc(r.error().unwrap_or_default()),
+            outcome = outcome_badge(&outcome),
+            duration = esc(&short_duration(duration)),
+            error = esc(&e.error),
         );
     }
-    if records.is_empty() {
+    if recent.executions.is_empty() {
         out.push_str(r#"<tr><td colspan="7" class="muted">None yet.</td></tr>"#);
     }
     out.push_str("</tbody></table>");

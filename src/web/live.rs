@@ -21,7 +21,7 @@ use crate::ops::jobs::{self, JobInfo};
 use crate::ops::watch::{self, JobUpdate};
 
 use super::html::{esc, job_url, zk_state};
-use super::job::job_fragment;
+use super::job::{job_fragment, recent};
 use super::pages::error_page;
 use super::session::{self, Viewer};
 use super::Web;
@@ -86,7 +86,8 @@ async fn pump(
             _ = tx.closed() => return,
             update = updates.recv() => match update {
                 Some(Ok(JobUpdate { job: Some(job), .. })) => {
-                    let event = Event::default().event("update").data(job_fragment(&web, &viewer, &job));
+                    let recent = recent(&web, &name).await;
+                    let event = Event::default().event("update").data(job_fragment(&web, &viewer, &job, &recent));
                     last = Some(job);
                     event
                 }
@@ -112,7 +113,8 @@ async fn pump(
                 // page should not show it both done and running.
                 match jobs::get_job(&web.registry, &name).await {
                     Ok(job) => {
-                        let event = Event::default().event("update").data(job_fragment(&web, &viewer, &job));
+                        let recent = recent(&web, &name).await;
+                        let event = Event::default().event("update").data(job_fragment(&web, &viewer, &job, &recent));
                         last = Some(job);
                         event
                     }

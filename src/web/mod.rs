@@ -50,6 +50,9 @@ const CLOSE_GRACE: Duration = Duration::from_millis(500);
 pub struct Web {
     pub registry: Registry,
     pub history: Arc<History>,
+    /// Set with `tracing_db`: the job page's recent executions come from ElasticJob's tracing
+    /// tables (every sidecar's and ElasticJob's), as `ListExecutions` answers.
+    pub tracing_db: Option<Arc<crate::ops::tracing_db::reader::Reader>>,
     pub metrics: Arc<Metrics>,
     pub access: Arc<Access>,
     pub sessions: session::Sessions,

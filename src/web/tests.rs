@@ -13,6 +13,7 @@ fn web(access: Access) -> Arc<Web> {
     Arc::new(Web {
         registry: Registry::standalone(),
         history: Arc::new(History::new(10)),
+        tracing_db: None,
         metrics: Arc::new(Metrics::new()),
         access: Arc::new(access),
         sessions: session::Sessions::new(8080),

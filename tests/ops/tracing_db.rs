@@ -1075,3 +1075,67 @@ async fn ctl_executions_falls_back_to_the_sidecars_own_history_while_the_databas
         car.log_tail(20)
     );
 }
+
+#[tokio::test(flavor = "multi_thread")]
+async fn the_consoles_recent_executions_come_from_the_database_else_from_the_sidecar() {
+    let mut pg = Postgres::start().await;
+    let http = format!("127.0.0.1:{}", free_port());
+    let mut o = options(&pg, None, "127.0.0.2");
+    o.extra_args.extend(["--http-listen".into(), http.clone()]);
+    let car = Sidecar::start(o).await;
+    let client = pg.client().await;
+    // The job exists (a worker created it); an ElasticJob process on another host ran it.
+    let _w = TestWorker::subscribe(
+        &car.endpoint(),
+        subscribe_request(job_config("ledger", NEVER, 2)),
+    )
+    .await
+    .unwrap();
+    let ej = ElasticJobProcess {
+        client: &client,
+        job: "ledger",
+        task_id: "ledger@-@0,1@-@READY@-@10.9.9.9@-@4242".into(),
+        ip: "10.9.9.9",
+    };
+    let ms = chrono::TimeDelta::milliseconds;
+    let t0 = local_now() - chrono::TimeDelta::seconds(60);
+    let i0 = ej.item_started(0, "NORMAL_TRIGGER", t0).await;
+    let i1 = ej.item_started(1, "NORMAL_TRIGGER", t0 + ms(1)).await;
+    ej.item_succeeded(&i0, t0 + ms(200)).await;
+    ej.item_failed(&i1, t0 + ms(250), STACK_TRACE).await;
+    let page = || async {
+        let url = format!("http://{http}/jobs/ledger");
+        let response = reqwest::get(&url).await.unwrap();
+        assert!(
+            response.status().is_success(),
+            "{url}: {}",
+            response.status()
+        );
+        response.text().await.unwrap()
+    };
+    let html = page().await;
+    assert!(
+        html.contains("from the tracing database"),
+        "{}",
+        &html[html.find("Recent executions").unwrap_or(0)..]
+    );
+    let row = html
+        .lines()
+        .flat_map(|l| l.split("<tr "))
+        .find(|r| r.contains("10.9.9.9@-@4242"))
+        .unwrap_or_else(|| panic!("ElasticJob's run is not on the page: {html}"));
+    assert!(
+        row.contains("NORMAL_TRIGGER") && row.contains("failed"),
+        "{row}"
+    );
+    assert!(row.contains("java.io.IOException: disk full"), "{row}");
+    // The database gone: the sidecar's own history, and the page says so.
+    pg.stop().await;
+    let html = page().await;
+    assert!(
+        html.contains("the tracing database cannot be read"),
+        "{}",
+        &html[html.find("Recent executions").unwrap_or(0)..]
+    );
+    assert!(!html.contains("10.9.9.9@-@4242"));
+}
