@@ -125,6 +125,34 @@ pub async fn trigger(
     .await
 }
 
+async fn job_servers(
+    web: Arc<Web>,
+    job: String,
+    headers: HeaderMap,
+    fields: Fields,
+    status: ServerStatus,
+) -> Response {
+    let url = job_url(&job);
+    let (verb, capitalised, done) = match status {
+        ServerStatus::Disabled => ("disable", "Disable", "job-disabled"),
+        _ => ("enable", "Enable", "job-enabled"),
+    };
+    let question = format!("{capitalised} job {job} on every server?");
+    run(
+        web,
+        headers,
+        fields,
+        format!("{url}/{verb}"),
+        url,
+        question,
+        move |web| async move {
+            jobs::set_job_servers(&web.registry, &job, status).await?;
+            Ok(done)
+        },
+    )
+    .await
+}
+
 /// `POST /jobs/{job}/disable`.
 pub async fn disable_job(
     State(web): State<Arc<Web>>,
@@ -132,21 +160,7 @@ pub async fn disable_job(
     headers: HeaderMap,
     Form(fields): Form<Fields>,
 ) -> Response {
-    let url = job_url(&job);
-    let question = format!("Disable job {job} on every server?");
-    run(
-        web,
-        headers,
-        fields,
-        format!("{url}/disable"),
-        url,
-        question,
-        |web| async move {
-            jobs::set_job_servers(&web.registry, &job, ServerStatus::Disabled).await?;
-            Ok("job-disabled")
-        },
-    )
-    .await
+    job_servers(web, job, headers, fields, ServerStatus::Disabled).await
 }
 
 /// `POST /jobs/{job}/enable`.
@@ -156,21 +170,7 @@ pub async fn enable_job(
     headers: HeaderMap,
     Form(fields): Form<Fields>,
 ) -> Response {
-    let url = job_url(&job);
-    let question = format!("Enable job {job} on every server?");
-    run(
-        web,
-        headers,
-        fields,
-        format!("{url}/enable"),
-        url,
-        question,
-        |web| async move {
-            jobs::set_job_servers(&web.registry, &job, ServerStatus::Enabled).await?;
-            Ok("job-enabled")
-        },
-    )
-    .await
+    job_servers(web, job, headers, fields, ServerStatus::Enabled).await
 }
 
 /// `POST /jobs/{job}/remove`.
