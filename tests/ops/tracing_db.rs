@@ -338,6 +338,22 @@ async fn new_rows(
 }
 
 /// Runs `job` once through the Admin API; the trigger the worker got.
+/// A worker of a new job of `total` items on `car` that answers every trigger at once, holding
+/// all the items.
+async fn answering_worker(car: &Sidecar, job: &str, total: i32) -> TestWorker {
+    let w = TestWorker::subscribe(
+        &car.endpoint(),
+        subscribe_request(job_config(job, NEVER, total)),
+    )
+    .await
+    .unwrap();
+    w.set_auto_complete(true);
+    w.wait_items(|items| items.len() == total as usize, WAIT)
+        .await
+        .unwrap_or_else(|e| panic!("{e}"));
+    w
+}
+
 async fn trigger(car: &Sidecar, w: &TestWorker, job: &str) -> Trigger {
     let mut admin = AdminServiceClient::connect(car.endpoint()).await.unwrap();
     admin
@@ -522,16 +538,7 @@ async fn a_sidecar_started_while_postgresql_is_down_coordinates_and_writes_once_
         "{}",
         car.log_tail(20)
     );
-    let w = TestWorker::subscribe(
-        &car.endpoint(),
-        subscribe_request(job_config("billing", NEVER, 2)),
-    )
-    .await
-    .unwrap();
-    w.set_auto_complete(true);
-    w.wait_items(|items| items.len() == 2, WAIT)
-        .await
-        .unwrap_or_else(|e| panic!("{e}"));
+    let w = answering_worker(&car, "billing", 2).await;
     // Work goes on: two executions, each answered and recorded in ZooKeeper.
     for _ in 0..2 {
         let t = trigger(&car, &w, "billing").await;
@@ -1017,16 +1024,7 @@ async fn ctl_executions_falls_back_to_the_sidecars_own_history_while_the_databas
     let car = Sidecar::start(options(&pg, None, "127.0.0.2")).await;
     let target = car.addr().to_string();
     let client = pg.client().await;
-    let w = TestWorker::subscribe(
-        &car.endpoint(),
-        subscribe_request(job_config("audit", NEVER, 1)),
-    )
-    .await
-    .unwrap();
-    w.set_auto_complete(true);
-    w.wait_items(|items| items.len() == 1, WAIT)
-        .await
-        .unwrap_or_else(|e| panic!("{e}"));
+    let w = answering_worker(&car, "audit", 1).await;
     let t = trigger(&car, &w, "audit").await;
     // An ElasticJob process's run of the same job, earlier.
     let ej = ElasticJobProcess {
