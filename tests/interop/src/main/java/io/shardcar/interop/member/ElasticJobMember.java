@@ -38,22 +38,48 @@ public final class ElasticJobMember {
     Records records = new Records(dir, member);
     ItemBody body = new ItemBody(dir, member, Long.parseLong(args.get("item-ms", "200")));
 
+    ZookeeperRegistryCenter regCenter = registryCenter(args);
+    runJobs(args, regCenter, records, spec -> {
+      new ScheduleJobBootstrap(regCenter, new RecordingJob(regCenter, records, body), toConfig(spec)).schedule();
+      return new Object[0];
+    });
+  }
+
+  /** Starts one job of the member; returns more fields for its {@code ready} record. */
+  interface Starter {
+    Object[] start(JobSpec spec);
+  }
+
+  /** The member's registry center on the test's ZooKeeper ({@code --zk}, {@code --namespace}). */
+  static ZookeeperRegistryCenter registryCenter(Args args) {
     ZookeeperConfiguration zkConfig = new ZookeeperConfiguration(args.get("zk"), args.get("namespace"));
     zkConfig.setSessionTimeoutMilliseconds(Integer.parseInt(args.get("session-ms", "4000")));
     zkConfig.setConnectionTimeoutMilliseconds(15_000);
     ZookeeperRegistryCenter regCenter = new ZookeeperRegistryCenter(zkConfig);
     regCenter.init();
+    return regCenter;
+  }
 
+  /**
+   * Starts each {@code --job} spec with {@code starter} (recording {@code ready}, or
+   * {@code startFailed}; exit 3 when none started), then waits: a remote shutdown (its instance
+   * node deleted) shuts a job down inside ElasticJob, which is recorded, and once every job is
+   * down the process leaves, as one whose jobs are all gone has nothing to do.
+   */
+  static void runJobs(Args args, ZookeeperRegistryCenter regCenter, Records records, Starter starter)
+      throws InterruptedException {
     List<String> started = new ArrayList<>();
     boolean failed = false;
     for (Path file : args.jobs()) {
       JobSpec spec = JobSpec.load(file);
       String job = spec.jobName();
       try {
-        new ScheduleJobBootstrap(regCenter, new RecordingJob(regCenter, records, body), toConfig(spec)).schedule();
+        Object[] more = starter.start(spec);
         started.add(job);
-        records.emit("ready", kv("job", job, "instance", JobRegistry.getInstance().getJobInstance(job).getJobInstanceId(),
-            "pid", ProcessHandle.current().pid()));
+        List<Object> ready = new ArrayList<>(List.of("job", job, "instance",
+            JobRegistry.getInstance().getJobInstance(job).getJobInstanceId(), "pid", ProcessHandle.current().pid()));
+        ready.addAll(List.of(more));
+        records.emit("ready", kv(ready.toArray()));
       } catch (RuntimeException e) {
         failed = true;
         records.emit("startFailed", kv("job", job, "error", e.toString()));
@@ -63,8 +89,6 @@ public final class ElasticJobMember {
       records.emit("exit", kv("code", 3));
       System.exit(3);
     }
-    // Remote shutdown (its instance node deleted) shuts a job down inside ElasticJob: report it,
-    // and leave once every job is down, as a process whose jobs are all gone has nothing to do.
     Map<String, Boolean> reported = new HashMap<>();
     while (true) {
       int down = 0;

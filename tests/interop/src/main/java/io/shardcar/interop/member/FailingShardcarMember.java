@@ -7,10 +7,8 @@ import io.shardcar.client.JobConfig;
 import io.shardcar.client.JobHandler;
 import io.shardcar.client.JobRegistration;
 import io.shardcar.client.ShardcarWorker;
-import io.shardcar.client.ShardingContext;
 import io.shardcar.client.WorkerListener;
 import java.nio.file.Path;
-import java.util.UUID;
 
 /**
  * A {@link ShardcarMember} whose item runs, for the items its {@link FailSwitch} names, throw once
@@ -59,7 +57,7 @@ public final class FailingShardcarMember {
     for (Path file : args.jobs()) {
       JobSpec spec = JobSpec.load(file);
       JobHandler handler = ctx -> {
-        runItem(ctx, records, body);
+        ShardcarMember.runItem(ctx, records, body);
         if (fail.fails(ctx.getShardingItem())) {
           throw FailSwitch.failure(ctx.getShardingItem());
         }
@@ -72,17 +70,5 @@ public final class FailingShardcarMember {
     worker.awaitTermination();
     records.emit("exit", kv("code", 0));
     System.exit(0);
-  }
-
-  private static void runItem(ShardingContext ctx, Records records, ItemBody body) {
-    boolean slow = body.slow();
-    String run = UUID.randomUUID().toString();
-    records.emit("start", kv("side", "shardcar", "job", ctx.getJobName(), "item", ctx.getShardingItem(), "run", run,
-        "source", ctx.getSource(), "total", ctx.getShardingTotalCount(), "param", ctx.getShardingParameter(),
-        "jobParameter", ctx.getJobParameter(), "taskId", ctx.getTaskId(), "execution", ctx.getExecutionId(),
-        "token", ctx.getFencingToken(), "slow", slow));
-    boolean done = body.run(slow, ctx::isCancelled);
-    records.emit("end", kv("side", "shardcar", "job", ctx.getJobName(), "item", ctx.getShardingItem(), "run", run,
-        "outcome", done ? "completed" : "cancelled"));
   }
 }

@@ -85,7 +85,8 @@ public final class ShardcarMember {
     System.exit(0);
   }
 
-  private static void runItem(ShardingContext ctx, Records records, ItemBody body) {
+  /** Runs one item's body, recording its start and end. */
+  static void runItem(ShardingContext ctx, Records records, ItemBody body) {
     boolean slow = body.slow();
     String run = UUID.randomUUID().toString();
     records.emit("start", kv("side", "shardcar", "job", ctx.getJobName(), "item", ctx.getShardingItem(), "run", run,

@@ -1,17 +1,9 @@
 package io.shardcar.interop.member;
 
-import static io.shardcar.interop.member.Records.kv;
-
 import java.nio.file.Path;
-import java.util.ArrayList;
-import java.util.HashMap;
-import java.util.List;
-import java.util.Map;
 import org.apache.shardingsphere.elasticjob.api.JobConfiguration;
 import org.apache.shardingsphere.elasticjob.api.ShardingContext;
 import org.apache.shardingsphere.elasticjob.lite.api.bootstrap.impl.ScheduleJobBootstrap;
-import org.apache.shardingsphere.elasticjob.lite.internal.schedule.JobRegistry;
-import org.apache.shardingsphere.elasticjob.reg.zookeeper.ZookeeperConfiguration;
 import org.apache.shardingsphere.elasticjob.reg.zookeeper.ZookeeperRegistryCenter;
 import org.apache.shardingsphere.elasticjob.simple.job.SimpleJob;
 import org.apache.shardingsphere.elasticjob.tracing.api.TracingConfiguration;
@@ -45,52 +37,14 @@ public final class TracingElasticJobMember {
     dataSource.setUser(args.get("tracing-user"));
     dataSource.setPassword(args.get("tracing-password"));
 
-    ZookeeperConfiguration zkConfig = new ZookeeperConfiguration(args.get("zk"), args.get("namespace"));
-    zkConfig.setSessionTimeoutMilliseconds(Integer.parseInt(args.get("session-ms", "4000")));
-    zkConfig.setConnectionTimeoutMilliseconds(15_000);
-    ZookeeperRegistryCenter regCenter = new ZookeeperRegistryCenter(zkConfig);
-    regCenter.init();
-
-    List<String> started = new ArrayList<>();
-    boolean failed = false;
-    for (Path file : args.jobs()) {
-      JobSpec spec = JobSpec.load(file);
-      String job = spec.jobName();
-      try {
-        JobConfiguration config = ElasticJobMember.toConfig(spec);
-        config.getExtraConfigurations().add(new TracingConfiguration<>("RDB", dataSource));
-        SimpleJob recording = new ElasticJobMember.RecordingJob(regCenter, records, body);
-        new ScheduleJobBootstrap(regCenter, new FailingJob(recording, fail), config).schedule();
-        started.add(job);
-        records.emit("ready", kv("job", job, "instance", JobRegistry.getInstance().getJobInstance(job).getJobInstanceId(),
-            "pid", ProcessHandle.current().pid()));
-      } catch (RuntimeException e) {
-        failed = true;
-        records.emit("startFailed", kv("job", job, "error", e.toString()));
-      }
-    }
-    if (failed && started.isEmpty()) {
-      records.emit("exit", kv("code", 3));
-      System.exit(3);
-    }
-    Map<String, Boolean> reported = new HashMap<>();
-    while (true) {
-      int down = 0;
-      for (String job : started) {
-        if (JobRegistry.getInstance().isShutdown(job)) {
-          down++;
-          if (reported.putIfAbsent(job, true) == null) {
-            records.emit("shutdown", kv("job", job));
-          }
-        }
-      }
-      if (down == started.size()) {
-        records.emit("exit", kv("code", 0));
-        regCenter.close();
-        System.exit(0);
-      }
-      Thread.sleep(100);
-    }
+    ZookeeperRegistryCenter regCenter = ElasticJobMember.registryCenter(args);
+    ElasticJobMember.runJobs(args, regCenter, records, spec -> {
+      JobConfiguration config = ElasticJobMember.toConfig(spec);
+      config.getExtraConfigurations().add(new TracingConfiguration<>("RDB", dataSource));
+      SimpleJob recording = new ElasticJobMember.RecordingJob(regCenter, records, body);
+      new ScheduleJobBootstrap(regCenter, new FailingJob(recording, fail), config).schedule();
+      return new Object[0];
+    });
   }
 
   /** Runs the recording job, then throws for the items the fail switch names. */

@@ -1,16 +1,8 @@
 package io.shardcar.interop.member;
 
-import static io.shardcar.interop.member.Records.kv;
-
 import java.nio.file.Path;
-import java.util.ArrayList;
-import java.util.HashMap;
-import java.util.List;
-import java.util.Map;
 import org.apache.shardingsphere.elasticjob.api.JobConfiguration;
 import org.apache.shardingsphere.elasticjob.lite.api.bootstrap.impl.ScheduleJobBootstrap;
-import org.apache.shardingsphere.elasticjob.lite.internal.schedule.JobRegistry;
-import org.apache.shardingsphere.elasticjob.reg.zookeeper.ZookeeperConfiguration;
 import org.apache.shardingsphere.elasticjob.reg.zookeeper.ZookeeperRegistryCenter;
 
 /**
@@ -34,55 +26,17 @@ public final class TypedElasticJobMember {
     String member = args.get("name");
     Records records = new Records(dir, member);
 
-    ZookeeperConfiguration zkConfig = new ZookeeperConfiguration(args.get("zk"), args.get("namespace"));
-    zkConfig.setSessionTimeoutMilliseconds(Integer.parseInt(args.get("session-ms", "4000")));
-    zkConfig.setConnectionTimeoutMilliseconds(15_000);
-    ZookeeperRegistryCenter regCenter = new ZookeeperRegistryCenter(zkConfig);
-    regCenter.init();
-
-    List<String> started = new ArrayList<>();
-    boolean failed = false;
-    for (Path file : args.jobs()) {
-      JobSpec spec = JobSpec.load(file);
-      String job = spec.jobName();
+    ZookeeperRegistryCenter regCenter = ElasticJobMember.registryCenter(args);
+    ElasticJobMember.runJobs(args, regCenter, records, spec -> {
       String type = spec.get("elasticJobType");
-      try {
-        JobConfiguration config = ElasticJobMember.toConfig(spec);
-        for (String key : spec.keys()) {
-          if (key.startsWith("prop.")) {
-            config.getProps().setProperty(key.substring("prop.".length()), spec.get(key));
-          }
-        }
-        new ScheduleJobBootstrap(regCenter, type, config).schedule();
-        started.add(job);
-        records.emit("ready", kv("job", job, "instance", JobRegistry.getInstance().getJobInstance(job).getJobInstanceId(),
-            "pid", ProcessHandle.current().pid(), "type", type));
-      } catch (RuntimeException e) {
-        failed = true;
-        records.emit("startFailed", kv("job", job, "error", e.toString()));
-      }
-    }
-    if (failed && started.isEmpty()) {
-      records.emit("exit", kv("code", 3));
-      System.exit(3);
-    }
-    Map<String, Boolean> reported = new HashMap<>();
-    while (true) {
-      int down = 0;
-      for (String job : started) {
-        if (JobRegistry.getInstance().isShutdown(job)) {
-          down++;
-          if (reported.putIfAbsent(job, true) == null) {
-            records.emit("shutdown", kv("job", job));
-          }
+      JobConfiguration config = ElasticJobMember.toConfig(spec);
+      for (String key : spec.keys()) {
+        if (key.startsWith("prop.")) {
+          config.getProps().setProperty(key.substring("prop.".length()), spec.get(key));
         }
       }
-      if (down == started.size()) {
-        records.emit("exit", kv("code", 0));
-        regCenter.close();
-        System.exit(0);
-      }
-      Thread.sleep(100);
-    }
+      new ScheduleJobBootstrap(regCenter, type, config).schedule();
+      return new Object[] {"type", type};
+    });
   }
 }
