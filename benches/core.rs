@@ -3,9 +3,10 @@
 //!
 //! Run: `cargo bench --bench core` (release build of the sidecar and of this program);
 //! `cargo bench --bench core -- trigger` runs only the figures whose names start so
-//! (resharding, trigger, transactions, failover).
+//! (floor, resharding, trigger, transactions, failover).
 //!
 //! Figures:
+//! 0. floor: ZooKeeper's own latency here for the writes a trigger makes (a plain client);
 //! 1. resharding: a new worker's `Subscribe` → every worker of the job holds its new
 //!    assignment (3 sidecars, 10 workers, 20 joins);
 //! 2. trigger latency: cron fire instant → `Trigger` received (1 sidecar, 100 jobs firing
@@ -146,6 +147,84 @@ async fn bench_transactions_per_item_count(zk: &ZooKeeper) {
             threads(car.pid())
         );
     }
+}
+
+/// The floor: what ZooKeeper itself takes here for the writes a trigger makes, from one plain
+/// client session (no sidecar): a create, a read and a 2-item start multi (check the instance;
+/// per item: bump it, check its owner, create and set its `running` node), back to back; and
+/// the same multi once every 250 ms, as a fire meets an idle machine (threads asleep on both
+/// sides of the socket, which costs on a VM).
+async fn bench_zookeeper_floor(zk: &ZooKeeper) {
+    use zookeeper_client::{Acls, Client, CreateMode};
+    let client = Client::connect(&zk.connect_string()).await.unwrap();
+    let persistent = CreateMode::Persistent.with_acls(Acls::anyone_all());
+    let ephemeral = CreateMode::Ephemeral.with_acls(Acls::anyone_all());
+    client
+        .create("/bench-floor", b"", &persistent)
+        .await
+        .unwrap();
+    client
+        .create("/bench-floor/instance", b"", &ephemeral)
+        .await
+        .unwrap();
+    for i in 0..2 {
+        client
+            .create(&format!("/bench-floor/item{i}"), b"", &persistent)
+            .await
+            .unwrap();
+    }
+    let start_multi = || async {
+        let started = Instant::now();
+        let mut w = client.new_multi_writer();
+        w.add_check_version("/bench-floor/instance", -1).unwrap();
+        for i in 0..2 {
+            let item = format!("/bench-floor/item{i}");
+            let running = format!("/bench-floor/running{i}");
+            w.add_set_data(&item, b"", None).unwrap();
+            w.add_check_version(&item, -1).unwrap();
+            w.add_create(&running, b"i", &ephemeral).unwrap();
+            w.add_set_data(&running, b"i", Some(0)).unwrap();
+        }
+        w.commit().await.unwrap();
+        let took = started.elapsed().as_secs_f64() * 1000.0;
+        for i in 0..2 {
+            client
+                .delete(&format!("/bench-floor/running{i}"), None)
+                .await
+                .unwrap();
+        }
+        took
+    };
+    let (mut create, mut get, mut multi) = (Vec::new(), Vec::new(), Vec::new());
+    for i in 0..1000 {
+        let started = Instant::now();
+        client
+            .create(&format!("/bench-floor/c{i}"), b"x", &persistent)
+            .await
+            .unwrap();
+        create.push(started.elapsed().as_secs_f64() * 1000.0);
+        let started = Instant::now();
+        client.get_data("/bench-floor/item0").await.unwrap();
+        get.push(started.elapsed().as_secs_f64() * 1000.0);
+        multi.push(start_multi().await);
+    }
+    report("zookeeper floor: create, back to back", "ms", create);
+    report("zookeeper floor: get_data, back to back", "ms", get);
+    report(
+        "zookeeper floor: 2-item start multi, back to back",
+        "ms",
+        multi,
+    );
+    let mut paced = Vec::new();
+    for _ in 0..40 {
+        tokio::time::sleep(Duration::from_millis(250)).await;
+        paced.push(start_multi().await);
+    }
+    report(
+        "zookeeper floor: 2-item start multi, one every 250 ms",
+        "ms",
+        paced,
+    );
 }
 
 async fn bench_resharding(zk: &ZooKeeper) {
@@ -475,6 +554,9 @@ fn main() {
     let runtime = tokio::runtime::Runtime::new().expect("a tokio runtime");
     runtime.block_on(async {
         let zk = ZooKeeper::start().await;
+        if wanted("floor") {
+            bench_zookeeper_floor(&zk).await;
+        }
         if wanted("resharding") {
             bench_resharding(&zk).await;
         }
