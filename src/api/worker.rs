@@ -60,6 +60,9 @@ fn check_instance_id(id: &str) -> Result<(), Status> {
 
 /// ElasticJob finds the ip of an instance before the first `@-@` and the task id splits on
 /// `@-@`, so a suffix keeps to a plain alphabet.
+/// The most executions one worker may ask to run at once.
+const MAX_CONCURRENT_EXECUTIONS: u32 = 1024;
+
 fn check_instance_suffix(suffix: &str) -> Result<(), Status> {
     let ok = (1..=64).contains(&suffix.len())
         && suffix
@@ -72,6 +75,18 @@ fn check_instance_suffix(suffix: &str) -> Result<(), Status> {
             "instance_suffix",
             format!("{suffix:?} must be 1 to 64 characters of A-Z, a-z, 0-9, '.', '_' and '-' (e.g. \"{{pid}}-{{random}}\")"),
         ))
+    }
+}
+
+/// `max_concurrent_executions`: 0 (unset) is 1, ElasticJob's one execution at a time.
+fn check_max_concurrent(n: u32) -> Result<u32, Status> {
+    match n {
+        0 => Ok(1),
+        1..=MAX_CONCURRENT_EXECUTIONS => Ok(n),
+        _ => Err(invalid(
+            "max_concurrent_executions",
+            format!("is {n}; it must be 1 to {MAX_CONCURRENT_EXECUTIONS} (how many executions the worker runs at once; 0 means 1)"),
+        )),
     }
 }
 
@@ -137,11 +152,13 @@ impl WorkerService for WorkerApi {
             .as_ref()
             .map(|c| from_proto(&req.job_name, c, req.overwrite))
             .transpose()?;
+        let max_concurrent = check_max_concurrent(req.max_concurrent_executions)?;
         let subscription = Subscription {
             job_name: req.job_name,
             instance_id: id,
             config,
             overwrite: req.overwrite,
+            max_concurrent,
             connection,
         };
         let (_, events) = self.coordinator.subscribe(subscription).await?;

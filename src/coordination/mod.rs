@@ -158,6 +158,9 @@ pub struct Subscription {
     /// The job's config and shardcar's extra settings, to create (or overwrite) the job.
     pub config: Option<(JobConfiguration, JobExtras)>,
     pub overwrite: bool,
+    /// How many executions the worker runs at once (≥ 1): with more than 1 it is also given
+    /// FAILOVER and MISFIRE runs while busy.
+    pub max_concurrent: u32,
     /// The transport of the worker's stream, asked who ended it.
     pub connection: Arc<dyn Connection>,
 }
@@ -230,6 +233,7 @@ impl Coordinator {
             instance_id: sub.instance_id,
             config: sub.config.map(Box::new),
             overwrite: sub.overwrite,
+            max_concurrent: sub.max_concurrent,
             sink: tx,
             connection: sub.connection,
             reply: reply_tx,

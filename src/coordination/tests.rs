@@ -69,6 +69,7 @@ async fn subscribe(car: &TestCar, job: &str, total: i32, pid: u32) -> TestWorker
         instance_id: id.clone(),
         config: Some((config, JobExtras::default())),
         overwrite: false,
+        max_concurrent: 1,
         connection: Arc::new(InProcess),
     };
     let (_, rx) = car.coordinator.subscribe(sub).await.expect("subscribed");
@@ -201,6 +202,7 @@ async fn subscribe_with(
         instance_id: id.clone(),
         config: Some((config, extras)),
         overwrite: false,
+        max_concurrent: 1,
         connection: Arc::new(InProcess),
     };
     let (_, rx) = car.coordinator.subscribe(sub).await.expect("subscribed");

@@ -5,6 +5,7 @@
 mod child;
 #[path = "../common/mod.rs"]
 mod common;
+mod concurrency;
 mod drain;
 mod fencing;
 mod ghosts;
@@ -21,7 +22,7 @@ use common::{
     ZooKeeper,
 };
 use shardcar::proto::subscribe_response::Event;
-use shardcar::proto::{CompleteRequest, JobConfig, Trigger, TriggerSource};
+use shardcar::proto::{CompleteRequest, JobConfig, SubscribeRequest, Trigger, TriggerSource};
 use tonic::Code;
 use zookeeper_client::{Acls, Client, CreateMode};
 

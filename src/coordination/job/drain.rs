@@ -60,7 +60,7 @@ impl JobState {
         let idle: Vec<String> = self
             .locals
             .iter()
-            .filter(|(_, l)| l.gone.is_none() && l.execution.is_none() && l.join_reply.is_none())
+            .filter(|(_, l)| l.gone.is_none() && l.idle() && l.join_reply.is_none())
             .map(|(id, _)| id.clone())
             .collect();
         for id in idle {

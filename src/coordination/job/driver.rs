@@ -47,6 +47,7 @@ pub(crate) enum JobCmd {
         /// Boxed: the config is large and most commands carry none.
         config: Option<Box<(JobConfiguration, JobExtras)>>,
         overwrite: bool,
+        max_concurrent: u32,
         sink: EventSender,
         connection: Arc<dyn Connection>,
         reply: oneshot::Sender<Result<JobConfiguration, CoordError>>,
@@ -232,6 +233,7 @@ impl Driver {
                 instance_id,
                 config,
                 overwrite,
+                max_concurrent,
                 sink,
                 connection,
                 reply,
@@ -263,6 +265,7 @@ impl Driver {
                     instance_id,
                     config,
                     overwrite,
+                    max_concurrent,
                 })
             }
             JobCmd::Answer {

@@ -97,7 +97,9 @@ impl JobState {
         let healthy = self.may_grant(env);
         let mut misfire = BTreeSet::new();
         for id in ids {
-            let busy = self.locals.get(&id).is_some_and(|l| l.execution.is_some());
+            // A cron fire runs only on an instance that runs nothing, whatever it may run at
+            // once: ElasticJob's rule (a busy instance flags misfire).
+            let busy = self.locals.get(&id).is_some_and(|l| !l.idle());
             if busy {
                 let plan = execution::plan_fire(&self.view, &id, &self.settings.ip, true);
                 misfire.extend(plan.misfire);
@@ -139,10 +141,20 @@ impl JobState {
     /// What a fire would run on `id` now: ElasticJob's execution set, minus items an action
     /// in flight touches.
     pub(super) fn runnable_now(&self, id: &str) -> Vec<i32> {
+        let executing = self.executing();
         execution::plan_fire(&self.view, id, &self.settings.ip, false)
             .run
             .into_iter()
-            .filter(|i| !self.locked.contains(i))
+            .filter(|i| !self.locked.contains(i) && !executing.contains(i))
+            .collect()
+    }
+
+    /// Items of this sidecar's executions in flight (taken back ones included, until their
+    /// worker has stopped): never started again meanwhile, whatever the registry shows yet.
+    pub(super) fn executing(&self) -> BTreeSet<i32> {
+        self.executions
+            .values()
+            .flat_map(|e| e.items.iter().copied())
             .collect()
     }
 
@@ -207,13 +219,20 @@ impl JobState {
             }
             if extra.is_empty() {
                 self.executions.insert(execution_id.clone(), exec);
-                self.locals.get_mut(id).expect("a live local").execution =
-                    Some(execution_id.clone());
+                self.locals
+                    .get_mut(id)
+                    .expect("a live local")
+                    .executions
+                    .push(execution_id.clone());
                 self.deliver(&execution_id, env, out);
                 return;
             }
             self.executions.insert(execution_id.clone(), exec);
-            self.locals.get_mut(id).expect("a live local").execution = Some(execution_id.clone());
+            self.locals
+                .get_mut(id)
+                .expect("a live local")
+                .executions
+                .push(execution_id.clone());
             self.commit(Pending::Start { execution_id }, extra, &items, out);
             return;
         }
@@ -223,7 +242,11 @@ impl JobState {
         };
         ops.extend(extra);
         self.executions.insert(execution_id.clone(), exec);
-        self.locals.get_mut(id).expect("a live local").execution = Some(execution_id.clone());
+        self.locals
+            .get_mut(id)
+            .expect("a live local")
+            .executions
+            .push(execution_id.clone());
         self.commit(Pending::Start { execution_id }, ops, &items, out);
     }
 
@@ -284,7 +307,7 @@ impl JobState {
             Err(e) => {
                 self.executions.remove(execution_id);
                 if let Some(local) = self.locals.get_mut(&instance) {
-                    local.execution = None;
+                    local.drop_execution(execution_id);
                     // The view was stale (or the session in trouble): a catch-up decides again
                     // on a fresh read.
                     local.missed = true;

@@ -26,6 +26,7 @@ impl JobState {
             ref instance_id,
             ref config,
             overwrite,
+            max_concurrent,
         } = input
         else {
             return;
@@ -68,6 +69,7 @@ impl JobState {
                     instance_id: instance_id.clone(),
                     config: None,
                     overwrite: false,
+                    max_concurrent,
                 });
             }
             Phase::SettingUp => self.joins_waiting.push(input),
@@ -99,7 +101,8 @@ impl JobState {
                     return refuse(self, e, out);
                 }
                 let id = instance_id.clone();
-                self.locals.insert(id.clone(), Local::new(stream, reply));
+                self.locals
+                    .insert(id.clone(), Local::new(stream, reply, max_concurrent));
                 self.streams.insert(stream, id.clone());
                 let ops = vec![Op::create(
                     self.paths.instance(&id),
@@ -237,8 +240,8 @@ impl JobState {
         };
         // A worker that may not know its stream is over can go on until its lease ends — but
         // only with work it was given; one with nothing running holds nothing.
-        let release_at = match (end, &local.execution) {
-            (StreamEnd::BySidecar, Some(_)) => local
+        let release_at = match end {
+            StreamEnd::BySidecar if !local.idle() => local
                 .lease
                 .expires(valid_for)
                 .filter(|e| *e > env.now)
@@ -250,7 +253,7 @@ impl JobState {
             removed_remotely: false,
         });
         let (stream, registered) = (local.stream, local.registered);
-        let execution = local.execution.clone();
+        let executions = local.executions.clone();
         out.push(Action::EndStream { stream });
         info!(job = %self.name, instance = %id, ?end,
               wait_ms = release_at.saturating_duration_since(env.now).as_millis() as u64,
@@ -258,7 +261,7 @@ impl JobState {
         if registered {
             out.push(Action::Observe(Observation::Worker { joined: false }));
         }
-        if let Some(exec) = execution {
+        for exec in executions {
             self.void(
                 &exec,
                 "the worker's stream ended",
@@ -404,7 +407,7 @@ impl JobState {
                     reason: reason.into(),
                 },
             });
-            if let Some(exec) = local.execution.clone() {
+            for exec in local.executions.clone() {
                 self.revoke(&exec, reason, failover::Release::Abandoned, out);
             }
             self.end_local(&id, StreamEnd::BySidecar, env, out);
@@ -424,11 +427,12 @@ impl JobState {
         let Some(local) = self.locals.get(id) else {
             return;
         };
-        let exec = local
-            .execution
-            .as_ref()
-            .and_then(|e| self.executions.get(e));
-        if exec.is_some_and(|e| !e.committing.is_empty()) {
+        let execs: Vec<_> = local
+            .executions
+            .iter()
+            .filter_map(|e| self.executions.get(e))
+            .collect();
+        if execs.iter().any(|e| !e.committing.is_empty()) {
             return; // answers being written: leave after them
         }
         let mut ops = Vec::new();
@@ -438,17 +442,18 @@ impl JobState {
             ops.push(Op::delete(self.paths.instance(id)));
         }
         let mut items = Vec::new();
-        if let Some(exec) = exec {
-            items = exec.unreleased();
+        for exec in execs {
+            let unreleased = exec.unreleased();
             ops.extend(failover::release_ops(
                 &self.view,
                 &self.paths,
                 id,
-                &items,
+                &unreleased,
                 &exec.versions,
                 exec.monitored,
                 failover::Release::Abandoned,
             ));
+            items.extend(unreleased);
         }
         if let Some((leader, version)) = &self.view.leader {
             if leader == id && current {
@@ -479,13 +484,15 @@ impl JobState {
         env: &Env,
         out: &mut Vec<Action>,
     ) {
-        let items = self
+        let items: Vec<i32> = self
             .locals
             .get(id)
-            .and_then(|l| l.execution.as_ref())
-            .and_then(|e| self.executions.get(e))
-            .map(|e| e.unreleased())
-            .unwrap_or_default();
+            .map(|l| l.executions.as_slice())
+            .unwrap_or_default()
+            .iter()
+            .filter_map(|e| self.executions.get(e))
+            .flat_map(|e| e.unreleased())
+            .collect();
         self.unlock(&items);
         match result {
             Ok(_) => self.forget_local(id, env, out),
@@ -503,7 +510,7 @@ impl JobState {
         out.push(Action::EndStream {
             stream: local.stream,
         });
-        if let Some(exec) = local.execution {
+        for exec in local.executions {
             self.drop_execution(&exec, out);
         }
         info!(job = %self.name, instance = %id, "worker left");

@@ -105,6 +105,8 @@ pub(crate) enum Input {
         instance_id: String,
         config: Option<Box<(JobConfiguration, JobExtras)>>,
         overwrite: bool,
+        /// Executions it runs at once (≥ 1).
+        max_concurrent: u32,
     },
     /// A worker's stream ended.
     StreamEnded { stream: StreamKey, end: StreamEnd },

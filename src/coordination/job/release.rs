@@ -246,9 +246,7 @@ impl JobState {
             return;
         };
         if let Some(local) = self.locals.get_mut(&exec.instance_id) {
-            if local.execution.as_deref() == Some(execution_id) {
-                local.execution = None;
-            }
+            local.drop_execution(execution_id);
             if !self
                 .executions
                 .values()

@@ -60,8 +60,12 @@ pub(super) struct Local {
     pub lease: WorkerLease,
     /// No renewals while revoked items wait for the worker's acknowledgement.
     pub withheld: bool,
-    /// The execution in flight, if any (one at a time, as an ElasticJob instance).
-    pub execution: Option<String>,
+    /// The executions in flight, oldest first: at most `max_concurrent`; with more than one,
+    /// every one after the first is a FAILOVER or MISFIRE run.
+    pub executions: Vec<String>,
+    /// How many executions the worker runs at once (1: one at a time, as an ElasticJob
+    /// instance).
+    pub max_concurrent: u32,
     /// A fire it could not take (no lease, unhealthy session): a catch-up is due.
     pub missed: bool,
     /// `Shutdown` was sent (drain, remote shutdown): no new work.
@@ -81,7 +85,7 @@ pub(super) struct Gone {
 }
 
 impl Local {
-    pub fn new(stream: StreamKey, reply: ReplyId) -> Local {
+    pub fn new(stream: StreamKey, reply: ReplyId, max_concurrent: u32) -> Local {
         Local {
             stream,
             join_reply: Some(reply),
@@ -91,7 +95,8 @@ impl Local {
             sent: None,
             lease: WorkerLease::new(),
             withheld: false,
-            execution: None,
+            executions: Vec::new(),
+            max_concurrent,
             missed: false,
             shutting_down: false,
             gone: None,
@@ -101,6 +106,21 @@ impl Local {
     /// Registered, stream open, not shutting down: may be given work.
     pub fn live(&self) -> bool {
         self.registered && self.gone.is_none()
+    }
+
+    /// Runs nothing: may take a cron fire or a trigger-once request.
+    pub fn idle(&self) -> bool {
+        self.executions.is_empty()
+    }
+
+    /// Runs fewer executions than it can: may take FAILOVER and MISFIRE runs.
+    pub fn has_room(&self) -> bool {
+        self.executions.len() < self.max_concurrent.max(1) as usize
+    }
+
+    /// Forgets a finished or void execution.
+    pub fn drop_execution(&mut self, execution_id: &str) {
+        self.executions.retain(|e| e != execution_id);
     }
 }
 

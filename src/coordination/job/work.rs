@@ -1,6 +1,11 @@
-//! What idle local instances do next: take flagged failover items first (under ElasticJob's
-//! failover latch, every flagged item at once, shared among the idle instances), then
-//! trigger-once requests, then one misfire catch-up for the fires they missed.
+//! What local instances with room do next: take flagged failover items first (under
+//! ElasticJob's failover latch, every flagged item at once, shared among the instances with
+//! room), then trigger-once requests (idle instances only), then one misfire catch-up for the
+//! fires they missed.
+//!
+//! An instance has room while it runs fewer executions than its worker's
+//! `max_concurrent_executions` (1 unless the worker asks for more, which is ElasticJob's one
+//! execution at a time): only FAILOVER and MISFIRE runs go to a busy instance with room.
 
 use std::collections::BTreeMap;
 use std::time::Duration;
@@ -18,8 +23,8 @@ use crate::registry::{Error as RegError, Op, OpResult};
 impl JobState {
     // ----- what idle instances do next --------------------------------------------------------
 
-    /// For idle local instances: take flagged failover items first (a crashed peer's work must
-    /// not wait behind catch-ups), then trigger-once requests, then one misfire catch-up.
+    /// For local instances with room: take flagged failover items first (a crashed peer's work
+    /// must not wait behind catch-ups), then trigger-once requests, then one misfire catch-up.
     pub(super) fn reconcile_work(&mut self, env: &Env, out: &mut Vec<Action>) {
         self.reconcile_claims(env, out);
         if self.in_flight(|p| matches!(p, Pending::ClaimLatch | Pending::Claim { .. })) {
@@ -30,8 +35,7 @@ impl JobState {
         let Some(config) = self.view.config.clone() else {
             return;
         };
-        let idle: Vec<String> = self.idle_locals(env);
-        for id in idle {
+        for id in self.spare_locals(env) {
             let local_items = self.view.items_of(&id, &self.settings.ip);
             let flagged: Vec<i32> = local_items
                 .iter()
@@ -67,9 +71,19 @@ impl JobState {
         }
     }
 
-    /// Local instances that may be given work now: live, idle, not shutting down, holding a
-    /// valid lease (renewals come before this in every reconcile).
+    /// Local instances that may be given any work now: live, running nothing, not shutting
+    /// down, holding a valid lease (renewals come before this in every reconcile).
     pub(super) fn idle_locals(&self, env: &Env) -> Vec<String> {
+        self.ready_locals(env, |l| l.idle())
+    }
+
+    /// Local instances that may be given a FAILOVER or MISFIRE run now: as
+    /// [`Self::idle_locals`], but running fewer executions than their worker can.
+    pub(super) fn spare_locals(&self, env: &Env) -> Vec<String> {
+        self.ready_locals(env, |l| l.has_room())
+    }
+
+    fn ready_locals(&self, env: &Env, free: impl Fn(&super::state::Local) -> bool) -> Vec<String> {
         let ip = &self.settings.ip;
         if !self.view.server_enabled(ip) || !self.may_grant(env) {
             return Vec::new();
@@ -80,7 +94,7 @@ impl JobState {
                 l.live()
                     && !l.shutting_down
                     && !l.withheld
-                    && l.execution.is_none()
+                    && free(l)
                     && self.view.instances.contains_key(*id)
                     && l.lease.valid(env.now, self.settings.lease)
             })
@@ -137,7 +151,7 @@ impl JobState {
 
     // ----- failover claims --------------------------------------------------------------------
 
-    /// ElasticJob's `failoverIfNecessary`, for every idle local instance at once: under the
+    /// ElasticJob's `failoverIfNecessary`, for every local instance with room at once: under the
     /// failover latch, flagged items are shared among them and started in one write.
     pub(super) fn reconcile_claims(&mut self, env: &Env, out: &mut Vec<Action>) {
         let failover = self.view.config.as_ref().is_some_and(|c| c.failover);
@@ -147,10 +161,7 @@ impl JobState {
         {
             return;
         }
-        let locked = &self.locked;
-        if failover::flagged(&self.view, |i| locked.contains(&i)).is_empty()
-            || self.idle_locals(env).is_empty()
-        {
+        if self.claimable().is_empty() || self.spare_locals(env).is_empty() {
             return;
         }
         let op = self.start_op(Pending::ClaimLatch);
@@ -163,9 +174,13 @@ impl JobState {
     /// The failover latch is held: decide the claim on the freshest view, write it, release.
     pub(super) fn claim_now(&mut self, latch: LatchKey, env: &Env, out: &mut Vec<Action>) {
         self.refresh_view();
-        let locked = self.locked.clone();
-        let flagged = failover::flagged(&self.view, |i| locked.contains(&i));
-        let idle = self.idle_locals(env);
+        let flagged = self.claimable();
+        // Idle instances first: a busy one's worker shares its executor with what it runs.
+        let (mut idle, busy): (Vec<String>, Vec<String>) = self
+            .spare_locals(env)
+            .into_iter()
+            .partition(|id| self.locals.get(id).is_some_and(|l| l.idle()));
+        idle.extend(busy);
         if flagged.is_empty() || idle.is_empty() || !self.connected(env) {
             out.push(Action::ReleaseLatch { latch });
             return;
@@ -221,12 +236,20 @@ impl JobState {
                 ),
             );
             if let Some(local) = self.locals.get_mut(id) {
-                local.execution = Some(execution_id.clone());
+                local.executions.push(execution_id.clone());
             }
             executions.push(execution_id);
         }
         let items: Vec<i32> = starts.iter().flat_map(|(_, i)| i.iter().copied()).collect();
         self.commit(Pending::Claim { latch, executions }, ops, &items, out);
+    }
+
+    /// Flagged failover items this sidecar may claim: none an action in flight touches, none
+    /// in one of its own executions.
+    fn claimable(&self) -> Vec<i32> {
+        failover::flagged(&self.view, |i| {
+            self.locked.contains(&i) || self.executing().contains(&i)
+        })
     }
 
     pub(super) fn on_claimed(
@@ -264,7 +287,7 @@ impl JobState {
                 for execution_id in executions {
                     if let Some(exec) = self.executions.remove(&execution_id) {
                         if let Some(local) = self.locals.get_mut(&exec.instance_id) {
-                            local.execution = None;
+                            local.drop_execution(&execution_id);
                         }
                     }
                 }

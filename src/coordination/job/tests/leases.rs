@@ -96,6 +96,7 @@ fn a_subscribe_registered_while_no_lease_may_be_granted_gets_no_trigger_before_a
         instance_id: ME.into(),
         config: None,
         overwrite: false,
+        max_concurrent: 1,
     });
     let op = setup_op(&joined).expect("a setup");
     let set_up = s.step(Input::Done {

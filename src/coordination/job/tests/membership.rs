@@ -11,6 +11,7 @@ fn a_join_sets_the_job_up_registers_then_answers_with_registered_assignment_and_
         instance_id: ME.into(),
         config: None,
         overwrite: false,
+        max_concurrent: 1,
     });
     assert_eq!(kinds(&actions), ["SetUp"], "nothing else before the setup");
     let tree = s.tree(&config(2, false), &[], "");
@@ -42,6 +43,7 @@ fn a_subscribe_cancelled_before_its_instance_exists_leaves_no_ghost() {
         instance_id: ME.into(),
         config: None,
         overwrite: false,
+        max_concurrent: 1,
     });
     let tree = s.tree(&config(2, false), &[], "");
     let actions = s.step(Input::Done {
@@ -84,6 +86,7 @@ fn a_subscribe_cancelled_while_the_job_is_set_up_leaves_no_ghost() {
         instance_id: ME.into(),
         config: None,
         overwrite: false,
+        max_concurrent: 1,
     });
     assert_eq!(kinds(&actions), ["SetUp"]);
     let ended = s.step(Input::StreamEnded {

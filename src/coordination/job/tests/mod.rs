@@ -36,6 +36,8 @@ pub(super) struct Script {
     versions: BTreeMap<String, i32>,
     next_reply: ReplyId,
     next_stream: StreamKey,
+    /// The `max_concurrent_executions` the next joining worker asks for.
+    pub(super) max_concurrent: u32,
 }
 
 pub(super) fn wall0() -> DateTime<Utc> {
@@ -81,6 +83,7 @@ impl Script {
             versions: BTreeMap::new(),
             next_reply: 0,
             next_stream: 0,
+            max_concurrent: 1,
         }
     }
 
@@ -219,6 +222,7 @@ impl Script {
             instance_id: ME.into(),
             config: None,
             overwrite: false,
+            max_concurrent: self.max_concurrent,
         });
         if let Some(tree) = tree {
             let op = setup_op(&actions).expect("a setup");

@@ -197,3 +197,172 @@ fn a_trigger_carries_its_executions_trace_and_the_record_its_span_events() {
     let names: Vec<&str> = record.events.iter().map(|e| e.name).collect();
     assert_eq!(names, ["running nodes written", "trigger sent", "answer"]);
 }
+
+/// A job of 4 items with failover: items 0 and 1 here (the worker asks for `max_concurrent`
+/// executions at once), 2 and 3 on the peer. Returns the script and the trigger of a NORMAL
+/// run of items 0 and 1, still running.
+fn busy_with_own_items(max_concurrent: u32) -> (Script, Trigger) {
+    let mut s = Script::new("j");
+    s.max_concurrent = max_concurrent;
+    let mut tree = s.tree(
+        &config(4, true),
+        &[(0, ME), (1, ME), (2, PEER), (3, PEER)],
+        PEER,
+    );
+    tree.insert(s.paths.instance(ME), node(&instance_yaml(ME, IP), 0, 11));
+    s.join(Some(tree));
+    let own = run(&mut s, 1000);
+    assert_eq!(own.source, Source::Cron);
+    assert_eq!(
+        own.items.iter().map(|(i, _)| *i).collect::<Vec<_>>(),
+        [0, 1]
+    );
+    (s, own)
+}
+
+/// The peer died mid-run: items 2 and 3 are flagged for failover (as its leader or its
+/// sidecar writes them); returns what the flags' arrival led to.
+fn peer_items_flagged(s: &mut Script) -> Vec<Action> {
+    let p = s.paths.clone();
+    let mut out = Vec::new();
+    for (path, zxid) in [
+        (p.failover_items(), 40),
+        (p.failover_item(2), 41),
+        (p.failover_item(3), 42),
+    ] {
+        let seen = s.step(Input::Watched(WatchEvent::Created(path.clone())));
+        let read = seen.iter().find_map(|a| match a {
+            Action::Read { op, path: read } if *read == path => Some(*op),
+            _ => None,
+        });
+        out.extend(seen);
+        if let Some(op) = read {
+            out.extend(s.step(Input::Done {
+                op,
+                result: IoResult::Read {
+                    path,
+                    node: Ok(Some(node("", 0, zxid))),
+                },
+            }));
+        }
+    }
+    out
+}
+
+fn failover_latch(actions: &[Action]) -> Option<OpId> {
+    actions.iter().find_map(|a| match a {
+        Action::AcquireLatch { op, dir } if dir.ends_with("failover/latch") => Some(*op),
+        _ => None,
+    })
+}
+
+#[test]
+fn a_busy_worker_with_room_takes_a_dead_peers_items_while_it_runs_its_own() {
+    // #11: with max_concurrent_executions 2, the crash's items run again at once, next to the
+    // run in progress, instead of after it.
+    let (mut s, own) = busy_with_own_items(2);
+    let flagged = peer_items_flagged(&mut s);
+    let op = failover_latch(&flagged).expect("the busy worker with room takes the latch");
+    let claimed = s.step(Input::Done {
+        op,
+        result: IoResult::Latched(Ok(1)),
+    });
+    let w = writes(&claimed);
+    for item in [2, 3] {
+        assert!(w.contains(&format!("+/j/sharding/{item}/running")), "{w:?}");
+    }
+    assert!(
+        !w.iter()
+            .any(|x| x.contains("sharding/0/") || x.contains("sharding/1/")),
+        "its own running items are not touched: {w:?}"
+    );
+    let started = s.commit_all(claimed);
+    let t = triggers(&started);
+    assert_eq!(t.len(), 1);
+    assert_eq!(t[0].source, Source::Failover);
+    assert_eq!(
+        t[0].items.iter().map(|(i, _)| *i).collect::<Vec<_>>(),
+        [2, 3]
+    );
+    assert_ne!(t[0].execution_id, own.execution_id);
+    // Both runs are answered on their own, in either order.
+    let done = s.answer(&own.execution_id, &[0, 1]);
+    let after_own = s.commit_all(done);
+    assert!(
+        triggers(&after_own).is_empty(),
+        "no fire passed: nothing more to run"
+    );
+    let done = s.answer(&t[0].execution_id, &[2, 3]);
+    let w = writes(&done);
+    s.commit_all(done);
+    for item in [2, 3] {
+        assert!(w.contains(&format!("-/j/sharding/{item}/running")), "{w:?}");
+    }
+}
+
+#[test]
+fn a_worker_running_one_at_a_time_takes_a_dead_peers_items_only_once_it_is_idle() {
+    // ElasticJob's behaviour, the default: a busy instance takes no failover work.
+    let (mut s, own) = busy_with_own_items(1);
+    let flagged = peer_items_flagged(&mut s);
+    assert!(failover_latch(&flagged).is_none(), "{:?}", kinds(&flagged));
+    let done = s.answer(&own.execution_id, &[0, 1]);
+    let after = s.commit_all(done);
+    let op = failover_latch(&after).expect("idle again: it takes the latch");
+    let claimed = s.step(Input::Done {
+        op,
+        result: IoResult::Latched(Ok(1)),
+    });
+    let t = triggers(&s.commit_all(claimed));
+    assert_eq!(t.len(), 1);
+    assert_eq!(t[0].source, Source::Failover);
+}
+
+#[test]
+fn a_cron_fire_waits_for_an_idle_worker_even_with_room_and_a_catch_up_never_reruns_a_running_item()
+{
+    // Room is for FAILOVER and MISFIRE runs: a cron fire that finds the worker busy flags
+    // misfire, as in ElasticJob; the catch-up does not start an item of the run in progress.
+    let (mut s, own) = busy_with_own_items(3);
+    let busy = s.fire(2000);
+    assert!(triggers(&busy).is_empty(), "{:?}", kinds(&busy));
+    assert_eq!(
+        writes(&busy),
+        ["+/j/sharding/0/misfire", "+/j/sharding/1/misfire"]
+    );
+    let flags = s.commit_all(busy);
+    assert!(
+        triggers(&flags).is_empty(),
+        "items 0 and 1 still run: no catch-up beside them"
+    );
+    let done = s.answer(&own.execution_id, &[0, 1]);
+    let t = triggers(&s.commit_all(done));
+    assert_eq!(t.len(), 1);
+    assert_eq!(t[0].source, Source::Misfire);
+}
+
+#[test]
+fn a_worker_gone_with_two_executions_gives_back_the_items_of_both() {
+    let (mut s, _own) = busy_with_own_items(2);
+    let flagged = peer_items_flagged(&mut s);
+    let op = failover_latch(&flagged).unwrap();
+    let claimed = s.step(Input::Done {
+        op,
+        result: IoResult::Latched(Ok(1)),
+    });
+    let taken = triggers(&s.commit_all(claimed));
+    assert_eq!(taken.len(), 1);
+    let stream = 1;
+    let ended = s.step(Input::StreamEnded {
+        stream,
+        end: StreamEnd::ByWorker,
+    });
+    let mut w = writes(&ended);
+    w.extend(writes(&s.commit_all(ended)));
+    for item in [0, 1, 2, 3] {
+        assert!(
+            w.contains(&format!("-/j/sharding/{item}/running")),
+            "item {item} of one of its two runs is given back: {w:?}"
+        );
+    }
+}
