@@ -3,17 +3,21 @@
 //!
 //! Run: `cargo bench --bench core` (release build of the sidecar and of this program);
 //! `cargo bench --bench core -- trigger` runs only the figures whose names start so
-//! (floor, resharding, trigger, transactions, failover).
+//! (floor, resharding, growth, trigger, scale, transactions, failover).
 //!
 //! Figures:
-//! 0. floor: ZooKeeper's own latency here for the writes a trigger makes (a plain client);
-//! 1. resharding: a new worker's `Subscribe` → every worker of the job holds its new
+//! 1. floor: ZooKeeper's own latency here for the writes a trigger makes (a plain client);
+//! 2. resharding: a new worker's `Subscribe` → every worker of the job holds its new
 //!    assignment (3 sidecars, 10 workers, 20 joins);
-//! 2. trigger latency: cron fire instant → `Trigger` received (1 sidecar, 100 jobs firing
-//!    every second, workers answering at once);
-//! 3. ZooKeeper transactions per execution per instance (from the server's zxid);
-//! 4. the sidecar's resident memory with 100 jobs;
-//! 5. failover: a worker process SIGKILLed mid-execution → its item's FAILOVER trigger at a
+//! 3. growth: the same as one job's workers grow from 1 to 100 (per band of worker counts);
+//! 4. trigger latency: cron fire instant → `Trigger` received (1 sidecar, 1 and 100 jobs
+//!    firing every second, workers answering at once), stage by stage; the one-job window is
+//!    10 s unless `SHARDCAR_BENCH_ONE_JOB_SECONDS` says otherwise (1000 s gives 1000 fires);
+//!    with each: items answered per second, transactions per execution, the sidecar's CPU,
+//!    memory and threads;
+//! 5. scale: the same with 1000 jobs x 8 items and with 500 jobs x 64 items;
+//! 6. transactions: ZooKeeper transactions per execution for 1, 8 and 64 items;
+//! 7. failover: a worker process SIGKILLed mid-execution → its item's FAILOVER trigger at a
 //!    worker on another sidecar; and the same for a sidecar SIGKILLed (default 10 s session).
 
 #[path = "../tests/failure/child.rs"]
@@ -284,8 +288,96 @@ async fn bench_resharding(zk: &ZooKeeper) {
     );
 }
 
-async fn bench_triggers(zk: &ZooKeeper, jobs: usize) {
-    let ns = format!("bench-trigger-{jobs}");
+/// Resharding as one job's workers grow from 1 to 100 (3 sidecars, 200 items): each new
+/// worker's `Subscribe` -> every worker holds its assignment of the new sharding; reported per
+/// band of worker counts.
+async fn bench_growth(zk: &ZooKeeper) {
+    let ns = "bench-growth";
+    let mut cars = Vec::new();
+    for ip in ["127.0.0.2", "127.0.0.3", "127.0.0.4"] {
+        let options = SidecarOptions {
+            namespace: ns.into(),
+            log_level: "warn".into(),
+            ..SidecarOptions::zk(zk.connect_string(), ip)
+        };
+        cars.push(Sidecar::start(options).await);
+    }
+    let total = 200;
+    let config = job_config("growth", NEVER, total);
+    let mut workers: Vec<TestWorker> = Vec::new();
+    let bands = [(2, 10), (11, 25), (26, 50), (51, 100)];
+    let mut samples: Vec<Vec<f64>> = vec![Vec::new(); bands.len()];
+    for n in 1..=100usize {
+        let before: Vec<Option<Instant>> = workers.iter().map(last_assignment_at).collect();
+        let started = Instant::now();
+        let joiner =
+            TestWorker::subscribe(&cars[n % 3].endpoint(), subscribe_request(config.clone()))
+                .await
+                .unwrap();
+        workers.push(joiner);
+        wait_partitioned(&workers, total).await;
+        let deadline = Instant::now() + Duration::from_secs(10);
+        while workers
+            .iter()
+            .zip(&before)
+            .any(|(w, b)| last_assignment_at(w) == *b)
+            && Instant::now() < deadline
+        {
+            tokio::time::sleep(Duration::from_millis(2)).await;
+        }
+        let done = workers.iter().filter_map(last_assignment_at).max().unwrap();
+        let took = done.duration_since(started).as_secs_f64() * 1000.0;
+        if let Some(band) = bands.iter().position(|(lo, hi)| (*lo..=*hi).contains(&n)) {
+            samples[band].push(took);
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    for ((lo, hi), band) in bands.iter().zip(samples) {
+        report(
+            &format!(
+                "growth: Subscribe of worker {lo}..{hi} -> all hold the new assignment (1 job, {total} items, 3 sidecars)"
+            ),
+            "ms",
+            band,
+        );
+    }
+    println!(
+        "memory: sidecars with 1 job and 100 workers: RSS {} KiB, {} KiB, {} KiB",
+        rss_kib(cars[0].pid()),
+        rss_kib(cars[1].pid()),
+        rss_kib(cars[2].pid())
+    );
+}
+
+/// CPU time (user + system) the process has used, in seconds.
+fn cpu_seconds(pid: u32) -> f64 {
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).unwrap_or_default();
+    // The fields after the command (which may hold spaces) start after its closing paren.
+    let rest = stat.rsplit_once(')').map_or("", |(_, r)| r);
+    let fields: Vec<&str> = rest.split_whitespace().collect();
+    let ticks = |i: usize| {
+        fields
+            .get(i)
+            .and_then(|v| v.parse::<f64>().ok())
+            .unwrap_or(0.0)
+    };
+    // utime and stime are fields 14 and 15 of stat(5); `rest` starts at field 3.
+    let hz = std::process::Command::new("getconf")
+        .arg("CLK_TCK")
+        .output()
+        .ok()
+        .and_then(|o| String::from_utf8(o.stdout).ok())
+        .and_then(|s| s.trim().parse::<f64>().ok())
+        .unwrap_or(100.0);
+    (ticks(11) + ticks(12)) / hz
+}
+
+/// `jobs` jobs of `items` items each, one worker per job on one sidecar, firing every second,
+/// workers answering at once: fire instant -> trigger latency (with its stages), items
+/// triggered and answered per second, ZooKeeper transactions, the sidecar's CPU, memory and
+/// threads. Measured over `window`.
+async fn bench_triggers(zk: &ZooKeeper, jobs: usize, items: i32, window: Duration) {
+    let ns = format!("bench-trigger-{jobs}x{items}");
     let options = SidecarOptions {
         namespace: ns.clone(),
         log_level: "warn".into(),
@@ -297,29 +389,34 @@ async fn bench_triggers(zk: &ZooKeeper, jobs: usize) {
     for j in 0..jobs {
         let w = TestWorker::subscribe(
             &car.endpoint(),
-            subscribe_request(job_config(&format!("job{j}"), "* * * * * ?", 2)),
+            subscribe_request(job_config(&format!("job{j}"), "* * * * * ?", items)),
         )
         .await
         .unwrap();
         w.set_auto_complete(true);
         workers.push(w);
     }
-    // Let it settle, then measure for 10 s.
-    tokio::time::sleep(Duration::from_secs(3)).await;
+    // Let it settle (every job set up, elected and sharded), then measure.
+    tokio::time::sleep(Duration::from_secs(3 + (jobs / 200) as u64)).await;
     let zxid_before = zxid(zk).await;
-    let executions_before: usize = workers.iter().map(|w| w.triggers().len()).sum();
+    let cpu_before = cpu_seconds(car.pid());
+    let measured_from = Instant::now();
     let base_instant = Instant::now();
     let base_wall = SystemTime::now()
         .duration_since(UNIX_EPOCH)
         .unwrap()
         .as_secs_f64();
     let window_start = workers.iter().map(|w| w.events().len()).collect::<Vec<_>>();
-    tokio::time::sleep(Duration::from_secs(10)).await;
+    tokio::time::sleep(window).await;
+    let measured_to = Instant::now();
+    let elapsed = measured_to.duration_since(measured_from).as_secs_f64();
+    let cpu = cpu_seconds(car.pid()) - cpu_before;
     let zxid_after = zxid(zk).await;
-    let executions_after: usize = workers.iter().map(|w| w.triggers().len()).sum();
     let mut samples = Vec::new();
     // Execution id -> when its trigger reached the worker (wall clock, seconds).
     let mut received = std::collections::HashMap::new();
+    let mut items_triggered = 0usize;
+    let mut sizes = std::collections::HashMap::new();
     for (w, skip) in workers.iter().zip(window_start) {
         for (at, event) in w.events().into_iter().skip(skip) {
             if let Some(Event::Trigger(t)) = event.event {
@@ -331,19 +428,35 @@ async fn bench_triggers(zk: &ZooKeeper, jobs: usize) {
                     base_wall - base_instant.duration_since(at).as_secs_f64()
                 };
                 samples.push((arrival - fire) * 1000.0);
+                items_triggered += t.items.len();
+                sizes.insert(t.execution_id.clone(), t.items.len());
                 received.insert(t.execution_id.clone(), arrival);
+            }
+        }
+    }
+    let mut items_answered = 0usize;
+    let mut executions = 0usize;
+    for w in &workers {
+        for (execution, at) in w.answers() {
+            if let Some(n) = sizes.get(&execution).filter(|_| at <= measured_to) {
+                items_answered += n;
+                executions += 1;
             }
         }
     }
     report(
         &format!(
-            "trigger: cron fire instant -> Trigger received ({jobs} jobs every second, 1 sidecar)"
+            "trigger: cron fire instant -> Trigger received ({jobs} jobs x {items} items every second, 1 sidecar)"
         ),
         "ms",
         samples,
     );
     stage_breakdown(&car, jobs, &received).await;
-    let executions = executions_after - executions_before;
+    println!(
+        "throughput ({jobs} jobs x {items} items): {items_triggered} items triggered, {items_answered} answered and recorded in {elapsed:.1} s = {:.0} items/s; sidecar CPU {:.0}% of one core",
+        items_answered as f64 / elapsed,
+        cpu / elapsed * 100.0
+    );
     let txns = zxid_after - zxid_before;
     println!(
         "zookeeper: {txns} transactions for {executions} executions (1 instance each) = {:.2} transactions per execution per instance",
@@ -560,9 +673,20 @@ fn main() {
         if wanted("resharding") {
             bench_resharding(&zk).await;
         }
+        if wanted("growth") {
+            bench_growth(&zk).await;
+        }
         if wanted("trigger") {
-            bench_triggers(&zk, 1).await;
-            bench_triggers(&zk, 100).await;
+            let one_job_window = std::env::var("SHARDCAR_BENCH_ONE_JOB_SECONDS")
+                .ok()
+                .and_then(|s| s.parse().ok())
+                .unwrap_or(10);
+            bench_triggers(&zk, 1, 2, Duration::from_secs(one_job_window)).await;
+            bench_triggers(&zk, 100, 2, Duration::from_secs(10)).await;
+        }
+        if wanted("scale") {
+            bench_triggers(&zk, 1000, 8, Duration::from_secs(10)).await;
+            bench_triggers(&zk, 500, 64, Duration::from_secs(10)).await;
         }
         if wanted("transactions") {
             bench_transactions_per_item_count(&zk).await;
