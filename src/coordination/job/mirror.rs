@@ -3,6 +3,11 @@
 //! The mirror changes only by what the registry answered: reads (an event is never applied as
 //! such, it makes the node be read again), reloads, and the results of our own commits, which
 //! every operation of one multi-op shares (one zxid, one time), so they are mirrored exactly.
+//! The events of our own writes are not read again: each `SetData` and `Delete` we committed
+//! expects one event on its path, and the first such event that comes is taken as that one.
+//! It cannot be a later writer's: events come in zxid order, and ours are queued behind the
+//! write itself, so they are matched only once its result is mirrored. One that is older than
+//! our write was superseded by it anyway. Expectations go when the watch does (`Resync`).
 //! A write that is refused or whose outcome is unknown makes the job be read again before
 //! anything else is decided.
 
@@ -49,7 +54,10 @@ impl JobState {
             WatchEvent::Resync => {
                 debug!(job = %self.name, "watch attached again: re-reading the job");
                 self.reload_wanted = true;
+                self.own_events.clear();
             }
+            // The event of our own committed write, mirrored from its result.
+            WatchEvent::DataChanged(p) | WatchEvent::Deleted(p) if self.own_event(&p) => {}
             WatchEvent::Created(p) | WatchEvent::DataChanged(p) | WatchEvent::Deleted(p)
                 if matches!(
                     self.paths.classify(&p),
@@ -75,6 +83,31 @@ impl JobState {
                 out.push(Action::Read { op, path: p });
             }
         }
+    }
+
+    /// Notes that the watch will tell of our own write of `path` (nodes of the job's subtree
+    /// whose events are mirrored at all: not the latches').
+    fn expect_own_event(&mut self, path: &str) {
+        let watched = path.starts_with(&format!("{}/", self.paths.root()))
+            && !matches!(
+                self.paths.classify(path),
+                JobNode::ElectionLatch | JobNode::FailoverLatch
+            );
+        if watched {
+            *self.own_events.entry(path.to_string()).or_default() += 1;
+        }
+    }
+
+    /// Takes one expected event of our own writes on `path`, if one is expected.
+    fn own_event(&mut self, path: &str) -> bool {
+        let Some(n) = self.own_events.get_mut(path) else {
+            return false;
+        };
+        *n -= 1;
+        if *n == 0 {
+            self.own_events.remove(path);
+        }
+        true
     }
 
     /// The owner node of every item the job has or the mirror knows, and the sharding's
@@ -161,6 +194,7 @@ impl JobState {
                     }
                 }
                 (Op::SetData { path, data, .. }, OpResult::DataSet { stat }) => {
+                    self.expect_own_event(path);
                     self.inexact.remove(path);
                     self.cache.put(
                         path,
@@ -171,6 +205,7 @@ impl JobState {
                     );
                 }
                 (Op::Delete { path, .. }, _) => {
+                    self.expect_own_event(path);
                     self.cache.remove_subtree(path);
                     self.inexact.remove(path);
                 }

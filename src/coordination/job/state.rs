@@ -223,6 +223,9 @@ pub(crate) struct JobState {
     pub(super) cache: TreeCache,
     /// Paths whose cached stat is not known exactly (created by a multi whose result had none).
     pub(super) inexact: BTreeSet<String>,
+    /// The data changes and deletions our own committed writes are still to be told of by
+    /// the watch, per path: already mirrored from their results, they need no read.
+    pub(super) own_events: HashMap<String, u32>,
     pub(super) view: JobView,
     pub(super) view_stale: bool,
     pub(super) locals: BTreeMap<String, Local>,
@@ -271,6 +274,7 @@ impl JobState {
             settings,
             phase: Phase::New,
             inexact: BTreeSet::new(),
+            own_events: HashMap::new(),
             view: JobView::default(),
             view_stale: false,
             locals: BTreeMap::new(),
@@ -378,6 +382,7 @@ impl JobState {
             Input::Watched(ev) => self.on_watched(ev, &mut out),
             Input::WatchLost => {
                 self.watch_wanted = true;
+                self.own_events.clear();
             }
             Input::Done { op, result } => self.on_done(op, result, env, &mut out),
             Input::Tick => {}

@@ -366,3 +366,60 @@ fn a_worker_gone_with_two_executions_gives_back_the_items_of_both() {
         );
     }
 }
+
+fn reads(actions: &[Action]) -> Vec<String> {
+    actions
+        .iter()
+        .filter_map(|a| match a {
+            Action::Read { path, .. } => Some(path.clone()),
+            _ => None,
+        })
+        .collect()
+}
+
+#[test]
+fn the_events_of_our_own_writes_are_not_read_again_but_a_later_writers_are() {
+    // #11: each start and end of a run used to read back every node it had just written.
+    let (mut s, _) = ready(2, false);
+    let t = run(&mut s, 1000);
+    let p = s.paths.clone();
+    let mut events = Vec::new();
+    for i in 0..2 {
+        events.push(WatchEvent::Created(p.item_running(i)));
+        events.push(WatchEvent::DataChanged(p.item(i)));
+        events.push(WatchEvent::DataChanged(p.item_running(i)));
+    }
+    for ev in events {
+        let seen = s.step(Input::Watched(ev.clone()));
+        assert!(
+            reads(&seen).is_empty(),
+            "{ev:?} is our own start's: {seen:?}"
+        );
+    }
+    // Someone else changes item 0's node after our write: that one is read.
+    let later = s.step(Input::Watched(WatchEvent::DataChanged(p.item(0))));
+    assert_eq!(reads(&later), [p.item(0)]);
+    let done = s.answer(&t.execution_id, &[0, 1]);
+    s.commit_all(done);
+    for i in 0..2 {
+        for ev in [
+            WatchEvent::DataChanged(p.item(i)),
+            WatchEvent::Deleted(p.item_running(i)),
+        ] {
+            let seen = s.step(Input::Watched(ev.clone()));
+            assert!(reads(&seen).is_empty(), "{ev:?} is our own end's: {seen:?}");
+        }
+    }
+}
+
+#[test]
+fn expected_events_of_our_own_writes_are_forgotten_when_the_watch_is_attached_again() {
+    let (mut s, _) = ready(2, false);
+    run(&mut s, 1000);
+    let p = s.paths.clone();
+    // The watch was lost before our write's events came: a new one starts from a full read,
+    // and every event after it is read again.
+    s.step(Input::Watched(WatchEvent::Resync));
+    let seen = s.step(Input::Watched(WatchEvent::DataChanged(p.item(1))));
+    assert_eq!(reads(&seen), [p.item(1)]);
+}
