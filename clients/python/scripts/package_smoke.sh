@@ -2,7 +2,7 @@
 # Packaging smoke test of the Python client: builds an sdist and a wheel with `python -m build`,
 # installs each into a fresh venv and checks that the installed package works without a sidecar:
 # it imports, builds a JobConfig, its committed stubs import (SubscribeRequest has
-# instance_suffix), the rich error details decode, and py.typed and the .pyi ship; the base
+# instance_suffix and max_concurrent_executions), the rich error details decode, and py.typed and the .pyi ship; the base
 # install has no opentelemetry, and the wheel with the otel extra has it and traces.
 #
 # Usage: clients/python/scripts/package_smoke.sh
@@ -76,8 +76,10 @@ assert msg.sharding_strategy == shardcar_pb2.SHARDING_STRATEGY_ROUND_ROBIN
 assert JobConfig.from_proto(msg) == cfg
 assert cfg.sharding_strategy is ShardingStrategy.ROUND_ROBIN
 
-req = shardcar_pb2.SubscribeRequest(job_name="orders", pid=os.getpid(), instance_suffix="1-0a1b2c3d")
-assert shardcar_pb2.SubscribeRequest.FromString(req.SerializeToString()).instance_suffix == "1-0a1b2c3d"
+req = shardcar_pb2.SubscribeRequest(job_name="orders", pid=os.getpid(), instance_suffix="1-0a1b2c3d",
+                                    max_concurrent_executions=4)
+back = shardcar_pb2.SubscribeRequest.FromString(req.SerializeToString())
+assert back.instance_suffix == "1-0a1b2c3d" and back.max_concurrent_executions == 4
 assert hasattr(shardcar_pb2_grpc, "WorkerServiceStub") and hasattr(shardcar_pb2_grpc, "AdminServiceStub")
 
 worker = shardcar.Worker("127.0.0.1:1", unique_instance=True)

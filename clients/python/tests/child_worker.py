@@ -2,6 +2,7 @@
 does from its stdout (one JSON object a line), and freezes or resumes it with SIGSTOP/SIGCONT.
 
     python child_worker.py --target T --job J --cron C [--asyncio] --first MODE [--release-file F]
+        [--items N] [--failover] [--max-concurrency N] [--max-concurrent-executions N]
 
 The handler of the first item it is given behaves as ``--first`` says; every later item
 returns at once. Every item prints ``{"ev": "start", ...}``. Modes of the first item:
@@ -17,7 +18,10 @@ check at all) or wait in short steps (``wait``) until ``--release-file`` exists:
 freezes the process in that window and creates the file before it resumes it, so the window
 cannot close before the freeze however late the test reads the line. Their first check after
 it prints ``{"ev": "check", "gap": seconds since the window began, "cancelled": ...}``; they
-go on checking until cancelled, then print ``{"ev": "stopped"}``. Records of the ``shardcar``
+go on checking until cancelled, then print ``{"ev": "stopped"}``. ``--items``, ``--failover``
+set the job's ``sharding_total_count`` (default 1) and ``failover``; ``--max-concurrency`` and
+``--max-concurrent-executions`` the worker's executor size (default 8) and its
+``max_concurrent_executions`` (default: the executor size). Records of the ``shardcar``
 logger are printed as ``{"ev": "log", "msg": ...}``; ``{"ev": "exit"}`` when ``run()``
 returned.
 """
@@ -63,7 +67,8 @@ class Items:
             self.count += 1
             n = self.count
         fire = ctx.fire_time.timestamp() if ctx.fire_time is not None else None
-        emit(ev="start", n=n, exec=ctx.execution_id, item=ctx.sharding_item, fire=fire)
+        emit(ev="start", n=n, exec=ctx.execution_id, item=ctx.sharding_item, fire=fire,
+             source=ctx.source.name)
         return n
 
 
@@ -140,15 +145,15 @@ def keep_checking(ctx: ShardingContext) -> None:
 
 
 def until_released(ctx: ShardingContext, path: str) -> None:
-    while not os.path.exists(path) and not ctx.cancelled:
+    while not released(path) and not ctx.cancelled:
         time.sleep(0.02)
-    emit(ev="released", cancelled=ctx.cancelled)
+    emit(ev="released", exec=ctx.execution_id, item=ctx.sharding_item, cancelled=ctx.cancelled)
 
 
 async def until_released_async(ctx: ShardingContext, path: str) -> None:
-    while not os.path.exists(path) and not ctx.cancelled:
+    while not released(path) and not ctx.cancelled:
         await asyncio.sleep(0.02)
-    emit(ev="released", cancelled=ctx.cancelled)
+    emit(ev="released", exec=ctx.execution_id, item=ctx.sharding_item, cancelled=ctx.cancelled)
 
 
 def main() -> int:
@@ -159,17 +164,24 @@ def main() -> int:
     parser.add_argument("--asyncio", action="store_true")
     parser.add_argument("--first", choices=["busy", "wait", "release", "quick"], default="quick")
     parser.add_argument("--release-file", default="")
+    parser.add_argument("--items", type=int, default=1)
+    parser.add_argument("--failover", action="store_true")
+    parser.add_argument("--max-concurrency", type=int, default=8)
+    parser.add_argument("--max-concurrent-executions", type=int, default=None)
     args = parser.parse_args()
+    sizes = dict(max_concurrency=args.max_concurrency,
+                 max_concurrent_executions=args.max_concurrent_executions)
 
     logger = logging.getLogger("shardcar")
     logger.setLevel(logging.DEBUG)
     logger.addHandler(JsonLog())
-    config = JobConfig(job_name=args.job, cron=args.cron, sharding_total_count=1)
+    config = JobConfig(job_name=args.job, cron=args.cron, sharding_total_count=args.items,
+                       failover=args.failover)
     items = Items()
     emit(ev="ready", pid=os.getpid())
 
     if not args.asyncio:
-        worker = Worker(args.target, connect_timeout=20)
+        worker = Worker(args.target, connect_timeout=20, **sizes)
 
         @worker.job(config)
         def handle(ctx: ShardingContext) -> None:
@@ -188,7 +200,7 @@ def main() -> int:
         from shardcar.aio import Worker as AsyncWorker
 
         async def run() -> None:
-            worker = AsyncWorker(args.target, connect_timeout=20)
+            worker = AsyncWorker(args.target, connect_timeout=20, **sizes)
 
             @worker.job(config)
             async def handle(ctx: ShardingContext) -> None:

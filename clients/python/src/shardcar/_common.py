@@ -107,6 +107,48 @@ def make_instance_suffix(token: str) -> str:
     return f"{os.getpid()}-{token}"
 
 
+#: The most executions a worker may ask to run at once (``SubscribeRequest.max_concurrent_executions``).
+MAX_CONCURRENT_EXECUTIONS = 1024
+
+
+def check_max_concurrent_executions(value: int) -> int:
+    """``value`` if it is a valid ``max_concurrent_executions`` (an ``int`` from 1 to 1024), else
+    ``ValueError``."""
+    if isinstance(value, bool) or not isinstance(value, int):
+        raise ValueError(
+            f"max_concurrent_executions must be an int from 1 to {MAX_CONCURRENT_EXECUTIONS}, "
+            f"got {value!r}"
+        )
+    if not 1 <= value <= MAX_CONCURRENT_EXECUTIONS:
+        raise ValueError(
+            f"max_concurrent_executions must be 1 to {MAX_CONCURRENT_EXECUTIONS} (how many "
+            f"executions of a job the worker runs at once), got {value}"
+        )
+    return value
+
+
+def resolve_max_concurrent_executions(explicit: Optional[int], max_concurrency: int) -> int:
+    """How many executions of a job a worker runs at once, as it tells the sidecar.
+
+    By default the job's executor size, ``max_concurrency`` (at most 1024): every item of every
+    execution runs in that one pool of ``max_concurrency`` slots, and an execution needs at least
+    one slot, so that many executions can all be running at once; more could only wait in the
+    pool's queue while the sidecar counts them as running. ``explicit`` (1 to 1024, at most
+    ``max_concurrency``) asks for fewer: 1 is ElasticJob's behaviour, a new execution only when the
+    worker runs none. ``ValueError`` otherwise.
+    """
+    if explicit is None:
+        return min(max_concurrency, MAX_CONCURRENT_EXECUTIONS)
+    check_max_concurrent_executions(explicit)
+    if explicit > max_concurrency:
+        raise ValueError(
+            f"max_concurrent_executions={explicit} exceeds max_concurrency={max_concurrency}: "
+            "every execution needs at least one slot of the job's pool of max_concurrency "
+            "handlers, so at most max_concurrency executions can run at once"
+        )
+    return explicit
+
+
 def subscribe_request(
     job: JobSpec,
     *,
@@ -114,8 +156,12 @@ def subscribe_request(
     instance_id: str,
     labels: Mapping[str, str],
     instance_suffix: str = "",
+    max_concurrent_executions: Optional[int] = None,
 ) -> pb.SubscribeRequest:
-    """A ``SubscribeRequest``; a bare job name subscribes to an existing job without config."""
+    """A ``SubscribeRequest``; a bare job name subscribes to an existing job without config.
+
+    ``max_concurrent_executions`` (1 to 1024) is sent as it is; ``None`` leaves the field unset,
+    which the sidecar reads as 1 (ElasticJob's one execution at a time)."""
     req = pb.SubscribeRequest(
         job_name=job_name_of(job),
         overwrite=overwrite,
@@ -123,6 +169,8 @@ def subscribe_request(
         instance_id=instance_id,
         instance_suffix=instance_suffix,
     )
+    if max_concurrent_executions is not None:
+        req.max_concurrent_executions = check_max_concurrent_executions(max_concurrent_executions)
     if isinstance(job, JobConfig):
         req.config.CopyFrom(job.to_proto())
     for key, value in labels.items():

@@ -16,6 +16,11 @@ thing by each rule:
   is noticed by the first input after it, whichever that is.
 * **Triggers** run only under a valid lease; one that arrives without one (or after a
   ``Shutdown``, or while the worker stops) is declined at once, never queued.
+* **Concurrent executions.** Nothing here assumes one execution at a time: every run is keyed
+  by (execution, item), and each item is answered on its own. A worker that subscribes with
+  ``max_concurrent_executions`` N > 1 may be sent a FAILOVER or MISFIRE trigger while up to N - 1
+  executions run; its items start at once, beside the others (a revoke, a lease lapse, the end
+  of the stream cancel the runs of every execution they concern).
 * **Lease lapse.** Every running item is cancelled; once its handler returns it is declined,
   never answered.
 * **Revoke.** Those items are cancelled and declined once their handlers return.
@@ -341,8 +346,12 @@ class ProtocolCore:
         retry_initial: float = 0.1,
         retry_max: float = 5.0,
         reconnect: Optional[ReconnectPolicy] = None,
+        max_concurrent_executions: Optional[int] = None,
     ) -> None:
         self.job_name = job_name
+        # What the worker told the sidecar (None: not checked). A trigger that arrives while
+        # that many executions already run is still run, and logged: the sidecar sent too many.
+        self.max_concurrent_executions = max_concurrent_executions
         self.clock = clock
         self.exit_on_shutdown = exit_on_shutdown
         self.retry_initial = retry_initial
@@ -408,6 +417,12 @@ class ProtocolCore:
         """How many handlers have been started and not returned."""
         with self._lock:
             return len(self._runs)
+
+    def running_executions(self) -> List[str]:
+        """The executions of the current stream with a handler running and not cancelled, oldest
+        first (more than one when the sidecar sent FAILOVER or MISFIRE work beside a run)."""
+        with self._lock:
+            return self._active_executions()
 
     def idle(self) -> bool:
         """No handler running and no answer of the current stream unsettled (for draining)."""
@@ -555,6 +570,19 @@ class ProtocolCore:
             return self._decline(trigger.execution_id, [c.sharding_item for c in contexts], refusal)
         out: List[Output] = []
         busy: List[int] = []
+        limit = self.max_concurrent_executions
+        active = self._active_executions()
+        if limit is not None and len(active) >= limit:
+            log.warning(
+                "job %s: trigger %s (%s) arrived while %d execution(s) run %s, but the worker "
+                "subscribed with max_concurrent_executions=%d; running it anyway",
+                self.job_name,
+                trigger.execution_id,
+                trigger.source.name,
+                len(active),
+                active,
+                limit,
+            )
         running_items = {run.ctx.sharding_item for run in self._runs.values()}
         for ctx in contexts:
             if ctx.sharding_item in running_items:
@@ -744,6 +772,12 @@ class ProtocolCore:
         return [
             r for r in self._runs.values() if not r.cancelled and r.generation == self._generation
         ]
+
+    def _active_executions(self) -> List[str]:
+        seen: Dict[str, None] = {}
+        for run in self._active_runs():
+            seen.setdefault(run.ctx.execution_id, None)
+        return list(seen)
 
     def _check_lapse(self, now: float, wall: float) -> List[Output]:
         """Rule 1: once the lease has run out, every running item is cancelled."""

@@ -28,9 +28,11 @@ import grpc
 
 from ._common import (
     JobSpec,
+    check_max_concurrent_executions,
     job_name_of,
     make_instance_suffix,
     new_instance_token,
+    resolve_max_concurrent_executions,
     resolve_target,
     resolve_unique_instance,
     subscribe_request,
@@ -131,6 +133,7 @@ class WorkerBase(Generic[H]):
         target: Optional[str] = None,
         *,
         max_concurrency: int = 8,
+        max_concurrent_executions: Optional[int] = None,
         instance_id: str = "",
         unique_instance: Optional[bool] = None,
         labels: Optional[Mapping[str, str]] = None,
@@ -146,8 +149,12 @@ class WorkerBase(Generic[H]):
     ) -> None:
         if max_concurrency < 1:
             raise ValueError("max_concurrency must be at least 1")
+        if max_concurrent_executions is not None:
+            resolve_max_concurrent_executions(max_concurrent_executions, max_concurrency)
         self.target = resolve_target(target)
         self.max_concurrency = max_concurrency
+        #: The worker's ``max_concurrent_executions`` (``None``: each job's executor size).
+        self.max_concurrent_executions = max_concurrent_executions
         self.instance_id = instance_id
         self.unique_instance = resolve_unique_instance(unique_instance, instance_id)
         self._instance_token = new_instance_token()
@@ -182,29 +189,48 @@ class WorkerBase(Generic[H]):
         *,
         overwrite: bool = False,
         max_concurrency: Optional[int] = None,
+        max_concurrent_executions: Optional[int] = None,
     ) -> Callable[[H], H]:
         """Decorator: ``handler(ctx)`` (``async def`` on the asyncio worker) runs once per item
         of every trigger of this job.
 
         Returning reports the item complete; raising reports it failed with the exception text.
         ``config`` may be a bare job name to join a job that already exists.
+
+        ``max_concurrency``: the job's executor size, how many items (of any of its executions)
+        run at once; default the worker's. ``max_concurrent_executions``: how many executions
+        of the job run at once, sent to the sidecar (``SubscribeRequest``); default the worker's,
+        else the executor size (at most 1024). With more than 1, a trigger for a crashed peer's
+        items (FAILOVER) or a missed fire (MISFIRE) may arrive while an execution runs, and runs
+        beside it in the same pool; 1 is ElasticJob's one execution at a time. 1 to 1024 and at
+        most the executor size, else ``ValueError``.
         """
 
         def register(handler: H) -> H:
-            self._register(config, handler, overwrite, max_concurrency)
+            self._register(config, handler, overwrite, max_concurrency, max_concurrent_executions)
             return handler
 
         return register
 
     def _register(
-        self, config: JobSpec, handler: H, overwrite: bool, max_concurrency: Optional[int]
+        self,
+        config: JobSpec,
+        handler: H,
+        overwrite: bool,
+        max_concurrency: Optional[int],
+        max_concurrent_executions: Optional[int] = None,
     ) -> Any:
         """Adds a job's runner (one handler per job and worker); returns the runner."""
         name = job_name_of(config)
         if any(r.job_name == name for r in self._jobs):
             raise ValueError(f"job {name!r} already has a handler on this worker")
+        if max_concurrency is not None and max_concurrency < 1:
+            raise ValueError("max_concurrency must be at least 1")
         concurrency = max_concurrency or self.max_concurrency
-        runner = self._runner(config, handler, overwrite, concurrency)
+        if max_concurrent_executions is None:
+            max_concurrent_executions = self.max_concurrent_executions
+        executions = resolve_max_concurrent_executions(max_concurrent_executions, concurrency)
+        runner = self._runner(config, handler, overwrite, concurrency, executions)
         self._jobs.append(runner)
         return runner
 
@@ -214,16 +240,23 @@ class WorkerBase(Generic[H]):
         self._assignment_callbacks.append(callback)
         return callback
 
-    def _runner(self, config: JobSpec, handler: H, overwrite: bool, concurrency: int) -> Any:
+    def _runner(
+        self, config: JobSpec, handler: H, overwrite: bool, concurrency: int, executions: int
+    ) -> Any:
         raise NotImplementedError
 
-    def _subscribe_request(self, job: JobSpec, overwrite: bool) -> pb.SubscribeRequest:
+    def _subscribe_request(
+        self, job: JobSpec, overwrite: bool, max_concurrent_executions: Optional[int] = None
+    ) -> pb.SubscribeRequest:
+        if max_concurrent_executions is not None:
+            check_max_concurrent_executions(max_concurrent_executions)
         return subscribe_request(
             job,
             overwrite=overwrite,
             instance_id=self.instance_id,
             labels=self.labels,
             instance_suffix=self.instance_suffix,
+            max_concurrent_executions=max_concurrent_executions,
         )
 
     def _finished(self) -> bool:
@@ -246,15 +279,20 @@ class RunnerBase(Generic[H]):
         handler: H,
         overwrite: bool,
         max_concurrency: int,
+        max_concurrent_executions: int = 1,
     ) -> None:
         self.worker = worker
         self.config = config
         self.job_name = job_name_of(config)
         self.handler = handler
         self.overwrite = overwrite
+        #: The executor size: handlers of this job (items of any of its executions) at once.
         self.max_concurrency = max_concurrency
+        #: Executions of this job at once, as every ``SubscribeRequest`` of the job says.
+        self.max_concurrent_executions = max_concurrent_executions
         self.core = ProtocolCore(
             self.job_name,
+            max_concurrent_executions=max_concurrent_executions,
             exit_on_shutdown=worker.exit_on_shutdown,
             retry_initial=worker.backoff_initial,
             retry_max=worker.backoff_max,

@@ -1,7 +1,8 @@
 """The asyncio client: :class:`Worker` with ``async def`` handlers and :class:`Subscription`.
 
 Same behaviour as :mod:`shardcar.worker`, on ``grpc.aio``, driving the same protocol core
-(:mod:`shardcar._core`): each item runs as a task (at most ``max_concurrency`` at once per job);
+(:mod:`shardcar._core`): each item runs as a task (at most ``max_concurrency`` at once per job,
+whichever execution it belongs to; up to ``max_concurrent_executions`` executions run at once);
 revoke, lease expiry, a lost stream or a forced stop cancel the task (``asyncio.CancelledError``
 inside the handler), and the item is declined instead of answered. ``ctx.cancelled`` and
 ``await ctx.wait_async(t)`` check the lease at the moment they are called, so a handler that
@@ -105,6 +106,9 @@ class Worker(WorkerBase[AsyncHandler]):
     sidecar has ended its stream; ``False`` reconnects instead. ``instance_id`` and
     ``unique_instance`` choose the instance id as for the sync worker, ``tracing`` and
     ``tracer_provider`` the handler spans (each item's task runs in its own span).
+    ``max_concurrency`` (the executor size: a semaphore of that many item tasks per job) and
+    ``max_concurrent_executions`` (default: the executor size) mean what they mean for
+    :class:`shardcar.Worker`.
     """
 
     def _setup(self) -> None:
@@ -120,12 +124,24 @@ class Worker(WorkerBase[AsyncHandler]):
             self._stub = pb_grpc.WorkerServiceStub(self._channel)
         return self._stub
 
-    def _runner(self, config: JobSpec, handler: AsyncHandler, overwrite: bool, n: int) -> Any:
-        return _JobRunner(self, config, handler, overwrite, n)
+    def _runner(
+        self, config: JobSpec, handler: AsyncHandler, overwrite: bool, n: int, executions: int
+    ) -> Any:
+        return _JobRunner(self, config, handler, overwrite, n, executions)
 
-    def subscribe(self, job: JobSpec, *, overwrite: bool = False) -> Subscription:
-        """Opens a raw event stream for ``job`` (no handlers, no reconnect, leases not enforced)."""
-        request = self._subscribe_request(job, overwrite)
+    def subscribe(
+        self,
+        job: JobSpec,
+        *,
+        overwrite: bool = False,
+        max_concurrent_executions: Optional[int] = None,
+    ) -> Subscription:
+        """Opens a raw event stream for ``job`` (no handlers, no reconnect, leases not enforced).
+
+        ``max_concurrent_executions`` (1 to 1024) is sent to the sidecar; unset (``None``) it
+        gives this stream one execution at a time. A caller that asks for more must run that
+        many triggers at once and answer each on its own."""
+        request = self._subscribe_request(job, overwrite, max_concurrent_executions)
         return Subscription(self._ensure_channel(), request, self.target, self.answer_timeout)
 
     def dataflow(
@@ -135,6 +151,7 @@ class Worker(WorkerBase[AsyncHandler]):
         streaming: Optional[bool] = None,
         overwrite: bool = False,
         max_concurrency: Optional[int] = None,
+        max_concurrent_executions: Optional[int] = None,
     ) -> Callable[[AsyncDataflowJobT], AsyncDataflowJobT]:
         """Decorator: a dataflow job with ``async def fetch(ctx)`` and ``async def
         process(ctx, data)``; the same semantics as :meth:`shardcar.Worker.dataflow`. A
@@ -144,7 +161,9 @@ class Worker(WorkerBase[AsyncHandler]):
 
         def register(job: AsyncDataflowJobT) -> AsyncDataflowJobT:
             handler = AsyncDataflow(job, streaming)
-            runner = self._register(spec, handler, overwrite, max_concurrency)
+            runner = self._register(
+                spec, handler, overwrite, max_concurrency, max_concurrent_executions
+            )
             handler.bind(runner)
             return job
 
@@ -309,7 +328,11 @@ class _JobRunner(RunnerBase[AsyncHandler]):
     async def _stream_loop(self) -> None:
         try:
             while not self.core.stopped:
-                sub = self.worker.subscribe(self.config, overwrite=self.overwrite)
+                sub = self.worker.subscribe(
+                    self.config,
+                    overwrite=self.overwrite,
+                    max_concurrent_executions=self.max_concurrent_executions,
+                )
                 self._sub = sub
                 self._perform(self.core.stream_opened())
                 error: Optional[ShardcarError] = None

@@ -1,7 +1,8 @@
 """The synchronous client: :class:`Worker` (decorated handlers, threads) and :class:`Subscription`.
 
 ``Worker.job`` registers a handler for a job; ``Worker.run`` subscribes every job and calls the
-handler once per item of every trigger in a thread pool (``max_concurrency`` per job). What it
+handler once per item of every trigger in a thread pool (``max_concurrency`` per job, shared by
+the job's concurrent executions: see ``max_concurrent_executions``). What it
 does with each event, answer and lease is decided by the protocol core (:mod:`shardcar._core`);
 this module is its driver: a stream thread, a timer thread, the handler pool, and the gRPC
 calls (sent asynchronously, their results fed back to the core). On Ctrl-C / SIGTERM it drains
@@ -95,7 +96,15 @@ class Worker(WorkerBase[Handler]):
     """A worker process's connection to its local sidecar, with handlers per job.
 
     ``target``: ``host:port`` or ``unix:///path``; default ``$SHARDCAR_TARGET`` or
-    ``127.0.0.1:50061``. ``max_concurrency``: items run at once per job (overridable per job).
+    ``127.0.0.1:50061``. ``max_concurrency``: the executor size, items run at once per job, in
+    one pool per job shared by all of the job's executions (overridable per job).
+    ``max_concurrent_executions``: how many executions of a job the worker runs at once, as it
+    tells the sidecar; default each job's executor size (at most 1024). A worker running fewer
+    than that many is also sent FAILOVER runs (a crashed peer's items) and MISFIRE catch-ups,
+    which run beside what runs, each answered on its own; cron fires and trigger-once requests
+    still come only when it runs nothing. ``1`` keeps ElasticJob's one execution at a time. An
+    execution needs at least one slot of the pool, so it must be from 1 to ``max_concurrency``
+    (and 1024): ``ValueError`` otherwise. Overridable per job.
     ``connect_timeout``: how long the first connection may keep failing before :meth:`run`
     raises :class:`SidecarUnavailableError`; once registered, reconnects are retried forever
     (``backoff_initial``, ``backoff_max``; the same bounds pace resent answers), unless the
@@ -129,12 +138,24 @@ class Worker(WorkerBase[Handler]):
         self._stop = threading.Event()
         self._wake = threading.Event()
 
-    def _runner(self, config: JobSpec, handler: Handler, overwrite: bool, n: int) -> Any:
-        return _JobRunner(self, config, handler, overwrite, n)
+    def _runner(
+        self, config: JobSpec, handler: Handler, overwrite: bool, n: int, executions: int
+    ) -> Any:
+        return _JobRunner(self, config, handler, overwrite, n, executions)
 
-    def subscribe(self, job: JobSpec, *, overwrite: bool = False) -> Subscription:
-        """Opens a raw event stream for ``job`` (no handlers, no reconnect, leases not enforced)."""
-        request = self._subscribe_request(job, overwrite)
+    def subscribe(
+        self,
+        job: JobSpec,
+        *,
+        overwrite: bool = False,
+        max_concurrent_executions: Optional[int] = None,
+    ) -> Subscription:
+        """Opens a raw event stream for ``job`` (no handlers, no reconnect, leases not enforced).
+
+        ``max_concurrent_executions`` (1 to 1024) is sent to the sidecar; unset (``None``) it
+        gives this stream one execution at a time. A caller that asks for more must run that
+        many triggers at once and answer each on its own."""
+        request = self._subscribe_request(job, overwrite, max_concurrent_executions)
         return Subscription(self._stub, request, self.target, self.answer_timeout)
 
     def dataflow(
@@ -144,6 +165,7 @@ class Worker(WorkerBase[Handler]):
         streaming: Optional[bool] = None,
         overwrite: bool = False,
         max_concurrency: Optional[int] = None,
+        max_concurrent_executions: Optional[int] = None,
     ) -> Callable[[DataflowJobT], DataflowJobT]:
         """Decorator: a dataflow job (ElasticJob's ``DataflowJob``), an object or a class (made
         once, without arguments) with ``fetch(ctx) -> list`` and ``process(ctx, data)``, runs
@@ -162,7 +184,9 @@ class Worker(WorkerBase[Handler]):
 
         def register(job: DataflowJobT) -> DataflowJobT:
             handler = SyncDataflow(job, streaming)
-            runner = self._register(spec, handler, overwrite, max_concurrency)
+            runner = self._register(
+                spec, handler, overwrite, max_concurrency, max_concurrent_executions
+            )
             handler.bind(runner)
             return job
 
@@ -313,7 +337,11 @@ class _JobRunner(RunnerBase[Handler]):
     # -- stream ---------------------------------------------------------------------------------
     def _stream_loop(self) -> None:
         while not self.core.stopped:
-            sub = self.worker.subscribe(self.config, overwrite=self.overwrite)
+            sub = self.worker.subscribe(
+                self.config,
+                overwrite=self.overwrite,
+                max_concurrent_executions=self.max_concurrent_executions,
+            )
             self._sub = sub
             self._perform(self.core.stream_opened())
             if self._closing.is_set():

@@ -66,7 +66,7 @@ EXECUTION_OUTCOME_FAILED: ExecutionOutcome
 EXECUTION_OUTCOME_REVOKED: ExecutionOutcome
 
 class SubscribeRequest(_message.Message):
-    __slots__ = ("job_name", "config", "overwrite", "pid", "instance_id", "labels", "instance_suffix")
+    __slots__ = ("job_name", "config", "overwrite", "pid", "instance_id", "labels", "instance_suffix", "max_concurrent_executions")
     class LabelsEntry(_message.Message):
         __slots__ = ("key", "value")
         KEY_FIELD_NUMBER: _ClassVar[int]
@@ -81,6 +81,7 @@ class SubscribeRequest(_message.Message):
     INSTANCE_ID_FIELD_NUMBER: _ClassVar[int]
     LABELS_FIELD_NUMBER: _ClassVar[int]
     INSTANCE_SUFFIX_FIELD_NUMBER: _ClassVar[int]
+    MAX_CONCURRENT_EXECUTIONS_FIELD_NUMBER: _ClassVar[int]
     job_name: str
     config: JobConfig
     overwrite: bool
@@ -88,7 +89,8 @@ class SubscribeRequest(_message.Message):
     instance_id: str
     labels: _containers.ScalarMap[str, str]
     instance_suffix: str
-    def __init__(self, job_name: _Optional[str] = ..., config: _Optional[_Union[JobConfig, _Mapping]] = ..., overwrite: bool = ..., pid: _Optional[int] = ..., instance_id: _Optional[str] = ..., labels: _Optional[_Mapping[str, str]] = ..., instance_suffix: _Optional[str] = ...) -> None: ...
+    max_concurrent_executions: int
+    def __init__(self, job_name: _Optional[str] = ..., config: _Optional[_Union[JobConfig, _Mapping]] = ..., overwrite: bool = ..., pid: _Optional[int] = ..., instance_id: _Optional[str] = ..., labels: _Optional[_Mapping[str, str]] = ..., instance_suffix: _Optional[str] = ..., max_concurrent_executions: _Optional[int] = ...) -> None: ...
 
 class JobConfig(_message.Message):
     __slots__ = ("job_name", "cron", "time_zone", "sharding_total_count", "sharding_item_parameters", "job_parameter", "failover", "misfire", "monitor_execution", "sharding_strategy", "max_time_diff_seconds", "reconcile_interval_minutes", "description", "disabled", "props", "execution_timeout_seconds", "job_type")

@@ -39,7 +39,12 @@ import java.util.function.Function;
  * callback, an item thread, a timer), so a handler's {@code isCancelled()} compares the lease with
  * the clock at the moment of the call. The outputs are performed, in the order decided, on one
  * event thread per registration, which also runs the timer and every {@link WorkerListener}
- * callback. Handlers run on a bounded pool of item threads.
+ * callback. Handlers run on a bounded pool of item threads ({@code itemConcurrency}), shared by the
+ * items of every execution that runs: with {@code maxConcurrentExecutions} above 1 the sidecar may
+ * send a FAILOVER or MISFIRE trigger while an execution runs; its items are started at once, beside
+ * the others, and each item is answered on its own. Nothing here keeps "the" current execution:
+ * runs are keyed by (stream, execution, item), a revoke cancels the items it names, and a lapsed
+ * lease, a lost stream or a close cancels the items of every execution.
  */
 public final class JobRegistration implements AutoCloseable {
   /** Where a registration is in its life. */
@@ -389,7 +394,9 @@ public final class JobRegistration implements AutoCloseable {
 
   /**
    * What every subscription of a registration sends, the first and each reconnect alike: the same
-   * pid, explicit instance id or instance suffix, so the instance keeps its id.
+   * pid, explicit instance id or instance suffix, so the instance keeps its id; and the worker's
+   * {@code max_concurrent_executions}, how many executions of the job it runs at once (its item
+   * pool runs the items of all of them).
    */
   static SubscribeRequest subscribeRequest(Settings settings, String jobName, JobConfig config) {
     SubscribeRequest.Builder request = SubscribeRequest.newBuilder()
@@ -397,6 +404,7 @@ public final class JobRegistration implements AutoCloseable {
         .setPid((int) settings.pid())
         .setInstanceId(settings.instanceId())
         .setInstanceSuffix(settings.instanceSuffix())
+        .setMaxConcurrentExecutions(settings.maxConcurrentExecutions())
         .putAllLabels(settings.labels());
     if (config != null) {
       request.setConfig(ProtoMapping.toProto(config)).setOverwrite(config.isOverwrite());

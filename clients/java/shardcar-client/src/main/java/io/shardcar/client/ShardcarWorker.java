@@ -38,6 +38,15 @@ import java.util.logging.Logger;
  * <p>A failed item (the handler threw: {@code ReportFailure}) is not retried before the job's
  * next fire: it runs again at the next cron fire or manual trigger, not at once.
  *
+ * <p><b>Concurrent executions.</b> Each job's handlers run on a pool of
+ * {@link Builder#itemConcurrency(int) itemConcurrency} threads (the executor size), shared by the
+ * items of all of the job's executions. The worker tells the sidecar how many executions it runs at
+ * once, {@link Builder#maxConcurrentExecutions(int) maxConcurrentExecutions}, by default the
+ * executor size: while it runs fewer, the sidecar also sends it FAILOVER runs (a crashed peer's
+ * items) and MISFIRE catch-ups, which start at once beside what runs and are answered each on its
+ * own; cron fires and trigger-once requests still come only when it runs nothing, as in ElasticJob.
+ * {@code maxConcurrentExecutions(1)} keeps ElasticJob's one execution at a time.
+ *
  * <p>Instance ids: the sidecar names the instance {@code {sidecar ip}@-@{pid}}. In a container
  * (where several workers sharing a sidecar may all be pid 1) the worker sends an instance suffix
  * instead, and the id is {@code {ip}@-@{pid}-{8 random hex chars}}, the random part chosen once
@@ -63,6 +72,8 @@ public final class ShardcarWorker implements AutoCloseable {
   public static final String DEFAULT_TARGET = "127.0.0.1:50061";
   /** Environment variable naming the sidecar when the builder sets no target. */
   public static final String TARGET_ENV = "SHARDCAR_TARGET";
+  /** The most executions a worker may ask to run at once ({@code SubscribeRequest.max_concurrent_executions}). */
+  public static final int MAX_CONCURRENT_EXECUTIONS = 1024;
 
   /**
    * Whether the worker sends an {@code instance_suffix}, so that its instance id is
@@ -139,6 +150,27 @@ public final class ShardcarWorker implements AutoCloseable {
    */
   public String getInstanceSuffix() {
     return settings.instanceSuffix();
+  }
+
+  /**
+   * The executor size: how many items of one job run at once on this worker, whichever execution
+   * they belong to.
+   *
+   * @return the size of each job's item pool
+   */
+  public int getItemConcurrency() {
+    return settings.itemConcurrency();
+  }
+
+  /**
+   * How many executions of one job this worker runs at once, as every subscription tells the
+   * sidecar ({@code max_concurrent_executions}): {@link Builder#maxConcurrentExecutions(int)}, else
+   * the executor size ({@link #getItemConcurrency()}, at most {@value #MAX_CONCURRENT_EXECUTIONS}).
+   *
+   * @return from 1 to {@value #MAX_CONCURRENT_EXECUTIONS}
+   */
+  public int getMaxConcurrentExecutions() {
+    return settings.maxConcurrentExecutions();
   }
 
   /**
@@ -345,6 +377,8 @@ public final class ShardcarWorker implements AutoCloseable {
     private Predicate<String> fileExists = path -> Files.exists(Path.of(path));
     private final Map<String, String> labels = new LinkedHashMap<>();
     private int itemConcurrency = Math.max(2, Runtime.getRuntime().availableProcessors());
+    /** Null: the executor size ({@link #itemConcurrency}, at most 1024). */
+    private Integer maxConcurrentExecutions;
     private Duration connectTimeout = Duration.ofSeconds(30);
     private Duration backoffInitial = Duration.ofMillis(200);
     private Duration backoffMax = Duration.ofSeconds(5);
@@ -424,7 +458,9 @@ public final class ShardcarWorker implements AutoCloseable {
     }
 
     /**
-     * How many items of this worker's triggers run at once, per job (default: cores, at least 2).
+     * The executor size: how many items run at once per job (default: cores, at least 2), on one
+     * pool per job shared by the items of all of its executions (see
+     * {@link #maxConcurrentExecutions(int)}).
      *
      * @param threads items run at once, at least 1
      * @return this builder
@@ -435,6 +471,46 @@ public final class ShardcarWorker implements AutoCloseable {
       }
       this.itemConcurrency = threads;
       return this;
+    }
+
+    /**
+     * How many executions of one job the worker runs at once, sent to the sidecar with every
+     * subscription ({@code max_concurrent_executions}). Unset, it is the executor size
+     * ({@link #itemConcurrency(int)}, at most {@value ShardcarWorker#MAX_CONCURRENT_EXECUTIONS}): an
+     * execution needs at least one item thread, so that many can all be running, while more could
+     * only queue for a thread with the sidecar counting them as running. While the worker runs
+     * fewer executions than this, the sidecar also sends it FAILOVER runs (a crashed peer's items)
+     * and MISFIRE catch-ups, started at once beside what runs, each answered on its own; cron fires
+     * and trigger-once requests still come only when it runs nothing. The items of concurrent
+     * executions share the pool, first come first served, so a FAILOVER run that arrives while
+     * every thread is busy starts when the first of them returns. {@code 1} is ElasticJob's
+     * behaviour: work only while the worker runs nothing.
+     *
+     * @param executions from 1 to {@value ShardcarWorker#MAX_CONCURRENT_EXECUTIONS}, and at most
+     *     the executor size (checked by {@link #build()})
+     * @return this builder
+     * @throws IllegalArgumentException outside 1 to {@value ShardcarWorker#MAX_CONCURRENT_EXECUTIONS}
+     */
+    public Builder maxConcurrentExecutions(int executions) {
+      if (executions < 1 || executions > MAX_CONCURRENT_EXECUTIONS) {
+        throw new IllegalArgumentException("maxConcurrentExecutions must be 1 to " + MAX_CONCURRENT_EXECUTIONS
+            + " (how many executions of a job the worker runs at once), got " + executions);
+      }
+      this.maxConcurrentExecutions = executions;
+      return this;
+    }
+
+    /** {@link #maxConcurrentExecutions(int)} as {@link #build()} will send it. */
+    int resolveMaxConcurrentExecutions() {
+      if (maxConcurrentExecutions == null) {
+        return Math.min(itemConcurrency, MAX_CONCURRENT_EXECUTIONS);
+      }
+      if (maxConcurrentExecutions > itemConcurrency) {
+        throw new IllegalArgumentException("maxConcurrentExecutions " + maxConcurrentExecutions
+            + " exceeds itemConcurrency " + itemConcurrency + ": every execution needs at least one of the job's "
+            + itemConcurrency + " item threads, so at most " + itemConcurrency + " executions can run at once");
+      }
+      return maxConcurrentExecutions;
     }
 
     /**
@@ -590,6 +666,7 @@ public final class ShardcarWorker implements AutoCloseable {
           resolveInstanceSuffix(),
           Map.copyOf(labels),
           itemConcurrency,
+          resolveMaxConcurrentExecutions(),
           connectTimeout,
           backoffInitial,
           backoffMax,
@@ -604,6 +681,8 @@ public final class ShardcarWorker implements AutoCloseable {
      * Creates the worker; nothing is dialled until the first {@code register}.
      *
      * @return the worker
+     * @throws IllegalArgumentException when {@link #maxConcurrentExecutions(int)} exceeds
+     *     {@link #itemConcurrency(int)}
      */
     public ShardcarWorker build() {
       return new ShardcarWorker(settings());

@@ -58,6 +58,47 @@ class ShardcarWorkerTest {
     assertThrows(IllegalArgumentException.class, () -> ShardcarWorker.builder().connectTimeout(Duration.ZERO));
   }
 
+  @Test
+  void maxConcurrentExecutionsIsTheExecutorSizeUnlessSet() {
+    JobConfig config = JobConfig.newBuilder("j", 1).cron("* * * * * ?").build();
+    Settings three = ShardcarWorker.builder().target("127.0.0.1:1").itemConcurrency(3).settings();
+    assertEquals(3, three.maxConcurrentExecutions());
+    assertEquals(3, JobRegistration.subscribeRequest(three, "j", config).getMaxConcurrentExecutions());
+    assertEquals(3, JobRegistration.subscribeRequest(three, "j", null).getMaxConcurrentExecutions(),
+        "a job joined by name sends it too");
+    int cores = Math.max(2, Runtime.getRuntime().availableProcessors());
+    assertEquals(Math.min(cores, ShardcarWorker.MAX_CONCURRENT_EXECUTIONS),
+        ShardcarWorker.builder().target("127.0.0.1:1").settings().maxConcurrentExecutions(), "the default pool's size");
+    assertEquals(1024, ShardcarWorker.builder().target("127.0.0.1:1").itemConcurrency(5000).settings()
+        .maxConcurrentExecutions(), "capped at the sidecar's limit");
+
+    Settings elastic = ShardcarWorker.builder().target("127.0.0.1:1").itemConcurrency(4).maxConcurrentExecutions(1)
+        .settings();
+    assertEquals(4, elastic.itemConcurrency());
+    assertEquals(1, JobRegistration.subscribeRequest(elastic, "j", config).getMaxConcurrentExecutions());
+    // The order of the builder calls does not matter: checked when the settings are made.
+    assertEquals(2, ShardcarWorker.builder().target("127.0.0.1:1").maxConcurrentExecutions(2).itemConcurrency(2)
+        .settings().maxConcurrentExecutions());
+    try (ShardcarWorker worker = ShardcarWorker.builder().target("127.0.0.1:1").itemConcurrency(6)
+        .maxConcurrentExecutions(5).build()) {
+      assertEquals(6, worker.getItemConcurrency());
+      assertEquals(5, worker.getMaxConcurrentExecutions());
+    }
+  }
+
+  @Test
+  void maxConcurrentExecutionsOutOfRangeOrAboveTheExecutorSizeIsRefused() {
+    for (int bad : new int[] {0, -1, 1025, Integer.MAX_VALUE}) {
+      IllegalArgumentException e = assertThrows(IllegalArgumentException.class,
+          () -> ShardcarWorker.builder().maxConcurrentExecutions(bad));
+      assertTrue(e.getMessage().contains("maxConcurrentExecutions must be 1 to 1024"), e.getMessage());
+    }
+    IllegalArgumentException tooMany = assertThrows(IllegalArgumentException.class,
+        () -> ShardcarWorker.builder().target("127.0.0.1:1").itemConcurrency(2).maxConcurrentExecutions(3).build());
+    assertTrue(tooMany.getMessage().contains("maxConcurrentExecutions 3 exceeds itemConcurrency 2"),
+        tooMany.getMessage());
+  }
+
   /** A builder whose container probe sees only {@code files} and {@code env}, with a fixed random token. */
   private static ShardcarWorker.Builder probed(long pid, Set<String> files, Map<String, String> env) {
     return ShardcarWorker.builder()

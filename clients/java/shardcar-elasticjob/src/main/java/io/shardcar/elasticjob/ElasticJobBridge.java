@@ -24,6 +24,13 @@ import org.apache.shardingsphere.elasticjob.simple.job.SimpleJob;
  * (one-off, or streaming with the {@code streaming.process} property; see
  * {@link DataflowHandler}).
  *
+ * <p>The job runs on the worker's item pool and with the worker's {@code max_concurrent_executions}
+ * ({@link ShardcarWorker.Builder#maxConcurrentExecutions(int)}, default the executor size): a busy
+ * instance also takes FAILOVER and MISFIRE runs beside what runs, so {@code execute} may be called for
+ * items of two executions at once, as it already is for the items of one. The {@code run(job, config)}
+ * forms use a worker with the defaults; pass one built with {@code maxConcurrentExecutions(1)} for
+ * ElasticJob's one execution at a time.
+ *
  * <pre>{@code
  * // before: new ScheduleJobBootstrap(registryCenter, new MyJob(), jobConfig).schedule();
  * ShardcarWorker worker = ElasticJobBridge.run(new MyJob(), jobConfig);

@@ -7,6 +7,8 @@ import io.grpc.stub.MetadataUtils;
 import io.shardcar.v1.AdminServiceGrpc;
 import io.shardcar.v1.DisableJobRequest;
 import io.shardcar.v1.ExecutionInfo;
+import io.shardcar.v1.GetJobRequest;
+import io.shardcar.v1.ItemInfo;
 import io.shardcar.v1.ListExecutionsRequest;
 import io.shardcar.v1.ShutdownInstanceRequest;
 import io.shardcar.v1.TriggerJobRequest;
@@ -57,6 +59,16 @@ public final class SidecarAdmin implements AutoCloseable {
   /** Disables the job ({@code DisableJob}): its instances are assigned no items. */
   public void disableJob(String jobName) {
     stub.withDeadlineAfter(10, TimeUnit.SECONDS).disableJob(DisableJobRequest.newBuilder().setJobName(jobName).build());
+  }
+
+  /** The job's items as the registry has them ({@code GetJob}): owner, running, failover flags. */
+  public Map<Integer, ItemInfo> items(String jobName) {
+    Map<Integer, ItemInfo> items = new java.util.TreeMap<>();
+    for (ItemInfo item : stub.withDeadlineAfter(10, TimeUnit.SECONDS)
+        .getJob(GetJobRequest.newBuilder().setJobName(jobName).build()).getJob().getItemsList()) {
+      items.put(item.getItem(), item);
+    }
+    return items;
   }
 
   /** Finished executions of the job, newest first. */

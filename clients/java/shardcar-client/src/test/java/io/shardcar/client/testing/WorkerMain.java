@@ -47,8 +47,10 @@ import java.util.concurrent.locks.LockSupport;
  * s, then does its "final write" (prints {@code FINAL_WRITE}); an interrupt ends the block, the
  * handler prints {@code INTERRUPTED}, skips the write and returns normally (it swallows the
  * interrupt, so only the contract keeps it from being answered); every other handler returns at
- * once. Mode {@code quick}: every handler returns at once. The job fires only when triggered by
- * hand.
+ * once. Mode {@code quick}: every handler returns at once. Mode {@code hold}: the job has two items
+ * and failover on ({@link #failoverJob}); the first item's handler blocks as in {@code sleep} (the
+ * test kills the process meanwhile), every other handler returns at once. The job fires only when
+ * triggered by hand.
  */
 public final class WorkerMain {
   /** A cron that never fires in a test's lifetime: triggers come from {@code Admin.TriggerJob}. */
@@ -57,6 +59,11 @@ public final class WorkerMain {
   public static final long BLOCK_SECONDS = 300;
 
   private WorkerMain() {}
+
+  /** The job of mode {@code hold}: two items, failover on, fired only by hand. */
+  public static JobConfig failoverJob(String jobName) {
+    return JobConfig.newBuilder(jobName, 2).cron(NEVER).failover(true).overwrite(true).build();
+  }
 
   public static void main(String[] args) throws Exception {
     String target = args[0];
@@ -70,14 +77,18 @@ public final class WorkerMain {
         .shutdownGracePeriod(Duration.ofSeconds(2))
         .listener(new Printer())
         .build();
+    JobConfig config = mode.equals("hold")
+        ? failoverJob(jobName)
+        : JobConfig.newBuilder(jobName, 1).cron(NEVER).overwrite(true).build();
     JobRegistration registration = worker.register(
-        JobConfig.newBuilder(jobName, 1).cron(NEVER).overwrite(true).build(),
+        config,
         ctx -> {
           print("STARTED " + ctx.getExecutionId() + " " + ctx.getShardingItem());
           if (!mode.equals("quick") && first.getAndSet(false)) {
             switch (mode) {
               case "spin" -> spinUntilCancelled(ctx);
               case "sleep", "await" -> blockThenWrite(ctx, mode);
+              case "hold" -> blockThenWrite(ctx, "sleep");
               default -> throw new IllegalArgumentException("unknown mode " + mode);
             }
           }

@@ -41,6 +41,9 @@ public class ShardcarAutoConfiguration {
     if (properties.getItemConcurrency() != null) {
       builder.itemConcurrency(properties.getItemConcurrency());
     }
+    if (properties.getMaxConcurrentExecutions() != null) {
+      builder.maxConcurrentExecutions(properties.getMaxConcurrentExecutions());
+    }
     listener.ifUnique(builder::listener);
     return builder.build();
   }

@@ -32,8 +32,20 @@ public class ShardcarProperties {
   /** How long running items may finish when the application stops, before they are interrupted. */
   private Duration shutdownGracePeriod = Duration.ofSeconds(10);
 
-  /** Items of one job run at once on this worker; unset: the number of cores, at least 2. */
+  /**
+   * The executor size: items of one job run at once on this worker, whichever execution they
+   * belong to; unset: the number of cores, at least 2.
+   */
   private Integer itemConcurrency;
+
+  /**
+   * Executions of one job run at once on this worker ({@code max_concurrent_executions}, sent to
+   * the sidecar): while it runs fewer, the sidecar also gives it FAILOVER runs (a crashed peer's
+   * items) and MISFIRE catch-ups beside what runs. Unset: the executor size
+   * ({@code item-concurrency}, at most 1024); 1 is ElasticJob's one execution at a time. 1 to 1024
+   * and at most the executor size.
+   */
+  private Integer maxConcurrentExecutions;
 
   /**
    * The instance id to register as, instead of the sidecar's {@code {ip}@-@{pid}} (or
@@ -89,6 +101,14 @@ public class ShardcarProperties {
 
   public void setItemConcurrency(Integer itemConcurrency) {
     this.itemConcurrency = itemConcurrency;
+  }
+
+  public Integer getMaxConcurrentExecutions() {
+    return maxConcurrentExecutions;
+  }
+
+  public void setMaxConcurrentExecutions(Integer maxConcurrentExecutions) {
+    this.maxConcurrentExecutions = maxConcurrentExecutions;
   }
 
   public String getInstanceId() {

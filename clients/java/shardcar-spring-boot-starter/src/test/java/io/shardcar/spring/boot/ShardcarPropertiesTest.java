@@ -2,15 +2,20 @@ package io.shardcar.spring.boot;
 
 import static org.junit.jupiter.api.Assertions.assertEquals;
 import static org.junit.jupiter.api.Assertions.assertFalse;
+import static org.junit.jupiter.api.Assertions.assertNull;
+import static org.junit.jupiter.api.Assertions.assertThrows;
 import static org.junit.jupiter.api.Assertions.assertTrue;
 
 import io.shardcar.client.JobConfig;
+import io.shardcar.client.ShardcarWorker;
+import io.shardcar.client.WorkerListener;
 import io.shardcar.client.ShardingStrategy;
 import java.time.Duration;
 import java.util.LinkedHashMap;
 import java.util.Map;
 import org.apache.shardingsphere.elasticjob.api.JobConfiguration;
 import org.junit.jupiter.api.Test;
+import org.springframework.beans.factory.support.StaticListableBeanFactory;
 import org.springframework.boot.context.properties.bind.Bindable;
 import org.springframework.boot.context.properties.bind.Binder;
 import org.springframework.boot.context.properties.source.MapConfigurationPropertySource;
@@ -96,5 +101,39 @@ class ShardcarPropertiesTest {
     assertEquals("", c.getCron());
     assertEquals(0, c.getExecutionTimeoutSeconds());
     assertFalse(c.isStreamingProcess());
+  }
+
+  /** The worker bean the auto-configuration makes from {@code properties} (nothing is dialled). */
+  private static ShardcarWorker workerOf(ShardcarProperties properties) {
+    return new ShardcarAutoConfiguration().shardcarWorker(
+        properties, new StaticListableBeanFactory().getBeanProvider(WorkerListener.class));
+  }
+
+  @Test
+  void maxConcurrentExecutionsReachesTheWorkerAndDefaultsToTheExecutorSize() {
+    ShardcarProperties set = bind(Map.of(
+        "shardcar.target", "127.0.0.1:1",
+        "shardcar.item-concurrency", "4",
+        "shardcar.max-concurrent-executions", "2"));
+    assertEquals(4, set.getItemConcurrency());
+    assertEquals(2, set.getMaxConcurrentExecutions());
+    try (ShardcarWorker worker = workerOf(set)) {
+      assertEquals(4, worker.getItemConcurrency());
+      assertEquals(2, worker.getMaxConcurrentExecutions());
+    }
+    ShardcarProperties camel = bind(Map.of(
+        "shardcar.target", "127.0.0.1:1", "shardcar.itemConcurrency", "3", "shardcar.maxConcurrentExecutions", "1"));
+    try (ShardcarWorker worker = workerOf(camel)) {
+      assertEquals(1, worker.getMaxConcurrentExecutions(), "1: ElasticJob's one execution at a time");
+    }
+    ShardcarProperties unset = bind(Map.of("shardcar.target", "127.0.0.1:1", "shardcar.item-concurrency", "3"));
+    assertNull(unset.getMaxConcurrentExecutions());
+    try (ShardcarWorker worker = workerOf(unset)) {
+      assertEquals(3, worker.getMaxConcurrentExecutions(), "the executor size");
+    }
+    assertThrows(IllegalArgumentException.class, () -> workerOf(bind(Map.of(
+        "shardcar.target", "127.0.0.1:1", "shardcar.item-concurrency", "2", "shardcar.max-concurrent-executions", "3"))));
+    assertThrows(IllegalArgumentException.class, () -> workerOf(bind(Map.of(
+        "shardcar.target", "127.0.0.1:1", "shardcar.max-concurrent-executions", "0"))));
   }
 }
