@@ -253,10 +253,14 @@ pub async fn run(
         ));
 
     let drained = CancellationToken::new();
+    // Whether the drain ended with every local instance gone (a job's driver may retire a
+    // moment after it said so, so the job table alone cannot tell).
+    let released = Arc::new(std::sync::atomic::AtomicBool::new(false));
     let grace = settings.shutdown_grace;
     let (hard_deadline_tx, hard_deadline_rx) = tokio::sync::watch::channel(None);
     let signal = {
         let (coordinator, health, drained) = (coordinator.clone(), health.clone(), drained.clone());
+        let released = released.clone();
         let draining = draining.clone();
         async move {
             shutdown.await;
@@ -278,7 +282,8 @@ pub async fn run(
                 .await;
             // Leave room within the grace to close the session and the listener.
             let margin = (grace / 10).min(Duration::from_secs(1));
-            coordinator.drain(started + grace - margin).await;
+            let all = coordinator.drain(started + grace - margin).await;
+            released.store(all, std::sync::atomic::Ordering::SeqCst);
             drained.cancel();
         }
     };
@@ -380,7 +385,7 @@ pub async fn run(
         // What is still queued goes out while the session closes, within the grace.
         db.close(end.checked_sub(Duration::from_millis(100)).unwrap_or(end));
     }
-    if coordinator.is_empty() {
+    if coordinator.is_empty() || released.load(std::sync::atomic::Ordering::SeqCst) {
         // Every instance left: close the session, so its ephemeral nodes go at once.
         let _ = tokio::time::timeout(left() / 2, registry.close()).await;
     } else {

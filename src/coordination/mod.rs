@@ -361,7 +361,9 @@ impl Coordinator {
     /// `Shutdown`; each instance leaves once its work is answered or its lease (no longer
     /// renewed one lease before the deadline) has run out. Returns when every job is done or
     /// the deadline has passed.
-    pub async fn drain(&self, deadline: Instant) {
+    /// Returns whether every job answered in time with every local instance gone (a job that
+    /// retired meanwhile has none): only then may the session be closed at once.
+    pub async fn drain(&self, deadline: Instant) -> bool {
         let drivers: Vec<mpsc::Sender<JobCmd>> = self
             .shared
             .jobs
@@ -380,10 +382,15 @@ impl Coordinator {
                 .await
                 .is_ok()
             {
-                let _ = reply_rx.await;
+                // A driver that retired before answering had no instance left.
+                reply_rx.await.unwrap_or(true)
+            } else {
+                true
             }
         });
-        let _ = tokio::time::timeout_at(deadline.into(), futures::future::join_all(drains)).await;
+        tokio::time::timeout_at(deadline.into(), futures::future::join_all(drains))
+            .await
+            .is_ok_and(|released| released.into_iter().all(|r| r))
     }
 
     /// Whether every job's work is given back (no job left with local instances).

@@ -321,10 +321,13 @@ impl ChildWorker {
 
 impl Drop for ChildWorker {
     fn drop(&mut self) {
-        let _ = Command::new("kill")
-            .args(["-CONT", &self.pid().to_string()])
-            .status();
-        let _ = self.child.kill();
+        // Only a child not reaped yet may be signalled: a reaped one's pid may be another's.
+        if matches!(self.child.try_wait(), Ok(None)) {
+            let _ = Command::new("kill")
+                .args(["-CONT", &self.pid().to_string()])
+                .status();
+            let _ = self.child.kill();
+        }
         let _ = self.child.wait();
     }
 }

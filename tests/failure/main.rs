@@ -576,6 +576,14 @@ async fn sigterm_drains_workers_and_peers_take_over_at_once() {
         .await
         .expect("the sidecar exits within its grace period");
     assert!(status.success(), "exit status {status:?}");
+    // Every worker left: the session is closed at once rather than left to expire (a job's
+    // driver retiring a moment after its drain answered once made the sidecar think not).
+    let log = a.log();
+    assert!(
+        !log.contains("left to expire"),
+        "a drain that released every worker leaves the session to expire:\n{}",
+        a.log_tail(20)
+    );
 }
 
 #[tokio::test(flavor = "multi_thread")]

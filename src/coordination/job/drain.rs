@@ -71,7 +71,8 @@ impl JobState {
                 warn!(job = %self.name, left = self.locals.len(), "drain deadline reached with instances left");
             }
             self.drain = None;
-            self.reply(reply, Reply::Drained, out);
+            let released = self.locals.is_empty();
+            self.reply(reply, Reply::Drained { released }, out);
         }
     }
 }

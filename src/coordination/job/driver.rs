@@ -67,7 +67,8 @@ pub(crate) enum JobCmd {
     },
     Drain {
         deadline: Instant,
-        reply: oneshot::Sender<()>,
+        /// Whether every local instance has left.
+        reply: oneshot::Sender<bool>,
     },
     /// See [`Input::ContinueTrace`].
     ContinueTrace {
@@ -81,7 +82,7 @@ pub(crate) enum JobCmd {
 enum ReplyTx {
     Join(oneshot::Sender<Result<JobConfiguration, CoordError>>),
     Answer(oneshot::Sender<Result<(), CoordError>>),
-    Drain(oneshot::Sender<()>),
+    Drain(oneshot::Sender<bool>),
 }
 
 struct Sink {
@@ -395,8 +396,8 @@ impl Driver {
                 (Some(ReplyTx::Answer(tx)), Reply::Answered(r)) => {
                     let _ = tx.send(r);
                 }
-                (Some(ReplyTx::Drain(tx)), Reply::Drained) => {
-                    let _ = tx.send(());
+                (Some(ReplyTx::Drain(tx)), Reply::Drained { released }) => {
+                    let _ = tx.send(released);
                 }
                 _ => {}
             },

@@ -184,7 +184,10 @@ pub(crate) enum IoResult {
 pub(crate) enum Reply {
     Joined(Result<Box<JobConfiguration>, CoordError>),
     Answered(Result<(), CoordError>),
-    Drained,
+    /// The drain is over: whether every local instance has left (else the deadline came).
+    Drained {
+        released: bool,
+    },
 }
 
 /// Something the driver must do.
