@@ -121,8 +121,22 @@ fn threads(pid: u32) -> u64 {
         .unwrap_or(0)
 }
 
+/// Sleeps until the next wall-clock instant at `frac` of a second (0.5: half past), and
+/// returns that instant in seconds since the epoch.
+async fn at_fraction_of_second(frac: f64) -> f64 {
+    let now = SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .unwrap()
+        .as_secs_f64();
+    let target = (now - frac).floor() + 1.0 + frac;
+    tokio::time::sleep(Duration::from_secs_f64(target - now)).await;
+    target
+}
+
 /// ZooKeeper transactions per execution for one job of `items` items, one worker answering at
 /// once, firing every second: the start and the end are one multi-op each, whatever the count.
+/// The window runs from half past one second to half past another, so it holds whole runs
+/// (fires are on the second and answered within it); its runs are those fired inside it.
 async fn bench_transactions_per_item_count(zk: &ZooKeeper) {
     for items in [1, 8, 64] {
         let ns = format!("bench-txns-{items}");
@@ -140,10 +154,20 @@ async fn bench_transactions_per_item_count(zk: &ZooKeeper) {
         .unwrap();
         w.set_auto_complete(true);
         tokio::time::sleep(Duration::from_secs(2)).await;
-        let (zxid_before, runs_before) = (zxid(zk).await, w.triggers().len());
-        tokio::time::sleep(Duration::from_secs(5)).await;
-        let (zxid_after, runs_after) = (zxid(zk).await, w.triggers().len());
-        let runs = runs_after - runs_before;
+        let from = at_fraction_of_second(0.5).await;
+        let zxid_before = zxid(zk).await;
+        tokio::time::sleep(Duration::from_secs(9)).await;
+        let to = at_fraction_of_second(0.5).await;
+        let zxid_after = zxid(zk).await;
+        let runs = w
+            .triggers()
+            .into_iter()
+            .filter(|(_, t)| {
+                let fire = t.fire_time.as_ref().unwrap();
+                let fire = fire.seconds as f64 + fire.nanos as f64 / 1e9;
+                fire > from && fire < to
+            })
+            .count();
         println!(
             "zookeeper: {items} items: {} transactions for {runs} executions = {:.2} per execution (threads: {})",
             zxid_after - zxid_before,
