@@ -255,8 +255,8 @@ async fn bench_zookeeper_floor(zk: &ZooKeeper) {
     );
 }
 
-async fn bench_resharding(zk: &ZooKeeper) {
-    let ns = "bench-reshard";
+/// Three sidecars of namespace `ns`, as three hosts.
+async fn three_sidecars(zk: &ZooKeeper, ns: &str) -> Vec<Sidecar> {
     let mut cars = Vec::new();
     for ip in ["127.0.0.2", "127.0.0.3", "127.0.0.4"] {
         let options = SidecarOptions {
@@ -266,6 +266,27 @@ async fn bench_resharding(zk: &ZooKeeper) {
         };
         cars.push(Sidecar::start(options).await);
     }
+    cars
+}
+
+/// Waits (at most 10 s) until every worker has an assignment newer than the one it had
+/// (`before`, by index; a new worker has none); returns when the last of them came.
+async fn all_reassigned(workers: &[TestWorker], before: &[Option<Instant>]) -> Instant {
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while workers
+        .iter()
+        .zip(before)
+        .any(|(w, b)| last_assignment_at(w) == *b)
+        && Instant::now() < deadline
+    {
+        tokio::time::sleep(Duration::from_millis(2)).await;
+    }
+    workers.iter().filter_map(last_assignment_at).max().unwrap()
+}
+
+async fn bench_resharding(zk: &ZooKeeper) {
+    let ns = "bench-reshard";
+    let cars = three_sidecars(zk, ns).await;
     let config = job_config("reshard", NEVER, 30);
     let mut workers = Vec::new();
     for i in 0..10 {
@@ -290,16 +311,7 @@ async fn bench_resharding(zk: &ZooKeeper) {
         workers.push(joiner);
         wait_partitioned(&workers, 30).await;
         // Wait until every old worker saw a newer assignment (epoch changes for everyone).
-        let deadline = Instant::now() + Duration::from_secs(10);
-        while workers
-            .iter()
-            .zip(&before)
-            .any(|(w, b)| last_assignment_at(w) == *b)
-            && Instant::now() < deadline
-        {
-            tokio::time::sleep(Duration::from_millis(2)).await;
-        }
-        let done = workers.iter().filter_map(last_assignment_at).max().unwrap();
+        let done = all_reassigned(&workers, &before).await;
         samples.push(done.duration_since(started).as_secs_f64() * 1000.0);
         let mut leaver = workers.pop().unwrap();
         leaver.close().await;
@@ -317,15 +329,7 @@ async fn bench_resharding(zk: &ZooKeeper) {
 /// band of worker counts.
 async fn bench_growth(zk: &ZooKeeper) {
     let ns = "bench-growth";
-    let mut cars = Vec::new();
-    for ip in ["127.0.0.2", "127.0.0.3", "127.0.0.4"] {
-        let options = SidecarOptions {
-            namespace: ns.into(),
-            log_level: "warn".into(),
-            ..SidecarOptions::zk(zk.connect_string(), ip)
-        };
-        cars.push(Sidecar::start(options).await);
-    }
+    let cars = three_sidecars(zk, ns).await;
     let total = 200;
     let config = job_config("growth", NEVER, total);
     let mut workers: Vec<TestWorker> = Vec::new();
@@ -340,16 +344,7 @@ async fn bench_growth(zk: &ZooKeeper) {
                 .unwrap();
         workers.push(joiner);
         wait_partitioned(&workers, total).await;
-        let deadline = Instant::now() + Duration::from_secs(10);
-        while workers
-            .iter()
-            .zip(&before)
-            .any(|(w, b)| last_assignment_at(w) == *b)
-            && Instant::now() < deadline
-        {
-            tokio::time::sleep(Duration::from_millis(2)).await;
-        }
-        let done = workers.iter().filter_map(last_assignment_at).max().unwrap();
+        let done = all_reassigned(&workers, &before).await;
         let took = done.duration_since(started).as_secs_f64() * 1000.0;
         if let Some(band) = bands.iter().position(|(lo, hi)| (*lo..=*hi).contains(&n)) {
             samples[band].push(took);

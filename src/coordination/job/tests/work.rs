@@ -69,14 +69,20 @@ fn an_idle_member_claims_every_flagged_item_at_once_before_any_catch_up() {
         assert!(w.contains(&format!("+/j/sharding/{item}/running")), "{w:?}");
     }
     let started = s.commit_all(claimed);
-    let t = triggers(&started);
-    assert_eq!(t.len(), 1);
+    one_failover_of(&started, &[2, 3]);
+    assert!(kinds(&started).contains(&"ReleaseLatch"));
+}
+
+/// The one trigger among `actions`, a FAILOVER run of `items`.
+fn one_failover_of(actions: &[Action], items: &[i32]) -> Vec<Trigger> {
+    let t = triggers(actions);
+    assert_eq!(t.len(), 1, "{:?}", kinds(actions));
     assert_eq!(t[0].source, Source::Failover);
     assert_eq!(
         t[0].items.iter().map(|(i, _)| *i).collect::<Vec<_>>(),
-        [2, 3]
+        items
     );
-    assert!(kinds(&started).contains(&"ReleaseLatch"));
+    t
 }
 
 #[test]
@@ -277,13 +283,7 @@ fn a_busy_worker_with_room_takes_a_dead_peers_items_while_it_runs_its_own() {
         "its own running items are not touched: {w:?}"
     );
     let started = s.commit_all(claimed);
-    let t = triggers(&started);
-    assert_eq!(t.len(), 1);
-    assert_eq!(t[0].source, Source::Failover);
-    assert_eq!(
-        t[0].items.iter().map(|(i, _)| *i).collect::<Vec<_>>(),
-        [2, 3]
-    );
+    let t = one_failover_of(&started, &[2, 3]);
     assert_ne!(t[0].execution_id, own.execution_id);
     // Both runs are answered on their own, in either order.
     let done = s.answer(&own.execution_id, &[0, 1]);
