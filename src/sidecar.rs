@@ -253,8 +253,8 @@ pub async fn run(
         ));
 
     let drained = CancellationToken::new();
-    // Whether the drain ended with every local instance gone (a job's driver may retire a
-    // moment after it said so, so the job table alone cannot tell).
+    // Whether the drain ended with every local instance gone (each job's driver retires a
+    // moment after it says so).
     let released = Arc::new(std::sync::atomic::AtomicBool::new(false));
     let grace = settings.shutdown_grace;
     let (hard_deadline_tx, hard_deadline_rx) = tokio::sync::watch::channel(None);
@@ -385,7 +385,16 @@ pub async fn run(
         // What is still queued goes out while the session closes, within the grace.
         db.close(end.checked_sub(Duration::from_millis(100)).unwrap_or(end));
     }
-    if coordinator.is_empty() || released.load(std::sync::atomic::Ordering::SeqCst) {
+    if released.load(std::sync::atomic::Ordering::SeqCst) {
+        // Every job answered its drain with no instance left; each driver retires a moment
+        // later. Wait for that, briefly: a job still in the table then (a worker that
+        // subscribed after its drain) keeps the session open to expire, as below.
+        let until = std::time::Instant::now() + (left() / 4).min(Duration::from_secs(1));
+        while !coordinator.is_empty() && std::time::Instant::now() < until {
+            tokio::time::sleep(Duration::from_millis(5)).await;
+        }
+    }
+    if coordinator.is_empty() {
         // Every instance left: close the session, so its ephemeral nodes go at once.
         let _ = tokio::time::timeout(left() / 2, registry.close()).await;
     } else {
