@@ -88,7 +88,9 @@ impl JobState {
     /// Notes that the watch will tell of our own write of `path` (nodes of the job's subtree
     /// whose events are mirrored at all: not the latches').
     fn expect_own_event(&mut self, path: &str) {
-        let watched = path.starts_with(&format!("{}/", self.paths.root()))
+        let watched = path
+            .strip_prefix(self.paths.root().as_str())
+            .is_some_and(|rest| rest.starts_with('/'))
             && !matches!(
                 self.paths.classify(path),
                 JobNode::ElectionLatch | JobNode::FailoverLatch

@@ -247,8 +247,9 @@ impl JobState {
     /// Flagged failover items this sidecar may claim: none an action in flight touches, none
     /// in one of its own executions.
     fn claimable(&self) -> Vec<i32> {
+        let executing = self.executing();
         failover::flagged(&self.view, |i| {
-            self.locked.contains(&i) || self.executing().contains(&i)
+            self.locked.contains(&i) || executing.contains(&i)
         })
     }
 
