@@ -24,26 +24,18 @@
 mod child;
 #[path = "../tests/common/mod.rs"]
 mod common;
+#[path = "shared/measure.rs"]
+mod measure;
 
 use std::collections::BTreeSet;
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
-use common::{
-    job_config, subscribe_request, zookeeper::four_letter_word, Sidecar, SidecarOptions,
-    TestWorker, ZooKeeper,
-};
+use common::{job_config, subscribe_request, Sidecar, SidecarOptions, TestWorker, ZooKeeper};
+use measure::percentile;
 use shardcar::proto::subscribe_response::Event;
 use shardcar::proto::JobConfig;
 
 const NEVER: &str = "0 0 0 1 1 ? 2099";
-
-fn percentile(sorted: &[f64], p: f64) -> f64 {
-    if sorted.is_empty() {
-        return f64::NAN;
-    }
-    let rank = ((p / 100.0) * (sorted.len() - 1) as f64).round() as usize;
-    sorted[rank.min(sorted.len() - 1)]
-}
 
 fn report(name: &str, unit: &str, mut samples: Vec<f64>) {
     samples.sort_by(|a, b| a.partial_cmp(b).unwrap());
@@ -85,40 +77,15 @@ fn last_assignment_at(w: &TestWorker) -> Option<Instant> {
 }
 
 async fn zxid(zk: &ZooKeeper) -> i64 {
-    let srvr = four_letter_word(zk.client_port(0), "srvr")
-        .await
-        .expect("srvr answers");
-    let line = srvr
-        .lines()
-        .find(|l| l.starts_with("Zxid:"))
-        .expect("a Zxid line");
-    i64::from_str_radix(
-        line.trim_start_matches("Zxid:")
-            .trim()
-            .trim_start_matches("0x"),
-        16,
-    )
-    .expect("hex zxid")
+    measure::zxid(zk).await.expect("ZooKeeper's zxid")
 }
 
 fn rss_kib(pid: u32) -> u64 {
-    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).unwrap_or_default();
-    status
-        .lines()
-        .find(|l| l.starts_with("VmRSS:"))
-        .and_then(|l| l.split_whitespace().nth(1))
-        .and_then(|v| v.parse().ok())
-        .unwrap_or(0)
+    measure::proc_field(pid, "VmRSS:").unwrap_or(0.0) as u64
 }
 
 fn threads(pid: u32) -> u64 {
-    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).unwrap_or_default();
-    status
-        .lines()
-        .find(|l| l.starts_with("Threads:"))
-        .and_then(|l| l.split_whitespace().nth(1))
-        .and_then(|v| v.parse().ok())
-        .unwrap_or(0)
+    measure::proc_field(pid, "Threads:").unwrap_or(0.0) as u64
 }
 
 /// Sleeps until the next wall-clock instant at `frac` of a second (0.5: half past), and

@@ -40,6 +40,8 @@
 mod child;
 #[path = "../tests/common/mod.rs"]
 mod common;
+#[path = "shared/measure.rs"]
+mod measure;
 
 use std::collections::{BTreeMap, BTreeSet, HashSet};
 use std::io::{BufRead, BufReader, Write};
@@ -49,10 +51,9 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
-use common::{
-    job_config, subscribe_request, zookeeper::four_letter_word, Sidecar, SidecarOptions,
-    TestWorker, ZooKeeper,
-};
+use common::zookeeper::four_letter_word;
+use common::{job_config, subscribe_request, Sidecar, SidecarOptions, TestWorker, ZooKeeper};
+use measure::{percentile, proc_field, zxid};
 use shardcar::proto::subscribe_response::Event;
 use shardcar::proto::{SubscribeRequest, Trigger, TriggerSource};
 
@@ -147,14 +148,6 @@ struct Stats {
     max: f64,
 }
 
-fn percentile(sorted: &[f64], p: f64) -> f64 {
-    if sorted.is_empty() {
-        return f64::NAN;
-    }
-    let rank = ((p / 100.0) * (sorted.len() - 1) as f64).round() as usize;
-    sorted[rank.min(sorted.len() - 1)]
-}
-
 // ---------------------------------------------------------------------------------------------
 // Clocks, ZooKeeper and /proc
 
@@ -198,34 +191,9 @@ fn ms_since(earlier: Instant, later: Instant) -> f64 {
     later.saturating_duration_since(earlier).as_secs_f64() * 1000.0
 }
 
-async fn zxid(zk: &ZooKeeper) -> Result<i64, String> {
-    let srvr = four_letter_word(zk.client_port(0), "srvr")
-        .await
-        .ok_or("ZooKeeper does not answer srvr")?;
-    let line = srvr
-        .lines()
-        .find(|l| l.starts_with("Zxid:"))
-        .ok_or("no Zxid line in srvr")?;
-    i64::from_str_radix(
-        line.trim_start_matches("Zxid:")
-            .trim()
-            .trim_start_matches("0x"),
-        16,
-    )
-    .map_err(|e| format!("bad zxid {line:?}: {e}"))
-}
-
 /// `VmRSS` (KiB) and `Threads` of a process, from /proc/<pid>/status.
 fn proc_status(pid: u32) -> Option<(f64, f64)> {
-    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).ok()?;
-    let field = |name: &str| {
-        status
-            .lines()
-            .find(|l| l.starts_with(name))
-            .and_then(|l| l.split_whitespace().nth(1))
-            .and_then(|v| v.parse::<f64>().ok())
-    };
-    Some((field("VmRSS:")?, field("Threads:")?))
+    Some((proc_field(pid, "VmRSS:")?, proc_field(pid, "Threads:")?))
 }
 
 /// The 1, 5 and 15 minute load averages.
