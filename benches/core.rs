@@ -220,6 +220,111 @@ async fn bench_zookeeper_floor(zk: &ZooKeeper) {
         "ms",
         paced,
     );
+    bench_zookeeper_floor_many(&client, 100, 2, true).await;
+    bench_zookeeper_floor_many(&client, 1000, 8, false).await;
+}
+
+/// ZooKeeper's floor for many jobs firing at once: `jobs` trees like a job's (an instance node,
+/// `items` items), each watched recursively as the sidecar watches a job; then one start multi-op
+/// per job (the sidecar's writes: fence, owner check, `running` node created and set), all sent
+/// at once on the one session; and, when `as_one`, the same writes as a single multi-op (not
+/// for 1000 jobs: that request would pass ZooKeeper's 1 MB limit).
+async fn bench_zookeeper_floor_many(
+    client: &zookeeper_client::Client,
+    jobs: usize,
+    items: usize,
+    as_one: bool,
+) {
+    use zookeeper_client::{Acls, AddWatchMode, CreateMode};
+    const ROUNDS: usize = 20;
+    let persistent = CreateMode::Persistent.with_acls(Acls::anyone_all());
+    let ephemeral = CreateMode::Ephemeral.with_acls(Acls::anyone_all());
+    let root = |j: usize| format!("/bench-floor-{jobs}x{items}-{j}");
+    let mut watchers = Vec::new();
+    for j in 0..jobs {
+        let mut w = client.new_multi_writer();
+        w.add_create(&root(j), b"", &persistent).unwrap();
+        w.add_create(&format!("{}/instance", root(j)), b"", &ephemeral)
+            .unwrap();
+        for i in 0..items {
+            w.add_create(&format!("{}/item{i}", root(j)), b"", &persistent)
+                .unwrap();
+            w.add_create(&format!("{}/owner{i}", root(j)), b"", &persistent)
+                .unwrap();
+        }
+        w.commit().await.unwrap();
+        let mut watcher = client
+            .watch(&root(j), AddWatchMode::PersistentRecursive)
+            .await
+            .unwrap();
+        watchers.push(tokio::spawn(async move {
+            loop {
+                watcher.changed().await;
+            }
+        }));
+    }
+    let add_start = |w: &mut zookeeper_client::MultiWriter, j: usize| {
+        w.add_check_version(&format!("{}/instance", root(j)), -1)
+            .unwrap();
+        for i in 0..items {
+            let running = format!("{}/running{i}", root(j));
+            w.add_set_data(&format!("{}/item{i}", root(j)), b"", None)
+                .unwrap();
+            w.add_check_version(&format!("{}/owner{i}", root(j)), 0)
+                .unwrap();
+            w.add_create(&running, b"i", &ephemeral).unwrap();
+            w.add_set_data(&running, b"i", Some(0)).unwrap();
+        }
+    };
+    let clean = || async {
+        let mut w = client.new_multi_writer();
+        for j in 0..jobs {
+            for i in 0..items {
+                w.add_delete(&format!("{}/running{i}", root(j)), None)
+                    .unwrap();
+            }
+        }
+        w.commit().await.unwrap();
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    };
+    let (mut each, mut last, mut one) = (Vec::new(), Vec::new(), Vec::new());
+    for _ in 0..ROUNDS {
+        let started = Instant::now();
+        let commits = (0..jobs).map(|j| {
+            let mut w = client.new_multi_writer();
+            add_start(&mut w, j);
+            async move {
+                w.commit().await.unwrap();
+                started.elapsed().as_secs_f64() * 1000.0
+            }
+        });
+        let took = futures::future::join_all(commits).await;
+        last.push(took.iter().copied().fold(0.0, f64::max));
+        each.extend(took);
+        clean().await;
+        if !as_one {
+            continue;
+        }
+        let started = Instant::now();
+        let mut w = client.new_multi_writer();
+        for j in 0..jobs {
+            add_start(&mut w, j);
+        }
+        w.commit().await.unwrap();
+        one.push(started.elapsed().as_secs_f64() * 1000.0);
+        clean().await;
+    }
+    let label = |what: &str| {
+        format!("zookeeper floor: {jobs} watched {items}-item start multis sent at once, {what}")
+    };
+    report(&label("each"), "ms", each);
+    report(&label("the last"), "ms", last);
+    if as_one {
+        report(&label("all as one multi"), "ms", one);
+    }
+    for w in watchers {
+        w.abort();
+    }
 }
 
 /// Three sidecars of namespace `ns`, as three hosts.
