@@ -3,7 +3,8 @@
 //!
 //! Run: `cargo bench --bench core` (release build of the sidecar and of this program);
 //! `cargo bench --bench core -- trigger` runs only the figures whose names start so
-//! (floor, resharding, growth, trigger, scale, transactions, failover).
+//! (floor, resharding, growth, trigger, scale1000, scale500, transactions, failover; `scale`
+//! runs both scale figures).
 //!
 //! Figures:
 //! 1. floor: ZooKeeper's own latency here for the writes a trigger makes (a plain client);
@@ -82,6 +83,17 @@ async fn zxid(zk: &ZooKeeper) -> i64 {
 
 fn rss_kib(pid: u32) -> u64 {
     measure::proc_field(pid, "VmRSS:").unwrap_or(0.0) as u64
+}
+
+/// "RSS {total} KiB ({anon} anonymous, {file} mapped from files such as the binary)".
+fn rss_parts(pid: u32) -> String {
+    let field = |name: &str| measure::proc_field(pid, name).unwrap_or(0.0) as u64;
+    format!(
+        "{} KiB ({} anonymous, {} from files)",
+        field("VmRSS:"),
+        field("RssAnon:"),
+        field("RssFile:")
+    )
 }
 
 fn threads(pid: u32) -> u64 {
@@ -477,7 +489,7 @@ async fn bench_triggers(zk: &ZooKeeper, jobs: usize, items: i32, window: Duratio
         ..SidecarOptions::zk(zk.connect_string(), "127.0.0.2")
     };
     let car = Sidecar::start(options).await;
-    let rss_idle = rss_kib(car.pid());
+    let rss_idle = rss_parts(car.pid());
     let mut workers = Vec::new();
     let mut refusals = 0;
     for j in 0..jobs {
@@ -575,9 +587,9 @@ async fn bench_triggers(zk: &ZooKeeper, jobs: usize, items: i32, window: Duratio
         txns as f64 / executions.max(1) as f64
     );
     println!(
-        "memory: sidecar RSS {} KiB idle, {} KiB with {jobs} jobs and {jobs} workers; {} threads on {} cores",
+        "memory: sidecar RSS {} idle, {} with {jobs} jobs and {jobs} workers; {} threads on {} cores",
         rss_idle,
-        rss_kib(car.pid()),
+        rss_parts(car.pid()),
         threads(car.pid()),
         std::thread::available_parallelism().map_or(0, usize::from)
     );
@@ -796,8 +808,10 @@ fn main() {
             bench_triggers(&zk, 1, 2, Duration::from_secs(one_job_window)).await;
             bench_triggers(&zk, 100, 2, Duration::from_secs(10)).await;
         }
-        if wanted("scale") {
+        if wanted("scale1000") {
             bench_triggers(&zk, 1000, 8, Duration::from_secs(10)).await;
+        }
+        if wanted("scale500") {
             bench_triggers(&zk, 500, 64, Duration::from_secs(10)).await;
         }
         if wanted("transactions") {

@@ -61,36 +61,101 @@ fn text(data: &[u8]) -> String {
     String::from_utf8_lossy(data).into_owned()
 }
 
+/// What parsing the job's YAML nodes gave last time, keyed by the exact bytes parsed, so a
+/// view rebuilt after a change elsewhere in the subtree (every run writes several nodes)
+/// parses nothing again. Owned by whoever rebuilds a job's view again and again.
+#[derive(Debug, Default)]
+pub struct ParseMemo {
+    config: Option<(Vec<u8>, Result<JobConfiguration, String>)>,
+    extras: Option<(Vec<u8>, JobExtras)>,
+    /// Instance id → its node's data and the server IP read from it.
+    instance_ips: BTreeMap<String, (Vec<u8>, String)>,
+}
+
+impl ParseMemo {
+    fn config(&mut self, data: &[u8]) -> Result<JobConfiguration, String> {
+        match &self.config {
+            Some((seen, parsed)) if seen.as_slice() == data => parsed.clone(),
+            _ => {
+                let parsed = JobConfiguration::from_yaml(data).map_err(|e| e.to_string());
+                self.config = Some((data.to_vec(), parsed.clone()));
+                parsed
+            }
+        }
+    }
+
+    fn extras(&mut self, data: &[u8]) -> JobExtras {
+        match &self.extras {
+            Some((seen, parsed)) if seen.as_slice() == data => *parsed,
+            _ => {
+                let parsed = JobExtras::from_yaml(data).unwrap_or_default();
+                self.extras = Some((data.to_vec(), parsed));
+                parsed
+            }
+        }
+    }
+
+    fn instance_ip(&mut self, id: &str, data: Option<&[u8]>) -> String {
+        let parse = |data: Option<&[u8]>| {
+            data.and_then(|d| parse_instance_yaml(d).ok())
+                .map(|info| info.server_ip)
+                .filter(|ip| !ip.is_empty())
+                .unwrap_or_else(|| ip_of(id).to_string())
+        };
+        let Some(data) = data else {
+            return parse(None);
+        };
+        match self.instance_ips.get(id) {
+            Some((seen, ip)) if seen.as_slice() == data => ip.clone(),
+            _ => {
+                let ip = parse(Some(data));
+                self.instance_ips
+                    .insert(id.to_string(), (data.to_vec(), ip.clone()));
+                ip
+            }
+        }
+    }
+}
+
+/// Whether `name` is how an `i32` prints (`"7"`, `"-7"`, not `"07"` or `"+7"`).
+fn canonical_number(name: &str) -> bool {
+    let digits = name.strip_prefix('-').unwrap_or(name);
+    !digits.is_empty()
+        && digits.bytes().all(|b| b.is_ascii_digit())
+        && (digits == "0" || !digits.starts_with('0'))
+        && name != "-0"
+}
+
 impl JobView {
     /// Builds the view of the job `paths` from a cache of its subtree.
     pub fn from_cache(cache: &TreeCache, paths: &JobPaths) -> JobView {
+        JobView::from_cache_memo(cache, paths, &mut ParseMemo::default())
+    }
+
+    /// [`JobView::from_cache`], parsing only the YAML nodes whose bytes `memo` has not seen.
+    pub fn from_cache_memo(cache: &TreeCache, paths: &JobPaths, memo: &mut ParseMemo) -> JobView {
         let mut view = JobView::default();
-        match cache.data(&paths.config()) {
-            Some(data) => match JobConfiguration::from_yaml(data) {
-                Ok(config)
-                    if !(1..=MAX_SHARDING_TOTAL_COUNT).contains(&config.sharding_total_count) =>
-                {
-                    view.config_error = Some(format!(
-                        "shardingTotalCount is {}; shardcar works with 1 to {MAX_SHARDING_TOTAL_COUNT} items: set a count in that range (ElasticJob's console or JobConfigurationAPI)",
-                        config.sharding_total_count
-                    ));
-                }
-                Ok(config) => view.config = Some(config),
-                Err(e) => view.config_error = Some(e.to_string()),
-            },
+        match cache.data(&paths.config()).map(|data| memo.config(data)) {
+            Some(Ok(config))
+                if !(1..=MAX_SHARDING_TOTAL_COUNT).contains(&config.sharding_total_count) =>
+            {
+                view.config_error = Some(format!(
+                    "shardingTotalCount is {}; shardcar works with 1 to {MAX_SHARDING_TOTAL_COUNT} items: set a count in that range (ElasticJob's console or JobConfigurationAPI)",
+                    config.sharding_total_count
+                ));
+            }
+            Some(Ok(config)) => view.config = Some(config),
+            Some(Err(e)) => view.config_error = Some(e),
             None => view.config_error = Some("the job has no config node".to_string()),
         }
         view.extras = cache
             .data(&paths.shardcar())
-            .and_then(|d| JobExtras::from_yaml(d).ok())
+            .map(|d| memo.extras(d))
             .unwrap_or_default();
-        for id in cache.children(&paths.instances()) {
-            let ip = cache
-                .data(&paths.instance(&id))
-                .and_then(|d| parse_instance_yaml(d).ok())
-                .map(|info| info.server_ip)
-                .filter(|ip| !ip.is_empty())
-                .unwrap_or_else(|| ip_of(&id).to_string());
+        let ids = cache.children(&paths.instances());
+        memo.instance_ips.retain(|id, _| ids.contains(id));
+        for id in ids {
+            let ip = memo.instance_ip(&id, cache.data(&paths.instance(&id)));
             view.instances.insert(id, ip);
         }
         for ip in cache.children(&paths.servers()) {
@@ -105,20 +170,51 @@ impl JobView {
         }
         view.necessary = cache.contains(&paths.sharding_necessary());
         view.processing = cache.contains(&paths.sharding_processing());
-        view.has_sharding_root = cache.contains(&paths.sharding());
-        for name in cache.children(&paths.sharding()) {
-            let Ok(i) = name.parse::<i32>() else { continue };
-            let owned = |path: String| cache.get(&path).map(|n| (text(&n.data), n.stat));
-            let item = ItemView {
-                version: cache.get(&paths.item(i)).map(|n| n.stat.version),
-                owner: owned(paths.item_instance(i)),
-                running: owned(paths.item_running(i)),
-                misfire: cache.contains(&paths.item_misfire(i)),
-                disabled: cache.contains(&paths.item_disabled(i)),
-                failover: cache.data(&paths.item_failover(i)).map(text),
-                failovering: cache.data(&paths.item_failovering(i)).map(text),
+        let sharding = paths.sharding();
+        view.has_sharding_root = cache.contains(&sharding);
+        // One walk over `sharding/`: `{i}` and `{i}/{node}`, in path order, so an item's own
+        // node comes before its children.
+        for (rest, node) in cache.descendants(&sharding) {
+            let (name, leaf) = match rest.split_once('/') {
+                Some((name, leaf)) => (name, Some(leaf)),
+                None => (rest, None),
             };
-            view.items.insert(i, item);
+            let Ok(i) = name.parse::<i32>() else { continue };
+            if !canonical_number(name) {
+                // `sharding/07` counts as item 7, whose nodes are `sharding/7/...`.
+                if leaf.is_none() {
+                    let item = Self::item_at(cache, paths, i);
+                    view.items.insert(i, item);
+                }
+                continue;
+            }
+            match leaf {
+                None => {
+                    view.items.insert(
+                        i,
+                        ItemView {
+                            version: Some(node.stat.version),
+                            ..ItemView::default()
+                        },
+                    );
+                }
+                Some(leaf) => {
+                    // Only under an item node seen (its path sorts first).
+                    let Some(item) = view.items.get_mut(&i) else {
+                        continue;
+                    };
+                    let owned = || Some((text(&node.data), node.stat));
+                    match leaf {
+                        "instance" => item.owner = owned(),
+                        "running" => item.running = owned(),
+                        "misfire" => item.misfire = true,
+                        "disabled" => item.disabled = true,
+                        "failover" => item.failover = Some(text(&node.data)),
+                        "failovering" => item.failovering = Some(text(&node.data)),
+                        _ => {}
+                    }
+                }
+            }
         }
         view.failover_items = cache
             .children(&paths.failover_items())
@@ -132,6 +228,20 @@ impl JobView {
             }
         }
         view
+    }
+
+    /// Item `i` read node by node from its canonical paths.
+    fn item_at(cache: &TreeCache, paths: &JobPaths, i: i32) -> ItemView {
+        let owned = |path: String| cache.get(&path).map(|n| (text(&n.data), n.stat));
+        ItemView {
+            version: cache.get(&paths.item(i)).map(|n| n.stat.version),
+            owner: owned(paths.item_instance(i)),
+            running: owned(paths.item_running(i)),
+            misfire: cache.contains(&paths.item_misfire(i)),
+            disabled: cache.contains(&paths.item_disabled(i)),
+            failover: cache.data(&paths.item_failover(i)).map(text),
+            failovering: cache.data(&paths.item_failovering(i)).map(text),
+        }
     }
 
     /// The configured item count, 0 without a config.
@@ -193,5 +303,149 @@ impl JobView {
             .map(|(_, stat)| stat.mzxid)
             .max()
             .unwrap_or(0)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::elasticjob::instance::instance_yaml;
+    use crate::registry::Node;
+
+    fn node(data: &str, version: i32) -> Node {
+        Node {
+            data: data.as_bytes().to_vec(),
+            stat: Stat {
+                version,
+                mzxid: i64::from(version) + 100,
+                ..Stat::default()
+            },
+        }
+    }
+
+    /// The items as read node by node for every child of `sharding/` that is a number: the
+    /// reading the single walk must agree with.
+    fn items_node_by_node(cache: &TreeCache, paths: &JobPaths) -> BTreeMap<i32, ItemView> {
+        cache
+            .children(&paths.sharding())
+            .iter()
+            .filter_map(|name| name.parse::<i32>().ok())
+            .map(|i| (i, JobView::item_at(cache, paths, i)))
+            .collect()
+    }
+
+    #[test]
+    fn the_walk_over_sharding_reads_what_each_path_holds() {
+        let p = JobPaths::new("j");
+        let mut nodes = BTreeMap::new();
+        nodes.insert(
+            p.config(),
+            node(&JobConfiguration::new("j", 3).to_yaml(), 0),
+        );
+        nodes.insert(p.sharding(), node("", 0));
+        nodes.insert(p.item(0), node("", 4));
+        nodes.insert(p.item_instance(0), node("a@-@1", 2));
+        nodes.insert(p.item_running(0), node("a@-@1", 1));
+        nodes.insert(p.item_misfire(0), node("", 0));
+        nodes.insert(p.item(1), node("", 7));
+        nodes.insert(p.item_disabled(1), node("", 0));
+        nodes.insert(p.item_failover(1), node("b@-@2", 0));
+        nodes.insert(p.item_failovering(1), node("b@-@2", 0));
+        nodes.insert(format!("{}/unknown", p.item(1)), node("", 0));
+        nodes.insert(format!("{}/x", p.item_instance(1)), node("deeper", 0));
+        // 10 sorts between 1's children and 2.
+        nodes.insert(p.item(10), node("", 1));
+        nodes.insert(p.item_instance(10), node("c@-@3", 0));
+        // A child cached without its item node is no item.
+        nodes.insert(p.item_instance(5), node("orphan", 0));
+        // Numbers not written as ElasticJob writes them, and names that are no number.
+        nodes.insert(format!("{}/07", p.sharding()), node("", 0));
+        nodes.insert(p.item(7), node("", 3));
+        nodes.insert(p.item_running(7), node("d@-@4", 1));
+        nodes.insert(format!("{}/+8", p.sharding()), node("", 0));
+        nodes.insert(p.item_instance(8), node("e@-@5", 0));
+        nodes.insert(format!("{}/00", p.sharding()), node("", 0));
+        nodes.insert(format!("{}/-0", p.sharding()), node("", 0));
+        nodes.insert(p.item(-3), node("", 2));
+        nodes.insert(format!("{}/x", p.sharding()), node("", 0));
+        nodes.insert(format!("{}/x/instance", p.sharding()), node("f", 0));
+        let cache = TreeCache::from_nodes(&p.root(), nodes);
+        let view = JobView::from_cache(&cache, &p);
+        assert_eq!(view.items, items_node_by_node(&cache, &p));
+        assert_eq!(
+            view.items.keys().copied().collect::<Vec<_>>(),
+            vec![-3, 0, 1, 7, 8, 10]
+        );
+        assert_eq!(view.items[&0].version, Some(4));
+        assert_eq!(view.items[&0].owner.as_ref().unwrap().0, "a@-@1");
+        assert!(view.items[&0].misfire && !view.items[&0].disabled);
+        assert_eq!(view.items[&1].failovering.as_deref(), Some("b@-@2"));
+        assert_eq!(view.items[&1].owner, None);
+        assert_eq!(view.items[&8].version, None);
+        assert_eq!(view.items[&8].owner.as_ref().unwrap().0, "e@-@5");
+    }
+
+    #[test]
+    fn canonical_numbers() {
+        for yes in ["0", "7", "10", "-3", "2147483647"] {
+            assert!(canonical_number(yes), "{yes}");
+        }
+        for no in ["", "-", "00", "07", "+7", "-0", "-07", "x", "1x"] {
+            assert!(!canonical_number(no), "{no}");
+        }
+    }
+
+    #[test]
+    fn the_memo_parses_a_node_again_only_when_its_bytes_change() {
+        let p = JobPaths::new("j");
+        let mut nodes = BTreeMap::new();
+        nodes.insert(
+            p.config(),
+            node(&JobConfiguration::new("j", 3).to_yaml(), 0),
+        );
+        nodes.insert(p.instances(), node("", 0));
+        nodes.insert(
+            p.instance("10.0.0.1@-@1"),
+            node(&instance_yaml("10.0.0.1@-@1", "10.0.0.9"), 0),
+        );
+        nodes.insert(p.instance("10.0.0.2@-@2"), node("", 0));
+        let mut cache = TreeCache::from_nodes(&p.root(), nodes);
+        let mut memo = ParseMemo::default();
+        let first = JobView::from_cache_memo(&cache, &p, &mut memo);
+        assert_eq!(first.total(), 3);
+        assert_eq!(first.instances["10.0.0.1@-@1"], "10.0.0.9");
+        assert_eq!(first.instances["10.0.0.2@-@2"], "10.0.0.2");
+        // The same bytes: the memo's result, equal to a fresh parse.
+        let again = JobView::from_cache_memo(&cache, &p, &mut memo);
+        assert_eq!(again.config, JobView::from_cache(&cache, &p).config);
+        // New bytes are parsed: a new total, then an unreadable config, then a fixed one.
+        cache.put(
+            &p.config(),
+            Some(node(&JobConfiguration::new("j", 5).to_yaml(), 1)),
+        );
+        assert_eq!(JobView::from_cache_memo(&cache, &p, &mut memo).total(), 5);
+        cache.put(&p.config(), Some(node("shardingTotalCount: [", 2)));
+        let broken = JobView::from_cache_memo(&cache, &p, &mut memo);
+        assert!(broken.config.is_none());
+        assert_eq!(
+            broken.config_error,
+            JobView::from_cache(&cache, &p).config_error
+        );
+        assert!(broken.config_error.is_some());
+        cache.put(
+            &p.config(),
+            Some(node(&JobConfiguration::new("j", 2).to_yaml(), 3)),
+        );
+        assert_eq!(JobView::from_cache_memo(&cache, &p, &mut memo).total(), 2);
+        // An instance's new data is read; a gone instance leaves the memo.
+        cache.put(
+            &p.instance("10.0.0.1@-@1"),
+            Some(node(&instance_yaml("10.0.0.1@-@1", "10.0.0.8"), 1)),
+        );
+        cache.put(&p.instance("10.0.0.2@-@2"), None);
+        let view = JobView::from_cache_memo(&cache, &p, &mut memo);
+        assert_eq!(view.instances["10.0.0.1@-@1"], "10.0.0.8");
+        assert_eq!(view.instances.len(), 1);
+        assert_eq!(memo.instance_ips.len(), 1);
     }
 }

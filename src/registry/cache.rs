@@ -144,6 +144,22 @@ impl TreeCache {
             .collect()
     }
 
+    /// Every cached node below `path` (not `path` itself), in path order, with its path
+    /// relative to `path` (`"3"`, `"3/instance"`).
+    pub fn descendants<'a>(&'a self, path: &str) -> impl Iterator<Item = (&'a str, &'a Node)> {
+        let prefix = if path == "/" {
+            "/".to_string()
+        } else {
+            format!("{path}/")
+        };
+        let len = prefix.len();
+        self.nodes
+            .range(prefix.clone()..)
+            .take_while(move |(k, _)| k.starts_with(&prefix))
+            .map(move |(k, n)| (&k[len..], n))
+            .filter(|(rest, _)| !rest.is_empty())
+    }
+
     /// Every cached node, keyed by absolute path.
     pub fn nodes(&self) -> &BTreeMap<String, Node> {
         &self.nodes

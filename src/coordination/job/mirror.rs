@@ -31,7 +31,7 @@ impl JobState {
     /// Rebuilds the view from the cache if the cache changed since the last build.
     pub(super) fn refresh_view(&mut self) {
         if self.view_stale {
-            let view = JobView::from_cache(&self.cache, &self.paths);
+            let view = JobView::from_cache_memo(&self.cache, &self.paths, &mut self.parse_memo);
             if view.config_error.is_some() && view.config_error != self.view.config_error {
                 // The job stops here (no fires, no items), the sidecar's other jobs go on.
                 error!(job = %self.name, error = view.config_error.as_deref().unwrap_or_default(),

@@ -20,7 +20,7 @@ use super::{Action, Env, Input, LatchKey, OpId, Reply, ReplyId, Settings, Stream
 use crate::coordination::events::Source;
 use crate::coordination::execution::{Execution, ItemOutcome};
 use crate::coordination::lease::WorkerLease;
-use crate::coordination::view::JobView;
+use crate::coordination::view::{JobView, ParseMemo};
 use crate::coordination::CoordError;
 use crate::elasticjob::config::JobConfiguration;
 use crate::elasticjob::extras::JobExtras;
@@ -228,6 +228,8 @@ pub(crate) struct JobState {
     pub(super) own_events: HashMap<String, u32>,
     pub(super) view: JobView,
     pub(super) view_stale: bool,
+    /// The job's YAML nodes as last parsed, so a rebuilt view parses only what changed.
+    pub(super) parse_memo: ParseMemo,
     pub(super) locals: BTreeMap<String, Local>,
     pub(super) streams: HashMap<StreamKey, String>,
     pub(super) executions: BTreeMap<String, Execution>,
@@ -277,6 +279,7 @@ impl JobState {
             own_events: HashMap::new(),
             view: JobView::default(),
             view_stale: false,
+            parse_memo: ParseMemo::default(),
             locals: BTreeMap::new(),
             streams: HashMap::new(),
             executions: BTreeMap::new(),
