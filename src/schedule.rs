@@ -110,7 +110,8 @@ pub fn validate_time_zone(zone: &str) -> Result<(), CronError> {
 pub struct CronSchedule {
     expression: String,
     time_zone: String,
-    cron: Cron,
+    /// Shared with every schedule of the same pattern (see [`shared_pattern`]).
+    cron: Arc<Cron>,
     zone: Zone,
 }
 
@@ -118,6 +119,26 @@ impl PartialEq for CronSchedule {
     fn eq(&self, o: &Self) -> bool {
         self.expression == o.expression && self.time_zone == o.time_zone
     }
+}
+
+/// The parsed `pattern`, shared by every schedule that has it: a parsed pattern holds a few
+/// KiB of bit fields (the year's alone is 10,000 bytes), and a sidecar may run thousands of
+/// jobs on a handful of patterns. Entries no schedule holds any more are dropped as new
+/// patterns come.
+fn shared_pattern(pattern: &str) -> Result<Arc<Cron>, croner::errors::CronError> {
+    static PATTERNS: std::sync::OnceLock<Mutex<HashMap<String, std::sync::Weak<Cron>>>> =
+        std::sync::OnceLock::new();
+    let mut patterns = PATTERNS
+        .get_or_init(Default::default)
+        .lock()
+        .unwrap_or_else(|poisoned| poisoned.into_inner());
+    if let Some(cron) = patterns.get(pattern).and_then(std::sync::Weak::upgrade) {
+        return Ok(cron);
+    }
+    let cron = Arc::new(parser().parse(pattern)?);
+    patterns.retain(|_, held| held.strong_count() > 0);
+    patterns.insert(pattern.to_owned(), Arc::downgrade(&cron));
+    Ok(cron)
 }
 
 fn parser() -> CronParser {
@@ -190,7 +211,7 @@ impl CronSchedule {
             normalized[5] = "7".into();
         }
         let pattern = normalized.join(" ");
-        let cron_parsed = parser().parse(&pattern).map_err(|e| {
+        let cron_parsed = shared_pattern(&pattern).map_err(|e| {
             // Name the first field that fails on its own.
             let base = ["0", "0", "0", "*", "*", "*", "*"];
             for i in 0..normalized.len() {

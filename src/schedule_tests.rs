@@ -310,3 +310,30 @@ async fn task_ends_when_the_last_handle_is_dropped() {
     }
     panic!("timer task still holds its state");
 }
+
+#[test]
+fn schedules_of_one_pattern_share_its_parse() {
+    let a = CronSchedule::parse("3 1/7 * * * ? 2090", "UTC").unwrap();
+    let b = CronSchedule::parse("3  1/7 * * * ?   2090", "Asia/Shanghai").unwrap();
+    let other = CronSchedule::parse("4 1/7 * * * ? 2090", "UTC").unwrap();
+    assert!(Arc::ptr_eq(&a.cron, &b.cron), "same fields, same parse");
+    assert!(!Arc::ptr_eq(&a.cron, &other.cron));
+    // Sharing changes no answer: each schedule keeps its own zone.
+    let t = utc("2090-01-01T00:00:00Z");
+    assert_eq!(
+        a.next_after(t).unwrap().to_rfc3339(),
+        "2090-01-01T00:01:03+00:00"
+    );
+    assert_eq!(
+        b.next_after(t).unwrap().to_rfc3339(),
+        "2090-01-01T00:01:03+00:00"
+    );
+    // Once no schedule holds a pattern, parsing it again gives a working schedule.
+    drop((a, b));
+    let again = CronSchedule::parse("3 1/7 * * * ? 2090", "UTC").unwrap();
+    assert_eq!(
+        again.next_after(t).unwrap().to_rfc3339(),
+        "2090-01-01T00:01:03+00:00"
+    );
+    assert_eq!(Arc::strong_count(&again.cron), 1);
+}
