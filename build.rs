@@ -10,6 +10,8 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
     config.enable_type_names();
     let well_known = protoc_bin_vendored::include_path()?;
     tonic_prost_build::configure()
+        // prost's codec with small starting buffers (src/api/codec.rs).
+        .codec_path("crate::api::codec::LeanCodec")
         .file_descriptor_set_path(out.join("shardcar_descriptor.bin"))
         .compile_with_config(
             config,
