@@ -41,13 +41,18 @@ pub fn plan(view: &JobView, job_name: &str) -> Option<ShardingPlan> {
     let unowned = (0..total).any(|i| view.owner(i).is_none());
     let static_locked = config.static_sharding && view.items.values().any(|it| it.owner.is_some());
     let strategy = config.strategy().unwrap_or(StrategyType::AvgAllocation);
-    let mut owners = BTreeMap::new();
-    for (instance, items) in shard(strategy, job_name, &available, total) {
+    let assignment = shard(strategy, job_name, &available, total);
+    // Item i's owner under the strategy (the last instance given it), compared without
+    // copying a name: the leader asks this after every change it sees.
+    let mut wanted: Vec<Option<&str>> = vec![None; total as usize];
+    for (instance, items) in &assignment {
         for i in items {
-            owners.insert(i, instance.clone());
+            if let Some(slot) = usize::try_from(*i).ok().and_then(|i| wanted.get_mut(i)) {
+                *slot = Some(instance.as_str());
+            }
         }
     }
-    let differs = (0..total).any(|i| view.owner(i) != owners.get(&i).map(String::as_str));
+    let differs = (0..total).any(|i| view.owner(i) != wanted[i as usize]);
     let reason = if view.necessary {
         "resharding flag set"
     } else if count_changed {
@@ -59,6 +64,12 @@ pub fn plan(view: &JobView, job_name: &str) -> Option<ShardingPlan> {
     } else {
         return None;
     };
+    let mut owners = BTreeMap::new();
+    for (instance, items) in assignment {
+        for i in items {
+            owners.insert(i, instance.clone());
+        }
+    }
     Some(ShardingPlan { owners, reason })
 }
 

@@ -7,7 +7,7 @@
 //! ran out. A worker that was told `Revoke` gets no lease renewal until it acknowledges, so
 //! that moment always comes.
 
-use std::collections::{BTreeMap, BTreeSet};
+use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::time::{Duration, SystemTime};
 
 use chrono::{DateTime, Utc};
@@ -259,17 +259,22 @@ impl JobState {
     ) -> (BTreeMap<i32, i64>, BTreeMap<i32, i32>) {
         let mut tokens = BTreeMap::new();
         let mut versions = BTreeMap::new();
+        // Each item's two paths, formatted once (not once per write of the multi-op).
+        let mut running = HashMap::with_capacity(items.len());
+        let mut fence = HashMap::with_capacity(items.len());
+        for i in items {
+            running.entry(self.paths.item_running(*i)).or_insert(*i);
+            fence.entry(self.paths.item(*i)).or_insert(*i);
+        }
         for (op, result) in ops.iter().zip(results) {
             let (Op::SetData { path, .. }, OpResult::DataSet { stat }) = (op, result) else {
                 continue;
             };
-            for i in items {
-                if *path == self.paths.item_running(*i) {
-                    tokens.insert(*i, stat.czxid);
-                } else if *path == self.paths.item(*i) {
-                    versions.insert(*i, stat.version);
-                    tokens.entry(*i).or_insert(stat.mzxid);
-                }
+            if let Some(i) = running.get(path) {
+                tokens.insert(*i, stat.czxid);
+            } else if let Some(i) = fence.get(path) {
+                versions.insert(*i, stat.version);
+                tokens.entry(*i).or_insert(stat.mzxid);
             }
         }
         (tokens, versions)

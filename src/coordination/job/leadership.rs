@@ -7,6 +7,8 @@
 //! releases it itself once it cannot. A sidecar that is gone lost its session, so its workers'
 //! leases ran out before anyone could see its instances disappear.
 
+use std::collections::BTreeSet;
+
 use tracing::{debug, info};
 
 use super::state::{JobState, Pending};
@@ -117,7 +119,13 @@ impl JobState {
         let ip = self.settings.ip.clone();
         let view = &self.view;
         let locals = &self.locals;
-        let executions = &self.executions;
+        // (instance, item) of every execution here, gathered once rather than searched for
+        // each item.
+        let executing: BTreeSet<(&str, i32)> = self
+            .executions
+            .values()
+            .flat_map(|e| e.items.iter().map(|i| (e.instance_id.as_str(), *i)))
+            .collect();
         let locked = &self.locked;
         let (ops, items) = failover::stale_ops(
             view,
@@ -128,9 +136,7 @@ impl JobState {
                 }
                 match locals.get(id) {
                     Some(local) if local.gone.is_some() || !local.registered => false,
-                    Some(_) => !executions
-                        .values()
-                        .any(|e| e.instance_id == id && e.items.contains(&i)),
+                    Some(_) => !executing.contains(&(id, i)),
                     None => !view.instances.contains_key(id),
                 }
             },
