@@ -14,7 +14,9 @@
 # `run` writes DIR/zoo.cfg and replaces itself with the server in the foreground (its pid is the
 # server's, so a harness can signal it; output goes to the caller's stdout and stderr).
 # Overrides: JAVA (java binary), ZK_CLASSPATH, ZK_HEAP (default 256m), ZK_TICK (ms, default
-# 2000), ZK_FORCE_SYNC (yes|no, default yes), ZK_MYID (ensemble node id).
+# 2000), ZK_FORCE_SYNC (yes|no, default yes), ZK_MYID (ensemble node id), ZK_JVM_FLAGS
+# (default "-XX:+UseSerialGC -XX:TieredStopAtLevel=1": quick to start, small, slower under
+# load; set it empty for the JVM's own defaults, as a production server runs).
 set -euo pipefail
 
 usage() { sed -n '2,19p' "$0" | sed 's/^# \{0,1\}//'; }
@@ -27,6 +29,7 @@ ZK_CLASSPATH="${ZK_CLASSPATH:-/etc/zookeeper/conf:/usr/share/java/zookeeper.jar:
 ZK_HEAP="${ZK_HEAP:-256m}"
 ZK_TICK="${ZK_TICK:-2000}"
 ZK_FORCE_SYNC="${ZK_FORCE_SYNC:-yes}"
+ZK_JVM_FLAGS="${ZK_JVM_FLAGS--XX:+UseSerialGC -XX:TieredStopAtLevel=1}"
 SERVERS="${4:-}"
 CFG="$DIR/zoo.cfg"
 PIDFILE="$DIR/zookeeper.pid"
@@ -94,7 +97,9 @@ CFG
 }
 
 java_args() {
-    printf '%s\n' "-Xmx$ZK_HEAP" -XX:+UseSerialGC -XX:TieredStopAtLevel=1 \
+    local flags=()
+    read -r -a flags <<<"$ZK_JVM_FLAGS"
+    printf '%s\n' "-Xmx$ZK_HEAP" ${flags[@]+"${flags[@]}"} \
         -Djava.net.preferIPv4Stack=true "-Dzookeeper.log.dir=$DIR" \
         -Dzookeeper.root.logger=INFO,CONSOLE -cp "$ZK_CLASSPATH" \
         org.apache.zookeeper.server.quorum.QuorumPeerMain "$CFG"

@@ -35,6 +35,8 @@ struct Node {
 /// One ZooKeeper server or an ensemble, killed on drop.
 pub struct ZooKeeper {
     nodes: Vec<Node>,
+    /// `ZK_JVM_FLAGS` for `scripts/zk.sh` (`None`: its default, a JVM quick to start).
+    jvm_flags: Option<String>,
     // Dropped last: the processes die before their directories go.
     _dir: tempfile::TempDir,
 }
@@ -45,7 +47,14 @@ impl ZooKeeper {
     /// # Panics
     /// When ZooKeeper is not installed or does not serve within 60 s (the panic shows its log).
     pub async fn start() -> ZooKeeper {
-        Self::launch(1).await
+        Self::launch(1, None).await
+    }
+
+    /// A single node whose JVM runs with its own defaults (full JIT, default collector), as a
+    /// production server runs: for benchmarks. Tests use [`ZooKeeper::start`], whose JVM
+    /// starts sooner and is slower under load.
+    pub async fn start_with_jvm_defaults() -> ZooKeeper {
+        Self::launch(1, Some(String::new())).await
     }
 
     /// Starts an ensemble of `n` nodes (use 3) on loopback and waits until all serve, i.e. a
@@ -58,10 +67,10 @@ impl ZooKeeper {
             n >= 2,
             "an ensemble needs at least 2 nodes, use ZooKeeper::start() for one"
         );
-        Self::launch(n).await
+        Self::launch(n, None).await
     }
 
-    async fn launch(n: usize) -> ZooKeeper {
+    async fn launch(n: usize, jvm_flags: Option<String>) -> ZooKeeper {
         let dir = tempfile::Builder::new()
             .prefix("shardcar-zk-")
             .tempdir()
@@ -91,7 +100,11 @@ impl ZooKeeper {
                 servers: servers.join(","),
             });
         }
-        let mut zk = ZooKeeper { nodes, _dir: dir };
+        let mut zk = ZooKeeper {
+            nodes,
+            jvm_flags,
+            _dir: dir,
+        };
         for i in 0..n {
             zk.spawn(i);
         }
@@ -258,6 +271,9 @@ impl ZooKeeper {
             .env("ZK_TICK", "500")
             .env("ZK_FORCE_SYNC", "no")
             .env("ZK_MYID", node.myid.to_string());
+        if let Some(flags) = &self.jvm_flags {
+            command.env("ZK_JVM_FLAGS", flags);
+        }
         if let Ok(java) = std::env::var("SHARDCAR_TEST_JAVA") {
             command.env("JAVA", java);
         }
