@@ -323,6 +323,12 @@ mod tests {
         }
     }
 
+    /// Job `j`'s subtree holding only its config, of `total` items.
+    fn with_config(p: &JobPaths, total: i32) -> BTreeMap<String, Node> {
+        let config = JobConfiguration::new("j", total).to_yaml();
+        BTreeMap::from([(p.config(), node(&config, 0))])
+    }
+
     /// The items as read node by node for every child of `sharding/` that is a number: the
     /// reading the single walk must agree with.
     fn items_node_by_node(cache: &TreeCache, paths: &JobPaths) -> BTreeMap<i32, ItemView> {
@@ -337,11 +343,7 @@ mod tests {
     #[test]
     fn the_walk_over_sharding_reads_what_each_path_holds() {
         let p = JobPaths::new("j");
-        let mut nodes = BTreeMap::new();
-        nodes.insert(
-            p.config(),
-            node(&JobConfiguration::new("j", 3).to_yaml(), 0),
-        );
+        let mut nodes = with_config(&p, 3);
         nodes.insert(p.sharding(), node("", 0));
         nodes.insert(p.item(0), node("", 4));
         nodes.insert(p.item_instance(0), node("a@-@1", 2));
@@ -398,11 +400,7 @@ mod tests {
     #[test]
     fn the_memo_parses_a_node_again_only_when_its_bytes_change() {
         let p = JobPaths::new("j");
-        let mut nodes = BTreeMap::new();
-        nodes.insert(
-            p.config(),
-            node(&JobConfiguration::new("j", 3).to_yaml(), 0),
-        );
+        let mut nodes = with_config(&p, 3);
         nodes.insert(p.instances(), node("", 0));
         nodes.insert(
             p.instance("10.0.0.1@-@1"),
