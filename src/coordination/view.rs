@@ -153,7 +153,9 @@ impl JobView {
             .map(|d| memo.extras(d))
             .unwrap_or_default();
         let ids = cache.children(&paths.instances());
-        memo.instance_ips.retain(|id, _| ids.contains(id));
+        // `ids` is sorted (the cache's children are).
+        memo.instance_ips
+            .retain(|id, _| ids.binary_search(id).is_ok());
         for id in ids {
             let ip = memo.instance_ip(&id, cache.data(&paths.instance(&id)));
             view.instances.insert(id, ip);
