@@ -6,7 +6,7 @@
 //! Run: `cargo bench --bench core` (release build of the sidecar and of this program);
 //! `cargo bench --bench core -- trigger` runs only the figures whose names start so
 //! (floor, resharding, growth, trigger, scale1000, scale500, transactions, failover; `scale`
-//! runs both scale figures).
+//! runs both scale figures, or the shapes `SHARDCAR_BENCH_SCALE=200x64,1000x8` names).
 //!
 //! Figures:
 //! 1. floor: ZooKeeper's own latency here for the writes a trigger makes (a plain client);
@@ -811,6 +811,28 @@ async fn bench_failover(zk: &ZooKeeper) {
     );
 }
 
+/// `SHARDCAR_BENCH_SCALE=200x64,100x8` (jobs x items, comma-separated): the scale figures to
+/// run instead of 1000 x 8 and 500 x 64. Exits with a message naming the bad entry.
+fn scale_shapes_from_env() -> Option<Vec<(usize, i32)>> {
+    let spec = std::env::var("SHARDCAR_BENCH_SCALE").ok()?;
+    let parse = |entry: &str| {
+        let (jobs, items) = entry.trim().split_once('x')?;
+        let jobs: usize = jobs.parse().ok().filter(|j| *j > 0)?;
+        let items: i32 = items.parse().ok().filter(|i| (1..=1024).contains(i))?;
+        Some((jobs, items))
+    };
+    let shapes: Option<Vec<_>> = spec.split(',').map(parse).collect();
+    match shapes {
+        Some(shapes) if !shapes.is_empty() => Some(shapes),
+        _ => {
+            eprintln!(
+                "SHARDCAR_BENCH_SCALE={spec:?}: expected JOBSxITEMS[,JOBSxITEMS...] with JOBS >= 1 and ITEMS 1..=1024, e.g. 200x64,1000x8"
+            );
+            std::process::exit(64);
+        }
+    }
+}
+
 fn main() {
     // The failover benchmark re-executes this program as a worker process.
     child::main_if_child();
@@ -821,6 +843,8 @@ fn main() {
         .collect();
     let wanted =
         |name: &str| chosen.is_empty() || chosen.iter().any(|c| name.starts_with(c.as_str()));
+    // Checked before anything starts (a bad value exits at once).
+    let scale_shapes = scale_shapes_from_env();
     let runtime = tokio::runtime::Runtime::new().expect("a tokio runtime");
     runtime.block_on(async {
         // ZooKeeper's JVM as a production server runs it (the tests' is tuned to start fast).
@@ -842,11 +866,19 @@ fn main() {
             bench_triggers(&zk, 1, 2, Duration::from_secs(one_job_window)).await;
             bench_triggers(&zk, 100, 2, Duration::from_secs(10)).await;
         }
-        if wanted("scale1000") {
-            bench_triggers(&zk, 1000, 8, Duration::from_secs(10)).await;
-        }
-        if wanted("scale500") {
-            bench_triggers(&zk, 500, 64, Duration::from_secs(10)).await;
+        if let Some(shapes) = scale_shapes.clone() {
+            if wanted("scale") {
+                for (jobs, items) in shapes {
+                    bench_triggers(&zk, jobs, items, Duration::from_secs(10)).await;
+                }
+            }
+        } else {
+            if wanted("scale1000") {
+                bench_triggers(&zk, 1000, 8, Duration::from_secs(10)).await;
+            }
+            if wanted("scale500") {
+                bench_triggers(&zk, 500, 64, Duration::from_secs(10)).await;
+            }
         }
         if wanted("transactions") {
             bench_transactions_per_item_count().await;
