@@ -1395,55 +1395,40 @@ fn print_report(env: &Env, rounds: usize, zk_version: &str, ej: &Side, sc: &Side
     println!();
     println!("| figure | ElasticJob 3.0.4 | shardcar | ratio |");
     println!("|---|---|---|---|");
-    let time = |label: &str, ej_fig: Option<&str>, sc_fig: Option<&str>, ej_absent: &str| {
+    // Times both systems measure the same way (the same figure on each side).
+    for (label, figure) in [
+        (
+            "B joins: process spawn → ready (ElasticJob: job scheduled, `READY`; shardcar: sidecar accepts gRPC, polled every 50 ms)",
+            fig::READY,
+        ),
+        (
+            "B joins → B holds items (ElasticJob: from the JVM's spawn to its first item START, the reshard waits for the next fire; shardcar: from the worker's Subscribe to its first Assignment with items)",
+            fig::HOLDS,
+        ),
+        (
+            "B joins → B's first item runs (ElasticJob: spawn → first START; shardcar: Subscribe → first Trigger)",
+            fig::FIRST_RUN,
+        ),
+        (
+            "B's process spawn → B's first item runs (shardcar: sidecar spawn, then Subscribe)",
+            fig::SPAWN_FIRST_RUN,
+        ),
+        (
+            "member SIGKILLed 1 s into its 2 items → the first of them STARTs as FAILOVER on the other member (ElasticJob: the JVM; shardcar: sidecar + worker; ElasticJob: START, shardcar: Trigger received)",
+            fig::FO_MEMBER_FIRST,
+        ),
+        (
+            "member SIGKILLed 1 s into its 2 items → every one of them STARTs as FAILOVER on the other member",
+            fig::FO_MEMBER,
+        ),
+    ] {
         println!(
             "| {label} | {} | {} | {} |",
-            cell(ej, ej_fig, &Unit::Millis, ej_absent),
-            cell(sc, sc_fig, &Unit::Millis, "—"),
-            ratio(
-                ej_fig.and_then(|f| ej.stats(f)),
-                sc_fig.and_then(|f| sc.stats(f)),
-                "faster",
-                "slower"
-            )
+            cell(ej, Some(figure), &Unit::Millis, ""),
+            cell(sc, Some(figure), &Unit::Millis, "—"),
+            ratio(ej.stats(figure), sc.stats(figure), "faster", "slower")
         );
-    };
-    time(
-        "B joins: process spawn → ready (ElasticJob: job scheduled, `READY`; shardcar: sidecar accepts gRPC, polled every 50 ms)",
-        Some(fig::READY),
-        Some(fig::READY),
-        "",
-    );
-    time(
-        "B joins → B holds items (ElasticJob: from the JVM's spawn to its first item START, the reshard waits for the next fire; shardcar: from the worker's Subscribe to its first Assignment with items)",
-        Some(fig::HOLDS),
-        Some(fig::HOLDS),
-        "",
-    );
-    time(
-        "B joins → B's first item runs (ElasticJob: spawn → first START; shardcar: Subscribe → first Trigger)",
-        Some(fig::FIRST_RUN),
-        Some(fig::FIRST_RUN),
-        "",
-    );
-    time(
-        "B's process spawn → B's first item runs (shardcar: sidecar spawn, then Subscribe)",
-        Some(fig::SPAWN_FIRST_RUN),
-        Some(fig::SPAWN_FIRST_RUN),
-        "",
-    );
-    time(
-        "member SIGKILLed 1 s into its 2 items → the first of them STARTs as FAILOVER on the other member (ElasticJob: the JVM; shardcar: sidecar + worker; ElasticJob: START, shardcar: Trigger received)",
-        Some(fig::FO_MEMBER_FIRST),
-        Some(fig::FO_MEMBER_FIRST),
-        "",
-    );
-    time(
-        "member SIGKILLed 1 s into its 2 items → every one of them STARTs as FAILOVER on the other member",
-        Some(fig::FO_MEMBER),
-        Some(fig::FO_MEMBER),
-        "",
-    );
+    }
     // The worker alone has no ElasticJob counterpart: the ratio is against the JVM's SIGKILL.
     for (label, ej_fig, sc_fig) in [
         (
@@ -1463,24 +1448,27 @@ fn print_report(env: &Env, rounds: usize, zk_version: &str, ej: &Side, sc: &Side
             }
         );
     }
-    println!(
-        "| ZooKeeper transactions per execution of the 4 items (zxid over 10 s of steady fires, both members) | {} | {} | {} |",
-        cell(ej, Some(fig::TXNS), &Unit::Count, ""),
-        cell(sc, Some(fig::TXNS), &Unit::Count, ""),
-        ratio(ej.stats(fig::TXNS), sc.stats(fig::TXNS), "fewer", "more")
-    );
-    println!(
-        "| … of them made by the members' sessions (ZooKeeper's transaction log; its own container reaper apart) | {} | {} | {} |",
-        cell(ej, Some(fig::OWN_TXNS), &Unit::Count, ""),
-        cell(sc, Some(fig::OWN_TXNS), &Unit::Count, ""),
-        ratio(ej.stats(fig::OWN_TXNS), sc.stats(fig::OWN_TXNS), "fewer", "more")
-    );
-    println!(
-        "| … their write operations (create, delete, setData; each operation of a multi counted) | {} | {} | {} |",
-        cell(ej, Some(fig::WRITE_OPS), &Unit::Count, ""),
-        cell(sc, Some(fig::WRITE_OPS), &Unit::Count, ""),
-        ratio(ej.stats(fig::WRITE_OPS), sc.stats(fig::WRITE_OPS), "fewer", "more")
-    );
+    for (label, figure) in [
+        (
+            "ZooKeeper transactions per execution of the 4 items (zxid over 10 s of steady fires, both members)",
+            fig::TXNS,
+        ),
+        (
+            "… of them made by the members' sessions (ZooKeeper's transaction log; its own container reaper apart)",
+            fig::OWN_TXNS,
+        ),
+        (
+            "… their write operations (create, delete, setData; each operation of a multi counted)",
+            fig::WRITE_OPS,
+        ),
+    ] {
+        println!(
+            "| {label} | {} | {} | {} |",
+            cell(ej, Some(figure), &Unit::Count, ""),
+            cell(sc, Some(figure), &Unit::Count, ""),
+            ratio(ej.stats(figure), sc.stats(figure), "fewer", "more")
+        );
+    }
     println!(
         "| … and their version checks (check operations inside multis) | {} | {} | — |",
         cell(ej, Some(fig::CHECK_OPS), &Unit::Count, ""),
