@@ -534,6 +534,9 @@ async fn bench_triggers(zk: &ZooKeeper, jobs: usize, items: i32, window: Duratio
     tokio::time::sleep(Duration::from_secs(2)).await;
     let zxid_before = zxid(zk).await;
     let cpu_before = cpu_seconds(car.pid());
+    // Where the rest of the machine goes: ZooKeeper's JVM, and the workers (this process).
+    let zk_pid = zk.pid(0).expect("ZooKeeper runs");
+    let others_before = (cpu_seconds(zk_pid), cpu_seconds(std::process::id()));
     let measured_from = Instant::now();
     let base_instant = Instant::now();
     let base_wall = SystemTime::now()
@@ -545,6 +548,8 @@ async fn bench_triggers(zk: &ZooKeeper, jobs: usize, items: i32, window: Duratio
     let measured_to = Instant::now();
     let elapsed = measured_to.duration_since(measured_from).as_secs_f64();
     let cpu = cpu_seconds(car.pid()) - cpu_before;
+    let zk_cpu = cpu_seconds(zk_pid) - others_before.0;
+    let workers_cpu = cpu_seconds(std::process::id()) - others_before.1;
     let zxid_after = zxid(zk).await;
     let mut samples = Vec::new();
     // Execution id -> when its trigger reached the worker (wall clock, seconds).
@@ -587,9 +592,11 @@ async fn bench_triggers(zk: &ZooKeeper, jobs: usize, items: i32, window: Duratio
     );
     stage_breakdown(&car, jobs, &received).await;
     println!(
-        "throughput ({jobs} jobs x {items} items): {items_triggered} items triggered, {items_answered} answered and recorded in {elapsed:.1} s = {:.0} items/s; sidecar CPU {:.0}% of one core",
+        "throughput ({jobs} jobs x {items} items): {items_triggered} items triggered, {items_answered} answered and recorded in {elapsed:.1} s = {:.0} items/s; sidecar CPU {:.0}% of one core (ZooKeeper {:.0}%, the workers {:.0}%)",
         items_answered as f64 / elapsed,
-        cpu / elapsed * 100.0
+        cpu / elapsed * 100.0,
+        zk_cpu / elapsed * 100.0,
+        workers_cpu / elapsed * 100.0
     );
     let txns = zxid_after - zxid_before;
     println!(

@@ -34,6 +34,10 @@ use crate::schedule::{CronSchedule, Fire};
 
 /// How long a latch may take to acquire before the attempt is given up (and retried).
 const LATCH_DEADLINE: Duration = Duration::from_secs(10);
+/// How many results and events already at hand are stepped as one (see [`Driver::gather`]):
+/// enough for every event of a run of the largest jobs, few enough that a batch never holds
+/// the loop for long.
+const MAX_BATCH: usize = 1024;
 /// How many cron fires may wait for the driver.
 const FIRE_QUEUE: usize = 4;
 
@@ -104,6 +108,15 @@ enum Queued {
     Watched(crate::registry::WatchEvent),
 }
 
+impl From<Queued> for Input {
+    fn from(queued: Queued) -> Input {
+        match queued {
+            Queued::Done(op, result) => Input::Done { op, result },
+            Queued::Watched(ev) => Input::Watched(ev),
+        }
+    }
+}
+
 /// Starts the driver of job `name` and returns its command sender.
 pub(crate) fn spawn(name: &str, shared: Arc<Shared>) -> mpsc::Sender<JobCmd> {
     let (cmd_tx, cmd_rx) = mpsc::channel(1024);
@@ -167,10 +180,14 @@ impl Driver {
             let wake = self.state.next_wakeup(&env);
             let input = tokio::select! {
                 biased;
-                Some(queued) = self.io.next(), if !self.io.is_empty() => match queued {
-                    Queued::Done(op, result) => Input::Done { op, result },
-                    Queued::Watched(ev) => Input::Watched(ev),
-                },
+                Some(queued) = self.io.next(), if !self.io.is_empty() => {
+                    let batch = self.gather(queued.into());
+                    self.feed_all(batch);
+                    if self.state.idle() && self.try_retire() {
+                        return;
+                    }
+                    continue;
+                }
                 Some(task) = self.tasks_rx.recv() => self.on_task(task),
                 ev = next_event(&mut self.watch) => match ev {
                     // Through the ordered queue, behind the reads and writes already issued.
@@ -219,13 +236,42 @@ impl Driver {
     }
 
     fn feed(&mut self, input: Input) {
-        let mut next = Some(input);
-        while let Some(input) = next.take().or_else(|| self.followups.pop()) {
+        self.feed_all(vec![input]);
+    }
+
+    /// Steps `inputs` as one (see [`JobState::step_all`]), then what performing their
+    /// actions produced, one at a time.
+    fn feed_all(&mut self, inputs: Vec<Input>) {
+        let env = self.env();
+        for action in self.state.step_all(inputs, &env) {
+            self.perform(action);
+        }
+        while let Some(input) = self.followups.pop() {
             let env = self.env();
             for action in self.state.step(input, &env) {
                 self.perform(action);
             }
         }
+    }
+
+    /// `first` and whatever else the ordered queue holds ready behind it, in order, up to
+    /// [`MAX_BATCH`]. Registry events already delivered join the queue first, behind the
+    /// reads and writes issued before (the place they would take one at a time).
+    fn gather(&mut self, first: Input) -> Vec<Input> {
+        let mut batch = vec![first];
+        if let Some(watch) = self.watch.as_mut() {
+            while let Some(ev) = watch.try_next() {
+                self.io
+                    .push_back(futures::future::ready(Queued::Watched(ev)).boxed());
+            }
+        }
+        while batch.len() < MAX_BATCH {
+            match self.io.next().now_or_never() {
+                Some(Some(queued)) => batch.push(queued.into()),
+                _ => break,
+            }
+        }
+        batch
     }
 
     fn on_cmd(&mut self, cmd: JobCmd) -> Option<Input> {

@@ -342,33 +342,54 @@ impl JobState {
 
     /// The one entry point: applies `input` at `env` and returns what to do.
     pub(crate) fn step(&mut self, input: Input, env: &Env) -> Vec<Action> {
+        self.step_all([input], env)
+    }
+
+    /// Applies inputs that arrived together, in their order, and then reconciles once: what
+    /// one [`JobState::step`] each would decide, decided once on everything they tell.
+    ///
+    /// Reconciling is level-triggered, so deciding after the last input instead of after
+    /// each loses nothing; it saves the work of deciding again after every result and event
+    /// of a run (a run of many items brings hundreds), and no decision is made on a reading
+    /// that the very next input already contradicts. Each input is handled on the view of
+    /// everything mirrored before it, as it would be one step at a time.
+    pub(crate) fn step_all(
+        &mut self,
+        inputs: impl IntoIterator<Item = Input>,
+        env: &Env,
+    ) -> Vec<Action> {
         let mut out = Vec::new();
         self.notice_pause(env);
+        for (n, input) in inputs.into_iter().enumerate() {
+            if n > 0 {
+                // What the reconcile after the input before would have done first.
+                self.refresh_view();
+            }
+            self.apply(input, env, &mut out);
+        }
+        self.reconcile(env, &mut out);
+        out
+    }
+
+    /// Hands `input` to the concern it is for; deciding what else to do is the reconcile's.
+    fn apply(&mut self, input: Input, env: &Env, out: &mut Vec<Action>) {
         match input {
-            Input::Join { .. } => self.on_join(input, env, &mut out),
-            Input::StreamEnded { stream, end } => self.on_stream_ended(stream, end, env, &mut out),
+            Input::Join { .. } => self.on_join(input, env, out),
+            Input::StreamEnded { stream, end } => self.on_stream_ended(stream, end, env, out),
             Input::Answer {
                 reply,
                 instance_id,
                 execution_id,
                 outcomes,
-            } => self.on_answer(reply, &instance_id, &execution_id, outcomes, env, &mut out),
+            } => self.on_answer(reply, &instance_id, &execution_id, outcomes, env, out),
             Input::Decline {
                 reply,
                 instance_id,
                 execution_id,
                 items,
                 reason,
-            } => self.on_decline(
-                reply,
-                &instance_id,
-                &execution_id,
-                items,
-                &reason,
-                env,
-                &mut out,
-            ),
-            Input::Drain { reply, deadline } => self.on_drain(reply, deadline, env, &mut out),
+            } => self.on_decline(reply, &instance_id, &execution_id, items, &reason, env, out),
+            Input::Drain { reply, deadline } => self.on_drain(reply, deadline, env, out),
             Input::ContinueTrace { parent, until } => {
                 self.manual_parent = parent.map(|parent| {
                     debug!(job = %self.name, trace = %parent.trace_id_hex(),
@@ -380,18 +401,16 @@ impl JobState {
                     }
                 });
             }
-            Input::Fire { fire_time } => self.on_fire(fire_time, Source::Cron, env, &mut out),
-            Input::Session(state) => self.on_session(state, env, &mut out),
-            Input::Watched(ev) => self.on_watched(ev, &mut out),
+            Input::Fire { fire_time } => self.on_fire(fire_time, Source::Cron, env, out),
+            Input::Session(state) => self.on_session(state, env, out),
+            Input::Watched(ev) => self.on_watched(ev, out),
             Input::WatchLost => {
                 self.watch_wanted = true;
                 self.own_events.clear();
             }
-            Input::Done { op, result } => self.on_done(op, result, env, &mut out),
+            Input::Done { op, result } => self.on_done(op, result, env, out),
             Input::Tick => {}
         }
-        self.reconcile(env, &mut out);
-        out
     }
 
     /// A step long after the wakeup the state asked for means this process was paused (or

@@ -423,3 +423,89 @@ fn expected_events_of_our_own_writes_are_forgotten_when_the_watch_is_attached_ag
     let seen = s.step(Input::Watched(WatchEvent::DataChanged(p.item(1))));
     assert_eq!(reads(&seen), [p.item(1)]);
 }
+
+/// A run of 4 items from fire to end, with each result and the events of its writes (and one
+/// later writer's event) stepped one at a time or, as the driver does with what is at hand,
+/// as one: what was sent, written, read and answered.
+fn a_run_stepped(together: bool) -> Vec<String> {
+    let (mut s, _) = ready(4, false);
+    let p = s.paths.clone();
+    let step = |s: &mut Script, inputs: Vec<Input>| -> Vec<Action> {
+        if together {
+            let env = s.env.clone();
+            s.state.step_all(inputs, &env)
+        } else {
+            inputs.into_iter().flat_map(|i| s.step(i)).collect()
+        }
+    };
+    let result = |s: &mut Script, actions: &[Action]| -> Input {
+        let (op, ops) = actions
+            .iter()
+            .find_map(|a| match a {
+                Action::Commit { op, ops, .. } => Some((*op, ops.clone())),
+                _ => None,
+            })
+            .expect("a commit");
+        Input::Done {
+            op,
+            result: IoResult::Committed(Ok(s.ok(&ops))),
+        }
+    };
+    let fired = s.fire(1000);
+    let mut inputs = vec![result(&mut s, &fired)];
+    for i in 0..4 {
+        inputs.push(Input::Watched(WatchEvent::Created(p.item_running(i))));
+        inputs.push(Input::Watched(WatchEvent::DataChanged(p.item(i))));
+        inputs.push(Input::Watched(WatchEvent::DataChanged(p.item_running(i))));
+    }
+    inputs.push(Input::Watched(WatchEvent::DataChanged(p.config())));
+    let mut seen = fired.clone();
+    seen.extend(step(&mut s, inputs));
+    let read = reads(&seen);
+    let config_read = seen
+        .iter()
+        .find_map(|a| match a {
+            Action::Read { op, path } if *path == p.config() => Some(*op),
+            _ => None,
+        })
+        .expect("the later writer's change is read");
+    let t = triggers(&seen).pop().expect("a trigger");
+    let answer = s.answer(&t.execution_id, &[0, 1, 2, 3]);
+    let mut inputs = vec![
+        Input::Done {
+            op: config_read,
+            result: IoResult::Read {
+                path: p.config(),
+                node: Ok(Some(node(&config(4, false).to_yaml(), 1, 300))),
+            },
+        },
+        result(&mut s, &answer),
+    ];
+    for i in 0..4 {
+        inputs.push(Input::Watched(WatchEvent::DataChanged(p.item(i))));
+        inputs.push(Input::Watched(WatchEvent::Deleted(p.item_running(i))));
+    }
+    seen.extend(answer);
+    seen.extend(step(&mut s, inputs));
+    let mut told: Vec<String> = kinds(&seen)
+        .into_iter()
+        .filter(|k| ["Trigger", "Commit", "Read", "Reply", "Revoke"].contains(k))
+        .map(String::from)
+        .collect();
+    told.extend(writes(&seen));
+    told.extend(read);
+    told.extend(answered(&seen).iter().map(|r| format!("{r:?}")));
+    told
+}
+
+#[test]
+fn results_and_events_stepped_together_decide_what_one_at_a_time_would() {
+    // #11: the driver steps the results and events at hand as one and reconciles once.
+    let one_at_a_time = a_run_stepped(false);
+    assert!(
+        one_at_a_time.contains(&"Trigger".to_string())
+            && one_at_a_time.contains(&"Ok(())".to_string()),
+        "{one_at_a_time:?}"
+    );
+    assert_eq!(a_run_stepped(true), one_at_a_time);
+}
