@@ -41,7 +41,8 @@ import org.junit.jupiter.api.Test;
  * <p>The instance ids are {@code {ip}@-@1001} and {@code {ip}@-@1002}, as in the other vectors: each
  * JVM runs in a PID namespace of its own ({@code unshare}, root only; the test is skipped without it)
  * where its pid is set. JVM 1001 starts first and leads; 1002 joins; the leader reshards at its next
- * cron fire ({@code 0/2 * * * * ?}); the tree is dumped once each instance has run its share (the
+ * cron fire ({@code 0/2 * * * * ?}; the flag is set again when ElasticJob's own race loses it, see
+ * below); the tree is dumped once each instance has run its share (the
  * SCRIPT job's command echoes its JSON into the member's log; the HTTP job calls the suite's
  * recorder) and no item is running.
  */
@@ -79,7 +80,20 @@ class TypedVectorsTest {
       for (String job : List.of("scriptJob", "httpJob")) {
         Map<Integer, String> owners = Expected.avg(job, 2, id1, id2);
         shares.put(job, owners);
-        c.await(job, "the leader reshards at its next fire", T, () -> zk.owners(job).equals(owners) && zk.shardingSettled(job));
+        c.await(job, "the leader reshards at its next fire", T, () -> {
+          if (zk.owners(job).equals(owners) && zk.shardingSettled(job)) {
+            return true;
+          }
+          // ElasticJob 3.0.4 can lose this reshard: 1002's server node sets the flag, the leader's
+          // fire reads the instances before 1002's node exists, the event of that node finds the
+          // flag still set, and the reshard's transaction then deletes it
+          // (ShardingService.shardingIfNecessary). Settled without 1002 is that loss (or the
+          // moment before the leader sets the flag): the flag is set, as the console's reshard does.
+          if (zk.shardingSettled(job) && zk.instances(job).contains(id2)) {
+            zk.createIfAbsent("/" + job + "/leader/sharding/necessary");
+          }
+          return false;
+        });
       }
       // Each instance ran its share after the reshard (its task id names its own item only).
       c.await("scriptJob", "both instances run their share of scriptJob", T, () -> {

@@ -70,6 +70,17 @@ public final class Zk implements AutoCloseable {
     }
   }
 
+  /** Creates a persistent empty node (and its parents) unless it exists. */
+  public void createIfAbsent(String path) {
+    try {
+      client.create().creatingParentsIfNeeded().forPath(path);
+    } catch (KeeperException.NodeExistsException e) {
+      // already there
+    } catch (Exception e) {
+      throw new IllegalStateException("create " + path, e);
+    }
+  }
+
   public void delete(String path) {
     try {
       client.delete().forPath(path);
