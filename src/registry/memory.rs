@@ -59,6 +59,15 @@ struct WatchEntry {
     events_tx: WatchSender,
 }
 
+/// `path`, then each of its ancestors up to `/`.
+fn self_and_ancestors(path: &str) -> impl Iterator<Item = &str> {
+    std::iter::successors(Some(path), |p| match p.rfind('/') {
+        Some(0) if p.len() > 1 => Some("/"),
+        Some(0) | None => None,
+        Some(i) => Some(&p[..i]),
+    })
+}
+
 impl WatchEntry {
     fn wants(&self, path: &str) -> bool {
         if self.recursive {
@@ -75,7 +84,9 @@ struct Tree {
     next_session_id: i64,
     next_handle: u64,
     handles: HashMap<u64, Handle>,
-    watches: Vec<WatchEntry>,
+    /// By the path watched: a write looks up the watches of its path and its ancestors only,
+    /// not every watch of every session (a sidecar of 1000 jobs holds 1000).
+    watches: BTreeMap<String, Vec<WatchEntry>>,
 }
 
 impl Tree {
@@ -109,18 +120,34 @@ impl Tree {
     }
 
     fn deliver(&mut self, events: &[WatchEvent], skip_handle: Option<u64>) {
-        self.watches.retain(|w| !w.events_tx.is_closed());
+        let mut closed = false;
         for ev in events {
             let path = match ev {
                 WatchEvent::Created(p) | WatchEvent::Deleted(p) | WatchEvent::DataChanged(p) => p,
                 WatchEvent::Resync => continue,
             };
-            for w in &self.watches {
-                if Some(w.handle) != skip_handle && w.wants(path) {
-                    let _ = w.events_tx.send(ev.clone());
+            for at in self_and_ancestors(path) {
+                for w in self.watches.get(at).into_iter().flatten() {
+                    if Some(w.handle) != skip_handle && w.wants(path) {
+                        closed |= w.events_tx.send(ev.clone()).is_err();
+                    }
                 }
             }
         }
+        if closed {
+            self.drop_closed_watches();
+        }
+    }
+
+    fn drop_closed_watches(&mut self) {
+        self.watches.retain(|_, ws| {
+            ws.retain(|w| !w.events_tx.is_closed());
+            !ws.is_empty()
+        });
+    }
+
+    fn watches(&self) -> impl Iterator<Item = &WatchEntry> {
+        self.watches.values().flatten()
     }
 
     /// Deletes the ephemerals of `session_id` (one transaction), returning the events.
@@ -169,7 +196,7 @@ impl MemoryStore {
             next_session_id: 0x0100_0000_0000_0001,
             next_handle: 1,
             handles: HashMap::new(),
-            watches: Vec::new(),
+            watches: BTreeMap::new(),
         };
         MemoryStore {
             tree: Arc::new(Mutex::new(tree)),
@@ -238,7 +265,7 @@ impl MemoryStore {
             generation: h.generation,
             session_id: new_id,
         });
-        for w in t.watches.iter().filter(|w| w.handle == m.handle) {
+        for w in t.watches().filter(|w| w.handle == m.handle) {
             let _ = w.events_tx.send(WatchEvent::Resync);
         }
     }
@@ -428,12 +455,17 @@ impl MemSession {
         let mut t = self.store.lock();
         session_of(&t, self.handle)?;
         let (events_tx, watch) = Watch::channel(None);
-        t.watches.push(WatchEntry {
-            handle: self.handle,
-            path: path.to_string(),
-            recursive,
-            events_tx,
-        });
+        // Watches dropped since are let go of here (and whenever an event finds one).
+        t.drop_closed_watches();
+        t.watches
+            .entry(path.to_string())
+            .or_default()
+            .push(WatchEntry {
+                handle: self.handle,
+                path: path.to_string(),
+                recursive,
+                events_tx,
+            });
         Ok(watch)
     }
 
@@ -462,7 +494,10 @@ impl MemSession {
         let sid = h.session_id;
         let events = t.drop_ephemerals(sid);
         let handle = self.handle;
-        t.watches.retain(|w| w.handle != handle);
+        t.watches.retain(|_, ws| {
+            ws.retain(|w| w.handle != handle);
+            !ws.is_empty()
+        });
         t.deliver(&events, None);
     }
 }

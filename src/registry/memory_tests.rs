@@ -316,6 +316,36 @@ async fn memory_watch_order_and_cache() {
 }
 
 #[tokio::test]
+async fn memory_watches_at_every_depth_see_what_is_below_them_and_a_dropped_one_nothing() {
+    use CreateMode::Persistent;
+    let store = MemoryStore::new();
+    let (reg, other) = (store.session(), store.session());
+    let mut root = reg.watch_recursive("/").await.unwrap();
+    let mut w = reg.watch_recursive("/w").await.unwrap();
+    let mut wa = other.watch_recursive("/w/a").await.unwrap();
+    let gone = other.watch_recursive("/w").await.unwrap();
+    drop(gone);
+    other.create("/w", b"", Persistent).await.unwrap();
+    other.create("/w/a", b"", Persistent).await.unwrap();
+    other.create("/w/a/b", b"", Persistent).await.unwrap();
+    other.create("/wa", b"", Persistent).await.unwrap();
+    let all = vec![
+        Created(s("/w")),
+        Created(s("/w/a")),
+        Created(s("/w/a/b")),
+        Created(s("/wa")),
+    ];
+    assert_eq!(drain(&mut root).await, all);
+    assert_eq!(drain(&mut w).await, all[..3]);
+    assert_eq!(drain(&mut wa).await, all[1..3]);
+    // A new watch after a dropped one (which is let go of then) sees what follows.
+    let mut again = reg.watch_recursive("/w").await.unwrap();
+    other.set("/w/a/b", b"x", None).await.unwrap();
+    assert_eq!(drain(&mut again).await, [DataChanged(s("/w/a/b"))]);
+    assert_eq!(drain(&mut wa).await, [DataChanged(s("/w/a/b"))]);
+}
+
+#[tokio::test]
 async fn memory_zxids_are_global_and_multi_shares_one() {
     let store = MemoryStore::new();
     let (a, b) = (store.session(), store.session());
