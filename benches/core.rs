@@ -5,8 +5,9 @@
 //!
 //! Run: `cargo bench --bench core` (release build of the sidecar and of this program);
 //! `cargo bench --bench core -- trigger` runs only the figures whose names start so
-//! (floor, resharding, growth, trigger, scale1000, scale500, transactions, failover; `scale`
-//! runs both scale figures, or the shapes `SHARDCAR_BENCH_SCALE=200x64,1000x8` names).
+//! (floor, resharding, growth, trigger, scale1000, scale500, standalone, transactions,
+//! failover; `scale` runs both scale figures, or the shapes `SHARDCAR_BENCH_SCALE=200x64,1000x8`
+//! names, and `standalone` runs the same shapes on a standalone sidecar).
 //!
 //! Figures:
 //! 1. floor: ZooKeeper's own latency here for the writes a trigger makes (a plain client);
@@ -18,7 +19,9 @@
 //!    10 s unless `SHARDCAR_BENCH_ONE_JOB_SECONDS` says otherwise (1000 s gives 1000 fires);
 //!    with each: items answered per second, transactions per execution, the sidecar's CPU,
 //!    memory and threads;
-//! 5. scale: the same with 1000 jobs x 8 items and with 500 jobs x 64 items;
+//! 5. scale: the same with 1000 jobs x 8 items and with 500 jobs x 64 items; `standalone`,
+//!    the same shapes on a standalone sidecar (in-memory registry): what the sidecar itself
+//!    does with no ZooKeeper sharing the machine's cores;
 //! 6. transactions: ZooKeeper transactions per execution for 1, 8 and 64 items;
 //! 7. failover: a worker process SIGKILLed mid-execution → its item's FAILOVER trigger at a
 //!    worker on another sidecar; and the same for a sidecar SIGKILLed (default 10 s session).
@@ -484,23 +487,33 @@ fn cpu_seconds(pid: u32) -> f64 {
 /// workers answering at once: fire instant -> trigger latency (with its stages), items
 /// triggered and answered per second, ZooKeeper transactions, the sidecar's CPU, memory and
 /// threads. Measured over `window`.
-async fn bench_triggers(zk: &ZooKeeper, jobs: usize, items: i32, window: Duration) {
+/// With `zk` None, the sidecar runs standalone on its in-memory registry: what the sidecar
+/// itself can do, with no ZooKeeper sharing the machine's cores.
+async fn bench_triggers(zk: Option<&ZooKeeper>, jobs: usize, items: i32, window: Duration) {
     let ns = format!("bench-trigger-{jobs}x{items}");
+    let registry = match zk {
+        Some(zk) => SidecarOptions::zk(zk.connect_string(), "127.0.0.2"),
+        None => SidecarOptions::standalone(),
+    };
     let options = SidecarOptions {
         namespace: ns.clone(),
         log_level: "warn".into(),
         // The default session timeout (the harness's is 4 s): ZooKeeper calls may take 2.5 s.
         session_timeout: Duration::from_secs(10),
-        ..SidecarOptions::zk(zk.connect_string(), "127.0.0.2")
+        ..registry
     };
+    let on = if zk.is_some() { "" } else { ", standalone" };
     let car = Sidecar::start(options).await;
     let rss_idle = rss_parts(car.pid());
     let mut workers = Vec::new();
     let mut refusals = 0;
     // Jobs are set up not firing, then all armed at once (below): jobs firing while the rest
     // subscribe would slow the setup, and a sidecar past its capacity might not finish it.
+    // Standalone, the jobs fire every second from the start: setting them up takes no
+    // ZooKeeper round trips, so firing jobs hardly slow it.
+    let cron = if zk.is_some() { NEVER } else { "* * * * * ?" };
     for j in 0..jobs {
-        let request = subscribe_request(job_config(&format!("job{j}"), NEVER, items));
+        let request = subscribe_request(job_config(&format!("job{j}"), cron, items));
         // UNAVAILABLE ("subscribe again shortly") is retried as the clients do.
         let w = loop {
             match TestWorker::subscribe(&car.endpoint(), request.clone()).await {
@@ -530,13 +543,21 @@ async fn bench_triggers(zk: &ZooKeeper, jobs: usize, items: i32, window: Duratio
     // Let it settle (every job set up, elected and sharded), arm every job to fire every
     // second (its config node rewritten, as ElasticJob's console does), then measure.
     tokio::time::sleep(Duration::from_secs(3 + (jobs / 200) as u64)).await;
-    arm_every_second(zk, &ns, jobs).await;
+    if let Some(zk) = zk {
+        arm_every_second(zk, &ns, jobs).await;
+    }
     tokio::time::sleep(Duration::from_secs(2)).await;
-    let zxid_before = zxid(zk).await;
+    let zxid_before = match zk {
+        Some(zk) => zxid(zk).await,
+        None => 0,
+    };
     let cpu_before = cpu_seconds(car.pid());
     // Where the rest of the machine goes: ZooKeeper's JVM, and the workers (this process).
-    let zk_pid = zk.pid(0).expect("ZooKeeper runs");
-    let others_before = (cpu_seconds(zk_pid), cpu_seconds(std::process::id()));
+    let zk_pid = zk.map(|zk| zk.pid(0).expect("ZooKeeper runs"));
+    let others_before = (
+        zk_pid.map_or(0.0, cpu_seconds),
+        cpu_seconds(std::process::id()),
+    );
     let measured_from = Instant::now();
     let base_instant = Instant::now();
     let base_wall = SystemTime::now()
@@ -548,9 +569,12 @@ async fn bench_triggers(zk: &ZooKeeper, jobs: usize, items: i32, window: Duratio
     let measured_to = Instant::now();
     let elapsed = measured_to.duration_since(measured_from).as_secs_f64();
     let cpu = cpu_seconds(car.pid()) - cpu_before;
-    let zk_cpu = cpu_seconds(zk_pid) - others_before.0;
+    let zk_cpu = zk_pid.map_or(0.0, cpu_seconds) - others_before.0;
     let workers_cpu = cpu_seconds(std::process::id()) - others_before.1;
-    let zxid_after = zxid(zk).await;
+    let zxid_after = match zk {
+        Some(zk) => zxid(zk).await,
+        None => 0,
+    };
     let mut samples = Vec::new();
     // Execution id -> when its trigger reached the worker (wall clock, seconds).
     let mut received = std::collections::HashMap::new();
@@ -585,24 +609,30 @@ async fn bench_triggers(zk: &ZooKeeper, jobs: usize, items: i32, window: Duratio
     }
     report(
         &format!(
-            "trigger: cron fire instant -> Trigger received ({jobs} jobs x {items} items every second, 1 sidecar)"
+            "trigger: cron fire instant -> Trigger received ({jobs} jobs x {items} items every second, 1 sidecar{on})"
         ),
         "ms",
         samples,
     );
     stage_breakdown(&car, jobs, &received).await;
     println!(
-        "throughput ({jobs} jobs x {items} items): {items_triggered} items triggered, {items_answered} answered and recorded in {elapsed:.1} s = {:.0} items/s; sidecar CPU {:.0}% of one core (ZooKeeper {:.0}%, the workers {:.0}%)",
+        "throughput ({jobs} jobs x {items} items{on}): {items_triggered} items triggered, {items_answered} answered and recorded in {elapsed:.1} s = {:.0} items/s; sidecar CPU {:.0}% of one core ({}the workers {:.0}%)",
         items_answered as f64 / elapsed,
         cpu / elapsed * 100.0,
-        zk_cpu / elapsed * 100.0,
+        if zk.is_some() {
+            format!("ZooKeeper {:.0}%, ", zk_cpu / elapsed * 100.0)
+        } else {
+            String::new()
+        },
         workers_cpu / elapsed * 100.0
     );
     let txns = zxid_after - zxid_before;
-    println!(
+    if zk.is_some() {
+        println!(
         "zookeeper: {txns} transactions for {executions} executions (1 instance each) = {:.2} transactions per execution per instance",
         txns as f64 / executions.max(1) as f64
     );
+    }
     println!(
         "memory: sidecar RSS {} idle, {} with {jobs} jobs and {jobs} workers; {} threads on {} cores",
         rss_idle,
@@ -870,21 +900,30 @@ fn main() {
                 .ok()
                 .and_then(|s| s.parse().ok())
                 .unwrap_or(10);
-            bench_triggers(&zk, 1, 2, Duration::from_secs(one_job_window)).await;
-            bench_triggers(&zk, 100, 2, Duration::from_secs(10)).await;
+            bench_triggers(Some(&zk), 1, 2, Duration::from_secs(one_job_window)).await;
+            bench_triggers(Some(&zk), 100, 2, Duration::from_secs(10)).await;
         }
         if let Some(shapes) = scale_shapes.clone() {
             if wanted("scale") {
+                for (jobs, items) in shapes.iter().copied() {
+                    bench_triggers(Some(&zk), jobs, items, Duration::from_secs(10)).await;
+                }
+            }
+            if wanted("standalone") {
                 for (jobs, items) in shapes {
-                    bench_triggers(&zk, jobs, items, Duration::from_secs(10)).await;
+                    bench_triggers(None, jobs, items, Duration::from_secs(10)).await;
                 }
             }
         } else {
             if wanted("scale1000") {
-                bench_triggers(&zk, 1000, 8, Duration::from_secs(10)).await;
+                bench_triggers(Some(&zk), 1000, 8, Duration::from_secs(10)).await;
             }
             if wanted("scale500") {
-                bench_triggers(&zk, 500, 64, Duration::from_secs(10)).await;
+                bench_triggers(Some(&zk), 500, 64, Duration::from_secs(10)).await;
+            }
+            if wanted("standalone") {
+                bench_triggers(None, 1000, 8, Duration::from_secs(10)).await;
+                bench_triggers(None, 500, 64, Duration::from_secs(10)).await;
             }
         }
         if wanted("transactions") {
