@@ -77,7 +77,7 @@ pub fn to_wire(event: WorkerEvent) -> proto::SubscribeResponse {
             sequence,
             expires_at: Some(timestamp(expires_at.into())),
         }),
-        WorkerEvent::Trigger(t) => Event::Trigger(trigger(t)),
+        WorkerEvent::Trigger(t) => Event::Trigger(trigger(*t)),
         WorkerEvent::Revoke { items, reason } => Event::Revoke(proto::Revoke { items, reason }),
         WorkerEvent::Shutdown { reason } => Event::Shutdown(proto::Shutdown { reason }),
     };

@@ -75,16 +75,13 @@ pub enum WorkerEvent {
         expires_at: SystemTime,
         sequence: u64,
     },
-    Trigger(Trigger),
+    /// Boxed: a trigger is several times the size of every other event, and each worker
+    /// stream's queue holds its events in blocks sized for the largest.
+    Trigger(Box<Trigger>),
     /// Stop these items and decline them once stopped.
-    Revoke {
-        items: Vec<i32>,
-        reason: String,
-    },
+    Revoke { items: Vec<i32>, reason: String },
     /// The stream is ending: no new work.
-    Shutdown {
-        reason: String,
-    },
+    Shutdown { reason: String },
 }
 
 /// Who ended a worker's stream, as its transport saw it.

@@ -233,7 +233,7 @@ async fn next_matching<T>(w: &mut TestWorker, mut pick: impl FnMut(&Event) -> Op
 
 fn trigger(e: &Event) -> Option<Trigger> {
     match e {
-        Event::Trigger(t) => Some(t.clone()),
+        Event::Trigger(t) => Some(t.as_ref().clone()),
         _ => None,
     }
 }

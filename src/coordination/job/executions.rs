@@ -412,7 +412,7 @@ impl JobState {
         });
         out.push(Action::Send {
             stream,
-            event: WorkerEvent::Trigger(trigger),
+            event: WorkerEvent::Trigger(Box::new(trigger)),
         });
         out.push(Action::Observe(Observation::TriggerSent {
             source: exec.source,

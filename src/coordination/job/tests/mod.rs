@@ -334,7 +334,7 @@ pub(super) fn triggers(actions: &[Action]) -> Vec<Trigger> {
     events(actions)
         .into_iter()
         .filter_map(|e| match e {
-            WorkerEvent::Trigger(t) => Some(t.clone()),
+            WorkerEvent::Trigger(t) => Some(t.as_ref().clone()),
             _ => None,
         })
         .collect()
