@@ -42,8 +42,65 @@ fn free_ports_are_distinct_and_bindable() {
         "free_port handed out a port twice: {ports:?}"
     );
     for port in ports {
-        std::net::TcpListener::bind(("127.0.0.1", port)).expect("a free port can be bound");
+        if let Err(e) = std::net::TcpListener::bind(("127.0.0.1", port)) {
+            // Failed once in a full suite run (AddrInUse), cause not yet known: say who holds it.
+            panic!(
+                "free port {port} cannot be bound ({e}); sockets on it (/proc/net/tcp: local, remote, state, uid, inode):\n{}",
+                sockets_on(port)
+            );
+        }
     }
+}
+
+/// The lines of `/proc/net/tcp` whose local port is `port`, with the pids whose descriptors hold
+/// each socket's inode.
+fn sockets_on(port: u16) -> String {
+    let table = std::fs::read_to_string("/proc/net/tcp").unwrap_or_default();
+    let mut out = String::new();
+    for line in table.lines().skip(1) {
+        let f: Vec<&str> = line.split_whitespace().collect();
+        let local_port = f
+            .get(1)
+            .and_then(|a| a.rsplit_once(':'))
+            .and_then(|(_, p)| u16::from_str_radix(p, 16).ok());
+        if local_port != Some(port) || f.len() < 10 {
+            continue;
+        }
+        let inode = f[9];
+        let holders: Vec<String> = std::fs::read_dir("/proc")
+            .into_iter()
+            .flatten()
+            .flatten()
+            .filter(|pid| {
+                pid.file_name()
+                    .to_string_lossy()
+                    .bytes()
+                    .all(|b| b.is_ascii_digit())
+            })
+            .filter_map(|pid| {
+                let fds = std::fs::read_dir(pid.path().join("fd")).ok()?;
+                let socket = format!("socket:[{inode}]");
+                fds.flatten()
+                    .any(|fd| {
+                        std::fs::read_link(fd.path()).is_ok_and(|l| l.to_string_lossy() == socket)
+                    })
+                    .then(|| {
+                        let cmd =
+                            std::fs::read_to_string(pid.path().join("cmdline")).unwrap_or_default();
+                        format!(
+                            "{} {}",
+                            pid.file_name().to_string_lossy(),
+                            cmd.replace('\0', " ")
+                        )
+                    })
+            })
+            .collect();
+        out.push_str(&format!(
+            "  {} {} state {} uid {} inode {inode} held by {holders:?}\n",
+            f[1], f[2], f[3], f[7]
+        ));
+    }
+    out
 }
 
 #[tokio::test(flavor = "multi_thread")]
