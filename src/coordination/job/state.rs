@@ -345,14 +345,15 @@ impl JobState {
         self.step_all([input], env)
     }
 
-    /// Applies inputs that arrived together, in their order, and then reconciles once: what
-    /// one [`JobState::step`] each would decide, decided once on everything they tell.
+    /// Applies inputs that arrived together, in their order, and then reconciles once, on
+    /// everything they tell.
     ///
     /// Reconciling is level-triggered, so deciding after the last input instead of after
     /// each loses nothing; it saves the work of deciding again after every result and event
     /// of a run (a run of many items brings hundreds), and no decision is made on a reading
     /// that the very next input already contradicts. Each input is handled on the view of
-    /// everything mirrored before it, as it would be one step at a time.
+    /// everything mirrored before it, as it would be one step at a time, and every write is
+    /// still conditional on the versions it was decided on.
     pub(crate) fn step_all(
         &mut self,
         inputs: impl IntoIterator<Item = Input>,
