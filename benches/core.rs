@@ -629,9 +629,9 @@ async fn bench_triggers(zk: Option<&ZooKeeper>, jobs: usize, items: i32, window:
     let txns = zxid_after - zxid_before;
     if zk.is_some() {
         println!(
-        "zookeeper: {txns} transactions for {executions} executions (1 instance each) = {:.2} transactions per execution per instance",
-        txns as f64 / executions.max(1) as f64
-    );
+            "zookeeper: {txns} transactions for {executions} executions (1 instance each) = {:.2} transactions per execution per instance",
+            txns as f64 / executions.max(1) as f64
+        );
     }
     println!(
         "memory: sidecar RSS {} idle, {} with {jobs} jobs and {jobs} workers; {} threads on {} cores",
