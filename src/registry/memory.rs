@@ -11,7 +11,7 @@ use std::time::{Instant, SystemTime, UNIX_EPOCH};
 
 use tokio::sync::watch;
 
-use super::path::{is_within, join, split, validate};
+use super::path::{join, split, validate};
 use super::{
     CreateMode, Error, Node, Op, OpResult, Registry, Result, SessionState, Stat, Watch, WatchEvent,
     WatchSender,
@@ -52,9 +52,9 @@ struct Handle {
     closed: bool,
 }
 
+/// A watch, kept under the path it watches (see `Tree::watches`).
 struct WatchEntry {
     handle: u64,
-    path: String,
     recursive: bool,
     events_tx: WatchSender,
 }
@@ -69,12 +69,10 @@ fn self_and_ancestors(path: &str) -> impl Iterator<Item = &str> {
 }
 
 impl WatchEntry {
-    fn wants(&self, path: &str) -> bool {
-        if self.recursive {
-            is_within(path, &self.path)
-        } else {
-            path == self.path
-        }
+    /// Whether this watch, kept under `at` (`path` or one of its ancestors), wants an event
+    /// of `path`.
+    fn wants(&self, at: &str, path: &str) -> bool {
+        self.recursive || at == path
     }
 }
 
@@ -128,7 +126,7 @@ impl Tree {
             };
             for at in self_and_ancestors(path) {
                 for w in self.watches.get(at).into_iter().flatten() {
-                    if Some(w.handle) != skip_handle && w.wants(path) {
+                    if Some(w.handle) != skip_handle && w.wants(at, path) {
                         closed |= w.events_tx.send(ev.clone()).is_err();
                     }
                 }
@@ -462,7 +460,6 @@ impl MemSession {
             .or_default()
             .push(WatchEntry {
                 handle: self.handle,
-                path: path.to_string(),
                 recursive,
                 events_tx,
             });
