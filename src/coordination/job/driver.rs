@@ -236,12 +236,12 @@ impl Driver {
     }
 
     fn feed(&mut self, input: Input) {
-        self.feed_all(vec![input]);
+        self.feed_all([input]);
     }
 
     /// Steps `inputs` as one (see [`JobState::step_all`]), then what performing their
     /// actions produced, one at a time.
-    fn feed_all(&mut self, inputs: Vec<Input>) {
+    fn feed_all(&mut self, inputs: impl IntoIterator<Item = Input>) {
         let env = self.env();
         for action in self.state.step_all(inputs, &env) {
             self.perform(action);
