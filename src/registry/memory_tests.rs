@@ -4,7 +4,9 @@
 use std::time::Duration;
 
 use super::latch::tests::{assert_cancel_safety, assert_mutual_exclusion};
-use super::{CreateMode, Error, MemoryStore, Op, Registry, SessionState, TreeCache, WatchEvent};
+use super::{
+    CreateMode, Error, MemoryStore, Op, OpResult, Registry, SessionState, TreeCache, WatchEvent,
+};
 
 use WatchEvent::{Created, DataChanged, Deleted};
 
@@ -295,6 +297,77 @@ pub(crate) async fn check_watch_order(reg: &Registry, other: &Registry) {
     assert_eq!(cache.data("/w/d"), Some(&b"dd"[..]));
     cache.apply(reg, &Created(s("/elsewhere"))).await.unwrap();
     assert!(!cache.contains("/elsewhere"));
+}
+
+/// Batched multi-ops submitted at once by `callers` callers, each creating and setting a node of
+/// its own: each caller gets the results of its own operations; the failing caller's failure is
+/// its own, with the index in its own operations, and undoes only its own writes, wherever it
+/// falls in a shared request. Returns the mzxid of each successful caller's `SetData`.
+pub(crate) async fn check_batched(
+    reg: &Registry,
+    callers: usize,
+    failing: Option<usize>,
+) -> Vec<i64> {
+    use futures::future::join_all;
+    use CreateMode::Persistent;
+    let generation = reg.session().borrow().generation();
+    let root = format!("/b{}", failing.map_or(0, |f| f + 1));
+    reg.create(&root, b"", Persistent).await.unwrap();
+    let ops = |i: usize| {
+        let mut ops = vec![
+            Op::create(format!("{root}/{i}"), "c", Persistent),
+            Op::SetData {
+                path: format!("{root}/{i}"),
+                data: format!("own {i}").into_bytes(),
+                version: Some(0),
+            },
+        ];
+        if Some(i) == failing {
+            // The root is at version 0.
+            ops.push(Op::Check {
+                path: root.clone(),
+                version: 7,
+            });
+        }
+        ops
+    };
+    let answers = join_all((0..callers).map(|i| reg.multi_at_batched(generation, ops(i)))).await;
+    let mut zxids = Vec::new();
+    for (i, answer) in answers.into_iter().enumerate() {
+        let node = reg.get(&format!("{root}/{i}")).await.unwrap();
+        if Some(i) == failing {
+            match answer {
+                Err(Error::MultiFailed { index: 2, source }) => {
+                    assert!(matches!(*source, Error::BadVersion(_)), "{source:?}");
+                }
+                other => panic!("caller {i}: expected its own failure at 2, got {other:?}"),
+            }
+            assert!(node.is_none(), "caller {i}: its create was undone");
+            continue;
+        }
+        let results = answer.unwrap_or_else(|e| panic!("caller {i}: {e:?}"));
+        assert_eq!(results.len(), 2, "caller {i}: {results:?}");
+        match &results[0] {
+            OpResult::Created { path, .. } => assert_eq!(path, &format!("{root}/{i}")),
+            other => panic!("caller {i}: {other:?}"),
+        }
+        match &results[1] {
+            OpResult::DataSet { stat } => {
+                assert_eq!(stat.version, 1, "caller {i}");
+                zxids.push(stat.mzxid);
+            }
+            other => panic!("caller {i}: {other:?}"),
+        }
+        assert_eq!(node.unwrap().data, format!("own {i}").into_bytes());
+    }
+    zxids
+}
+
+#[tokio::test]
+async fn memory_batched_multi_ops_answer_each_caller_alone() {
+    let reg = Registry::standalone();
+    assert_eq!(check_batched(&reg, 50, None).await.len(), 50);
+    assert_eq!(check_batched(&reg, 50, Some(25)).await.len(), 49);
 }
 
 #[tokio::test]

@@ -19,6 +19,7 @@ mod latch;
 mod memory;
 mod path;
 mod watch;
+mod zk_batch;
 mod zk_session;
 mod zookeeper;
 
@@ -446,6 +447,24 @@ impl Registry {
             return Ok(Vec::new());
         }
         dispatch!(self, s => s.multi(Some(generation), ops).await)
+    }
+
+    /// `multi_at`, sent as part of a group commit: on ZooKeeper, the multi-ops that callers
+    /// submit this way at about the same time go to the server together as one request
+    /// (`zk_batch`). Each caller still gets exactly its own results or its own failure. Requests
+    /// are not ordered with any the caller makes meanwhile, batched or not: a caller that needs
+    /// its requests to land in order waits for this answer before making the next.
+    ///
+    /// # Errors
+    /// As `multi_at`.
+    pub async fn multi_at_batched(&self, generation: u64, ops: Vec<Op>) -> Result<Vec<OpResult>> {
+        if ops.is_empty() {
+            return Ok(Vec::new());
+        }
+        match &self.inner {
+            Inner::ZooKeeper(s) => s.multi_batched(generation, ops).await,
+            Inner::Memory(s) => s.multi(Some(generation), ops).await,
+        }
     }
 
     /// ElasticJob's `persist`: replaces the node's data, or creates it (and its missing

@@ -16,11 +16,12 @@ use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard, Weak};
 use std::time::{Duration, Instant};
 
-use tokio::sync::watch;
+use tokio::sync::{mpsc, watch};
 use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
 use zookeeper_client as zk;
 
+use super::zk_batch;
 use super::{Error, Result, SessionState, Watch, WatchEvent, WatchSender, ZkSettings};
 
 /// Lock a std mutex; a poisoned one still holds consistent data (no section here can panic
@@ -57,11 +58,17 @@ pub(super) struct Shared {
     pub(super) tasks: TaskTracker,
     /// Cancelled by `close`: tasks that sleep wake at once.
     pub(super) closing: CancellationToken,
+    /// Multi-ops queued for the batcher (`zk_batch`), and its end of the queue until it starts.
+    pub(super) batch_tx: mpsc::UnboundedSender<zk_batch::Request>,
+    pub(super) batch_rx: Mutex<Option<mpsc::UnboundedReceiver<zk_batch::Request>>>,
 }
 
 impl Shared {
     pub(super) fn new(settings: ZkSettings, namespace: String) -> Shared {
+        let (batch_tx, batch_rx) = zk_batch::channel();
         Shared {
+            batch_tx,
+            batch_rx,
             settings,
             namespace,
             current: Mutex::new(None),
@@ -279,6 +286,7 @@ pub(super) fn acls(settings: &ZkSettings) -> zk::Acls<'static> {
 pub(super) fn spawn(shared: Arc<Shared>, client: zk::Client, generation: u64) {
     shared.tasks.spawn(run(shared.clone(), client, generation));
     shared.tasks.spawn(heartbeat(shared.clone()));
+    zk_batch::spawn(&shared);
 }
 
 fn publish_connected(shared: &Shared, client: &zk::Client, generation: u64) {

@@ -4,7 +4,9 @@
 use std::time::{Duration, Instant};
 
 use super::latch::tests::{assert_cancel_safety, assert_mutual_exclusion};
-use super::memory_tests::{check_basic_rules, check_multi, check_watch_order, drain};
+use super::memory_tests::{
+    check_basic_rules, check_batched, check_multi, check_watch_order, drain,
+};
 use super::zk_server::ZkServer;
 use super::{CreateMode, Error, Registry, SessionState, WatchEvent, ZkSettings};
 
@@ -49,6 +51,29 @@ async fn next_event(w: &mut super::Watch, within: Duration) -> WatchEvent {
         .await
         .expect("event in time")
         .expect("watch open")
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn zookeeper_batched_multi_ops_share_requests_and_answer_each_caller_alone() {
+    let server = ZkServer::start();
+    let reg = connect(&server, "batched").await;
+    let zxids = check_batched(&reg, 50, None).await;
+    assert_eq!(zxids.len(), 50);
+    // Submitted at once, they did not go as one request each: callers that came while another
+    // request was in flight shared one.
+    let mut distinct = zxids.clone();
+    distinct.sort_unstable();
+    distinct.dedup();
+    assert!(
+        distinct.len() < zxids.len(),
+        "50 callers, {} transactions: {zxids:?}",
+        distinct.len()
+    );
+    // One caller's failure is its own, wherever it falls in a shared request.
+    for failing in [0, 1, 25, 49] {
+        assert_eq!(check_batched(&reg, 50, Some(failing)).await.len(), 49);
+    }
+    reg.close().await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

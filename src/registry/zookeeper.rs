@@ -10,6 +10,7 @@ use tokio::sync::watch;
 use zookeeper_client as zk;
 
 use super::path::{join, validate};
+use super::zk_batch;
 use super::zk_session::{self, acls, call, map_err, Shared};
 use super::{CreateMode, Error, Node, Op, OpResult, Result, SessionState, Stat, Watch, ZkSettings};
 
@@ -50,6 +51,90 @@ fn namespace_root(namespace: &str) -> Result<String> {
     validate(&root)
         .map_err(|_| Error::Other(format!("invalid ZooKeeper namespace {namespace:?}")))?;
     Ok(root)
+}
+
+/// Checks every path of `ops` before anything is sent.
+fn validate_ops(ops: &[Op]) -> Result<()> {
+    for op in ops {
+        validate(op_path(op))?;
+    }
+    Ok(())
+}
+
+fn op_path(op: &Op) -> &str {
+    let (Op::Create { path, .. }
+    | Op::SetData { path, .. }
+    | Op::Delete { path, .. }
+    | Op::Check { path, .. }) = op;
+    path
+}
+
+/// Sends `ops` as one multi-op on `client`. The request leaves during this call, so requests sent
+/// one after another reach the server in that order whenever their answers are awaited.
+pub(super) fn send_multi<'a>(
+    client: &'a zk::Client,
+    ops: impl IntoIterator<Item = &'a Op>,
+    acls: zk::Acls<'static>,
+) -> std::result::Result<
+    impl std::future::Future<
+            Output = std::result::Result<Vec<zk::MultiWriteResult>, zk::MultiWriteError>,
+        > + Send
+        + 'a,
+    zk::Error,
+> {
+    let mut w = client.new_multi_writer();
+    for op in ops {
+        match op {
+            Op::Create {
+                path,
+                data,
+                mode: m,
+            } => w.add_create(path, data, &mode(*m).with_acls(acls))?,
+            Op::SetData {
+                path,
+                data,
+                version,
+            } => w.add_set_data(path, data, *version)?,
+            Op::Delete { path, version } => w.add_delete(path, *version)?,
+            Op::Check { path, version } => w.add_check_version(path, *version)?,
+        }
+    }
+    Ok(w.commit())
+}
+
+/// What each of `ops` did, from the server's answer to them.
+pub(super) fn op_results(ops: &[Op], results: Vec<zk::MultiWriteResult>) -> Vec<OpResult> {
+    results
+        .into_iter()
+        .zip(ops.iter())
+        .map(|(r, op)| match r {
+            zk::MultiWriteResult::Check => OpResult::Checked,
+            zk::MultiWriteResult::Delete => OpResult::Deleted,
+            zk::MultiWriteResult::Create { path, stat: st } => OpResult::Created {
+                // The path asked for, unless the server added a sequence number (the client
+                // hands back the server's path, which is under the chroot).
+                path: match op {
+                    Op::Create {
+                        path: asked, mode, ..
+                    } if !mode.is_sequential() => asked.clone(),
+                    _ => path,
+                },
+                stat: (!st.is_invalid()).then(|| stat(&st)),
+            },
+            zk::MultiWriteResult::SetData { stat: st } => OpResult::DataSet { stat: stat(&st) },
+            // A result kind this crate does not know yet: nothing to tell.
+            _ => OpResult::Checked,
+        })
+        .collect()
+}
+
+/// The error of a multi-op whose operation `index` (of `ops`) failed with `source`.
+pub(super) fn op_failed(ops: &[Op], index: usize, source: zk::Error) -> Error {
+    let path = ops.get(index).map_or("?", op_path);
+    Error::MultiFailed {
+        index,
+        source: Box::new(zk_session::map_err(source, path)),
+    }
 }
 
 /// A session on ZooKeeper; clones share it.
@@ -224,82 +309,38 @@ impl ZkSession {
         generation: Option<u64>,
         ops: Vec<Op>,
     ) -> Result<Vec<OpResult>> {
-        for op in &ops {
-            let (Op::Create { path, .. }
-            | Op::SetData { path, .. }
-            | Op::Delete { path, .. }
-            | Op::Check { path, .. }) = op;
-            validate(path)?;
-        }
+        validate_ops(&ops)?;
         let acls = acls(&self.shared.settings);
         let ops = &ops;
         let r = call(&self.shared, "multi", generation, |c| async move {
-            let mut w = c.new_multi_writer();
-            for op in ops {
-                match op {
-                    Op::Create {
-                        path,
-                        data,
-                        mode: m,
-                    } => w.add_create(path, data, &mode(*m).with_acls(acls))?,
-                    Op::SetData {
-                        path,
-                        data,
-                        version,
-                    } => w.add_set_data(path, data, *version)?,
-                    Op::Delete { path, version } => w.add_delete(path, *version)?,
-                    Op::Check { path, version } => w.add_check_version(path, *version)?,
-                }
-            }
             // A request that failed as a whole is the client's error (it proves nothing about the
             // session); a failed operation is the server's answer.
-            match w.commit().await {
+            match send_multi(&c, ops, acls)?.await {
                 Err(zk::MultiWriteError::RequestFailed { source }) => Err(source),
                 other => Ok(other),
             }
         })
         .await?;
         match r {
-            Ok(results) => Ok(results
-                .into_iter()
-                .zip(ops.iter())
-                .map(|(r, op)| match r {
-                    zk::MultiWriteResult::Check => OpResult::Checked,
-                    zk::MultiWriteResult::Delete => OpResult::Deleted,
-                    zk::MultiWriteResult::Create { path, stat: st } => OpResult::Created {
-                        // The path asked for, unless the server added a sequence number (the
-                        // client hands back the server's path, which is under the chroot).
-                        path: match op {
-                            Op::Create {
-                                path: asked, mode, ..
-                            } if !mode.is_sequential() => asked.clone(),
-                            _ => path,
-                        },
-                        stat: (!st.is_invalid()).then(|| stat(&st)),
-                    },
-                    zk::MultiWriteResult::SetData { stat: st } => {
-                        OpResult::DataSet { stat: stat(&st) }
-                    }
-                    // A result kind this crate does not know yet: nothing to tell.
-                    _ => OpResult::Checked,
-                })
-                .collect()),
+            Ok(results) => Ok(op_results(ops, results)),
             Err(zk::MultiWriteError::RequestFailed { source }) => {
                 Err(zk_session::map_err(source, "multi"))
             }
             Err(zk::MultiWriteError::OperationFailed { index, source }) => {
-                let path = ops.get(index).map_or("?", |op| match op {
-                    Op::Create { path, .. }
-                    | Op::SetData { path, .. }
-                    | Op::Delete { path, .. }
-                    | Op::Check { path, .. } => path.as_str(),
-                });
-                Err(Error::MultiFailed {
-                    index,
-                    source: Box::new(zk_session::map_err(source, path)),
-                })
+                Err(op_failed(ops, index, source))
             }
         }
+    }
+
+    /// Like `multi` in `generation`, but sent through the session's batcher, which may join it
+    /// with other callers' batched multi-ops into one request (`zk_batch`).
+    pub(crate) async fn multi_batched(
+        &self,
+        generation: u64,
+        ops: Vec<Op>,
+    ) -> Result<Vec<OpResult>> {
+        validate_ops(&ops)?;
+        zk_batch::submit(&self.shared, generation, ops).await
     }
 
     pub(crate) async fn read_tree(&self, root: &str) -> Result<BTreeMap<String, Node>> {
