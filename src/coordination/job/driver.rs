@@ -13,7 +13,7 @@ use std::collections::{BTreeMap, HashMap};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use futures::future::BoxFuture;
+use futures::future::{BoxFuture, Shared as SharedFuture};
 use futures::stream::{FuturesOrdered, FuturesUnordered};
 use futures::{FutureExt, StreamExt};
 use tokio::sync::{mpsc, oneshot, watch};
@@ -144,6 +144,7 @@ pub(crate) fn spawn(name: &str, shared: Arc<Shared>) -> mpsc::Sender<JobCmd> {
         next_reply: 0,
         next_latch: 0,
         followups: Vec::new(),
+        last_commit: None,
     };
     shared.tracker.spawn(driver.run());
     cmd_tx
@@ -171,9 +172,31 @@ struct Driver {
     next_latch: LatchKey,
     /// Inputs that performing actions produced (a full stream), fed after them.
     followups: Vec<Input>,
+    /// Resolves when the latest commit is answered. Commits are group-committed
+    /// (`Registry::multi_at_batched`) and are not ordered with requests made meanwhile, so every
+    /// later request of the ordered queue, a commit too, waits for it before it is sent: results
+    /// stay in the order ZooKeeper applied them.
+    last_commit: Option<SharedFuture<oneshot::Receiver<()>>>,
 }
 
 impl Driver {
+    /// Resolves once the latest commit is answered (at once when none is pending).
+    fn after_last_commit(&mut self) -> impl std::future::Future<Output = ()> + Send + 'static {
+        if self
+            .last_commit
+            .as_ref()
+            .is_some_and(|c| c.peek().is_some())
+        {
+            self.last_commit = None;
+        }
+        let last = self.last_commit.clone();
+        async move {
+            if let Some(last) = last {
+                let _ = last.await;
+            }
+        }
+    }
+
     async fn run(mut self) {
         loop {
             let env = self.env();
@@ -417,6 +440,7 @@ impl Driver {
 
     fn perform(&mut self, action: Action) {
         let registry = self.shared.registry.clone();
+        let after = self.after_last_commit();
         match action {
             Action::Send { stream, event } => {
                 let Some(sink) = self.sinks.get(&stream) else {
@@ -466,17 +490,22 @@ impl Driver {
                 op,
                 generation,
                 ops,
-            } => self.io.push_back(
-                async move {
-                    Queued::Done(
-                        op,
-                        IoResult::Committed(registry.multi_at(generation, ops).await),
-                    )
-                }
-                .boxed(),
-            ),
+            } => {
+                let (answered, last_commit) = oneshot::channel();
+                self.last_commit = Some(last_commit.shared());
+                self.io.push_back(
+                    async move {
+                        after.await;
+                        let result = registry.multi_at_batched(generation, ops).await;
+                        let _ = answered.send(());
+                        Queued::Done(op, IoResult::Committed(result))
+                    }
+                    .boxed(),
+                );
+            }
             Action::Persist { op, path, data } => self.io.push_back(
                 async move {
+                    after.await;
                     Queued::Done(
                         op,
                         IoResult::Persisted(registry.persist(&path, &data).await),
@@ -486,6 +515,7 @@ impl Driver {
             ),
             Action::Read { op, path } => self.io.push_back(
                 async move {
+                    after.await;
                     let node = registry.get(&path).await;
                     Queued::Done(op, IoResult::Read { path, node })
                 }
@@ -493,6 +523,7 @@ impl Driver {
             ),
             Action::ReadMany { op, paths } => self.io.push_back(
                 async move {
+                    after.await;
                     let nodes = registry.get_many(&paths).await;
                     Queued::Done(op, IoResult::ReadMany { paths, nodes })
                 }
@@ -501,8 +532,11 @@ impl Driver {
             Action::Reload { op } => {
                 let root = self.paths.root();
                 self.io.push_back(
-                    async move { Queued::Done(op, IoResult::Loaded(registry.read_tree(&root).await)) }
-                        .boxed(),
+                    async move {
+                        after.await;
+                        Queued::Done(op, IoResult::Loaded(registry.read_tree(&root).await))
+                    }
+                    .boxed(),
                 )
             }
             Action::Watch { op } => {
@@ -534,6 +568,7 @@ impl Driver {
                 let path = self.paths.system_time();
                 self.io.push_back(
                     async move {
+                        after.await;
                         let result = async {
                             match registry.set(&path, b"", None).await {
                                 Ok(stat) => Ok(stat),
