@@ -145,6 +145,7 @@ pub(crate) fn spawn(name: &str, shared: Arc<Shared>) -> mpsc::Sender<JobCmd> {
         next_latch: 0,
         followups: Vec::new(),
         last_commit: None,
+        since_commit: Vec::new(),
     };
     shared.tracker.spawn(driver.run());
     cmd_tx
@@ -173,28 +174,43 @@ struct Driver {
     /// Inputs that performing actions produced (a full stream), fed after them.
     followups: Vec<Input>,
     /// Resolves when the latest commit is answered. Commits are group-committed
-    /// (`Registry::multi_at_batched`) and are not ordered with requests made meanwhile, so every
-    /// later request of the ordered queue, a commit too, waits for it before it is sent: results
-    /// stay in the order ZooKeeper applied them.
-    last_commit: Option<SharedFuture<oneshot::Receiver<()>>>,
+    /// (`Registry::multi_at_batched`) and are not ordered with requests made meanwhile, so a
+    /// commit is sent only once every request before it is answered, and every request after it
+    /// waits for its answer: results stay in the order ZooKeeper applied them (`order`).
+    last_commit: Option<Answered>,
+    /// Resolve when the requests issued since the latest commit are answered.
+    since_commit: Vec<Answered>,
 }
 
+/// Resolves when a request of the ordered queue is answered (or dropped).
+type Answered = SharedFuture<oneshot::Receiver<()>>;
+
 impl Driver {
-    /// Resolves once the latest commit is answered (at once when none is pending).
-    fn after_last_commit(&mut self) -> impl std::future::Future<Output = ()> + Send + 'static {
-        if self
-            .last_commit
-            .as_ref()
-            .is_some_and(|c| c.peek().is_some())
-        {
-            self.last_commit = None;
+    /// Orders a request of the queue: returns what it waits for before it is sent, and what it
+    /// sends when it is answered. Requests sent directly reach ZooKeeper in the order they are
+    /// sent; a group-committed one does not, so it waits for every request before it, and every
+    /// request after it waits for it.
+    fn order(
+        &mut self,
+        commit: bool,
+    ) -> (impl std::future::Future<Output = ()>, oneshot::Sender<()>) {
+        let (answered, done) = oneshot::channel();
+        let done = done.shared();
+        self.last_commit.take_if(|c| c.peek().is_some());
+        self.since_commit.retain(|r| r.peek().is_none());
+        let mut before: Vec<Answered> = self.last_commit.iter().cloned().collect();
+        if commit {
+            before.append(&mut self.since_commit);
+            self.last_commit = Some(done);
+        } else {
+            self.since_commit.push(done);
         }
-        let last = self.last_commit.clone();
-        async move {
-            if let Some(last) = last {
-                let _ = last.await;
-            }
-        }
+        (
+            async move {
+                futures::future::join_all(before).await;
+            },
+            answered,
+        )
     }
 
     async fn run(mut self) {
@@ -440,7 +456,6 @@ impl Driver {
 
     fn perform(&mut self, action: Action) {
         let registry = self.shared.registry.clone();
-        let after = self.after_last_commit();
         match action {
             Action::Send { stream, event } => {
                 let Some(sink) = self.sinks.get(&stream) else {
@@ -491,8 +506,7 @@ impl Driver {
                 generation,
                 ops,
             } => {
-                let (answered, last_commit) = oneshot::channel();
-                self.last_commit = Some(last_commit.shared());
+                let (after, answered) = self.order(true);
                 self.io.push_back(
                     async move {
                         after.await;
@@ -503,38 +517,51 @@ impl Driver {
                     .boxed(),
                 );
             }
-            Action::Persist { op, path, data } => self.io.push_back(
-                async move {
-                    after.await;
-                    Queued::Done(
-                        op,
-                        IoResult::Persisted(registry.persist(&path, &data).await),
-                    )
-                }
-                .boxed(),
-            ),
-            Action::Read { op, path } => self.io.push_back(
-                async move {
-                    after.await;
-                    let node = registry.get(&path).await;
-                    Queued::Done(op, IoResult::Read { path, node })
-                }
-                .boxed(),
-            ),
-            Action::ReadMany { op, paths } => self.io.push_back(
-                async move {
-                    after.await;
-                    let nodes = registry.get_many(&paths).await;
-                    Queued::Done(op, IoResult::ReadMany { paths, nodes })
-                }
-                .boxed(),
-            ),
-            Action::Reload { op } => {
-                let root = self.paths.root();
+            Action::Persist { op, path, data } => {
+                let (after, answered) = self.order(false);
                 self.io.push_back(
                     async move {
                         after.await;
-                        Queued::Done(op, IoResult::Loaded(registry.read_tree(&root).await))
+                        let result = registry.persist(&path, &data).await;
+                        let _ = answered.send(());
+                        Queued::Done(op, IoResult::Persisted(result))
+                    }
+                    .boxed(),
+                )
+            }
+            Action::Read { op, path } => {
+                let (after, answered) = self.order(false);
+                self.io.push_back(
+                    async move {
+                        after.await;
+                        let node = registry.get(&path).await;
+                        let _ = answered.send(());
+                        Queued::Done(op, IoResult::Read { path, node })
+                    }
+                    .boxed(),
+                )
+            }
+            Action::ReadMany { op, paths } => {
+                let (after, answered) = self.order(false);
+                self.io.push_back(
+                    async move {
+                        after.await;
+                        let nodes = registry.get_many(&paths).await;
+                        let _ = answered.send(());
+                        Queued::Done(op, IoResult::ReadMany { paths, nodes })
+                    }
+                    .boxed(),
+                )
+            }
+            Action::Reload { op } => {
+                let root = self.paths.root();
+                let (after, answered) = self.order(false);
+                self.io.push_back(
+                    async move {
+                        after.await;
+                        let tree = registry.read_tree(&root).await;
+                        let _ = answered.send(());
+                        Queued::Done(op, IoResult::Loaded(tree))
                     }
                     .boxed(),
                 )
@@ -566,6 +593,7 @@ impl Driver {
             }
             Action::TouchClock { op } => {
                 let path = self.paths.system_time();
+                let (after, answered) = self.order(false);
                 self.io.push_back(
                     async move {
                         after.await;
@@ -583,6 +611,7 @@ impl Driver {
                             }
                         }
                         .await;
+                        let _ = answered.send(());
                         Queued::Done(op, IoResult::Clock(result))
                     }
                     .boxed(),
