@@ -213,6 +213,24 @@ impl Driver {
         )
     }
 
+    /// Queues `request` in the ordered queue, sent in its turn (`order`).
+    fn push_request(
+        &mut self,
+        commit: bool,
+        request: impl std::future::Future<Output = Queued> + Send + 'static,
+    ) {
+        let (after, answered) = self.order(commit);
+        self.io.push_back(
+            async move {
+                after.await;
+                let queued = request.await;
+                let _ = answered.send(());
+                queued
+            }
+            .boxed(),
+        );
+    }
+
     async fn run(mut self) {
         loop {
             let env = self.env();
@@ -505,66 +523,27 @@ impl Driver {
                 op,
                 generation,
                 ops,
-            } => {
-                let (after, answered) = self.order(true);
-                self.io.push_back(
-                    async move {
-                        after.await;
-                        let result = registry.multi_at_batched(generation, ops).await;
-                        let _ = answered.send(());
-                        Queued::Done(op, IoResult::Committed(result))
-                    }
-                    .boxed(),
-                );
-            }
-            Action::Persist { op, path, data } => {
-                let (after, answered) = self.order(false);
-                self.io.push_back(
-                    async move {
-                        after.await;
-                        let result = registry.persist(&path, &data).await;
-                        let _ = answered.send(());
-                        Queued::Done(op, IoResult::Persisted(result))
-                    }
-                    .boxed(),
-                )
-            }
-            Action::Read { op, path } => {
-                let (after, answered) = self.order(false);
-                self.io.push_back(
-                    async move {
-                        after.await;
-                        let node = registry.get(&path).await;
-                        let _ = answered.send(());
-                        Queued::Done(op, IoResult::Read { path, node })
-                    }
-                    .boxed(),
-                )
-            }
-            Action::ReadMany { op, paths } => {
-                let (after, answered) = self.order(false);
-                self.io.push_back(
-                    async move {
-                        after.await;
-                        let nodes = registry.get_many(&paths).await;
-                        let _ = answered.send(());
-                        Queued::Done(op, IoResult::ReadMany { paths, nodes })
-                    }
-                    .boxed(),
-                )
-            }
+            } => self.push_request(true, async move {
+                let result = registry.multi_at_batched(generation, ops).await;
+                Queued::Done(op, IoResult::Committed(result))
+            }),
+            Action::Persist { op, path, data } => self.push_request(false, async move {
+                let result = registry.persist(&path, &data).await;
+                Queued::Done(op, IoResult::Persisted(result))
+            }),
+            Action::Read { op, path } => self.push_request(false, async move {
+                let node = registry.get(&path).await;
+                Queued::Done(op, IoResult::Read { path, node })
+            }),
+            Action::ReadMany { op, paths } => self.push_request(false, async move {
+                let nodes = registry.get_many(&paths).await;
+                Queued::Done(op, IoResult::ReadMany { paths, nodes })
+            }),
             Action::Reload { op } => {
                 let root = self.paths.root();
-                let (after, answered) = self.order(false);
-                self.io.push_back(
-                    async move {
-                        after.await;
-                        let tree = registry.read_tree(&root).await;
-                        let _ = answered.send(());
-                        Queued::Done(op, IoResult::Loaded(tree))
-                    }
-                    .boxed(),
-                )
+                self.push_request(false, async move {
+                    Queued::Done(op, IoResult::Loaded(registry.read_tree(&root).await))
+                })
             }
             Action::Watch { op } => {
                 let (root, tasks) = (self.paths.root(), self.tasks_tx.clone());
@@ -593,29 +572,23 @@ impl Driver {
             }
             Action::TouchClock { op } => {
                 let path = self.paths.system_time();
-                let (after, answered) = self.order(false);
-                self.io.push_back(
-                    async move {
-                        after.await;
-                        let result = async {
-                            match registry.set(&path, b"", None).await {
-                                Ok(stat) => Ok(stat),
-                                Err(RegError::NoNode(_)) => {
-                                    registry.persist(&path, b"").await?;
-                                    registry
-                                        .exists(&path)
-                                        .await?
-                                        .ok_or_else(|| RegError::NoNode(path.clone()))
-                                }
-                                Err(e) => Err(e),
+                self.push_request(false, async move {
+                    let result = match registry.set(&path, b"", None).await {
+                        Ok(stat) => Ok(stat),
+                        Err(RegError::NoNode(_)) => {
+                            async {
+                                registry.persist(&path, b"").await?;
+                                registry
+                                    .exists(&path)
+                                    .await?
+                                    .ok_or_else(|| RegError::NoNode(path.clone()))
                             }
+                            .await
                         }
-                        .await;
-                        let _ = answered.send(());
-                        Queued::Done(op, IoResult::Clock(result))
-                    }
-                    .boxed(),
-                )
+                        Err(e) => Err(e),
+                    };
+                    Queued::Done(op, IoResult::Clock(result))
+                })
             }
             Action::Schedule(wanted) => self.schedule(wanted),
             Action::Observe(observation) => self.observe(observation),
