@@ -36,7 +36,7 @@ use tokio::sync::{mpsc, oneshot};
 use zookeeper_client as zk;
 
 use super::zk_session::{acls, call, lock, map_err, Shared};
-use super::zookeeper::{op_failed, op_results, send_multi};
+use super::zookeeper::{answer, op_failed, op_results, send_multi};
 use super::{Error, Op, OpResult, Result};
 
 /// At most this many batched requests in flight at once (ZooKeeper works on one while it reads
@@ -165,7 +165,7 @@ async fn send_together(shared: &Shared, batch: Vec<Request>) -> Option<Vec<Reque
     let generation = batch[0].generation;
     let acls = acls(&shared.settings);
     let all = &batch;
-    let answer = call(shared, "multi", Some(generation), |c| async move {
+    let got = call(shared, "multi", Some(generation), |c| async move {
         let ops = all.iter().flat_map(|r| r.ops.iter());
         match send_multi(&c, ops, acls)?.await {
             Err(zk::MultiWriteError::RequestFailed { source }) => Err(source),
@@ -173,12 +173,8 @@ async fn send_together(shared: &Shared, batch: Vec<Request>) -> Option<Vec<Reque
         }
     })
     .await;
-    match answer {
-        Err(e) => {
-            for r in batch {
-                let _ = r.reply.send(Err(e.clone()));
-            }
-        }
+    match got {
+        Err(e) => fail_all(batch, &e),
         Ok(Ok(results)) => {
             let mut results = results.into_iter();
             for r in batch {
@@ -206,13 +202,17 @@ async fn send_together(shared: &Shared, batch: Vec<Request>) -> Option<Vec<Reque
         }
         // `call` maps this one to its error above.
         Ok(Err(zk::MultiWriteError::RequestFailed { source })) => {
-            let e = map_err(source, "multi");
-            for r in batch {
-                let _ = r.reply.send(Err(e.clone()));
-            }
+            fail_all(batch, &map_err(source, "multi"))
         }
     }
     None
+}
+
+/// Answers every caller of `batch` with `e`.
+fn fail_all(batch: Vec<Request>, e: &Error) {
+    for r in batch {
+        let _ = r.reply.send(Err(e.clone()));
+    }
 }
 
 /// Sends each request of `batch` as a multi-op of its own, in order, all at once.
@@ -239,23 +239,10 @@ async fn send_each(shared: &Shared, generation: u64, batch: Vec<Request>) {
     })
     .await;
     match answers {
-        Err(e) => {
-            for r in batch {
-                let _ = r.reply.send(Err(e.clone()));
-            }
-        }
+        Err(e) => fail_all(batch, &e),
         Ok(answers) => {
-            for (r, answer) in batch.into_iter().zip(answers) {
-                let result = match answer {
-                    Ok(results) => Ok(op_results(&r.ops, results)),
-                    Err(zk::MultiWriteError::OperationFailed { index, source }) => {
-                        Err(op_failed(&r.ops, index, source))
-                    }
-                    Err(zk::MultiWriteError::RequestFailed { source }) => {
-                        Err(map_err(source, "multi"))
-                    }
-                };
-                let _ = r.reply.send(result);
+            for (r, one) in batch.into_iter().zip(answers) {
+                let _ = r.reply.send(answer(&r.ops, one));
             }
         }
     }

@@ -128,6 +128,23 @@ pub(super) fn op_results(ops: &[Op], results: Vec<zk::MultiWriteResult>) -> Vec<
         .collect()
 }
 
+/// What the multi-op `ops` got: each operation's result, or the error of the operation that
+/// failed or of the request.
+pub(super) fn answer(
+    ops: &[Op],
+    answer: std::result::Result<Vec<zk::MultiWriteResult>, zk::MultiWriteError>,
+) -> Result<Vec<OpResult>> {
+    match answer {
+        Ok(results) => Ok(op_results(ops, results)),
+        Err(zk::MultiWriteError::RequestFailed { source }) => {
+            Err(zk_session::map_err(source, "multi"))
+        }
+        Err(zk::MultiWriteError::OperationFailed { index, source }) => {
+            Err(op_failed(ops, index, source))
+        }
+    }
+}
+
 /// The error of a multi-op whose operation `index` (of `ops`) failed with `source`.
 pub(super) fn op_failed(ops: &[Op], index: usize, source: zk::Error) -> Error {
     let path = ops.get(index).map_or("?", op_path);
@@ -321,15 +338,7 @@ impl ZkSession {
             }
         })
         .await?;
-        match r {
-            Ok(results) => Ok(op_results(ops, results)),
-            Err(zk::MultiWriteError::RequestFailed { source }) => {
-                Err(zk_session::map_err(source, "multi"))
-            }
-            Err(zk::MultiWriteError::OperationFailed { index, source }) => {
-                Err(op_failed(ops, index, source))
-            }
-        }
+        answer(ops, r)
     }
 
     /// Like `multi` in `generation`, but sent through the session's batcher, which may join it
