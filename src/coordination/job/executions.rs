@@ -13,7 +13,7 @@ use std::time::{Duration, SystemTime};
 use chrono::{DateTime, Utc};
 use tracing::{debug, info, warn};
 
-use super::state::{JobState, Pending};
+use super::state::{DeferredFire, JobState, Pending};
 use super::{Action, Env, Observation};
 use crate::coordination::events::{Source, Trigger, WorkerEvent};
 use crate::coordination::execution::{self, new_execution_id, Execution};
@@ -112,6 +112,9 @@ impl JobState {
                 warn!(job = %self.name, instance = %id, "fire missed: the registry session is not proven healthy; a catch-up follows once it is");
                 continue;
             }
+            if self.defer_if_resharding(&id, source, fire_time, env) {
+                continue;
+            }
             let run = self.runnable_now(&id);
             if !run.is_empty() {
                 self.start_execution(&id, run, source, fire_time, Vec::new(), env, out);
@@ -135,6 +138,71 @@ impl JobState {
                 })
                 .collect();
             self.commit(Pending::MisfireFlags, ops, &[], out);
+        }
+    }
+
+    /// Whether a resharding is pending or not yet seen whole: the `necessary` flag (set by
+    /// ElasticJob members; its leader reshards at its next fire), a sharding being written under
+    /// `processing`, or changed owners not read back yet.
+    pub(super) fn resharding_pending(&self) -> bool {
+        self.view.necessary
+            || self.view.processing
+            || self.owners_reread
+            || self.in_flight(|p| matches!(p, Pending::ReadOwners))
+    }
+
+    /// Holds a fire for idle instance `id` while a resharding is pending, unless `id` has
+    /// failover items to run (ElasticJob runs those without waiting for the sharding). An
+    /// ElasticJob non-leader blocks the same way before it runs: the fire then runs the items
+    /// the new sharding gives it, so an item moved by that sharding is neither run by its old
+    /// owner nor skipped by its new one. One fire is held per instance; later ones while it
+    /// waits are the same run (ElasticJob's blocked thread skips them too). Returns whether
+    /// the fire is held (or merged into the one held).
+    pub(super) fn defer_if_resharding(
+        &mut self,
+        id: &str,
+        source: Source,
+        fire_time: DateTime<Utc>,
+        env: &Env,
+    ) -> bool {
+        let failover = self.view.config.as_ref().is_some_and(|c| c.failover);
+        if !self.resharding_pending() || (failover && !self.view.failover_items_of(id).is_empty()) {
+            return false;
+        }
+        let Some(local) = self.locals.get_mut(id) else {
+            return false;
+        };
+        if local.deferred.is_none() {
+            info!(job = %self.name, instance = %id, source = ?source,
+                  "fire held until the pending resharding is written");
+            local.deferred = Some(DeferredFire {
+                source,
+                fire_time,
+                since: env.now,
+            });
+        } else {
+            debug!(job = %self.name, instance = %id, source = ?source,
+                   "fire merged into the one held for the pending resharding");
+        }
+        true
+    }
+
+    /// Runs the fires held for a resharding on idle instances once it is written and read.
+    pub(super) fn reconcile_deferred_fires(&mut self, env: &Env, out: &mut Vec<Action>) {
+        if self.resharding_pending() {
+            return;
+        }
+        for id in self.idle_locals(env) {
+            let Some(held) = self.locals.get_mut(&id).and_then(|l| l.deferred.take()) else {
+                continue;
+            };
+            let run = self.runnable_now(&id);
+            info!(job = %self.name, instance = %id, source = ?held.source, items = ?run,
+                  waited_ms = env.now.saturating_duration_since(held.since).as_millis() as u64,
+                  "held fire runs on the resharded items");
+            if !run.is_empty() {
+                self.start_execution(&id, run, held.source, held.fire_time, Vec::new(), env, out);
+            }
         }
     }
 

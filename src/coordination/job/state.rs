@@ -68,10 +68,22 @@ pub(super) struct Local {
     pub max_concurrent: u32,
     /// A fire it could not take (no lease, unhealthy session): a catch-up is due.
     pub missed: bool,
+    /// A fire or trigger-once request that came while a resharding was pending: it runs on
+    /// the new items once the sharding is written and read whole.
+    pub deferred: Option<DeferredFire>,
     /// `Shutdown` was sent (drain, remote shutdown): no new work.
     pub shutting_down: bool,
     /// The stream ended (or is being ended): how, and when its items may be released.
     pub gone: Option<Gone>,
+}
+
+/// A fire held back until a pending resharding is done, as ElasticJob's non-leaders block
+/// before they run (`docs/elasticjob-compat.md` §6).
+#[derive(Debug, Clone, Copy)]
+pub(super) struct DeferredFire {
+    pub source: Source,
+    pub fire_time: chrono::DateTime<chrono::Utc>,
+    pub since: Instant,
 }
 
 /// A local instance whose stream is over.
@@ -98,6 +110,7 @@ impl Local {
             executions: Vec::new(),
             max_concurrent,
             missed: false,
+            deferred: None,
             shutting_down: false,
             gone: None,
         }
@@ -458,7 +471,7 @@ impl JobState {
                     _ => waits_on_health = true,
                 }
             }
-            waits_on_health |= local.missed;
+            waits_on_health |= local.missed || local.deferred.is_some();
         }
         let live = self.executions.values().filter(|e| e.void.is_none());
         for exec in live.clone() {

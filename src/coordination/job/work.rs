@@ -32,6 +32,7 @@ impl JobState {
             return;
         }
         self.reconcile_trigger_requests(env, out);
+        self.reconcile_deferred_fires(env, out);
         let Some(config) = self.view.config.clone() else {
             return;
         };
@@ -138,6 +139,9 @@ impl JobState {
                 self.refresh_view();
                 if !self.idle_locals(env).iter().any(|l| l == id) {
                     info!(job = %self.name, instance = %id, "trigger request dropped: the instance is busy or cannot be given work now");
+                    return;
+                }
+                if self.defer_if_resharding(id, Source::Manual, env.wall, env) {
                     return;
                 }
                 let run = self.runnable_now(id);

@@ -337,3 +337,130 @@ fn the_epoch_grows_when_items_are_only_taken_away() {
     });
     assert_eq!(assignments(&disabled), [(vec![], 9)]);
 }
+
+/// A job of 2 items led by an ElasticJob peer that owns both; the local instance has just
+/// joined, so the peer's `necessary` flag is set and the reshard waits for the leader's fire.
+fn joined_before_the_leaders_reshard() -> Script {
+    let mut s = Script::new("j");
+    let mut tree = s.tree(&config(2, false), &[(0, PEER), (1, PEER)], PEER);
+    tree.insert(s.paths.instance(ME), node(&instance_yaml(ME, IP), 0, 11));
+    tree.insert(s.paths.sharding_necessary(), node("", 0, 12));
+    let (_, joined) = s.join(Some(tree));
+    assert_eq!(assignments(&joined), [(vec![], 8)]);
+    s
+}
+
+/// The ElasticJob leader's reshard lands: item 1 is the local instance's now, and the
+/// `necessary` flag is gone (one transaction, its events one by one).
+fn the_leader_reshards(s: &mut Script, ms: u64) -> Vec<Action> {
+    s.at(ms);
+    let p = s.paths.clone();
+    let mut all = s.step(Input::Watched(WatchEvent::DataChanged(p.item_instance(1))));
+    let flag = s.step(Input::Watched(WatchEvent::Deleted(p.sharding_necessary())));
+    let read = flag
+        .iter()
+        .find_map(|a| match a {
+            Action::Read { op, path } if *path == p.sharding_necessary() => Some(*op),
+            _ => None,
+        })
+        .expect("the flag is read");
+    all.extend(flag.iter().cloned());
+    all.extend(s.step(Input::Done {
+        op: read,
+        result: IoResult::Read {
+            path: p.sharding_necessary(),
+            node: Ok(None),
+        },
+    }));
+    let after: BTreeMap<String, Node> = [
+        (p.item_instance(0), node(PEER, 0, 8)),
+        (p.item_instance(1), node(ME, 1, 300)),
+    ]
+    .into();
+    let mut next = read_many(&all);
+    while let Some(read) = next {
+        let answered = answer_reads(s, read, &after);
+        next = read_many(&answered);
+        all.extend(answered.iter().cloned());
+        all.extend(s.commit_all(answered));
+    }
+    all
+}
+
+#[test]
+fn a_fire_during_an_elasticjob_leaders_pending_reshard_runs_the_new_items() {
+    // ElasticJob's non-leaders block at a fire until the leader's reshard is written, then run
+    // what it gives them. Running the old items instead would skip item 1 at this fire: its
+    // old owner no longer has it after the reshard, its new one ran nothing.
+    let mut s = joined_before_the_leaders_reshard();
+    let fired = s.fire(1000);
+    let fire_time = s.env.wall;
+    assert!(
+        triggers(&fired).is_empty() && writes(&fired).is_empty(),
+        "{:?}",
+        kinds(&fired)
+    );
+    let again = s.fire(1500);
+    assert!(
+        triggers(&again).is_empty() && writes(&again).is_empty(),
+        "{:?}",
+        kinds(&again)
+    );
+    let resharded = the_leader_reshards(&mut s, 1600);
+    assert_eq!(assignments(&resharded), [(vec![1], 300)]);
+    let sent = triggers(&resharded);
+    assert_eq!(
+        sent.len(),
+        1,
+        "the fires held are one run: {:?}",
+        kinds(&resharded)
+    );
+    assert_eq!(
+        sent[0].items.iter().map(|(i, _)| *i).collect::<Vec<_>>(),
+        [1]
+    );
+    assert_eq!(sent[0].source, Source::Cron);
+    assert_eq!(
+        sent[0].fire_time, fire_time,
+        "the first fire held is the one run"
+    );
+    let written = writes(&resharded);
+    assert!(
+        written.contains(&"+/j/sharding/1/running".to_string())
+            && !written.contains(&"+/j/sharding/0/running".to_string()),
+        "{written:?}"
+    );
+}
+
+#[test]
+fn a_trigger_once_during_a_pending_reshard_runs_the_new_items() {
+    let mut s = joined_before_the_leaders_reshard();
+    s.at(1000);
+    let p = s.paths.clone();
+    let mut cache_event = s.step(Input::Watched(WatchEvent::Created(p.trigger(ME))));
+    let read = cache_event
+        .iter()
+        .find_map(|a| match a {
+            Action::Read { op, path } if *path == p.trigger(ME) => Some(*op),
+            _ => None,
+        })
+        .expect("the request is read");
+    cache_event = s.step(Input::Done {
+        op: read,
+        result: IoResult::Read {
+            path: p.trigger(ME),
+            node: Ok(Some(node("", 0, 200))),
+        },
+    });
+    let taken = s.commit_all(cache_event.clone());
+    assert_eq!(writes(&cache_event), [format!("-{}", p.trigger(ME))]);
+    assert!(triggers(&taken).is_empty(), "held: {:?}", kinds(&taken));
+    let resharded = the_leader_reshards(&mut s, 1200);
+    let sent = triggers(&resharded);
+    assert_eq!(sent.len(), 1, "{:?}", kinds(&resharded));
+    assert_eq!(
+        sent[0].items.iter().map(|(i, _)| *i).collect::<Vec<_>>(),
+        [1]
+    );
+    assert_eq!(sent[0].source, Source::Manual);
+}
