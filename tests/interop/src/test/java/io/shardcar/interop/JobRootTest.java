@@ -69,13 +69,18 @@ class JobRootTest {
       Set<String> membersA = Set.of(e1.instanceId(EJ_JOB), e2.instanceId(EJ_JOB), wA);
       Set<String> membersB = Set.of(e2.instanceId(SC_JOB), wB);
       // ElasticJob leads ejRoot, so it shards at its next fire: a trigger.
+      long t0 = System.currentTimeMillis();
       c.operateApi().trigger(EJ_JOB);
       c.await(EJ_JOB, "4 items over E1, E2 and W (ElasticJob shards at the triggered fire)", T,
           () -> zk.shardingSettled(EJ_JOB) && zk.owners(EJ_JOB).size() == 4
           && new HashSet<>(zk.owners(EJ_JOB).values()).equals(membersA));
       c.await(SC_JOB, "3 items over E2 and W (shardcar follows ElasticJob's overwrite)", T, () -> zk.shardingSettled(SC_JOB)
           && zk.owners(SC_JOB).size() == 3 && new HashSet<>(zk.owners(SC_JOB).values()).equals(membersB));
-      c.await(EJ_JOB, "the triggered fire's runs end", T, () -> c.runs(EJ_JOB).stream().allMatch(Run::finished));
+      // Every item of that fire has started and ended. Awaiting only "no run unfinished" would pass
+      // before the first run starts, and the next trigger would then land in this fire: a member that
+      // has not started yet runs once for both triggers.
+      c.await(EJ_JOB, "the triggered fire runs every item and its runs end", T,
+          () -> items(c, EJ_JOB, t0).equals(Set.of(0, 1, 2, 3)) && c.runs(EJ_JOB).stream().allMatch(Run::finished));
       long t = System.currentTimeMillis();
       c.operateApi().trigger(EJ_JOB);
       c.operateApi().trigger(SC_JOB);
