@@ -187,21 +187,53 @@ impl JobState {
         true
     }
 
-    /// Runs the fires held for a resharding on idle instances once it is written and read.
+    /// Once the pending resharding is written and read, each held fire runs on its instance's
+    /// new items. An instance busy by then (a failover claim took it) keeps its fire until it
+    /// is idle; one that may not be given work now notes a miss (a catch-up follows, as for a
+    /// fire at such a moment); one gone, shutting down or on a disabled server drops it.
     pub(super) fn reconcile_deferred_fires(&mut self, env: &Env, out: &mut Vec<Action>) {
         if self.resharding_pending() {
             return;
         }
-        for id in self.idle_locals(env) {
-            let Some(held) = self.locals.get_mut(&id).and_then(|l| l.deferred.take()) else {
+        let held: Vec<String> = self
+            .locals
+            .iter()
+            .filter(|(_, l)| l.deferred.is_some())
+            .map(|(id, _)| id.clone())
+            .collect();
+        if held.is_empty() {
+            return;
+        }
+        let ready = self.idle_locals(env);
+        let enabled = self.view.server_enabled(&self.settings.ip);
+        for id in held {
+            let Some(local) = self.locals.get_mut(&id) else {
                 continue;
             };
+            let wanted = local.live() && !local.shutting_down && enabled;
+            if wanted && !local.idle() {
+                continue;
+            }
+            let Some(fire) = local.deferred.take() else {
+                continue;
+            };
+            let waited_ms = env.now.saturating_duration_since(fire.since).as_millis() as u64;
+            if !wanted {
+                info!(job = %self.name, instance = %id, waited_ms,
+                      "held fire dropped: the instance may no longer run (gone, shutting down or its server disabled)");
+                continue;
+            }
+            if !ready.contains(&id) {
+                local.missed = true;
+                warn!(job = %self.name, instance = %id, waited_ms,
+                      "held fire missed: no lease may be granted now; a catch-up follows once it can");
+                continue;
+            }
             let run = self.runnable_now(&id);
-            info!(job = %self.name, instance = %id, source = ?held.source, items = ?run,
-                  waited_ms = env.now.saturating_duration_since(held.since).as_millis() as u64,
+            info!(job = %self.name, instance = %id, source = ?fire.source, items = ?run, waited_ms,
                   "held fire runs on the resharded items");
             if !run.is_empty() {
-                self.start_execution(&id, run, held.source, held.fire_time, Vec::new(), env, out);
+                self.start_execution(&id, run, fire.source, fire.fire_time, Vec::new(), env, out);
             }
         }
     }

@@ -464,3 +464,47 @@ fn a_trigger_once_during_a_pending_reshard_runs_the_new_items() {
     );
     assert_eq!(sent[0].source, Source::Manual);
 }
+
+/// The server node changes to `status`, and is read back.
+fn server_becomes(s: &mut Script, status: &str, version: i32) -> Vec<Action> {
+    let server = s.paths.server(IP);
+    let seen = s.step(Input::Watched(WatchEvent::DataChanged(server.clone())));
+    let op = seen
+        .iter()
+        .find_map(|a| match a {
+            Action::Read { op, path } if *path == server => Some(*op),
+            _ => None,
+        })
+        .expect("the server node is read");
+    let mut all = seen.clone();
+    all.extend(s.step(Input::Done {
+        op,
+        result: IoResult::Read {
+            path: server,
+            node: Ok(Some(node(status, version, 250 + i64::from(version)))),
+        },
+    }));
+    all
+}
+
+#[test]
+fn a_fire_held_for_a_reshard_is_dropped_when_the_server_is_disabled_meanwhile() {
+    // A disabled server runs nothing; its held fire must not run later, when it is enabled
+    // again long after the fire.
+    let mut s = joined_before_the_leaders_reshard();
+    let fired = s.fire(1000);
+    assert!(triggers(&fired).is_empty());
+    s.at(1100);
+    let disabled = server_becomes(&mut s, "DISABLED", 1);
+    assert!(triggers(&disabled).is_empty());
+    let resharded = the_leader_reshards(&mut s, 1200);
+    assert!(triggers(&resharded).is_empty(), "{:?}", kinds(&resharded));
+    s.at(5000);
+    let enabled = server_becomes(&mut s, "ENABLED", 2);
+    let after = s.commit_all(enabled.clone());
+    assert!(
+        triggers(&enabled).is_empty() && triggers(&after).is_empty(),
+        "the held fire was dropped: {:?}",
+        kinds(&after)
+    );
+}
