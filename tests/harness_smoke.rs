@@ -43,7 +43,9 @@ fn free_ports_are_distinct_and_bindable() {
     );
     for port in ports {
         if let Err(e) = std::net::TcpListener::bind(("127.0.0.1", port)) {
-            // Failed once in a full suite run (AddrInUse), cause not yet known: say who holds it.
+            // Say who holds it. It failed so (AddrInUse, a listener with no holder left) when
+            // free_port's check listened: a child forked by a parallel test held a copy until
+            // its exec. The check no longer listens (`bindable` in tests/common/mod.rs).
             panic!(
                 "free port {port} cannot be bound ({e}); sockets on it (/proc/net/tcp: local, remote, state, uid, inode):\n{}",
                 sockets_on(port)

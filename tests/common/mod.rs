@@ -62,7 +62,7 @@ pub fn free_port() -> u16 {
             if taken.contains(&port) {
                 continue;
             }
-            if TcpListener::bind(SocketAddrV4::new(Ipv4Addr::LOCALHOST, port)).is_err() {
+            if !bindable(port) {
                 continue;
             }
             taken.insert(port);
@@ -70,6 +70,22 @@ pub fn free_port() -> u16 {
         return port;
     }
     panic!("no free TCP port left in {PORT_RANGE:?} on 127.0.0.1");
+}
+
+/// Whether nothing listens on `port` on 127.0.0.1. The check binds with SO_REUSEADDR and never
+/// listens: a child process that another test forks meanwhile inherits a copy of this socket
+/// until it execs, and a listening copy would make the port's real user (ZooKeeper, a sidecar,
+/// a test's own listener) fail with "Address already in use"; a bound, non-listening one with
+/// SO_REUSEADDR does not stand in their way.
+fn bindable(port: u16) -> bool {
+    use socket2::{Domain, Socket, Type};
+    let Ok(socket) = Socket::new(Domain::IPV4, Type::STREAM, None) else {
+        return false;
+    };
+    socket.set_reuse_address(true).is_ok()
+        && socket
+            .bind(&SocketAddrV4::new(Ipv4Addr::LOCALHOST, port).into())
+            .is_ok()
 }
 
 fn seed() -> u32 {
