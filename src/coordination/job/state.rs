@@ -78,7 +78,8 @@ pub(super) struct Local {
 }
 
 /// A fire held back until a pending resharding is done, as ElasticJob's non-leaders block
-/// before they run (`docs/elasticjob-compat.md` §6).
+/// before they run (`docs/elasticjob-compat.md` §6). Nothing polls for it: the reshard landing
+/// (its events and reads) and the instance's run ending are inputs, each followed by a reconcile.
 #[derive(Debug, Clone, Copy)]
 pub(super) struct DeferredFire {
     pub source: Source,
@@ -471,7 +472,7 @@ impl JobState {
                     _ => waits_on_health = true,
                 }
             }
-            waits_on_health |= local.missed || local.deferred.is_some();
+            waits_on_health |= local.missed;
         }
         let live = self.executions.values().filter(|e| e.void.is_none());
         for exec in live.clone() {
