@@ -29,7 +29,7 @@ use crate::coordination::{CoordError, Shared};
 use crate::elasticjob::config::JobConfiguration;
 use crate::elasticjob::extras::JobExtras;
 use crate::elasticjob::paths::JobPaths;
-use crate::registry::{Error as RegError, Latch, Node, SessionState, Watch};
+use crate::registry::{Error as RegError, Latch, Node, Registry, SessionState, Stat, Watch};
 use crate::schedule::{CronSchedule, Fire};
 
 /// How long a latch may take to acquire before the attempt is given up (and retried).
@@ -573,21 +573,7 @@ impl Driver {
             Action::TouchClock { op } => {
                 let path = self.paths.system_time();
                 self.push_request(false, async move {
-                    let result = match registry.set(&path, b"", None).await {
-                        Ok(stat) => Ok(stat),
-                        Err(RegError::NoNode(_)) => {
-                            async {
-                                registry.persist(&path, b"").await?;
-                                registry
-                                    .exists(&path)
-                                    .await?
-                                    .ok_or_else(|| RegError::NoNode(path.clone()))
-                            }
-                            .await
-                        }
-                        Err(e) => Err(e),
-                    };
-                    Queued::Done(op, IoResult::Clock(result))
+                    Queued::Done(op, IoResult::Clock(touch(&registry, &path).await))
                 })
             }
             Action::Schedule(wanted) => self.schedule(wanted),
@@ -693,5 +679,20 @@ impl Driver {
         }
         debug!(job = %self.state.name(), "job driver retired: nothing left to do");
         true
+    }
+}
+
+/// Touches `path` (ElasticJob's `systemTime/current`), creating it when it is missing: its stat
+/// carries ZooKeeper's clock.
+async fn touch(registry: &Registry, path: &str) -> Result<Stat, RegError> {
+    match registry.set(path, b"", None).await {
+        Err(RegError::NoNode(_)) => {
+            registry.persist(path, b"").await?;
+            registry
+                .exists(path)
+                .await?
+                .ok_or_else(|| RegError::NoNode(path.to_string()))
+        }
+        other => other,
     }
 }
