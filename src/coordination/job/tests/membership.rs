@@ -228,6 +228,31 @@ fn answer_reads(
     })
 }
 
+/// A watch event on a node, then the read it makes answered with `node` (`None`: the node is
+/// gone): everything both steps produced.
+fn seen(s: &mut Script, event: WatchEvent, node: Option<Node>) -> Vec<Action> {
+    let path = match &event {
+        WatchEvent::Created(p) | WatchEvent::Deleted(p) | WatchEvent::DataChanged(p) => p.clone(),
+        WatchEvent::Resync => panic!("a resync reads no one node"),
+    };
+    let mut all = s.step(Input::Watched(event));
+    let op = all
+        .iter()
+        .find_map(|a| match a {
+            Action::Read { op, path: read } if *read == path => Some(*op),
+            _ => None,
+        })
+        .unwrap_or_else(|| panic!("{path} is read: {:?}", kinds(&all)));
+    all.extend(s.step(Input::Done {
+        op,
+        result: IoResult::Read {
+            path,
+            node: Ok(node),
+        },
+    }));
+    all
+}
+
 /// A job of 4 items led by the peer: the local instance owns 0 and 1, the peer 2 and 3.
 fn led_by_peer() -> (Script, Vec<Action>) {
     let mut s = Script::new("j");
@@ -356,22 +381,7 @@ fn the_leader_reshards(s: &mut Script, ms: u64) -> Vec<Action> {
     s.at(ms);
     let p = s.paths.clone();
     let mut all = s.step(Input::Watched(WatchEvent::DataChanged(p.item_instance(1))));
-    let flag = s.step(Input::Watched(WatchEvent::Deleted(p.sharding_necessary())));
-    let read = flag
-        .iter()
-        .find_map(|a| match a {
-            Action::Read { op, path } if *path == p.sharding_necessary() => Some(*op),
-            _ => None,
-        })
-        .expect("the flag is read");
-    all.extend(flag.iter().cloned());
-    all.extend(s.step(Input::Done {
-        op: read,
-        result: IoResult::Read {
-            path: p.sharding_necessary(),
-            node: Ok(None),
-        },
-    }));
+    all.extend(seen(s, WatchEvent::Deleted(p.sharding_necessary()), None));
     let after: BTreeMap<String, Node> = [
         (p.item_instance(0), node(PEER, 0, 8)),
         (p.item_instance(1), node(ME, 1, 300)),
@@ -437,21 +447,11 @@ fn a_trigger_once_during_a_pending_reshard_runs_the_new_items() {
     let mut s = joined_before_the_leaders_reshard();
     s.at(1000);
     let p = s.paths.clone();
-    let mut cache_event = s.step(Input::Watched(WatchEvent::Created(p.trigger(ME))));
-    let read = cache_event
-        .iter()
-        .find_map(|a| match a {
-            Action::Read { op, path } if *path == p.trigger(ME) => Some(*op),
-            _ => None,
-        })
-        .expect("the request is read");
-    cache_event = s.step(Input::Done {
-        op: read,
-        result: IoResult::Read {
-            path: p.trigger(ME),
-            node: Ok(Some(node("", 0, 200))),
-        },
-    });
+    let cache_event = seen(
+        &mut s,
+        WatchEvent::Created(p.trigger(ME)),
+        Some(node("", 0, 200)),
+    );
     let taken = s.commit_all(cache_event.clone());
     assert_eq!(writes(&cache_event), [format!("-{}", p.trigger(ME))]);
     assert!(triggers(&taken).is_empty(), "held: {:?}", kinds(&taken));
@@ -468,23 +468,8 @@ fn a_trigger_once_during_a_pending_reshard_runs_the_new_items() {
 /// The server node changes to `status`, and is read back.
 fn server_becomes(s: &mut Script, status: &str, version: i32) -> Vec<Action> {
     let server = s.paths.server(IP);
-    let seen = s.step(Input::Watched(WatchEvent::DataChanged(server.clone())));
-    let op = seen
-        .iter()
-        .find_map(|a| match a {
-            Action::Read { op, path } if *path == server => Some(*op),
-            _ => None,
-        })
-        .expect("the server node is read");
-    let mut all = seen.clone();
-    all.extend(s.step(Input::Done {
-        op,
-        result: IoResult::Read {
-            path: server,
-            node: Ok(Some(node(status, version, 250 + i64::from(version)))),
-        },
-    }));
-    all
+    let status = node(status, version, 250 + i64::from(version));
+    seen(s, WatchEvent::DataChanged(server), Some(status))
 }
 
 #[test]
