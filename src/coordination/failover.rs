@@ -3,7 +3,8 @@
 //!
 //! Nodes and rules are ElasticJob's: a running item has `sharding/{i}/running` (its runner's
 //! id); an item left by an instance that went away is flagged under `leader/failover/items/{i}`;
-//! an idle instance takes flagged items under the `leader/failover/latch` mutex, writing
+//! an idle instance takes flagged items while no one is in the `leader/failover/latch` mutex
+//! (proved in the claim's own write, [`latch_free_ops`], or by holding it), writing
 //! `sharding/{i}/failover` (ephemeral) and `failovering` with its id, and runs them.
 //!
 //! What shardcar adds is a fence. Every write here that creates or deletes `running`,
@@ -303,6 +304,27 @@ pub fn claim_ops(
         }
     }
     Some(ops)
+}
+
+/// The writes that make a claim's multi-op assert that ElasticJob's failover latch is free:
+/// no process holds it or waits for it. A claim that carries them needs no latch of its own.
+///
+/// A latch is a directory of contender nodes, so it is free exactly when its directory is
+/// empty or absent. When `dir_exists`, the directory is deleted, which ZooKeeper refuses with
+/// `NotEmpty` while any contender's node is under it (and with `NoNode` if it is gone); else it
+/// is created and deleted again, which is refused with `NodeExists` if it is there after all.
+/// Either way the multi-op leaves no directory, a state every contender already handles (it
+/// creates missing parents, and ZooKeeper removes the empty container by itself anyway).
+pub fn latch_free_ops(paths: &JobPaths, dir_exists: bool) -> Vec<Op> {
+    let dir = paths.failover_latch();
+    if dir_exists {
+        vec![Op::delete(dir)]
+    } else {
+        vec![
+            Op::create(dir.clone(), Vec::new(), CreateMode::Persistent),
+            Op::delete(dir),
+        ]
+    }
 }
 
 #[cfg(test)]

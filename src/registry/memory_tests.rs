@@ -540,6 +540,70 @@ async fn memory_latch_excludes_and_is_cancel_safe() {
     assert_cancel_safety(&regs[0], &regs[1], "/job/leader/election/latch").await;
 }
 
+/// A failover claim's latch-free assertion ([`latch_free_ops`]): the claim's writes land
+/// only while no one holds or waits for the latch, and nothing of a refused claim is applied.
+/// `holder` takes the latch as any contender does (Curator's `LeaderLatch` children).
+///
+/// [`latch_free_ops`]: crate::coordination::failover::latch_free_ops
+pub(crate) async fn check_latch_free_claims(reg: &Registry, holder: &Registry) {
+    use crate::coordination::failover::latch_free_ops;
+    use crate::elasticjob::paths::JobPaths;
+    use CreateMode::Persistent;
+    let paths = JobPaths::new("claims");
+    let dir = paths.failover_latch();
+    reg.ensure_path(&paths.failover_items()).await.unwrap();
+    let claim = |name: &str, dir_exists: bool| {
+        let mut ops = latch_free_ops(&paths, dir_exists);
+        ops.push(Op::create(format!("/claims/{name}"), "x", Persistent));
+        ops
+    };
+    let refused = |r: Result<(), Error>| match r {
+        Err(Error::MultiFailed { index: 0, source }) => *source,
+        other => panic!("expected a refusal at the latch, got {other:?}"),
+    };
+    // No latch directory: created and deleted in the claim's own write.
+    reg.multi(claim("a", false)).await.unwrap();
+    assert!(reg.exists("/claims/a").await.unwrap().is_some());
+    assert!(
+        reg.exists(&dir).await.unwrap().is_none(),
+        "no directory is left"
+    );
+    // A wrong guess about the directory is refused, and says which way it was wrong.
+    assert!(matches!(
+        refused(reg.multi(claim("b", true)).await),
+        Error::NoNode(_)
+    ));
+    // A contender holds the latch: every claim is refused, whatever the guess, and none lands.
+    let latch = holder.acquire_latch(&dir).await.unwrap();
+    assert!(matches!(
+        refused(reg.multi(claim("c", true)).await),
+        Error::NotEmpty(_)
+    ));
+    assert!(matches!(
+        refused(reg.multi(claim("c", false)).await),
+        Error::NodeExists(_)
+    ));
+    assert!(reg.exists("/claims/c").await.unwrap().is_none());
+    assert!(
+        reg.exists(&dir).await.unwrap().is_some(),
+        "the holder's latch is untouched"
+    );
+    // Released (its directory stays, empty): the claim lands and takes the directory away.
+    latch.release().await.unwrap();
+    reg.multi(claim("d", true)).await.unwrap();
+    assert!(reg.exists("/claims/d").await.unwrap().is_some());
+    assert!(reg.exists(&dir).await.unwrap().is_none());
+    // A contender that comes after the claim takes the latch as usual.
+    let after = holder.acquire_latch(&dir).await.unwrap();
+    after.release().await.unwrap();
+}
+
+#[tokio::test]
+async fn memory_latch_free_claims_land_only_while_the_latch_is_free() {
+    let store = MemoryStore::new();
+    check_latch_free_claims(&store.session(), &store.session()).await;
+}
+
 #[tokio::test]
 async fn memory_latch_follows_curator_order_and_survives_expiry() {
     let store = MemoryStore::new();

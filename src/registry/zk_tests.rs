@@ -5,7 +5,8 @@ use std::time::{Duration, Instant};
 
 use super::latch::tests::{assert_cancel_safety, assert_mutual_exclusion};
 use super::memory_tests::{
-    check_basic_rules, check_batched, check_multi, check_watch_order, drain,
+    check_basic_rules, check_batched, check_latch_free_claims, check_multi, check_watch_order,
+    drain,
 };
 use super::zk_server::ZkServer;
 use super::{CreateMode, Error, Registry, SessionState, WatchEvent, ZkSettings};
@@ -74,6 +75,18 @@ async fn zookeeper_batched_multi_ops_share_requests_and_answer_each_caller_alone
         assert_eq!(check_batched(&reg, 50, Some(failing)).await.len(), 49);
     }
     reg.close().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn zookeeper_latch_free_claims_land_only_while_the_latch_is_free() {
+    let server = ZkServer::start();
+    let (reg, holder) = (
+        connect(&server, "claims").await,
+        connect(&server, "claims").await,
+    );
+    check_latch_free_claims(&reg, &holder).await;
+    reg.close().await;
+    holder.close().await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

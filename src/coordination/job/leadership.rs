@@ -179,7 +179,7 @@ impl JobState {
                 )];
                 self.commit(Pending::Elect { latch }, ops, &[], out);
             }
-            (Pending::ClaimLatch, Ok(latch)) => self.claim_now(latch, env, out),
+            (Pending::ClaimLatch, Ok(latch)) => self.claim_now(Some(latch), env, out),
             (_, Err(e)) => self.write_failed("taking a latch", &e, env),
             (pending, Ok(latch)) => {
                 debug!(job = %self.name, ?pending, "latch for nothing; released");

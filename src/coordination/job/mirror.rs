@@ -58,14 +58,19 @@ impl JobState {
             }
             // The event of our own committed write, mirrored from its result.
             WatchEvent::DataChanged(p) | WatchEvent::Deleted(p) if self.own_event(&p) => {}
-            WatchEvent::Created(p) | WatchEvent::DataChanged(p) | WatchEvent::Deleted(p)
-                if matches!(
-                    self.paths.classify(&p),
-                    JobNode::ElectionLatch | JobNode::FailoverLatch
-                ) =>
-            {
-                let _ = p; // latch contenders mean nothing to the view
+            // Latch contenders mean nothing to the view; the failover latch's directory is
+            // noted for latch-free claims (a contender's node implies the directory).
+            WatchEvent::Created(p) if self.latch_node(&p) => {
+                if p.starts_with(self.paths.failover_latch().as_str()) {
+                    self.claims.latch_dir = true;
+                }
             }
+            WatchEvent::Deleted(p) if self.latch_node(&p) => {
+                if p == self.paths.failover_latch() {
+                    self.claims.latch_dir = false;
+                }
+            }
+            WatchEvent::DataChanged(p) if self.latch_node(&p) => {}
             // Our own creation, mirrored exactly from its result: nothing new to read.
             WatchEvent::Created(p) if self.knows(&p) => {}
             // A sharding is one transaction (shardcar's leader and ElasticJob's alike, the
@@ -85,16 +90,21 @@ impl JobState {
         }
     }
 
+    /// Whether `path` is a latch's directory or one of its contenders' nodes.
+    fn latch_node(&self, path: &str) -> bool {
+        matches!(
+            self.paths.classify(path),
+            JobNode::ElectionLatch | JobNode::FailoverLatch
+        )
+    }
+
     /// Notes that the watch will tell of our own write of `path` (nodes of the job's subtree
     /// whose events are mirrored at all: not the latches').
     fn expect_own_event(&mut self, path: &str) {
         let watched = path
             .strip_prefix(self.paths.root().as_str())
             .is_some_and(|rest| rest.starts_with('/'))
-            && !matches!(
-                self.paths.classify(path),
-                JobNode::ElectionLatch | JobNode::FailoverLatch
-            );
+            && !self.latch_node(path);
         if watched {
             *self.own_events.entry(path.to_string()).or_default() += 1;
         }

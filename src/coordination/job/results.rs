@@ -32,6 +32,7 @@ impl JobState {
                 Ok(nodes) => {
                     debug!(job = %self.name, nodes = nodes.len(), "job read");
                     self.cache.replace_all(nodes);
+                    self.claims.latch_dir = self.cache.contains(&self.paths.failover_latch());
                     self.inexact.clear();
                     self.view_stale = true;
                     self.last_reload = Some(env.now);

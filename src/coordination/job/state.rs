@@ -199,8 +199,10 @@ pub(super) enum Pending {
     Orphans,
     /// Waiting for the failover latch, then claiming flagged items.
     ClaimLatch,
+    /// Claiming flagged items: under the latch (`latch` held), or without it, in a multi-op
+    /// that also asserts the latch is free (`docs/elasticjob-compat.md` §7).
     Claim {
-        latch: LatchKey,
+        latch: Option<LatchKey>,
         executions: Vec<String>,
     },
     /// Taking a trigger-once request.
@@ -278,6 +280,25 @@ pub(crate) struct JobState {
     pub(super) lease_sequence: u64,
     /// The wakeup last asked for: a step long after it means this process was paused.
     pub(super) expected_wakeup: Option<Instant>,
+    /// How to claim failover items without the failover latch: whether `leader/failover/latch`
+    /// is believed to exist, and how many latch-free claims in a row the latch's state refused.
+    pub(super) claims: FreeClaims,
+}
+
+/// What a latch-free failover claim goes on (see [`Pending::Claim`]).
+#[derive(Debug, Default)]
+pub(crate) struct FreeClaims {
+    /// Whether the latch's directory is believed to exist. Only a hint: the latch's events are
+    /// not read back, and a wrong guess costs one refused claim, which corrects it.
+    pub(crate) latch_dir: bool,
+    /// Latch-free claims refused in a row by the latch's state; at [`FreeClaims::LIMIT`] the
+    /// next claim takes the latch.
+    pub(crate) refused: u32,
+}
+
+impl FreeClaims {
+    /// Refusals in a row after which a claim takes the latch instead.
+    pub(crate) const LIMIT: u32 = 2;
 }
 
 impl JobState {
@@ -314,6 +335,7 @@ impl JobState {
             drain: None,
             lease_sequence: 0,
             expected_wakeup: None,
+            claims: FreeClaims::default(),
         }
     }
 

@@ -1,6 +1,6 @@
-//! What local instances with room do next: take flagged failover items first (under
-//! ElasticJob's failover latch, every flagged item at once, shared among the instances with
-//! room), then trigger-once requests (idle instances only), then one misfire catch-up for the
+//! What local instances with room do next: take flagged failover items first (every flagged
+//! item at once, shared among the instances with room, while ElasticJob's failover latch is
+//! free), then trigger-once requests (idle instances only), then one misfire catch-up for the
 //! fires they missed.
 //!
 //! An instance has room while it runs fewer executions than its worker's
@@ -12,7 +12,7 @@ use std::time::Duration;
 
 use tracing::{debug, info};
 
-use super::state::{JobState, Pending};
+use super::state::{FreeClaims, JobState, Pending};
 use super::{Action, Env, LatchKey, Observation};
 use crate::coordination::events::Source;
 use crate::coordination::execution::{new_execution_id, Execution};
@@ -155,8 +155,12 @@ impl JobState {
 
     // ----- failover claims --------------------------------------------------------------------
 
-    /// ElasticJob's `failoverIfNecessary`, for every local instance with room at once: under the
-    /// failover latch, flagged items are shared among them and started in one write.
+    /// ElasticJob's `failoverIfNecessary`, for every local instance with room at once: flagged
+    /// items are shared among them and started in one write. That write asserts that nobody
+    /// holds or waits for ElasticJob's failover latch ([`failover::latch_free_ops`]), so it
+    /// needs no latch of its own: one round trip instead of three. Only when such claims were
+    /// refused by the latch's state ([`FreeClaims::LIMIT`] times in a row, or once because a
+    /// contender is in it) does the claim take the latch, behind the contenders.
     pub(super) fn reconcile_claims(&mut self, env: &Env, out: &mut Vec<Action>) {
         let failover = self.view.config.as_ref().is_some_and(|c| c.failover);
         if !failover
@@ -168,6 +172,10 @@ impl JobState {
         if self.claimable().is_empty() || self.spare_locals(env).is_empty() {
             return;
         }
+        if self.claims.refused < FreeClaims::LIMIT {
+            self.claim_now(None, env, out);
+            return;
+        }
         let op = self.start_op(Pending::ClaimLatch);
         out.push(Action::AcquireLatch {
             op,
@@ -175,8 +183,14 @@ impl JobState {
         });
     }
 
-    /// The failover latch is held: decide the claim on the freshest view, write it, release.
-    pub(super) fn claim_now(&mut self, latch: LatchKey, env: &Env, out: &mut Vec<Action>) {
+    /// Decides the claim on the freshest view and writes it: under the failover latch when
+    /// `latch` is held (released after), else with the latch-free assertion in the same write.
+    pub(super) fn claim_now(&mut self, latch: Option<LatchKey>, env: &Env, out: &mut Vec<Action>) {
+        let release = |out: &mut Vec<Action>| {
+            if let Some(latch) = latch {
+                out.push(Action::ReleaseLatch { latch });
+            }
+        };
         self.refresh_view();
         let flagged = self.claimable();
         // Idle instances first: a busy one's worker shares its executor with what it runs.
@@ -186,7 +200,7 @@ impl JobState {
             .partition(|id| self.locals.get(id).is_some_and(|l| l.idle()));
         idle.extend(busy);
         if flagged.is_empty() || idle.is_empty() || !self.connected(env) {
-            out.push(Action::ReleaseLatch { latch });
+            release(out);
             return;
         }
         let monitored = self
@@ -201,7 +215,10 @@ impl JobState {
                 .or_default()
                 .push(*item);
         }
-        let mut ops = Vec::new();
+        let mut ops = match latch {
+            Some(_) => Vec::new(),
+            None => failover::latch_free_ops(&self.paths, self.claims.latch_dir),
+        };
         let mut starts = Vec::new();
         for (id, items) in &shares {
             match failover::claim_ops(&self.view, &self.paths, id, items, monitored) {
@@ -213,7 +230,7 @@ impl JobState {
             }
         }
         if starts.is_empty() {
-            out.push(Action::ReleaseLatch { latch });
+            release(out);
             return;
         }
         let mut executions = Vec::new();
@@ -259,14 +276,16 @@ impl JobState {
 
     pub(super) fn on_claimed(
         &mut self,
-        latch: LatchKey,
+        latch: Option<LatchKey>,
         executions: Vec<String>,
         ops: &[Op],
         result: Result<Vec<OpResult>, RegError>,
         env: &Env,
         out: &mut Vec<Action>,
     ) {
-        out.push(Action::ReleaseLatch { latch });
+        if let Some(latch) = latch {
+            out.push(Action::ReleaseLatch { latch });
+        }
         let items: Vec<i32> = executions
             .iter()
             .filter_map(|e| self.executions.get(e))
@@ -275,6 +294,10 @@ impl JobState {
         self.unlock(&items);
         match result {
             Ok(results) => {
+                self.claims.refused = 0;
+                if latch.is_none() {
+                    self.claims.latch_dir = false;
+                }
                 out.push(Action::Observe(Observation::FailoverTaken(items)));
                 for execution_id in executions {
                     let Some(exec) = self.executions.get(&execution_id) else {
@@ -296,8 +319,40 @@ impl JobState {
                         }
                     }
                 }
-                self.write_failed("taking over failed items", &e, env);
+                if !self.latch_refused(&e, ops) {
+                    self.write_failed("taking over failed items", &e, env);
+                }
             }
         }
+    }
+
+    /// Whether `error` is a latch-free claim refused by the latch's state rather than by the
+    /// items' (nothing else was wrong with the view, so nothing is read again): notes what it
+    /// tells, and the claim is decided again at once, taking the latch if this keeps happening.
+    fn latch_refused(&mut self, error: &RegError, ops: &[Op]) -> bool {
+        let RegError::MultiFailed { index, source } = error else {
+            return false;
+        };
+        let dir = self.paths.failover_latch();
+        let at_latch = match ops.get(*index) {
+            Some(Op::Create { path, .. } | Op::Delete { path, .. }) => *path == dir,
+            _ => false,
+        };
+        if !at_latch {
+            return false;
+        }
+        match **source {
+            RegError::NoNode(_) => self.claims.latch_dir = false,
+            RegError::NodeExists(_) => self.claims.latch_dir = true,
+            // A process holds or waits for the latch: take it too, behind them.
+            RegError::NotEmpty(_) => {
+                self.claims.latch_dir = true;
+                self.claims.refused = FreeClaims::LIMIT;
+            }
+            _ => return false,
+        }
+        self.claims.refused = self.claims.refused.saturating_add(1);
+        debug!(job = %self.name, error = %error, refused = self.claims.refused, "latch-free failover claim refused by the latch's state; deciding again");
+        true
     }
 }

@@ -47,20 +47,20 @@ fn an_idle_member_claims_every_flagged_item_at_once_before_any_catch_up() {
     tree.insert(s.paths.failover_item(2), node("", 0, 14));
     tree.insert(s.paths.failover_item(3), node("", 0, 15));
     let (_, actions) = s.join(Some(tree));
-    let latch = actions.iter().find_map(|a| match a {
-        Action::AcquireLatch { op, dir } if dir.ends_with("failover/latch") => Some(*op),
-        _ => None,
-    });
-    let op = latch.expect("the failover latch is taken first");
-    assert!(
-        triggers(&actions).is_empty(),
-        "no catch-up ahead of the failover"
+    assert!(failover_latch(&actions).is_none(), "{:?}", kinds(&actions));
+    let w = writes(&actions);
+    let claim = w
+        .iter()
+        .position(|x| x == "-/j/leader/failover/items/2")
+        .expect("a claim");
+    assert_eq!(
+        w[..claim]
+            .iter()
+            .filter(|x| x.contains("failover/latch"))
+            .collect::<Vec<_>>(),
+        ["+/j/leader/failover/latch", "-/j/leader/failover/latch"],
+        "the claim asserts in its own write that no one is in the latch: {w:?}"
     );
-    let claimed = s.step(Input::Done {
-        op,
-        result: IoResult::Latched(Ok(1)),
-    });
-    let w = writes(&claimed);
     for item in [2, 3] {
         assert!(
             w.contains(&format!("-/j/leader/failover/items/{item}")),
@@ -68,9 +68,13 @@ fn an_idle_member_claims_every_flagged_item_at_once_before_any_catch_up() {
         );
         assert!(w.contains(&format!("+/j/sharding/{item}/running")), "{w:?}");
     }
-    let started = s.commit_all(claimed);
-    one_failover_of(&started, &[2, 3]);
-    assert!(kinds(&started).contains(&"ReleaseLatch"));
+    // The claim is the first run (join answers the writes at once): no catch-up ahead of it.
+    let t = triggers(&actions);
+    assert_eq!(t[0].source, Source::Failover, "{:?}", kinds(&actions));
+    assert_eq!(
+        t[0].items.iter().map(|(i, _)| *i).collect::<Vec<_>>(),
+        [2, 3]
+    );
 }
 
 /// The one trigger among `actions`, a FAILOVER run of `items`.
@@ -227,31 +231,41 @@ fn busy_with_own_items(max_concurrent: u32) -> (Script, Trigger) {
 }
 
 /// The peer died mid-run: items 2 and 3 are flagged for failover (as its leader or its
-/// sidecar writes them); returns what the flags' arrival led to.
+/// sidecar writes them, in one transaction); returns what the flags' arrival led to. The
+/// watch tells of the nodes together, and their reads are answered together.
 fn peer_items_flagged(s: &mut Script) -> Vec<Action> {
     let p = s.paths.clone();
-    let mut out = Vec::new();
-    for (path, zxid) in [
+    let flags = [
+        (format!("{}/leader/failover", p.root()), 39),
         (p.failover_items(), 40),
         (p.failover_item(2), 41),
         (p.failover_item(3), 42),
-    ] {
-        let seen = s.step(Input::Watched(WatchEvent::Created(path.clone())));
-        let read = seen.iter().find_map(|a| match a {
-            Action::Read { op, path: read } if *read == path => Some(*op),
-            _ => None,
-        });
-        out.extend(seen);
-        if let Some(op) = read {
-            out.extend(s.step(Input::Done {
+    ];
+    let seen = s.state.step_all(
+        flags
+            .iter()
+            .map(|(path, _)| Input::Watched(WatchEvent::Created(path.clone()))),
+        &s.env.clone(),
+    );
+    let answers: Vec<Input> = flags
+        .iter()
+        .filter_map(|(path, zxid)| {
+            let op = seen.iter().find_map(|a| match a {
+                Action::Read { op, path: read } if read == path => Some(*op),
+                _ => None,
+            })?;
+            Some(Input::Done {
                 op,
                 result: IoResult::Read {
-                    path,
-                    node: Ok(Some(node("", 0, zxid))),
+                    path: path.clone(),
+                    node: Ok(Some(node("", 0, *zxid))),
                 },
-            }));
-        }
-    }
+            })
+        })
+        .collect();
+    assert_eq!(answers.len(), flags.len(), "{:?}", kinds(&seen));
+    let mut out = seen;
+    out.extend(s.state.step_all(answers, &s.env.clone()));
     out
 }
 
@@ -268,11 +282,7 @@ fn a_busy_worker_with_room_takes_a_dead_peers_items_while_it_runs_its_own() {
     // run in progress, instead of after it.
     let (mut s, own) = busy_with_own_items(2);
     let flagged = peer_items_flagged(&mut s);
-    let op = failover_latch(&flagged).expect("the busy worker with room takes the latch");
-    let claimed = s.step(Input::Done {
-        op,
-        result: IoResult::Latched(Ok(1)),
-    });
+    let claimed = flagged;
     let w = writes(&claimed);
     for item in [2, 3] {
         assert!(w.contains(&format!("+/j/sharding/{item}/running")), "{w:?}");
@@ -305,15 +315,9 @@ fn a_worker_running_one_at_a_time_takes_a_dead_peers_items_only_once_it_is_idle(
     // ElasticJob's behaviour, the default: a busy instance takes no failover work.
     let (mut s, own) = busy_with_own_items(1);
     let flagged = peer_items_flagged(&mut s);
-    assert!(failover_latch(&flagged).is_none(), "{:?}", kinds(&flagged));
+    assert!(writes(&flagged).is_empty(), "{:?}", kinds(&flagged));
     let done = s.answer(&own.execution_id, &[0, 1]);
-    let after = s.commit_all(done);
-    let op = failover_latch(&after).expect("idle again: it takes the latch");
-    let claimed = s.step(Input::Done {
-        op,
-        result: IoResult::Latched(Ok(1)),
-    });
-    let t = triggers(&s.commit_all(claimed));
+    let t = triggers(&s.commit_all(done));
     assert_eq!(t.len(), 1);
     assert_eq!(t[0].source, Source::Failover);
 }
@@ -345,12 +349,7 @@ fn a_cron_fire_waits_for_an_idle_worker_even_with_room_and_a_catch_up_never_reru
 fn a_worker_gone_with_two_executions_gives_back_the_items_of_both() {
     let (mut s, _own) = busy_with_own_items(2);
     let flagged = peer_items_flagged(&mut s);
-    let op = failover_latch(&flagged).unwrap();
-    let claimed = s.step(Input::Done {
-        op,
-        result: IoResult::Latched(Ok(1)),
-    });
-    let taken = triggers(&s.commit_all(claimed));
+    let taken = triggers(&s.commit_all(flagged));
     assert_eq!(taken.len(), 1);
     let stream = 1;
     let ended = s.step(Input::StreamEnded {
@@ -508,4 +507,181 @@ fn results_and_events_stepped_together_decide_what_one_at_a_time_would() {
         "{one_at_a_time:?}"
     );
     assert_eq!(a_run_stepped(true), one_at_a_time);
+}
+
+/// The failover claim among `actions`, and its writes.
+fn claim_in(actions: &[Action]) -> (OpId, Vec<Op>) {
+    actions
+        .iter()
+        .find_map(|a| {
+            match a {
+            Action::Commit { op, ops, .. }
+                if ops.iter().any(|o| {
+                    matches!(o, Op::Delete { path, .. } if path.contains("/leader/failover/items/"))
+                }) =>
+            {
+                Some((*op, ops.clone()))
+            }
+            _ => None,
+        }
+        })
+        .unwrap_or_else(|| panic!("no failover claim among {:?}", kinds(actions)))
+}
+
+/// The claim's writes to the failover latch's directory.
+fn latch_writes(ops: &[Op]) -> Vec<String> {
+    writes(&[Action::Commit {
+        op: 0,
+        generation: 0,
+        ops: ops.to_vec(),
+    }])
+    .into_iter()
+    .filter(|w| w.ends_with("/leader/failover/latch"))
+    .collect()
+}
+
+/// ZooKeeper refuses the claim at its latch write `write` (as [`writes`] spells it).
+fn refuse_at_latch(
+    s: &mut Script,
+    (op, ops): (OpId, Vec<Op>),
+    write: &str,
+    error: RegError,
+) -> Vec<Action> {
+    let index = latch_writes(&ops[..])
+        .iter()
+        .position(|w| w == write)
+        .map(|k| {
+            ops.iter()
+                .enumerate()
+                .filter(|(_, o)| {
+                    matches!(o, Op::Create { path, .. } | Op::Delete { path, .. }
+                        if path.ends_with("/leader/failover/latch"))
+                })
+                .nth(k)
+                .expect("listed")
+                .0
+        })
+        .unwrap_or_else(|| panic!("{write} is not among {:?}", latch_writes(&ops)));
+    s.step(Input::Done {
+        op,
+        result: IoResult::Committed(Err(RegError::MultiFailed {
+            index,
+            source: Box::new(error),
+        })),
+    })
+}
+
+#[test]
+fn a_claim_refused_by_the_latch_is_decided_again_at_once_and_takes_the_latch_behind_a_contender() {
+    // #11: a claim needs no latch of its own; it asserts in its own write that no one is in
+    // ElasticJob's failover latch. A refusal that only says the latch's directory was guessed
+    // wrong is tried again at once; one that says a contender is in it waits behind them.
+    let (mut s, _own) = busy_with_own_items(2);
+    let flagged = peer_items_flagged(&mut s);
+    assert!(failover_latch(&flagged).is_none(), "{:?}", kinds(&flagged));
+    let first = claim_in(&flagged);
+    assert_eq!(
+        latch_writes(&first.1),
+        ["+/j/leader/failover/latch", "-/j/leader/failover/latch"],
+        "no directory seen: created and deleted in the claim"
+    );
+    // The directory was there after all: the same claim, deleting it, goes at once.
+    let again = refuse_at_latch(
+        &mut s,
+        first,
+        "+/j/leader/failover/latch",
+        RegError::NodeExists("/j/leader/failover/latch".into()),
+    );
+    assert!(
+        !kinds(&again).contains(&"Reload") && failover_latch(&again).is_none(),
+        "nothing about the items was wrong: {:?}",
+        kinds(&again)
+    );
+    let second = claim_in(&again);
+    assert_eq!(latch_writes(&second.1), ["-/j/leader/failover/latch"]);
+    // A contender is in the latch: the claim takes the latch too, behind it.
+    let queued = refuse_at_latch(
+        &mut s,
+        second,
+        "-/j/leader/failover/latch",
+        RegError::NotEmpty("/j/leader/failover/latch".into()),
+    );
+    assert!(triggers(&queued).is_empty());
+    let op = failover_latch(&queued).expect("the claim waits for the latch");
+    let claimed = s.step(Input::Done {
+        op,
+        result: IoResult::Latched(Ok(1)),
+    });
+    let under_latch = claim_in(&claimed);
+    assert!(
+        latch_writes(&under_latch.1).is_empty(),
+        "the latch is held: nothing to assert"
+    );
+    let started = s.commit_all(claimed);
+    one_failover_of(&started, &[2, 3]);
+    assert!(kinds(&started).contains(&"ReleaseLatch"));
+    assert_eq!(
+        s.state.claims.refused, 0,
+        "the next claim needs no latch again"
+    );
+}
+
+#[test]
+fn claims_refused_twice_in_a_row_by_a_latch_that_keeps_changing_take_the_latch() {
+    let (mut s, _own) = busy_with_own_items(2);
+    let flagged = peer_items_flagged(&mut s);
+    let again = refuse_at_latch(
+        &mut s,
+        claim_in(&flagged),
+        "+/j/leader/failover/latch",
+        RegError::NodeExists("/j/leader/failover/latch".into()),
+    );
+    let queued = refuse_at_latch(
+        &mut s,
+        claim_in(&again),
+        "-/j/leader/failover/latch",
+        RegError::NoNode("/j/leader/failover/latch".into()),
+    );
+    assert!(
+        failover_latch(&queued).is_some(),
+        "two refusals in a row: the latch, not a third guess: {:?}",
+        kinds(&queued)
+    );
+}
+
+#[test]
+fn a_claim_refused_at_the_items_reads_the_job_again_as_any_refused_write() {
+    let (mut s, _own) = busy_with_own_items(2);
+    let flagged = peer_items_flagged(&mut s);
+    let (op, ops) = claim_in(&flagged);
+    let index = ops
+        .iter()
+        .position(|o| matches!(o, Op::SetData { path, .. } if path == "/j/sharding/2"))
+        .expect("the item's fence");
+    s.step(Input::Done {
+        op,
+        result: IoResult::Committed(Err(RegError::MultiFailed {
+            index,
+            source: Box::new(RegError::BadVersion("/j/sharding/2".into())),
+        })),
+    });
+    assert!(s.state.reload_wanted, "a refused claim re-reads the job");
+    assert_eq!(
+        s.state.claims.refused, 0,
+        "the latch had nothing to do with it"
+    );
+}
+
+#[test]
+fn a_latch_contender_seen_by_the_watch_makes_the_next_claim_delete_the_directory() {
+    let (mut s, _own) = busy_with_own_items(2);
+    let dir = s.paths.failover_latch();
+    s.step(Input::Watched(WatchEvent::Created(format!(
+        "{dir}/_c_0f-latch-0000000000"
+    ))));
+    let flagged = peer_items_flagged(&mut s);
+    assert_eq!(
+        latch_writes(&claim_in(&flagged).1),
+        ["-/j/leader/failover/latch"]
+    );
 }
