@@ -306,6 +306,73 @@ pub fn claim_ops(
     Some(ops)
 }
 
+/// The writes that give `items`, which `instance_id`'s execution leaves running, straight to
+/// `taker`, another live instance with room: what [`release_ops`] (`Abandoned`) and then
+/// [`claim_ops`] would write, as one write fenced once per item by the epoch the execution
+/// left (`versions`). No flag is written: the item is never unowned. `None` unless every item
+/// is one the release would flag (monitored, running as `instance_id`'s, not flagged already,
+/// no one else's `failover` node): the caller then releases them as usual.
+pub fn handover_ops(
+    view: &JobView,
+    paths: &JobPaths,
+    instance_id: &str,
+    taker: &str,
+    items: &[i32],
+    versions: &BTreeMap<i32, i32>,
+    monitored: bool,
+) -> Option<Vec<Op>> {
+    if !failover_on(view) || !monitored || items.is_empty() {
+        return None;
+    }
+    let mut ops = vec![Op::Check {
+        path: paths.instance(taker),
+        version: -1,
+    }];
+    for i in items {
+        let item = view.items.get(i)?;
+        let theirs = |node: &Option<String>| node.as_deref().is_some_and(|id| id != instance_id);
+        if !runs(view, *i, instance_id)
+            || view.failover_items.contains(i)
+            || theirs(&item.failover)
+            || theirs(&item.failovering)
+        {
+            return None;
+        }
+        ops.push(bump(paths, *i, versions.get(i).copied().or(item.version)?));
+        ops.push(Op::Delete {
+            path: paths.item_running(*i),
+            version: Some(RUNNING_VERSION),
+        });
+        if item.failover.is_some() {
+            ops.push(Op::delete(paths.item_failover(*i)));
+        }
+        if item.failovering.is_some() {
+            ops.push(Op::delete(paths.item_failovering(*i)));
+        }
+        ops.push(Op::create(
+            paths.item_failover(*i),
+            taker,
+            CreateMode::Ephemeral,
+        ));
+        ops.push(Op::create(
+            paths.item_failovering(*i),
+            taker,
+            CreateMode::Persistent,
+        ));
+        ops.push(Op::create(
+            paths.item_running(*i),
+            taker,
+            CreateMode::Persistent,
+        ));
+        ops.push(Op::SetData {
+            path: paths.item_running(*i),
+            data: taker.as_bytes().to_vec(),
+            version: Some(0),
+        });
+    }
+    Some(ops)
+}
+
 /// The writes that make a claim's multi-op assert that ElasticJob's failover latch is free:
 /// no process holds it or waits for it. A claim that carries them needs no latch of its own.
 ///

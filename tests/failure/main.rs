@@ -24,7 +24,7 @@ use common::{
 use shardcar::proto::subscribe_response::Event;
 use shardcar::proto::{CompleteRequest, JobConfig, SubscribeRequest, Trigger, TriggerSource};
 use tonic::Code;
-use zookeeper_client::{Acls, Client, CreateMode};
+use zookeeper_client::{Acls, AddWatchMode, Client, CreateMode, EventType};
 
 const WAIT: Duration = Duration::from_secs(40);
 const NEVER: &str = "0 0 0 1 1 ? 2099";
@@ -205,6 +205,57 @@ async fn a_worker_killed_mid_execution_has_its_item_rerun_as_failover() {
     })
     .await;
     assert!(cleared.is_some(), "failover nodes stayed");
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_worker_killed_mid_execution_hands_its_item_to_an_idle_worker_of_its_sidecar() {
+    // #11: the crash is known by the sidecar that also has an idle worker of the job: the item
+    // goes to it in the write that removes the dead instance. Never flagged, never unowned.
+    let zk = ZooKeeper::start().await;
+    let ns = "fail-hand-over";
+    let a = car(&zk, ns, "127.0.0.2").await;
+    let config = failover_job("hand", 2);
+    let mut doomed = ChildWorker::spawn(&a.endpoint(), subscribe_request(config.clone())).await;
+    let survivor = answering_worker(&a, config).await;
+    let zk_ns = zk_client(&zk, ns).await;
+    let mut watcher = zk_ns
+        .watch("/hand/leader", AddWatchMode::PersistentRecursive)
+        .await
+        .expect("a watch on the job's leader nodes");
+    trigger_once(&zk_ns, "hand", &doomed.instance_id()).await;
+    let (_, trigger) = doomed.first_trigger(WAIT).await;
+    let item = items_of(&trigger)[0];
+    let killed = Instant::now();
+    doomed.kill();
+    let (at, failover) = wait_failover(&survivor, item).await;
+    assert_eq!(items_of(&failover), vec![item]);
+    wait_answered(&survivor, &failover.execution_id).await;
+    check_runs(&[
+        (
+            "doomed",
+            doomed.events(),
+            doomed.answers(),
+            Some(Stop::Worker(killed)),
+        ),
+        ("survivor", survivor.events(), survivor.answers(), None),
+    ]);
+    eprintln!(
+        "worker SIGKILL -> FAILOVER trigger on its sidecar: {:?}",
+        at - killed
+    );
+    let mut created = Vec::new();
+    while let Ok(event) = tokio::time::timeout(Duration::from_millis(300), watcher.changed()).await
+    {
+        if event.event_type == EventType::NodeCreated {
+            created.push(event.path);
+        }
+    }
+    assert!(
+        !created
+            .iter()
+            .any(|p| p.contains("/leader/failover/items/")),
+        "the item was flagged instead of handed over: {created:?}"
+    );
 }
 
 #[tokio::test(flavor = "multi_thread")]

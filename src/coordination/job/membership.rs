@@ -420,7 +420,7 @@ impl JobState {
     /// Removes a local instance whose stream is over: its node, the leader node if it leads,
     /// and the items it may have left running, in one conditional multi-op.
     fn leave(&mut self, id: &str, env: &Env, out: &mut Vec<Action>) {
-        if self.in_flight(|p| matches!(p, Pending::Leave { instance_id } | Pending::Register { instance_id } if instance_id == id))
+        if self.in_flight(|p| matches!(p, Pending::Leave { instance_id, .. } | Pending::Register { instance_id } if instance_id == id))
         {
             return;
         }
@@ -441,18 +441,43 @@ impl JobState {
         if current && !removed_remotely && self.view.instances.contains_key(id) {
             ops.push(Op::delete(self.paths.instance(id)));
         }
+        // What it leaves running goes straight to another local instance with room, if there
+        // is one, in this same write: no flag, no claim, no round trip more.
+        let taker = if current {
+            self.handover_taker(id, env)
+        } else {
+            None
+        };
         let mut items = Vec::new();
+        let mut handed = Vec::new();
         for exec in execs {
             let unreleased = exec.unreleased();
-            ops.extend(failover::release_ops(
-                &self.view,
-                &self.paths,
-                id,
-                &unreleased,
-                &exec.versions,
-                exec.monitored,
-                failover::Release::Abandoned,
-            ));
+            let handover = taker.as_deref().and_then(|taker| {
+                failover::handover_ops(
+                    &self.view,
+                    &self.paths,
+                    id,
+                    taker,
+                    &unreleased,
+                    &exec.versions,
+                    exec.monitored,
+                )
+            });
+            match handover {
+                Some(handover) => {
+                    ops.extend(handover);
+                    handed.extend(unreleased.iter().copied());
+                }
+                None => ops.extend(failover::release_ops(
+                    &self.view,
+                    &self.paths,
+                    id,
+                    &unreleased,
+                    &exec.versions,
+                    exec.monitored,
+                    failover::Release::Abandoned,
+                )),
+            }
             items.extend(unreleased);
         }
         if let Some((leader, version)) = &self.view.leader {
@@ -467,9 +492,20 @@ impl JobState {
             self.forget_local(id, env, out);
             return;
         }
+        let handed = match taker {
+            Some(taker) if !handed.is_empty() => {
+                let mut all = failover::latch_free_ops(&self.paths, self.claims.latch_dir);
+                all.append(&mut ops);
+                ops = all;
+                handed.sort_unstable();
+                Some(self.failover_execution(&taker, &handed, true, env))
+            }
+            _ => None,
+        };
         self.commit(
             Pending::Leave {
                 instance_id: id.to_string(),
+                handed,
             },
             ops,
             &items,
@@ -480,6 +516,8 @@ impl JobState {
     pub(super) fn on_left(
         &mut self,
         id: &str,
+        handed: Option<String>,
+        ops: &[Op],
         result: Result<Vec<OpResult>, RegError>,
         env: &Env,
         out: &mut Vec<Action>,
@@ -495,9 +533,29 @@ impl JobState {
             .collect();
         self.unlock(&items);
         match result {
-            Ok(_) => self.forget_local(id, env, out),
-            Err(RegError::SessionExpired) => self.forget_local(id, env, out),
-            Err(e) => self.write_failed("removing an instance", &e, env),
+            Ok(results) => {
+                self.forget_local(id, env, out);
+                if let Some(execution_id) = handed {
+                    let taken = self
+                        .executions
+                        .get(&execution_id)
+                        .map(|e| e.items.iter().copied().collect())
+                        .unwrap_or_default();
+                    self.claimed_free(taken, out);
+                    self.deliver_claimed(&execution_id, ops, &results, env, out);
+                }
+            }
+            Err(RegError::SessionExpired) => {
+                self.forget_unclaimed(handed);
+                self.forget_local(id, env, out);
+            }
+            Err(e) => {
+                self.forget_unclaimed(handed);
+                // Refused only by the latch's state: the leave is decided again at once.
+                if !self.latch_refused(&e, ops) {
+                    self.write_failed("removing an instance", &e, env);
+                }
+            }
         }
     }
 

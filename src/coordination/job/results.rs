@@ -97,7 +97,10 @@ impl JobState {
                 execution_id,
                 items,
             } => self.on_released(&execution_id, items, result, env, out),
-            Pending::Leave { instance_id } => self.on_left(&instance_id, result, env, out),
+            Pending::Leave {
+                instance_id,
+                handed,
+            } => self.on_left(&instance_id, handed, &ops, result, env, out),
             Pending::MisfireFlags | Pending::SidecarNode | Pending::Abdicate | Pending::Orphans => {
                 if let Err(e) = result {
                     self.write_failed("a registry write", &e, env);

@@ -175,9 +175,11 @@ pub(super) enum Pending {
         execution_id: String,
         items: Vec<i32>,
     },
-    /// Removing a local instance (and releasing what it ran).
+    /// Removing a local instance (and releasing what it ran, or handing it in the same write
+    /// to another local instance, whose FAILOVER execution is `handed`).
     Leave {
         instance_id: String,
+        handed: Option<String>,
     },
     MisfireFlags,
     Reshard,

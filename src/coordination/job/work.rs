@@ -233,36 +233,106 @@ impl JobState {
             release(out);
             return;
         }
-        let mut executions = Vec::new();
-        for (id, items) in &starts {
-            info!(job = %self.name, instance = %id, items = ?items, "taking over failed items");
-            let execution_id = new_execution_id();
-            let timeout = match self.view.extras.execution_timeout_seconds {
-                0 => None,
-                s => Some(Duration::from_secs(u64::from(s))),
-            };
-            self.executions.insert(
-                execution_id.clone(),
-                Execution::new(
-                    execution_id.clone(),
-                    id.clone(),
-                    Source::Failover,
-                    items.iter().copied().collect(),
-                    env.wall,
-                    env.now,
-                    timeout,
-                    monitored,
-                    self.generation,
-                    TraceContext::for_execution(&execution_id, None),
-                ),
-            );
-            if let Some(local) = self.locals.get_mut(id) {
-                local.executions.push(execution_id.clone());
-            }
-            executions.push(execution_id);
-        }
+        let executions = starts
+            .iter()
+            .map(|(id, items)| self.failover_execution(id, items, monitored, env))
+            .collect();
         let items: Vec<i32> = starts.iter().flat_map(|(_, i)| i.iter().copied()).collect();
         self.commit(Pending::Claim { latch, executions }, ops, &items, out);
+    }
+
+    /// A FAILOVER execution of `items` for local instance `id`, about to be claimed: listed,
+    /// not yet sent (the claim's result gives its fencing tokens). Returns its id.
+    pub(super) fn failover_execution(
+        &mut self,
+        id: &str,
+        items: &[i32],
+        monitored: bool,
+        env: &Env,
+    ) -> String {
+        info!(job = %self.name, instance = %id, items = ?items, "taking over failed items");
+        let execution_id = new_execution_id();
+        let timeout = match self.view.extras.execution_timeout_seconds {
+            0 => None,
+            s => Some(Duration::from_secs(u64::from(s))),
+        };
+        self.executions.insert(
+            execution_id.clone(),
+            Execution::new(
+                execution_id.clone(),
+                id.to_string(),
+                Source::Failover,
+                items.iter().copied().collect(),
+                env.wall,
+                env.now,
+                timeout,
+                monitored,
+                self.generation,
+                TraceContext::for_execution(&execution_id, None),
+            ),
+        );
+        if let Some(local) = self.locals.get_mut(id) {
+            local.executions.push(execution_id.clone());
+        }
+        execution_id
+    }
+
+    /// Starts FAILOVER execution `execution_id`, whose claim (`ops`) landed with `results`:
+    /// its fencing tokens and epochs from the results, then the trigger.
+    pub(super) fn deliver_claimed(
+        &mut self,
+        execution_id: &str,
+        ops: &[Op],
+        results: &[OpResult],
+        env: &Env,
+        out: &mut Vec<Action>,
+    ) {
+        let Some(exec) = self.executions.get(execution_id) else {
+            return;
+        };
+        let exec_items: Vec<i32> = exec.items.iter().copied().collect();
+        let (tokens, versions) = self.tokens_of(&exec_items, ops, results);
+        let exec = self.executions.get_mut(execution_id).expect("listed");
+        exec.fencing_tokens = tokens;
+        exec.versions = versions;
+        self.deliver(execution_id, env, out);
+    }
+
+    /// Forgets FAILOVER executions whose claim failed: they were never sent.
+    pub(super) fn forget_unclaimed(&mut self, executions: impl IntoIterator<Item = String>) {
+        for execution_id in executions {
+            if let Some(exec) = self.executions.remove(&execution_id) {
+                if let Some(local) = self.locals.get_mut(&exec.instance_id) {
+                    local.drop_execution(&execution_id);
+                }
+            }
+        }
+    }
+
+    /// The local instance that takes, in the same write, the items a leaving instance `id`
+    /// leaves running (an idle one first), if claims may go without the latch now.
+    pub(super) fn handover_taker(&self, id: &str, env: &Env) -> Option<String> {
+        let failover = self.view.config.as_ref().is_some_and(|c| c.failover);
+        if !failover || self.claims.refused >= FreeClaims::LIMIT || !self.connected(env) {
+            return None;
+        }
+        let spare: Vec<String> = self
+            .spare_locals(env)
+            .into_iter()
+            .filter(|l| l != id)
+            .collect();
+        spare
+            .iter()
+            .find(|l| self.locals.get(*l).is_some_and(|l| l.idle()))
+            .or(spare.first())
+            .cloned()
+    }
+
+    /// Notes a FAILOVER hand-over or claim that landed without the latch.
+    pub(super) fn claimed_free(&mut self, items: Vec<i32>, out: &mut Vec<Action>) {
+        self.claims.refused = 0;
+        self.claims.latch_dir = false;
+        out.push(Action::Observe(Observation::FailoverTaken(items)));
     }
 
     /// Flagged failover items this sidecar may claim: none an action in flight touches, none
@@ -294,31 +364,19 @@ impl JobState {
         self.unlock(&items);
         match result {
             Ok(results) => {
-                self.claims.refused = 0;
-                if latch.is_none() {
-                    self.claims.latch_dir = false;
+                match latch {
+                    None => self.claimed_free(items, out),
+                    Some(_) => {
+                        self.claims.refused = 0;
+                        out.push(Action::Observe(Observation::FailoverTaken(items)));
+                    }
                 }
-                out.push(Action::Observe(Observation::FailoverTaken(items)));
                 for execution_id in executions {
-                    let Some(exec) = self.executions.get(&execution_id) else {
-                        continue;
-                    };
-                    let exec_items: Vec<i32> = exec.items.iter().copied().collect();
-                    let (tokens, versions) = self.tokens_of(&exec_items, ops, &results);
-                    let exec = self.executions.get_mut(&execution_id).expect("listed");
-                    exec.fencing_tokens = tokens;
-                    exec.versions = versions;
-                    self.deliver(&execution_id, env, out);
+                    self.deliver_claimed(&execution_id, ops, &results, env, out);
                 }
             }
             Err(e) => {
-                for execution_id in executions {
-                    if let Some(exec) = self.executions.remove(&execution_id) {
-                        if let Some(local) = self.locals.get_mut(&exec.instance_id) {
-                            local.drop_execution(&execution_id);
-                        }
-                    }
-                }
+                self.forget_unclaimed(executions);
                 if !self.latch_refused(&e, ops) {
                     self.write_failed("taking over failed items", &e, env);
                 }
@@ -329,7 +387,7 @@ impl JobState {
     /// Whether `error` is a latch-free claim refused by the latch's state rather than by the
     /// items' (nothing else was wrong with the view, so nothing is read again): notes what it
     /// tells, and the claim is decided again at once, taking the latch if this keeps happening.
-    fn latch_refused(&mut self, error: &RegError, ops: &[Op]) -> bool {
+    pub(super) fn latch_refused(&mut self, error: &RegError, ops: &[Op]) -> bool {
         let RegError::MultiFailed { index, source } = error else {
             return false;
         };

@@ -685,3 +685,138 @@ fn a_latch_contender_seen_by_the_watch_makes_the_next_claim_delete_the_directory
         ["-/j/leader/failover/latch"]
     );
 }
+
+/// A second worker of this host, on the same sidecar.
+const ME2: &str = "10.0.0.1@-@8";
+
+/// Joins `ME2` (one execution at a time) and answers its writes; returns its stream.
+fn join_second(s: &mut Script) -> StreamKey {
+    s.next_reply += 1;
+    s.next_stream += 1;
+    let stream = s.next_stream;
+    let joined = s.step(Input::Join {
+        reply: s.next_reply,
+        stream,
+        instance_id: ME2.into(),
+        config: None,
+        overwrite: false,
+        max_concurrent: 1,
+    });
+    let registered = s.commit_all(joined);
+    assert!(
+        kinds(&registered).contains(&"Lease"),
+        "{:?}",
+        kinds(&registered)
+    );
+    stream
+}
+
+#[test]
+fn a_dead_workers_running_items_go_to_an_idle_worker_of_its_sidecar_in_the_write_that_removes_it() {
+    // #11: the crash is known here, and an instance here has room: the items are handed over
+    // in the one write that removes the dead instance (no flag, no claim after it), and run
+    // again as FAILOVER when that write is answered.
+    let (mut s, first) = ready(2, true);
+    let own = run(&mut s, 1000);
+    let second = join_second(&mut s);
+    let ended = s.step(Input::StreamEnded {
+        stream: first,
+        end: StreamEnd::ByWorker,
+    });
+    let w = writes(&ended);
+    assert!(w.contains(&format!("-/j/instances/{ME}")), "{w:?}");
+    assert!(
+        !w.iter().any(|x| x.contains("/leader/failover/items")),
+        "nothing is flagged: {w:?}"
+    );
+    assert_eq!(
+        w.iter()
+            .filter(|x| x.ends_with("/leader/failover/latch"))
+            .collect::<Vec<_>>(),
+        ["+/j/leader/failover/latch", "-/j/leader/failover/latch"],
+        "the hand-over proves the failover latch free: {w:?}"
+    );
+    for item in [0, 1] {
+        for node in ["running", "failover", "failovering"] {
+            assert!(
+                w.contains(&format!("+/j/sharding/{item}/{node}")),
+                "{node} of {item}: {w:?}"
+            );
+        }
+    }
+    assert!(triggers(&ended).is_empty(), "not before the write lands");
+    let answered = s.commit_all(ended);
+    let t = one_failover_of(&answered, &[0, 1]);
+    assert_ne!(t[0].execution_id, own.execution_id);
+    let to = answered.iter().find_map(|a| match a {
+        Action::Send {
+            stream,
+            event: WorkerEvent::Trigger(_),
+        } => Some(*stream),
+        _ => None,
+    });
+    assert_eq!(to, Some(second), "the second worker runs them");
+    assert!(
+        !writes(&answered)
+            .iter()
+            .any(|x| x.contains("/leader/failover")),
+        "no claim follows: {:?}",
+        writes(&answered)
+    );
+    // Its answer ends the run as any FAILOVER run's does.
+    s.next_reply += 1;
+    let done = s.step(Input::Answer {
+        reply: s.next_reply,
+        instance_id: ME2.into(),
+        execution_id: t[0].execution_id.clone(),
+        outcomes: vec![(0, ItemOutcome::Completed), (1, ItemOutcome::Completed)],
+    });
+    let w = writes(&done);
+    for item in [0, 1] {
+        for node in ["running", "failover", "failovering"] {
+            assert!(
+                w.contains(&format!("-/j/sharding/{item}/{node}")),
+                "{node} of {item}: {w:?}"
+            );
+        }
+    }
+}
+
+#[test]
+fn a_hand_over_refused_because_a_contender_is_in_the_latch_flags_the_items_instead() {
+    let (mut s, first) = ready(2, true);
+    run(&mut s, 1000);
+    join_second(&mut s);
+    let ended = s.step(Input::StreamEnded {
+        stream: first,
+        end: StreamEnd::ByWorker,
+    });
+    let (op, ops) = ended
+        .iter()
+        .find_map(|a| match a {
+            Action::Commit { op, ops, .. } => Some((*op, ops.clone())),
+            _ => None,
+        })
+        .expect("the leave");
+    let again = refuse_at_latch(
+        &mut s,
+        (op, ops),
+        "+/j/leader/failover/latch",
+        RegError::NotEmpty("/j/leader/failover/latch".into()),
+    );
+    let w = writes(&again);
+    assert!(w.contains(&format!("-/j/instances/{ME}")), "{w:?}");
+    for item in [0, 1] {
+        assert!(
+            w.contains(&format!("+/j/leader/failover/items/{item}")),
+            "flagged as usual: {w:?}"
+        );
+        assert!(
+            !w.contains(&format!("+/j/sharding/{item}/failover")),
+            "{w:?}"
+        );
+    }
+    // The flags are then claimed under the latch.
+    let flagged = s.commit_all(again);
+    assert!(failover_latch(&flagged).is_some(), "{:?}", kinds(&flagged));
+}
