@@ -24,7 +24,9 @@
 //!    does with no ZooKeeper sharing the machine's cores;
 //! 6. transactions: ZooKeeper transactions per execution for 1, 8 and 64 items;
 //! 7. failover: a worker process SIGKILLed mid-execution → its item's FAILOVER trigger at a
-//!    worker on another sidecar; and the same for a sidecar SIGKILLed (default 10 s session).
+//!    worker on another sidecar, and at one on its own sidecar
+//!    (`SHARDCAR_BENCH_FAILOVER_ROUNDS` rounds each, 10 by default); and the same for a
+//!    sidecar SIGKILLed (default 10 s session).
 
 #[path = "../tests/failure/child.rs"]
 mod child;
@@ -808,25 +810,41 @@ async fn wait_share(survivor: &TestWorker) {
 }
 
 async fn bench_failover(zk: &ZooKeeper) {
-    let mut worker_kill = Vec::new();
-    for round in 0..10 {
-        let ns = format!("bench-fo-worker-{round}");
-        let (cars, config, survivor) = failover_pair(zk, &ns, Duration::from_secs(4)).await;
-        let mut doomed =
-            child::ChildWorker::spawn(&cars[0].endpoint(), subscribe_request(config)).await;
-        wait_share(&survivor).await;
-        trigger_once(zk, &ns, "fo", &doomed.instance_id()).await;
-        let (_, trigger) = doomed.first_trigger(Duration::from_secs(30)).await;
-        let killed = Instant::now();
-        doomed.kill();
-        let at = failover_arrival(&survivor, trigger.items[0].item).await;
-        worker_kill.push(at.duration_since(killed).as_secs_f64() * 1000.0);
+    // `SHARDCAR_BENCH_FAILOVER_ROUNDS`: rounds of each worker-kill figure (10 by default).
+    let rounds: usize = match std::env::var("SHARDCAR_BENCH_FAILOVER_ROUNDS") {
+        Ok(v) => v.parse().ok().filter(|n| *n > 0).unwrap_or_else(|| {
+            eprintln!("SHARDCAR_BENCH_FAILOVER_ROUNDS={v}: expected a whole number above 0");
+            std::process::exit(2)
+        }),
+        Err(_) => 10,
+    };
+    // The doomed worker on the first sidecar (the survivor is on the second), then on the
+    // survivor's own sidecar.
+    for (doomed_car, label, tag) in [
+        (0, "another sidecar", "worker"),
+        (1, "its own sidecar (handed over in one write)", "same"),
+    ] {
+        let mut worker_kill = Vec::new();
+        for round in 0..rounds {
+            let ns = format!("bench-fo-{tag}-{round}");
+            let (cars, config, survivor) = failover_pair(zk, &ns, Duration::from_secs(4)).await;
+            let mut doomed =
+                child::ChildWorker::spawn(&cars[doomed_car].endpoint(), subscribe_request(config))
+                    .await;
+            wait_share(&survivor).await;
+            trigger_once(zk, &ns, "fo", &doomed.instance_id()).await;
+            let (_, trigger) = doomed.first_trigger(Duration::from_secs(30)).await;
+            let killed = Instant::now();
+            doomed.kill();
+            let at = failover_arrival(&survivor, trigger.items[0].item).await;
+            worker_kill.push(at.duration_since(killed).as_secs_f64() * 1000.0);
+        }
+        report(
+            &format!("failover: worker process SIGKILL -> FAILOVER trigger at a worker on {label}"),
+            "ms",
+            worker_kill,
+        );
     }
-    report(
-        "failover: worker process SIGKILL -> FAILOVER trigger on another sidecar",
-        "ms",
-        worker_kill,
-    );
 
     let mut sidecar_kill = Vec::new();
     for round in 0..5 {
