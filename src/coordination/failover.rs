@@ -18,7 +18,7 @@
 
 use std::collections::BTreeMap;
 
-use crate::coordination::view::JobView;
+use crate::coordination::view::{ItemView, JobView};
 use crate::elasticjob::paths::{sort_descending, JobPaths};
 use crate::registry::{CreateMode, Op};
 
@@ -94,14 +94,42 @@ pub fn start_ops(
                 });
             }
         }
-        ops.push(Op::create(paths.item_running(*i), instance_id, mode));
-        ops.push(Op::SetData {
-            path: paths.item_running(*i),
-            data: instance_id.as_bytes().to_vec(),
-            version: Some(0),
-        });
+        ops.extend(running_ops(paths, *i, instance_id, mode));
     }
     Some(ops)
+}
+
+/// Item `i`'s `running` node for `instance_id`: created, then set once, so that its stat tells
+/// the fencing token and only a node at [`RUNNING_VERSION`] is ever deleted as ours.
+fn running_ops(paths: &JobPaths, i: i32, instance_id: &str, mode: CreateMode) -> [Op; 2] {
+    [
+        Op::create(paths.item_running(i), instance_id, mode),
+        Op::SetData {
+            path: paths.item_running(i),
+            data: instance_id.as_bytes().to_vec(),
+            version: Some(0),
+        },
+    ]
+}
+
+/// Item `i` taken over by `taker`: any `failover` / `failovering` node left replaced by its own.
+fn take_ops(paths: &JobPaths, item: &ItemView, i: i32, taker: &str, ops: &mut Vec<Op>) {
+    if item.failover.is_some() {
+        ops.push(Op::delete(paths.item_failover(i)));
+    }
+    if item.failovering.is_some() {
+        ops.push(Op::delete(paths.item_failovering(i)));
+    }
+    ops.push(Op::create(
+        paths.item_failover(i),
+        taker,
+        CreateMode::Ephemeral,
+    ));
+    ops.push(Op::create(
+        paths.item_failovering(i),
+        taker,
+        CreateMode::Persistent,
+    ));
 }
 
 /// The writes that end `items` of `instance_id`'s execution (answered, or failed): its
@@ -275,32 +303,12 @@ pub fn claim_ops(
         let item = view.items.get(i)?;
         ops.push(bump(paths, *i, item.version?));
         ops.push(Op::delete(paths.failover_item(*i)));
-        if item.failover.is_some() {
-            ops.push(Op::delete(paths.item_failover(*i)));
-        }
-        if item.failovering.is_some() {
-            ops.push(Op::delete(paths.item_failovering(*i)));
-        }
-        ops.push(Op::create(
-            paths.item_failover(*i),
-            instance_id,
-            CreateMode::Ephemeral,
-        ));
-        ops.push(Op::create(
-            paths.item_failovering(*i),
-            instance_id,
-            CreateMode::Persistent,
-        ));
+        take_ops(paths, item, *i, instance_id, &mut ops);
         if monitored {
             if item.running.is_some() {
                 return None;
             }
-            ops.push(Op::create(paths.item_running(*i), instance_id, mode));
-            ops.push(Op::SetData {
-                path: paths.item_running(*i),
-                data: instance_id.as_bytes().to_vec(),
-                version: Some(0),
-            });
+            ops.extend(running_ops(paths, *i, instance_id, mode));
         }
     }
     Some(ops)
@@ -343,32 +351,8 @@ pub fn handover_ops(
             path: paths.item_running(*i),
             version: Some(RUNNING_VERSION),
         });
-        if item.failover.is_some() {
-            ops.push(Op::delete(paths.item_failover(*i)));
-        }
-        if item.failovering.is_some() {
-            ops.push(Op::delete(paths.item_failovering(*i)));
-        }
-        ops.push(Op::create(
-            paths.item_failover(*i),
-            taker,
-            CreateMode::Ephemeral,
-        ));
-        ops.push(Op::create(
-            paths.item_failovering(*i),
-            taker,
-            CreateMode::Persistent,
-        ));
-        ops.push(Op::create(
-            paths.item_running(*i),
-            taker,
-            CreateMode::Persistent,
-        ));
-        ops.push(Op::SetData {
-            path: paths.item_running(*i),
-            data: taker.as_bytes().to_vec(),
-            version: Some(0),
-        });
+        take_ops(paths, item, *i, taker, &mut ops);
+        ops.extend(running_ops(paths, *i, taker, CreateMode::Persistent));
     }
     Some(ops)
 }

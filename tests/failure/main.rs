@@ -166,23 +166,23 @@ fn check_runs(workers: &[WorkerRecord]) {
     ledger.assert_interrupted_reran();
 }
 
-#[tokio::test(flavor = "multi_thread")]
-async fn a_worker_killed_mid_execution_has_its_item_rerun_as_failover() {
-    let zk = ZooKeeper::start().await;
-    let ns = "fail-kill-worker";
-    let (a, b) = pair(&zk, ns).await;
-    let config = failover_job("kill", 2);
-    let mut doomed = ChildWorker::spawn(&a.endpoint(), subscribe_request(config.clone())).await;
-    let survivor = answering_worker(&b, config).await;
-    let zk_ns = zk_client(&zk, ns).await;
-    trigger_once(&zk_ns, "kill", &doomed.instance_id()).await;
+/// Triggers `doomed` (once), SIGKILLs it in the middle of its item, and waits for `survivor`
+/// to run that item as FAILOVER and answer; checks that no run overlapped and the item ran
+/// again. Returns how long after the kill the FAILOVER trigger came.
+async fn kill_mid_item(
+    zk_ns: &Client,
+    job: &str,
+    doomed: &mut ChildWorker,
+    survivor: &TestWorker,
+) -> Duration {
+    trigger_once(zk_ns, job, &doomed.instance_id()).await;
     let (_, trigger) = doomed.first_trigger(WAIT).await;
     let item = items_of(&trigger)[0];
     let killed = Instant::now();
     doomed.kill();
-    let (at, failover) = wait_failover(&survivor, item).await;
+    let (at, failover) = wait_failover(survivor, item).await;
     assert_eq!(items_of(&failover), vec![item]);
-    wait_answered(&survivor, &failover.execution_id).await;
+    wait_answered(survivor, &failover.execution_id).await;
     check_runs(&[
         (
             "doomed",
@@ -192,7 +192,20 @@ async fn a_worker_killed_mid_execution_has_its_item_rerun_as_failover() {
         ),
         ("survivor", survivor.events(), survivor.answers(), None),
     ]);
-    eprintln!("worker SIGKILL -> FAILOVER trigger: {:?}", at - killed);
+    at - killed
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_worker_killed_mid_execution_has_its_item_rerun_as_failover() {
+    let zk = ZooKeeper::start().await;
+    let ns = "fail-kill-worker";
+    let (a, b) = pair(&zk, ns).await;
+    let config = failover_job("kill", 2);
+    let mut doomed = ChildWorker::spawn(&a.endpoint(), subscribe_request(config.clone())).await;
+    let survivor = answering_worker(&b, config).await;
+    let zk_ns = zk_client(&zk, ns).await;
+    let took = kill_mid_item(&zk_ns, "kill", &mut doomed, &survivor).await;
+    eprintln!("worker SIGKILL -> FAILOVER trigger: {took:?}");
     // The taker's answer clears every failover node.
     let cleared = common::eventually(WAIT, || async {
         let tree = zk_tree(&zk.connect_string(), ns).await;
@@ -222,27 +235,8 @@ async fn a_worker_killed_mid_execution_hands_its_item_to_an_idle_worker_of_its_s
         .watch("/hand/leader", AddWatchMode::PersistentRecursive)
         .await
         .expect("a watch on the job's leader nodes");
-    trigger_once(&zk_ns, "hand", &doomed.instance_id()).await;
-    let (_, trigger) = doomed.first_trigger(WAIT).await;
-    let item = items_of(&trigger)[0];
-    let killed = Instant::now();
-    doomed.kill();
-    let (at, failover) = wait_failover(&survivor, item).await;
-    assert_eq!(items_of(&failover), vec![item]);
-    wait_answered(&survivor, &failover.execution_id).await;
-    check_runs(&[
-        (
-            "doomed",
-            doomed.events(),
-            doomed.answers(),
-            Some(Stop::Worker(killed)),
-        ),
-        ("survivor", survivor.events(), survivor.answers(), None),
-    ]);
-    eprintln!(
-        "worker SIGKILL -> FAILOVER trigger on its sidecar: {:?}",
-        at - killed
-    );
+    let took = kill_mid_item(&zk_ns, "hand", &mut doomed, &survivor).await;
+    eprintln!("worker SIGKILL -> FAILOVER trigger on its sidecar: {took:?}");
     let mut created = Vec::new();
     while let Ok(event) = tokio::time::timeout(Duration::from_millis(300), watcher.changed()).await
     {
