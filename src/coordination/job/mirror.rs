@@ -42,11 +42,12 @@ impl JobState {
         }
     }
 
-    /// Applies a registry event by reading what it names. The read is issued now, so its
-    /// answer is newer than anything already mirrored; an event may arrive after the result
+    /// Applies a registry event by reading what it names (issued when the step ends, with the
+    /// other events' reads, [`Self::read_named`]), so its answer is newer than anything
+    /// already mirrored; an event may arrive after the result
     /// of our own later write (its forwarding is not ordered with replies), so it is never
     /// applied as such: a late `Deleted` must not remove a node we created since.
-    pub(crate) fn on_watched(&mut self, ev: WatchEvent, out: &mut Vec<Action>) {
+    pub(crate) fn on_watched(&mut self, ev: WatchEvent) {
         if self.phase != Phase::Ready {
             return;
         }
@@ -84,8 +85,29 @@ impl JobState {
                 self.owners_reread = true;
             }
             WatchEvent::Created(p) | WatchEvent::DataChanged(p) | WatchEvent::Deleted(p) => {
+                if !self.event_reads.contains(&p) {
+                    self.event_reads.push(p);
+                }
+            }
+        }
+    }
+
+    /// Reads the nodes the step's events named, in one request: issued before anything the
+    /// step decides, as each read used to be issued at its event, so every answer is newer
+    /// than what was mirrored when the events came. A batch of events (a peer's multi-op
+    /// brings one per node it wrote) costs the registry one request instead of one each.
+    pub(super) fn read_named(&mut self, out: &mut Vec<Action>) {
+        let mut paths = std::mem::take(&mut self.event_reads);
+        match paths.len() {
+            0 => {}
+            1 => {
                 let op = self.start_op(Pending::Read);
-                out.push(Action::Read { op, path: p });
+                let path = paths.pop().unwrap_or_default();
+                out.push(Action::Read { op, path });
+            }
+            _ => {
+                let op = self.start_op(Pending::Read);
+                out.push(Action::ReadMany { op, paths });
             }
         }
     }
@@ -140,8 +162,8 @@ impl JobState {
         paths
     }
 
-    /// Mirrors what [`Pending::ReadOwners`] read: every node as it was at one instant.
-    pub(super) fn apply_owners(&mut self, paths: &[String], nodes: Vec<Option<Node>>) {
+    /// Mirrors what a [`Pending::ReadOwners`] or [`Pending::Read`] of several nodes read.
+    pub(super) fn apply_read(&mut self, paths: &[String], nodes: Vec<Option<Node>>) {
         for (path, node) in paths.iter().zip(nodes) {
             self.inexact.remove(path);
             match node {

@@ -21,8 +21,12 @@ impl JobState {
                 }
                 Err(e) => self.write_failed("reading a node", &e, env),
             },
+            (Pending::Read, IoResult::ReadMany { paths, nodes }) => match nodes {
+                Ok(nodes) => self.apply_read(&paths, nodes),
+                Err(e) => self.write_failed("reading nodes", &e, env),
+            },
             (Pending::ReadOwners, IoResult::ReadMany { paths, nodes }) => match nodes {
-                Ok(nodes) => self.apply_owners(&paths, nodes),
+                Ok(nodes) => self.apply_read(&paths, nodes),
                 Err(e) => {
                     self.owners_reread = true;
                     self.write_failed("reading the sharding", &e, env);

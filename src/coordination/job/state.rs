@@ -213,6 +213,8 @@ pub(super) enum Pending {
     },
     /// This sidecar's liveness node (`shardcar/sidecars/{ip}`).
     SidecarNode,
+    /// Nodes that registry events named: one [`Action::Read`], or one [`Action::ReadMany`]
+    /// for the events of one step.
     Read,
     /// The owners of every item and the sharding's `processing` flag, read at once.
     ReadOwners,
@@ -244,6 +246,8 @@ pub(crate) struct JobState {
     /// The data changes and deletions our own committed writes are still to be told of by
     /// the watch, per path: already mirrored from their results, they need no read.
     pub(super) own_events: HashMap<String, u32>,
+    /// Nodes the events of the step being taken name, read together when it ends.
+    pub(super) event_reads: Vec<String>,
     pub(super) view: JobView,
     pub(super) view_stale: bool,
     /// The job's YAML nodes as last parsed, so a rebuilt view parses only what changed.
@@ -314,6 +318,7 @@ impl JobState {
             phase: Phase::New,
             inexact: BTreeSet::new(),
             own_events: HashMap::new(),
+            event_reads: Vec::new(),
             view: JobView::default(),
             view_stale: false,
             parse_memo: ParseMemo::default(),
@@ -406,6 +411,7 @@ impl JobState {
             }
             self.apply(input, env, &mut out);
         }
+        self.read_named(&mut out);
         self.reconcile(env, &mut out);
         out
     }
@@ -442,7 +448,7 @@ impl JobState {
             }
             Input::Fire { fire_time } => self.on_fire(fire_time, Source::Cron, env, out),
             Input::Session(state) => self.on_session(state, env, out),
-            Input::Watched(ev) => self.on_watched(ev, out),
+            Input::Watched(ev) => self.on_watched(ev),
             Input::WatchLost => {
                 self.watch_wanted = true;
                 self.own_events.clear();

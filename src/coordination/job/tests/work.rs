@@ -232,7 +232,7 @@ fn busy_with_own_items(max_concurrent: u32) -> (Script, Trigger) {
 
 /// The peer died mid-run: items 2 and 3 are flagged for failover (as its leader or its
 /// sidecar writes them, in one transaction); returns what the flags' arrival led to. The
-/// watch tells of the nodes together, and their reads are answered together.
+/// watch tells of the nodes together, and they are read in one request.
 fn peer_items_flagged(s: &mut Script) -> Vec<Action> {
     let p = s.paths.clone();
     let flags = [
@@ -247,25 +247,37 @@ fn peer_items_flagged(s: &mut Script) -> Vec<Action> {
             .map(|(path, _)| Input::Watched(WatchEvent::Created(path.clone()))),
         &s.env.clone(),
     );
-    let answers: Vec<Input> = flags
+    let (op, paths) = seen
         .iter()
-        .filter_map(|(path, zxid)| {
-            let op = seen.iter().find_map(|a| match a {
-                Action::Read { op, path: read } if read == path => Some(*op),
-                _ => None,
-            })?;
-            Some(Input::Done {
-                op,
-                result: IoResult::Read {
-                    path: path.clone(),
-                    node: Ok(Some(node("", 0, *zxid))),
-                },
-            })
+        .find_map(|a| match a {
+            Action::ReadMany { op, paths } => Some((*op, paths.clone())),
+            _ => None,
         })
+        .unwrap_or_else(|| panic!("the events' nodes are read at once: {:?}", kinds(&seen)));
+    assert_eq!(
+        paths,
+        flags
+            .iter()
+            .map(|(path, _)| path.clone())
+            .collect::<Vec<_>>(),
+        "one read names every node the events named, in their order"
+    );
+    assert_eq!(kinds(&seen), ["ReadMany"], "nothing else is decided before");
+    let nodes = flags
+        .iter()
+        .map(|(_, zxid)| Some(node("", 0, *zxid)))
         .collect();
-    assert_eq!(answers.len(), flags.len(), "{:?}", kinds(&seen));
     let mut out = seen;
-    out.extend(s.state.step_all(answers, &s.env.clone()));
+    out.extend(s.state.step(
+        Input::Done {
+            op,
+            result: IoResult::ReadMany {
+                paths,
+                nodes: Ok(nodes),
+            },
+        },
+        &s.env.clone(),
+    ));
     out
 }
 
@@ -409,6 +421,68 @@ fn the_events_of_our_own_writes_are_not_read_again_but_a_later_writers_are() {
             assert!(reads(&seen).is_empty(), "{ev:?} is our own end's: {seen:?}");
         }
     }
+}
+
+#[test]
+fn a_peers_events_are_read_in_one_request_that_names_each_node_once() {
+    // #11: a peer's multi-op brings an event per node it wrote; each used to be one read.
+    let (mut s, _) = ready(2, false);
+    let p = s.paths.clone();
+    let env = s.env.clone();
+    let seen = s.state.step_all(
+        [
+            Input::Watched(WatchEvent::DataChanged(p.item(0))),
+            Input::Watched(WatchEvent::Created(p.item_running(0))),
+            Input::Watched(WatchEvent::DataChanged(p.item(0))),
+        ],
+        &env,
+    );
+    let reads_many: Vec<(OpId, Vec<String>)> = seen
+        .iter()
+        .filter_map(|a| match a {
+            Action::ReadMany { op, paths } => Some((*op, paths.clone())),
+            _ => None,
+        })
+        .collect();
+    assert_eq!(reads(&seen), Vec::<String>::new(), "{seen:?}");
+    assert_eq!(reads_many.len(), 1, "{seen:?}");
+    let (op, paths) = reads_many[0].clone();
+    assert_eq!(paths, [p.item(0), p.item_running(0)]);
+    // The answer is mirrored node by node.
+    s.step(Input::Done {
+        op,
+        result: IoResult::ReadMany {
+            paths,
+            nodes: Ok(vec![Some(node("", 7, 90)), Some(node(PEER, 0, 90))]),
+        },
+    });
+    s.state.refresh_view();
+    let item = &s.state.view.items[&0];
+    assert_eq!(item.version, Some(7));
+    assert_eq!(item.running.as_ref().map(|(id, _)| id.as_str()), Some(PEER));
+    // A failed read leaves the view to a full read of the job, as a failed single read does.
+    let seen = s.state.step_all(
+        [
+            Input::Watched(WatchEvent::Deleted(p.item_running(0))),
+            Input::Watched(WatchEvent::DataChanged(p.item(0))),
+        ],
+        &env,
+    );
+    let op = seen
+        .iter()
+        .find_map(|a| match a {
+            Action::ReadMany { op, .. } => Some(*op),
+            _ => None,
+        })
+        .expect("one read");
+    s.step(Input::Done {
+        op,
+        result: IoResult::ReadMany {
+            paths: vec![p.item_running(0), p.item(0)],
+            nodes: Err(RegError::ConnectionLoss),
+        },
+    });
+    assert!(s.state.reload_wanted, "the job is read again");
 }
 
 #[test]
