@@ -609,6 +609,9 @@ impl JobState {
         self.reconcile_membership(env, out);
         self.reconcile_executions(env, out);
         self.refresh_view();
+        // Interrupted items first: a job's writes go one after the other, and a claim sent
+        // behind the leader's reshard (which the same crash often brings) would wait for it.
+        self.reconcile_claims(env, out);
         self.reconcile_leadership(env, out);
         self.refresh_view();
         self.reconcile_work(env, out);

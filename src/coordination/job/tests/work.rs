@@ -281,6 +281,78 @@ fn peer_items_flagged(s: &mut Script) -> Vec<Action> {
     out
 }
 
+#[test]
+fn a_leader_that_sees_a_peer_leave_with_flagged_items_claims_them_before_it_reshards() {
+    // #11: the peer's sidecar removes its instance and flags its running items in one write.
+    // This sidecar leads: it both reshards and claims. Its writes go one after the other, so
+    // the claim goes first, and the interrupted items do not wait for the reshard's answer.
+    let mut s = Script::new("j");
+    let mut tree = s.tree(
+        &config(4, true),
+        &[(0, ME), (1, ME), (2, PEER), (3, PEER)],
+        ME,
+    );
+    tree.insert(s.paths.instance(ME), node(&instance_yaml(ME, IP), 0, 11));
+    s.join(Some(tree));
+    // Joining, this sidecar's instance was given items 2 and 3, the peer's 0 and 1.
+    let p = s.paths.clone();
+    let changed = [
+        (p.instance(PEER), None),
+        (format!("{}/leader/failover", p.root()), Some(40)),
+        (p.failover_items(), Some(40)),
+        (p.failover_item(0), Some(40)),
+        (p.failover_item(1), Some(40)),
+    ];
+    let env = s.env.clone();
+    let seen = s.state.step_all(
+        changed.iter().map(|(path, zxid)| {
+            Input::Watched(match zxid {
+                None => WatchEvent::Deleted(path.clone()),
+                Some(_) => WatchEvent::Created(path.clone()),
+            })
+        }),
+        &env,
+    );
+    let (op, paths) = seen
+        .iter()
+        .find_map(|a| match a {
+            Action::ReadMany { op, paths } => Some((*op, paths.clone())),
+            _ => None,
+        })
+        .expect("the nodes are read at once");
+    let nodes = changed
+        .iter()
+        .map(|(_, zxid)| zxid.map(|z| node("", 0, z)))
+        .collect();
+    let decided = s.step(Input::Done {
+        op,
+        result: IoResult::ReadMany {
+            paths,
+            nodes: Ok(nodes),
+        },
+    });
+    let commits: Vec<Vec<String>> = decided
+        .iter()
+        .filter(|a| matches!(a, Action::Commit { .. }))
+        .map(|a| writes(std::slice::from_ref(a)))
+        .collect();
+    assert_eq!(commits.len(), 2, "a claim and a reshard: {commits:?}");
+    assert!(
+        commits[0].contains(&"+/j/sharding/0/failover".to_string())
+            && commits[0].contains(&"+/j/sharding/1/failover".to_string()),
+        "the claim goes first: {commits:?}"
+    );
+    assert!(
+        commits[1]
+            == [
+                "?/j/leader/election/instance",
+                "=/j/sharding/0/instance",
+                "=/j/sharding/1/instance"
+            ],
+        "the reshard goes second: {commits:?}"
+    );
+}
+
 fn failover_latch(actions: &[Action]) -> Option<OpId> {
     actions.iter().find_map(|a| match a {
         Action::AcquireLatch { op, dir } if dir.ends_with("failover/latch") => Some(*op),
