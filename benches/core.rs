@@ -164,6 +164,69 @@ async fn bench_transactions_per_item_count() {
             threads(car.pid())
         );
     }
+    bench_requests_with_a_peer(zk).await;
+}
+
+/// The requests ZooKeeper has received from every session (pings and these `srvr` commands
+/// included): the `Received` line of `srvr`.
+async fn requests_received(zk: &ZooKeeper) -> i64 {
+    let srvr = common::zookeeper::four_letter_word(zk.client_port(0), "srvr")
+        .await
+        .expect("ZooKeeper answers srvr");
+    srvr.lines()
+        .find_map(|l| l.strip_prefix("Received:"))
+        .and_then(|n| n.trim().parse().ok())
+        .expect("a Received line in srvr")
+}
+
+/// Requests ZooKeeper receives per execution when two sidecars share a job of 8 items (a
+/// worker on each, answering at once, a fire every second): each sidecar also reads what the
+/// other's writes changed, which its watch tells it of node by node.
+async fn bench_requests_with_a_peer(zk: &ZooKeeper) {
+    let ns = "bench-requests-peer";
+    let mut cars = Vec::new();
+    let mut workers = Vec::new();
+    for ip in ["127.0.0.2", "127.0.0.3"] {
+        let options = SidecarOptions {
+            namespace: ns.to_string(),
+            log_level: "warn".into(),
+            ..SidecarOptions::zk(zk.connect_string(), ip)
+        };
+        let car = Sidecar::start(options).await;
+        let w = TestWorker::subscribe(
+            &car.endpoint(),
+            subscribe_request(job_config("job", "* * * * * ?", 8)),
+        )
+        .await
+        .unwrap();
+        w.set_auto_complete(true);
+        cars.push(car);
+        workers.push(w);
+    }
+    tokio::time::sleep(Duration::from_secs(3)).await;
+    let from = at_fraction_of_second(0.5).await;
+    let before = requests_received(zk).await;
+    tokio::time::sleep(Duration::from_secs(9)).await;
+    let to = at_fraction_of_second(0.5).await;
+    let after = requests_received(zk).await;
+    let runs: usize = workers
+        .iter()
+        .map(|w| {
+            w.triggers()
+                .into_iter()
+                .filter(|(_, t)| {
+                    let fire = t.fire_time.as_ref().unwrap();
+                    let fire = fire.seconds as f64 + fire.nanos as f64 / 1e9;
+                    fire > from && fire < to
+                })
+                .count()
+        })
+        .sum();
+    println!(
+        "zookeeper: 2 sidecars sharing 8 items: {} requests received for {runs} executions = {:.2} per execution (the srvr command's own included)",
+        after - before,
+        (after - before) as f64 / runs.max(1) as f64,
+    );
 }
 
 /// The floor: what ZooKeeper itself takes here for the writes a trigger makes, from one plain
