@@ -44,9 +44,9 @@ impl JobState {
 
     /// Applies a registry event by reading what it names (issued when the step ends, with the
     /// other events' reads, [`Self::read_named`]), so its answer is newer than anything
-    /// already mirrored; an event may arrive after the result
-    /// of our own later write (its forwarding is not ordered with replies), so it is never
-    /// applied as such: a late `Deleted` must not remove a node we created since.
+    /// already mirrored. An event may arrive after the result of our own later write (its
+    /// forwarding is not ordered with replies), so it is never applied as such: a late
+    /// `Deleted` must not remove a node we created since.
     pub(crate) fn on_watched(&mut self, ev: WatchEvent) {
         if self.phase != Phase::Ready {
             return;
