@@ -256,12 +256,7 @@ fn seen(s: &mut Script, event: WatchEvent, node: Option<Node>) -> Vec<Action> {
 /// A job of 4 items led by the peer: the local instance owns 0 and 1, the peer 2 and 3.
 fn led_by_peer() -> (Script, Vec<Action>) {
     let mut s = Script::new("j");
-    let mut tree = s.tree(
-        &config(4, false),
-        &[(0, ME), (1, ME), (2, PEER), (3, PEER)],
-        PEER,
-    );
-    tree.insert(s.paths.instance(ME), node(&instance_yaml(ME, IP), 0, 11));
+    let tree = shared_with_peer(&s, false, PEER);
     let (_, actions) = s.join(Some(tree));
     (s, actions)
 }

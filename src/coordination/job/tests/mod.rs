@@ -403,6 +403,18 @@ pub(super) fn answered(actions: &[Action]) -> Vec<Result<(), String>> {
         .collect()
 }
 
+/// The tree of a job of 4 items (`failover` as given) led by `leader`: the local instance
+/// (its node there) owns items 0 and 1, the peer 2 and 3.
+pub(super) fn shared_with_peer(s: &Script, failover: bool, leader: &str) -> BTreeMap<String, Node> {
+    let mut tree = s.tree(
+        &config(4, failover),
+        &[(0, ME), (1, ME), (2, PEER), (3, PEER)],
+        leader,
+    );
+    tree.insert(s.paths.instance(ME), node(&instance_yaml(ME, IP), 0, 11));
+    tree
+}
+
 /// A job of `total` items all owned by the local instance (leader), joined, with its lease.
 pub(super) fn ready(total: i32, failover: bool) -> (Script, StreamKey) {
     let mut s = Script::new("j");

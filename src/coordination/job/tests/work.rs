@@ -36,12 +36,7 @@ fn a_catch_up_runs_once_per_missed_fire_and_clears_every_flag_it_runs() {
 fn an_idle_member_claims_every_flagged_item_at_once_before_any_catch_up() {
     // #9 defect 2: failover work does not wait behind catch-ups, and is not one item per run.
     let mut s = Script::new("j");
-    let mut tree = s.tree(
-        &config(4, true),
-        &[(0, ME), (1, ME), (2, PEER), (3, PEER)],
-        ME,
-    );
-    tree.insert(s.paths.instance(ME), node(&instance_yaml(ME, IP), 0, 11));
+    let mut tree = shared_with_peer(&s, true, ME);
     tree.insert(s.paths.item_misfire(0), node("", 0, 12));
     tree.insert(s.paths.failover_items(), node("", 0, 13));
     tree.insert(s.paths.failover_item(2), node("", 0, 14));
@@ -214,12 +209,7 @@ fn a_trigger_carries_its_executions_trace_and_the_record_its_span_events() {
 fn busy_with_own_items(max_concurrent: u32) -> (Script, Trigger) {
     let mut s = Script::new("j");
     s.max_concurrent = max_concurrent;
-    let mut tree = s.tree(
-        &config(4, true),
-        &[(0, ME), (1, ME), (2, PEER), (3, PEER)],
-        PEER,
-    );
-    tree.insert(s.paths.instance(ME), node(&instance_yaml(ME, IP), 0, 11));
+    let tree = shared_with_peer(&s, true, PEER);
     s.join(Some(tree));
     let own = run(&mut s, 1000);
     assert_eq!(own.source, Source::Cron);
@@ -287,12 +277,7 @@ fn a_leader_that_sees_a_peer_leave_with_flagged_items_claims_them_before_it_resh
     // This sidecar leads: it both reshards and claims. Its writes go one after the other, so
     // the claim goes first, and the interrupted items do not wait for the reshard's answer.
     let mut s = Script::new("j");
-    let mut tree = s.tree(
-        &config(4, true),
-        &[(0, ME), (1, ME), (2, PEER), (3, PEER)],
-        ME,
-    );
-    tree.insert(s.paths.instance(ME), node(&instance_yaml(ME, IP), 0, 11));
+    let tree = shared_with_peer(&s, true, ME);
     s.join(Some(tree));
     // Joining, this sidecar's instance was given items 2 and 3, the peer's 0 and 1.
     let p = s.paths.clone();
