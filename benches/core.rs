@@ -119,6 +119,19 @@ async fn at_fraction_of_second(frac: f64) -> f64 {
     target
 }
 
+/// The triggers `w` received for fires strictly between `from` and `to` (seconds since the
+/// epoch).
+fn fired_between(w: &TestWorker, from: f64, to: f64) -> usize {
+    w.triggers()
+        .into_iter()
+        .filter(|(_, t)| {
+            let fire = t.fire_time.as_ref().unwrap();
+            let fire = fire.seconds as f64 + fire.nanos as f64 / 1e9;
+            fire > from && fire < to
+        })
+        .count()
+}
+
 /// ZooKeeper transactions per execution for one job of `items` items, one worker answering at
 /// once, firing every second: the start and the end are one multi-op each, whatever the count.
 /// The window runs from half past one second to half past another, so it holds whole runs
@@ -148,15 +161,7 @@ async fn bench_transactions_per_item_count() {
         tokio::time::sleep(Duration::from_secs(9)).await;
         let to = at_fraction_of_second(0.5).await;
         let zxid_after = zxid(zk).await;
-        let runs = w
-            .triggers()
-            .into_iter()
-            .filter(|(_, t)| {
-                let fire = t.fire_time.as_ref().unwrap();
-                let fire = fire.seconds as f64 + fire.nanos as f64 / 1e9;
-                fire > from && fire < to
-            })
-            .count();
+        let runs = fired_between(&w, from, to);
         println!(
             "zookeeper: {items} items: {} transactions for {runs} executions = {:.2} per execution (threads: {})",
             zxid_after - zxid_before,
@@ -209,19 +214,7 @@ async fn bench_requests_with_a_peer(zk: &ZooKeeper) {
     tokio::time::sleep(Duration::from_secs(9)).await;
     let to = at_fraction_of_second(0.5).await;
     let after = requests_received(zk).await;
-    let runs: usize = workers
-        .iter()
-        .map(|w| {
-            w.triggers()
-                .into_iter()
-                .filter(|(_, t)| {
-                    let fire = t.fire_time.as_ref().unwrap();
-                    let fire = fire.seconds as f64 + fire.nanos as f64 / 1e9;
-                    fire > from && fire < to
-                })
-                .count()
-        })
-        .sum();
+    let runs: usize = workers.iter().map(|w| fired_between(w, from, to)).sum();
     println!(
         "zookeeper: 2 sidecars sharing 8 items: {} requests received for {runs} executions = {:.2} per execution (the srvr command's own included)",
         after - before,
