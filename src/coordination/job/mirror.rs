@@ -92,10 +92,10 @@ impl JobState {
         }
     }
 
-    /// Reads the nodes the step's events named, in one request: issued before anything the
-    /// step decides, as each read used to be issued at its event, so every answer is newer
-    /// than what was mirrored when the events came. A batch of events (a peer's multi-op
-    /// brings one per node it wrote) costs the registry one request instead of one each.
+    /// Reads the nodes the step's events named, in one request, once its inputs are handled
+    /// and before anything its reconcile decides. Every answer is newer than what was mirrored
+    /// when the events came. A batch of events (a peer's multi-op brings one per node it
+    /// wrote) costs the registry one request instead of one each.
     pub(super) fn read_named(&mut self, out: &mut Vec<Action>) {
         let mut paths = std::mem::take(&mut self.event_reads);
         match paths.len() {
