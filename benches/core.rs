@@ -172,8 +172,8 @@ async fn bench_transactions_per_item_count() {
     bench_requests_with_a_peer(zk).await;
 }
 
-/// The requests ZooKeeper has received from every session (pings and these `srvr` commands
-/// included): the `Received` line of `srvr`.
+/// The requests ZooKeeper has received from every session, pings included: the `Received`
+/// line of `srvr`.
 async fn requests_received(zk: &ZooKeeper) -> i64 {
     let srvr = common::zookeeper::four_letter_word(zk.client_port(0), "srvr")
         .await
@@ -216,7 +216,7 @@ async fn bench_requests_with_a_peer(zk: &ZooKeeper) {
     let after = requests_received(zk).await;
     let runs: usize = workers.iter().map(|w| fired_between(w, from, to)).sum();
     println!(
-        "zookeeper: 2 sidecars sharing 8 items: {} requests received for {runs} executions = {:.2} per execution (the srvr command's own included)",
+        "zookeeper: 2 sidecars sharing 8 items: {} requests received for {runs} executions = {:.2} per execution (every session's, pings included)",
         after - before,
         (after - before) as f64 / runs.max(1) as f64,
     );
