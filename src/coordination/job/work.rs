@@ -23,10 +23,10 @@ use crate::registry::{Error as RegError, Op, OpResult};
 impl JobState {
     // ----- what idle instances do next --------------------------------------------------------
 
-    /// For local instances with room: take flagged failover items first (a crashed peer's work
-    /// must not wait behind catch-ups), then trigger-once requests, then one misfire catch-up.
+    /// For local instances with room, once flagged failover items are claimed (the reconcile
+    /// does that first, [`Self::reconcile_claims`]: a crashed peer's work must not wait behind
+    /// catch-ups): trigger-once requests, then one misfire catch-up.
     pub(super) fn reconcile_work(&mut self, env: &Env, out: &mut Vec<Action>) {
-        self.reconcile_claims(env, out);
         if self.in_flight(|p| matches!(p, Pending::ClaimLatch | Pending::Claim { .. })) {
             // Idle instances are about to take flagged items: nothing else until then.
             return;
