@@ -65,4 +65,24 @@ cat target/surefire-reports/*.txt 2>/dev/null | awk -F'[:,]' '
     /^Tests run:/ { run += $2; failed += $4 + $6; skipped += $8 }
     END { printf "interop: %d passed, %d failed, %d skipped\n", run - failed - skipped, failed, skipped }'
 echo "interop: logs, member records and namespace dumps in $HERE/target/interop-logs/"
+# Each failure once more, last and short, so that a log cut to its tail still says which
+# assertion failed and what the job's nodes were: the message's first line, the ZooKeeper dump
+# it carries (a failed wait prints one) and its last records.
+if [ "$rc" -ne 0 ] && command -v python3 >/dev/null; then
+    python3 - target/surefire-reports/TEST-*.xml <<'EOF' || true
+import sys
+import xml.etree.ElementTree as ET
+
+for report in sys.argv[1:]:
+    for case in ET.parse(report).getroot().iter("testcase"):
+        for bad in list(case.findall("failure")) + list(case.findall("error")):
+            text = bad.get("message") or bad.text or ""
+            lines = text.splitlines() or ["(no message)"]
+            print(f"interop: FAILED {case.get('classname', '').rsplit('.', 1)[-1]}.{case.get('name')}: {lines[0]}")
+            if "--- latest records ---" in lines:
+                cut = lines.index("--- latest records ---")
+                for line in lines[1:cut][:80] + lines[cut:cut + 1] + lines[cut + 1:][-12:]:
+                    print(f"interop:   {line}")
+EOF
+fi
 exit "$rc"
