@@ -135,9 +135,20 @@ class ElasticJobLeadsTest {
       Map<Integer, String> shares = Expected.avg(job, 2, e1Id, wId);
       int item = Expected.itemsOf(shares, wId).iterator().next();
       c.await(job, "ElasticJob's next fire gives the worker one item", T, () -> zk.owners(job).equals(shares));
+      // Not at the fire that resharded: ElasticJob's leader reads the owners back from its cache
+      // right after writing them, and a stale read there runs the item it just gave away (its
+      // issue #2195), overwriting and then deleting the worker's `running` node, so that the
+      // freeze below would leave nothing for ElasticJob's crash handling to fail over. Once
+      // each side has completed a run of its own item at a later fire, the sharding is settled.
+      long resharded = zk.stat("/" + job + "/sharding/" + item + "/instance").getMtime();
+      int eItem = Expected.itemsOf(shares, e1Id).iterator().next();
+      c.await(job, "each side completes a run of its own item at a fire after the reshard", T,
+          () -> c.runsOf(job, w, resharded).stream().anyMatch(r -> r.item() == item && r.finished() && r.start() > resharded + 1000)
+              && c.runsOf(job, e1, resharded).stream().anyMatch(r -> r.item() == eItem && r.finished() && r.start() > resharded + 1000));
       c.slow(w, true);
-      c.await(job, "the shardcar worker in the middle of its item", T,
-          () -> c.runsOf(job, w, 0).stream().anyMatch(r -> r.item() == item && !r.finished() && "true".equals(r.startRec().get("slow"))));
+      c.await(job, "the shardcar worker in the middle of its item, its running node in place", T,
+          () -> c.runsOf(job, w, 0).stream().anyMatch(r -> r.item() == item && !r.finished() && "true".equals(r.startRec().get("slow")))
+              && wId.equals(zk.data("/" + job + "/sharding/" + item + "/running")));
       s.pause();
       long frozen = System.currentTimeMillis();
       c.await(job, "ElasticJob runs the item as its failover once the frozen sidecar's session expired", T,
