@@ -11,7 +11,7 @@
 //! A write that is refused or whose outcome is unknown makes the job be read again before
 //! anything else is decided.
 
-use std::collections::BTreeSet;
+use std::collections::{BTreeSet, HashSet};
 use std::time::Duration;
 
 use tracing::{debug, error, warn};
@@ -85,9 +85,7 @@ impl JobState {
                 self.owners_reread = true;
             }
             WatchEvent::Created(p) | WatchEvent::DataChanged(p) | WatchEvent::Deleted(p) => {
-                if !self.event_reads.contains(&p) {
-                    self.event_reads.push(p);
-                }
+                self.event_reads.push(p);
             }
         }
     }
@@ -98,6 +96,12 @@ impl JobState {
     /// wrote) costs the registry one request instead of one each.
     pub(super) fn read_named(&mut self, out: &mut Vec<Action>) {
         let mut paths = std::mem::take(&mut self.event_reads);
+        if paths.len() > 1 {
+            // Each node once, where the first event named it (a step holds up to a batch of
+            // events, so not by a scan of the list per event).
+            let mut named = HashSet::with_capacity(paths.len());
+            paths.retain(|p| named.insert(p.clone()));
+        }
         match paths.len() {
             0 => {}
             1 => {

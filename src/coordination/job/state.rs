@@ -246,7 +246,8 @@ pub(crate) struct JobState {
     /// The data changes and deletions our own committed writes are still to be told of by
     /// the watch, per path: already mirrored from their results, they need no read.
     pub(super) own_events: HashMap<String, u32>,
-    /// Nodes the events of the step being taken name, read together when it ends.
+    /// Nodes the events of the step being taken name, in their order (repeats included),
+    /// read together, each once, when it ends.
     pub(super) event_reads: Vec<String>,
     pub(super) view: JobView,
     pub(super) view_stale: bool,
