@@ -204,14 +204,6 @@ fn assignments(actions: &[Action]) -> Vec<(Vec<i32>, i64)> {
         .collect()
 }
 
-/// The multi-read among `actions`, if any: its op and paths.
-fn read_many(actions: &[Action]) -> Option<(OpId, Vec<String>)> {
-    actions.iter().find_map(|a| match a {
-        Action::ReadMany { op, paths } => Some((*op, paths.clone())),
-        _ => None,
-    })
-}
-
 /// Answers a multi-read with the nodes of `state` (absent when not there).
 fn answer_reads(
     s: &mut Script,

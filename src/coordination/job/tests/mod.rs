@@ -403,6 +403,14 @@ pub(super) fn answered(actions: &[Action]) -> Vec<Result<(), String>> {
         .collect()
 }
 
+/// The multi-read among `actions`, if any: its op and paths.
+pub(super) fn read_many(actions: &[Action]) -> Option<(OpId, Vec<String>)> {
+    actions.iter().find_map(|a| match a {
+        Action::ReadMany { op, paths } => Some((*op, paths.clone())),
+        _ => None,
+    })
+}
+
 /// The tree of a job of 4 items (`failover` as given) led by `leader`: the local instance
 /// (its node there) owns items 0 and 1, the peer 2 and 3.
 pub(super) fn shared_with_peer(s: &Script, failover: bool, leader: &str) -> BTreeMap<String, Node> {

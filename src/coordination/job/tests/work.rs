@@ -237,12 +237,7 @@ fn peer_items_flagged(s: &mut Script) -> Vec<Action> {
             .map(|(path, _)| Input::Watched(WatchEvent::Created(path.clone()))),
         &s.env.clone(),
     );
-    let (op, paths) = seen
-        .iter()
-        .find_map(|a| match a {
-            Action::ReadMany { op, paths } => Some((*op, paths.clone())),
-            _ => None,
-        })
+    let (op, paths) = read_many(&seen)
         .unwrap_or_else(|| panic!("the events' nodes are read at once: {:?}", kinds(&seen)));
     assert_eq!(
         paths,
@@ -298,13 +293,7 @@ fn a_leader_that_sees_a_peer_leave_with_flagged_items_claims_them_before_it_resh
         }),
         &env,
     );
-    let (op, paths) = seen
-        .iter()
-        .find_map(|a| match a {
-            Action::ReadMany { op, paths } => Some((*op, paths.clone())),
-            _ => None,
-        })
-        .expect("the nodes are read at once");
+    let (op, paths) = read_many(&seen).expect("the nodes are read at once");
     let nodes = changed
         .iter()
         .map(|(_, zxid)| zxid.map(|z| node("", 0, z)))
@@ -525,13 +514,7 @@ fn a_peers_events_are_read_in_one_request_that_names_each_node_once() {
         ],
         &env,
     );
-    let op = seen
-        .iter()
-        .find_map(|a| match a {
-            Action::ReadMany { op, .. } => Some(*op),
-            _ => None,
-        })
-        .expect("one read");
+    let (op, _) = read_many(&seen).expect("one read");
     s.step(Input::Done {
         op,
         result: IoResult::ReadMany {
