@@ -21,8 +21,9 @@ import org.apache.shardingsphere.elasticjob.simple.job.SimpleJob;
  * (ElasticJob's {@code JobRegistry} is keyed by job name, so one JVM cannot hold a job twice).
  * Everything about coordination is ElasticJob's own code; this class only records what its job
  * runs: each item's start and end, its {@link ShardingContext}, and what ElasticJob had written
- * about the item in ZooKeeper at its start ({@code sharding/{i}/instance} and
- * {@code sharding/{i}/failovering}, the latter being ElasticJob's mark of a failover run).
+ * about the item in ZooKeeper at its start ({@code sharding/{i}/instance},
+ * {@code sharding/{i}/failovering}, the latter being ElasticJob's mark of a failover run, and
+ * {@code leader/election/instance}, who led then).
  *
  * <p>Arguments: {@code --zk HOST:PORT --namespace NS --dir DIR --name MEMBER --session-ms N
  * [--item-ms N] [--parent PID] --job SPEC...}.
@@ -164,11 +165,13 @@ public final class ElasticJobMember {
       String itemPath = "/" + job + "/sharding/" + item;
       String owner = regCenter.getDirectly(itemPath + "/instance");
       String failovering = regCenter.getDirectly(itemPath + "/failovering");
+      String leader = regCenter.getDirectly("/" + job + "/leader/election/instance");
       boolean slow = body.slow();
       String run = java.util.UUID.randomUUID().toString();
       records.emit("start", kv("side", "elasticjob", "job", job, "instance", instance, "item", item, "run", run,
           "total", ctx.getShardingTotalCount(), "param", ctx.getShardingParameter(), "jobParameter", ctx.getJobParameter(),
-          "taskId", ctx.getTaskId(), "owner", owner, "failovering", failovering, "slow", slow));
+          "taskId", ctx.getTaskId(), "owner", owner, "failovering", failovering, "leader", leader,
+          "slow", slow));
       boolean done = body.run(slow, () -> false);
       records.emit("end", kv("side", "elasticjob", "job", job, "instance", instance, "item", item, "run", run,
           "outcome", done ? "completed" : "interrupted"));
