@@ -346,11 +346,45 @@ pub struct Finished {
 /// The sidecar's memory of recently finished executions (bounded, oldest forgotten first),
 /// so a repeated answer is idempotent and a late one gets a precise refusal — also after
 /// the job's actor has retired.
+///
+/// Full, it holds [`super::FINISHED_MEMORY`] executions for as long as the sidecar runs, so
+/// each is kept small: the 128 bits of a sidecar's own execution id rather than its text (in
+/// the map and again in the order), and boxed strings.
 #[derive(Debug)]
 pub struct FinishedExecutions {
-    map: std::collections::HashMap<String, Finished>,
-    order: std::collections::VecDeque<String>,
+    map: std::collections::HashMap<IdKey, Remembered>,
+    order: std::collections::VecDeque<IdKey>,
     capacity: usize,
+}
+
+/// An execution id as [`FinishedExecutions`] keys it: the bits of an id [`new_execution_id`]
+/// made (32 lowercase hex digits, so each text has exactly one key), any other text as it is.
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+enum IdKey {
+    Bits([u8; 16]),
+    Text(Box<str>),
+}
+
+impl IdKey {
+    fn of(execution_id: &str) -> IdKey {
+        let hex = execution_id.len() == 32
+            && execution_id
+                .bytes()
+                .all(|b| b.is_ascii_digit() || (b'a'..=b'f').contains(&b));
+        if hex {
+            if let Ok(bits) = u128::from_str_radix(execution_id, 16) {
+                return IdKey::Bits(bits.to_be_bytes());
+            }
+        }
+        IdKey::Text(execution_id.into())
+    }
+}
+
+/// [`Finished`] as it is kept.
+#[derive(Debug)]
+struct Remembered {
+    instance_id: Box<str>,
+    revoked: Option<Box<str>>,
 }
 
 impl FinishedExecutions {
@@ -363,12 +397,13 @@ impl FinishedExecutions {
     }
 
     pub fn insert(&mut self, execution_id: &str, finished: Finished) {
-        if self
-            .map
-            .insert(execution_id.to_string(), finished)
-            .is_none()
-        {
-            self.order.push_back(execution_id.to_string());
+        let key = IdKey::of(execution_id);
+        let remembered = Remembered {
+            instance_id: finished.instance_id.into(),
+            revoked: finished.revoked.map(String::into_boxed_str),
+        };
+        if self.map.insert(key.clone(), remembered).is_none() {
+            self.order.push_back(key);
         }
         while self.order.len() > self.capacity {
             if let Some(old) = self.order.pop_front() {
@@ -384,8 +419,8 @@ impl FinishedExecutions {
         instance_id: &str,
     ) -> Option<Result<(), super::CoordError>> {
         use super::CoordError;
-        let finished = self.map.get(execution_id)?;
-        Some(if finished.instance_id != instance_id {
+        let finished = self.map.get(&IdKey::of(execution_id))?;
+        Some(if &*finished.instance_id != instance_id {
             Err(CoordError::PermissionDenied(format!(
                 "execution {execution_id} belongs to instance {}, not {instance_id}",
                 finished.instance_id
@@ -440,5 +475,36 @@ mod finished_tests {
         );
         assert!(f.reply("a", "i").is_none(), "the oldest is forgotten");
         assert!(f.reply("c", "i").is_some());
+    }
+
+    #[test]
+    fn own_ids_are_kept_as_bits_and_answer_only_to_their_exact_text() {
+        let id = new_execution_id();
+        assert!(matches!(IdKey::of(&id), IdKey::Bits(_)));
+        let mut f = FinishedExecutions::new(4);
+        let finished = |revoked: Option<&str>| Finished {
+            instance_id: "10.0.0.1@-@1".into(),
+            revoked: revoked.map(String::from),
+        };
+        f.insert(&id, finished(None));
+        assert!(matches!(f.reply(&id, "10.0.0.1@-@1"), Some(Ok(()))));
+        assert!(matches!(
+            f.reply(&id, "10.0.0.2@-@1"),
+            Some(Err(CoordError::PermissionDenied(m))) if m.contains("10.0.0.1@-@1")
+        ));
+        // The same bits spelled otherwise are another id, which no execution had.
+        assert!(f.reply(&id.to_uppercase(), "10.0.0.1@-@1").is_none());
+        assert!(f.reply(&format!("+{}", &id[1..]), "10.0.0.1@-@1").is_none());
+        // Text that is not 32 lowercase hex digits is kept as text.
+        let odd = "x".repeat(32);
+        assert!(matches!(IdKey::of(&odd), IdKey::Text(_)));
+        f.insert(&odd, finished(Some("lease expired")));
+        assert!(matches!(
+            f.reply(&odd, "10.0.0.1@-@1"),
+            Some(Err(CoordError::FailedPrecondition(m))) if m.contains("lease expired")
+        ));
+        // Inserting an id again keeps one entry.
+        f.insert(&id, finished(None));
+        assert_eq!((f.map.len(), f.order.len()), (2, 2));
     }
 }
