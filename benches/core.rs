@@ -631,6 +631,9 @@ async fn bench_triggers(zk: Option<&ZooKeeper>, jobs: usize, items: i32, window:
     let cpu = cpu_seconds(car.pid()) - cpu_before;
     let zk_cpu = zk_pid.map_or(0.0, cpu_seconds) - others_before.0;
     let workers_cpu = cpu_seconds(std::process::id()) - others_before.1;
+    // Read while the load runs, before the stage breakdown's `ListExecutions` below: its
+    // answer (the whole history, each execution with its events) is a heap peak of its own.
+    let rss_loaded = rss_parts(car.pid());
     let zxid_after = match zk {
         Some(zk) => zxid(zk).await,
         None => 0,
@@ -694,8 +697,9 @@ async fn bench_triggers(zk: Option<&ZooKeeper>, jobs: usize, items: i32, window:
         );
     }
     println!(
-        "memory: sidecar RSS {} idle, {} with {jobs} jobs and {jobs} workers; {} threads on {} cores",
+        "memory: sidecar RSS {} idle, {} with {jobs} jobs and {jobs} workers, {} after listing every execution of its history (ListExecutions); {} threads on {} cores",
         rss_idle,
+        rss_loaded,
         rss_parts(car.pid()),
         threads(car.pid()),
         std::thread::available_parallelism().map_or(0, usize::from)
