@@ -79,6 +79,15 @@ impl Process {
         let _ = status;
     }
 
+    /// SIGSTOP, returning once every thread of the process has stopped ([`wait_stopped`]).
+    pub fn pause(&mut self) {
+        if !self.is_running() {
+            return;
+        }
+        self.signal("STOP");
+        wait_stopped(self.pid());
+    }
+
     /// SIGKILL and reap; returns the exit status.
     pub fn kill_and_reap(&mut self) -> ExitStatus {
         // A stopped process dies on SIGKILL too, so no SIGCONT is needed.
@@ -132,4 +141,53 @@ pub fn open_log(path: &Path) -> File {
 pub fn mark_log(path: &Path, line: &str) {
     let mut file = open_log(path);
     let _ = writeln!(file, "===== harness: {line} =====");
+}
+
+/// Waits until every thread of process `pid` is stopped (or the process is gone), after a
+/// SIGSTOP. `kill` returns once the signal is queued; the kernel then stops the threads of a
+/// multi-threaded process one by one, as each next runs. On a loaded machine a thread of a
+/// JVM could meanwhile still accept a connection and answer it.
+///
+/// # Panics
+/// If some thread still runs after 10 s.
+pub fn wait_stopped(pid: u32) {
+    let deadline = std::time::Instant::now() + Duration::from_secs(10);
+    loop {
+        let running = running_threads(pid);
+        if running.is_empty() {
+            return;
+        }
+        assert!(
+            std::time::Instant::now() < deadline,
+            "pid {pid}: threads {running:?} still run 10 s after SIGSTOP"
+        );
+        std::thread::sleep(Duration::from_millis(1));
+    }
+}
+
+/// The threads of `pid` that are not stopped, by `/proc/{pid}/task/*/stat` (empty when the
+/// process is gone). A thread's state is the field after the command name, which is in
+/// parentheses and may itself hold spaces or parentheses.
+fn running_threads(pid: u32) -> Vec<String> {
+    let Ok(tasks) = std::fs::read_dir(format!("/proc/{pid}/task")) else {
+        return Vec::new();
+    };
+    let mut running = Vec::new();
+    for task in tasks.flatten() {
+        let Ok(stat) = std::fs::read_to_string(task.path().join("stat")) else {
+            continue; // the thread ended meanwhile
+        };
+        let state = stat
+            .rfind(')')
+            .and_then(|end| stat[end + 1..].split_whitespace().next());
+        // T: stopped by a signal; t: stopped by a tracer; Z, X: ended.
+        if !matches!(state, Some("T" | "t" | "Z" | "X")) {
+            running.push(format!(
+                "{} ({})",
+                task.file_name().to_string_lossy(),
+                state.unwrap_or("?")
+            ));
+        }
+    }
+    running
 }

@@ -242,7 +242,7 @@ impl Sidecar {
     /// SIGSTOP: it keeps its sockets and answers nothing, its ZooKeeper session times out.
     pub fn pause(&mut self) {
         if let Some(process) = self.process.as_mut() {
-            process.signal("STOP");
+            process.pause();
         }
     }
 

@@ -206,7 +206,7 @@ impl ZooKeeper {
     /// SIGSTOP: the node keeps its sockets but answers nothing.
     pub fn pause(&mut self, i: usize) {
         if let Some(process) = self.nodes[i].process.as_mut() {
-            process.signal("STOP");
+            process.pause();
         }
     }
 

@@ -310,8 +310,10 @@ impl ChildWorker {
         let _ = self.child.wait();
     }
 
+    /// SIGSTOP, returning once every thread has stopped.
     pub fn pause(&self) {
         self.signal("STOP");
+        crate::common::process::wait_stopped(self.pid());
     }
 
     pub fn resume(&self) {
