@@ -396,6 +396,11 @@ impl World {
             Kind::WorkerPause { slot, hold } => {
                 let pid = lock(&self.slots[*slot]).pid;
                 signal(pid, "STOP");
+                // The pause begins once every thread has stopped: what the worker does before
+                // then is not done while it was paused.
+                tokio::task::spawn_blocking(move || crate::common::process::wait_stopped(pid))
+                    .await
+                    .expect("waiting for the worker's threads to stop");
                 if let Some(p) = lock(&self.history).procs.get_mut(&pid) {
                     p.pauses.push((wall_us(), None));
                 }
