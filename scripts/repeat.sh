@@ -5,7 +5,8 @@
 # Usage: scripts/repeat.sh N [--suite SUITE]... [FILTER]
 #   N       runs of each suite (1 or more)
 #   SUITE   rust (the integration suites: core, failure, ops, console, harness_smoke; the default),
-#           a single Rust suite (core, failure, ops, console, harness_smoke, nemesis), python or java
+#           a single Rust suite (core, failure, ops, console, harness_smoke, or nemesis: the
+#           unit tests of the nemesis program, cargo test --example nemesis), python or java
 #   FILTER  passed to the runner: a test-name substring for Rust (cargo test FILTER),
 #           a -k expression for pytest, a -Dtest pattern for Maven
 #
@@ -55,6 +56,12 @@ trap 'rm -rf "$WORK"' EXIT
 RESULTS="$WORK/results"   # lines: SUITE<TAB>TEST<TAB>pass|fail
 : >"$RESULTS"
 
+# cargo_target SUITE: Cargo's selection of a Rust suite (the nemesis's own tests are in its
+# example program, the others are integration tests).
+cargo_target() {
+    if [ "$1" = nemesis ]; then echo "--example nemesis"; else echo "--test $1"; fi
+}
+
 want_rust=()
 want_python=0
 want_java=0
@@ -69,7 +76,8 @@ done
 if [ "${#want_rust[@]}" -gt 0 ] || [ "$want_python" -eq 1 ] || [ "$want_java" -eq 1 ]; then
     echo "==> building (cargo test --no-run, cargo build --bin shardcar)"
     args=()
-    for s in "${want_rust[@]}"; do args+=(--test "$s"); done
+    # shellcheck disable=SC2207 # cargo_target prints two words
+    for s in "${want_rust[@]}"; do args+=($(cargo_target "$s")); done
     [ "${#args[@]}" -eq 0 ] || cargo test -q --no-run "${args[@]}"
     cargo build -q --bin shardcar
 fi
@@ -79,7 +87,8 @@ rust_run() {
     local suite="$1" run="$2" log="$WORK/$1.$2.log"
     set +e
     # shellcheck disable=SC2086 # FILTER is one word or none
-    cargo test -q --test "$suite" -- ${FILTER:+"$FILTER"} --format=pretty >"$log" 2>&1
+    # shellcheck disable=SC2046 # cargo_target prints two words
+    cargo test -q $(cargo_target "$suite") -- ${FILTER:+"$FILTER"} --format=pretty >"$log" 2>&1
     set -e
     grep -E '^test .* \.\.\. (ok|FAILED)$' "$log" |
         sed -E 's/^test (.*) \.\.\. (ok|FAILED)$/\1\t\2/' |
