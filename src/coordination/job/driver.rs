@@ -696,3 +696,19 @@ async fn touch(registry: &Registry, path: &str) -> Result<Stat, RegError> {
         other => other,
     }
 }
+
+#[cfg(test)]
+mod size_probe {
+    #[test]
+    fn sizes() {
+        use super::*;
+        eprintln!("JobCmd {}", std::mem::size_of::<JobCmd>());
+        eprintln!("Fire {}", std::mem::size_of::<Fire>());
+        eprintln!("TaskResult {}", std::mem::size_of::<TaskResult>());
+        eprintln!("Queued {}", std::mem::size_of::<Queued>());
+        eprintln!("Input {}", std::mem::size_of::<Input>());
+        eprintln!("IoResult {}", std::mem::size_of::<IoResult>());
+        eprintln!("Driver {}", std::mem::size_of::<Driver>());
+        eprintln!("JobState {}", std::mem::size_of::<JobState>());
+    }
+}
