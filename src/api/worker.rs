@@ -162,7 +162,7 @@ impl WorkerService for WorkerApi {
             connection,
         };
         let (_, events) = self.coordinator.subscribe(subscription).await?;
-        let stream = ReceiverStream::new(events).map(|event| Ok(to_wire(event)));
+        let stream = ReceiverStream::new(events).map(|event| Ok(to_wire(*event)));
         Ok(Response::new(Box::pin(stream)))
     }
 

@@ -87,7 +87,7 @@ pub(crate) struct Shared {
     /// Every task of the coordinator, so a shutdown can wait for them.
     pub tracker: TaskTracker,
     /// Job name → its driver. Locked only to look up, insert or remove; never across an await.
-    pub jobs: Mutex<HashMap<String, mpsc::Sender<JobCmd>>>,
+    pub jobs: Mutex<HashMap<String, job::JobSender>>,
     /// Execution id → job name of executions in flight, to route answers. Same locking rule.
     pub executions: Mutex<HashMap<String, String>>,
     /// Recently finished executions of every job. Same locking rule.
@@ -126,11 +126,8 @@ impl Shared {
 
 /// Sends a command to job `job`'s driver, starting one if the job has none (or its driver
 /// retired meanwhile). Returns the driver's sender.
-pub(crate) async fn route(
-    shared: &Arc<Shared>,
-    job: &str,
-    mut cmd: JobCmd,
-) -> mpsc::Sender<JobCmd> {
+pub(crate) async fn route(shared: &Arc<Shared>, job: &str, cmd: JobCmd) -> job::JobSender {
+    let mut cmd = Box::new(cmd);
     loop {
         let driver = {
             // Held without an await: look up or insert only.
@@ -226,7 +223,7 @@ impl Coordinator {
     pub async fn subscribe(
         &self,
         sub: Subscription,
-    ) -> Result<(JobConfiguration, mpsc::Receiver<WorkerEvent>), CoordError> {
+    ) -> Result<(JobConfiguration, mpsc::Receiver<Box<WorkerEvent>>), CoordError> {
         let (tx, rx) = mpsc::channel(WORKER_STREAM_CAPACITY);
         let (reply_tx, reply_rx) = oneshot::channel();
         let cmd = JobCmd::Join {
@@ -246,7 +243,7 @@ impl Coordinator {
     }
 
     /// The driver holding `execution_id`, if any.
-    fn driver_of(&self, execution_id: &str) -> Option<mpsc::Sender<JobCmd>> {
+    fn driver_of(&self, execution_id: &str) -> Option<job::JobSender> {
         let job = self
             .shared
             .executions
@@ -258,7 +255,7 @@ impl Coordinator {
     }
 
     /// The driver of `job`, if it has an instance here.
-    fn driver_of_job(&self, job: &str) -> Option<mpsc::Sender<JobCmd>> {
+    fn driver_of_job(&self, job: &str) -> Option<job::JobSender> {
         self.shared
             .jobs
             .lock()
@@ -289,7 +286,7 @@ impl Coordinator {
             outcomes,
             reply: reply_tx,
         };
-        if driver.send(cmd).await.is_err() {
+        if driver.send(Box::new(cmd)).await.is_err() {
             return self.shared.remembered(execution_id, instance_id);
         }
         reply_rx
@@ -324,7 +321,7 @@ impl Coordinator {
             reason: reason.to_string(),
             reply: reply_tx,
         };
-        if driver.send(cmd).await.is_err() {
+        if driver.send(Box::new(cmd)).await.is_err() {
             return settle(self.shared.remembered(execution_id, instance_id));
         }
         reply_rx
@@ -351,7 +348,7 @@ impl Coordinator {
                 until,
                 reply,
             };
-            if driver.send(cmd).await.is_ok() {
+            if driver.send(Box::new(cmd)).await.is_ok() {
                 let _ = taken.await;
             }
         }
@@ -364,7 +361,7 @@ impl Coordinator {
     /// Returns whether every job answered in time with every local instance gone (a job that
     /// retired meanwhile has none): only then may the session be closed at once.
     pub async fn drain(&self, deadline: Instant) -> bool {
-        let drivers: Vec<mpsc::Sender<JobCmd>> = self
+        let drivers: Vec<job::JobSender> = self
             .shared
             .jobs
             .lock()
@@ -375,10 +372,10 @@ impl Coordinator {
         let drains = drivers.into_iter().map(|driver| async move {
             let (reply_tx, reply_rx) = oneshot::channel();
             if driver
-                .send(JobCmd::Drain {
+                .send(Box::new(JobCmd::Drain {
                     deadline,
                     reply: reply_tx,
-                })
+                }))
                 .await
                 .is_ok()
             {

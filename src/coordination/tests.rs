@@ -43,7 +43,7 @@ fn car(store: &MemoryStore, ip: &str) -> TestCar {
 
 struct TestWorker {
     id: String,
-    rx: mpsc::Receiver<WorkerEvent>,
+    rx: mpsc::Receiver<Box<WorkerEvent>>,
     items: Vec<i32>,
     events: Vec<Event>,
 }
@@ -52,6 +52,7 @@ impl TestWorker {
     /// Reads every event already sent.
     fn drain(&mut self) {
         while let Ok(event) = self.rx.try_recv() {
+            let event = *event;
             if let Event::Assignment { items, .. } = &event {
                 self.items = items.iter().map(|(i, _)| *i).collect();
             }
@@ -222,6 +223,7 @@ async fn next_matching<T>(w: &mut TestWorker, mut pick: impl FnMut(&Event) -> Op
             .await
             .expect("event in time")
             .expect("stream open");
+        let event = *event;
         if let Event::Assignment { items, .. } = &event {
             w.items = items.iter().map(|(i, _)| *i).collect();
         }

@@ -11,7 +11,9 @@ pub const WATCH_QUEUE: usize = 4096;
 /// event names), so a full reload loses nothing.
 #[derive(Clone)]
 pub(crate) struct WatchSender {
-    tx: tokio::sync::mpsc::Sender<WatchEvent>,
+    /// Boxed events: a tokio queue allocates its slots 32 at a time, and a job's watch is
+    /// mostly empty, so an idle watch holds 32 pointers rather than 32 events.
+    tx: tokio::sync::mpsc::Sender<Box<WatchEvent>>,
     overflowed: std::sync::Arc<std::sync::atomic::AtomicBool>,
 }
 
@@ -26,7 +28,7 @@ impl WatchSender {
     /// Queues `ev`; when the queue is full, drops it and flags the consumer to resync.
     pub(crate) fn send(&self, ev: WatchEvent) -> std::result::Result<(), WatchSendError> {
         use tokio::sync::mpsc::error::TrySendError;
-        match self.tx.try_send(ev) {
+        match self.tx.try_send(Box::new(ev)) {
             Ok(()) => Ok(()),
             Err(TrySendError::Full(_)) => {
                 self.overflowed
@@ -50,7 +52,7 @@ impl WatchSender {
 /// is bounded ([`WATCH_QUEUE`]): a consumer that falls that far behind gets a
 /// [`WatchEvent::Resync`] in place of the events that did not fit.
 pub struct Watch {
-    events_rx: tokio::sync::mpsc::Receiver<WatchEvent>,
+    events_rx: tokio::sync::mpsc::Receiver<Box<WatchEvent>>,
     overflowed: std::sync::Arc<std::sync::atomic::AtomicBool>,
     _guard: Option<Box<dyn Send + Sync>>,
 }
@@ -92,14 +94,14 @@ impl Watch {
         if let Some(ev) = self.try_next() {
             return Some(ev);
         }
-        self.events_rx.recv().await
+        self.events_rx.recv().await.map(|ev| *ev)
     }
 
     /// An event if one is already queued (a `Resync` once the events queued before an
     /// overflow have been read).
     pub fn try_next(&mut self) -> Option<WatchEvent> {
         if let Ok(ev) = self.events_rx.try_recv() {
-            return Some(ev);
+            return Some(*ev);
         }
         self.overflowed
             .swap(false, std::sync::atomic::Ordering::SeqCst)

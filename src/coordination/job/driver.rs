@@ -41,8 +41,13 @@ const MAX_BATCH: usize = 1024;
 /// How many cron fires may wait for the driver.
 const FIRE_QUEUE: usize = 4;
 
-/// A worker stream's sending end.
-pub(crate) type EventSender = mpsc::Sender<WorkerEvent>;
+/// A worker stream's sending end. Boxed events: a tokio queue allocates its slots 32 at a time,
+/// and a worker's queue is empty most of the time.
+pub(crate) type EventSender = mpsc::Sender<Box<WorkerEvent>>;
+
+/// The sending end of a job driver's commands. Boxed: a tokio queue allocates its slots 32 at
+/// a time, and most drivers' queues are empty most of the time.
+pub(crate) type JobSender = mpsc::Sender<Box<JobCmd>>;
 
 /// A command for a job's driver.
 pub(crate) enum JobCmd {
@@ -118,7 +123,7 @@ impl From<Queued> for Input {
 }
 
 /// Starts the driver of job `name` and returns its command sender.
-pub(crate) fn spawn(name: &str, shared: Arc<Shared>) -> mpsc::Sender<JobCmd> {
+pub(crate) fn spawn(name: &str, shared: Arc<Shared>) -> JobSender {
     let (cmd_tx, cmd_rx) = mpsc::channel(1024);
     let (fire_tx, fire_rx) = mpsc::channel(FIRE_QUEUE);
     let (tasks_tx, tasks_rx) = mpsc::unbounded_channel();
@@ -147,7 +152,9 @@ pub(crate) fn spawn(name: &str, shared: Arc<Shared>) -> mpsc::Sender<JobCmd> {
         last_commit: None,
         since_commit: Vec::new(),
     };
-    shared.tracker.spawn(driver.run());
+    // Boxed: the loop's future then holds a pointer, not the driver (which an `async fn`
+    // taking `self` by value would hold twice: as its argument and as its local).
+    shared.tracker.spawn(Box::new(driver).run());
     cmd_tx
 }
 
@@ -155,16 +162,20 @@ struct Driver {
     shared: Arc<Shared>,
     paths: JobPaths,
     state: JobState,
-    cmd_tx: mpsc::Sender<JobCmd>,
-    cmd_rx: mpsc::Receiver<JobCmd>,
+    cmd_tx: JobSender,
+    cmd_rx: mpsc::Receiver<Box<JobCmd>>,
     fire_tx: mpsc::Sender<Fire>,
     fire_rx: mpsc::Receiver<Fire>,
     timer_key: String,
     session_rx: watch::Receiver<SessionState>,
-    tasks_tx: mpsc::UnboundedSender<TaskResult>,
-    tasks_rx: mpsc::UnboundedReceiver<TaskResult>,
+    /// Boxed, as the ordered queue's entries: a tokio queue allocates its slots 32 at a time,
+    /// and both are empty most of the time.
+    tasks_tx: mpsc::UnboundedSender<Box<TaskResult>>,
+    tasks_rx: mpsc::UnboundedReceiver<Box<TaskResult>>,
     watch: Option<Watch>,
-    io: FuturesOrdered<BoxFuture<'static, Queued>>,
+    /// Entries boxed: an output that is ready before an earlier one waits in a heap, which
+    /// keeps its capacity.
+    io: FuturesOrdered<BoxFuture<'static, Box<Queued>>>,
     ends: FuturesUnordered<BoxFuture<'static, Option<(StreamKey, StreamEnd)>>>,
     sinks: HashMap<StreamKey, Sink>,
     replies: HashMap<ReplyId, ReplyTx>,
@@ -225,31 +236,32 @@ impl Driver {
                 after.await;
                 let queued = request.await;
                 let _ = answered.send(());
-                queued
+                Box::new(queued)
             }
             .boxed(),
         );
     }
 
-    async fn run(mut self) {
+    async fn run(mut self: Box<Self>) {
         loop {
             let env = self.env();
             let wake = self.state.next_wakeup(&env);
             let input = tokio::select! {
                 biased;
                 Some(queued) = self.io.next(), if !self.io.is_empty() => {
-                    let batch = self.gather(queued.into());
+                    let batch = self.gather((*queued).into());
                     self.feed_all(batch);
                     if self.state.idle() && self.try_retire() {
                         return;
                     }
                     continue;
                 }
-                Some(task) = self.tasks_rx.recv() => self.on_task(task),
+                Some(task) = self.tasks_rx.recv() => self.on_task(*task),
                 ev = next_event(&mut self.watch) => match ev {
                     // Through the ordered queue, behind the reads and writes already issued.
                     Some(ev) => {
-                        self.io.push_back(futures::future::ready(Queued::Watched(ev)).boxed());
+                        let ev = Box::new(Queued::Watched(ev));
+                        self.io.push_back(futures::future::ready(ev).boxed());
                         continue;
                     }
                     None => {
@@ -263,7 +275,7 @@ impl Driver {
                     None => continue,
                 },
                 cmd = self.cmd_rx.recv() => match cmd {
-                    Some(cmd) => match self.on_cmd(cmd) {
+                    Some(cmd) => match self.on_cmd(*cmd) {
                         Some(input) => input,
                         None => continue,
                     },
@@ -318,13 +330,13 @@ impl Driver {
         let mut batch = vec![first];
         if let Some(watch) = self.watch.as_mut() {
             while let Some(ev) = watch.try_next() {
-                self.io
-                    .push_back(futures::future::ready(Queued::Watched(ev)).boxed());
+                let ev = Box::new(Queued::Watched(ev));
+                self.io.push_back(futures::future::ready(ev).boxed());
             }
         }
         while batch.len() < MAX_BATCH {
             match self.io.next().now_or_never() {
-                Some(Some(queued)) => batch.push(queued.into()),
+                Some(Some(queued)) => batch.push((*queued).into()),
                 _ => break,
             }
         }
@@ -479,7 +491,7 @@ impl Driver {
                 let Some(sink) = self.sinks.get(&stream) else {
                     return;
                 };
-                if let Err(mpsc::error::TrySendError::Full(_)) = sink.tx.try_send(event) {
+                if let Err(mpsc::error::TrySendError::Full(_)) = sink.tx.try_send(Box::new(event)) {
                     warn!(job = %self.state.name(), stream, "worker stream full: the worker is not reading its events; ending it");
                     self.followups.push(Input::StreamEnded {
                         stream,
@@ -516,7 +528,7 @@ impl Driver {
                 );
                 self.shared.tracker.spawn(async move {
                     let result = set_up(&registry, &paths, &ip, config, overwrite).await;
-                    let _ = tasks.send(TaskResult::SetUp(op, result));
+                    let _ = tasks.send(Box::new(TaskResult::SetUp(op, result)));
                 });
             }
             Action::Commit {
@@ -549,7 +561,7 @@ impl Driver {
                 let (root, tasks) = (self.paths.root(), self.tasks_tx.clone());
                 self.shared.tracker.spawn(async move {
                     let result = registry.watch_recursive(&root).await;
-                    let _ = tasks.send(TaskResult::Watching(op, result));
+                    let _ = tasks.send(Box::new(TaskResult::Watching(op, result)));
                 });
             }
             Action::AcquireLatch { op, dir } => {
@@ -558,7 +570,7 @@ impl Driver {
                     let result = tokio::time::timeout(LATCH_DEADLINE, registry.acquire_latch(&dir))
                         .await
                         .unwrap_or(Err(RegError::Timeout(LATCH_DEADLINE)));
-                    let _ = tasks.send(TaskResult::Latched(op, result));
+                    let _ = tasks.send(Box::new(TaskResult::Latched(op, result)));
                 });
             }
             Action::ReleaseLatch { latch } => {
@@ -673,7 +685,7 @@ impl Driver {
             let shared = self.shared.clone();
             self.shared.tracker.spawn(async move {
                 for cmd in leftover {
-                    crate::coordination::route(&shared, &name, cmd).await;
+                    crate::coordination::route(&shared, &name, *cmd).await;
                 }
             });
         }
@@ -694,21 +706,5 @@ async fn touch(registry: &Registry, path: &str) -> Result<Stat, RegError> {
                 .ok_or_else(|| RegError::NoNode(path.to_string()))
         }
         other => other,
-    }
-}
-
-#[cfg(test)]
-mod size_probe {
-    #[test]
-    fn sizes() {
-        use super::*;
-        eprintln!("JobCmd {}", std::mem::size_of::<JobCmd>());
-        eprintln!("Fire {}", std::mem::size_of::<Fire>());
-        eprintln!("TaskResult {}", std::mem::size_of::<TaskResult>());
-        eprintln!("Queued {}", std::mem::size_of::<Queued>());
-        eprintln!("Input {}", std::mem::size_of::<Input>());
-        eprintln!("IoResult {}", std::mem::size_of::<IoResult>());
-        eprintln!("Driver {}", std::mem::size_of::<Driver>());
-        eprintln!("JobState {}", std::mem::size_of::<JobState>());
     }
 }

@@ -318,7 +318,7 @@ impl JobState {
                 }
             }
             if extra.is_empty() {
-                self.executions.insert(execution_id.clone(), exec);
+                self.executions.insert(execution_id.clone(), Box::new(exec));
                 self.locals
                     .get_mut(id)
                     .expect("a live local")
@@ -327,7 +327,7 @@ impl JobState {
                 self.deliver(&execution_id, env, out);
                 return;
             }
-            self.executions.insert(execution_id.clone(), exec);
+            self.executions.insert(execution_id.clone(), Box::new(exec));
             self.locals
                 .get_mut(id)
                 .expect("a live local")
@@ -341,7 +341,7 @@ impl JobState {
             return;
         };
         ops.extend(extra);
-        self.executions.insert(execution_id.clone(), exec);
+        self.executions.insert(execution_id.clone(), Box::new(exec));
         self.locals
             .get_mut(id)
             .expect("a live local")

@@ -49,7 +49,7 @@ use crate::elasticjob::config::JobConfiguration;
 use crate::elasticjob::extras::JobExtras;
 use crate::registry::{Error as RegError, Node, Op, OpResult, SessionState, WatchEvent};
 
-pub(crate) use driver::{spawn, JobCmd};
+pub(crate) use driver::{spawn, JobCmd, JobSender};
 
 /// Identifies one worker stream of the sidecar.
 pub(crate) type StreamKey = u64;

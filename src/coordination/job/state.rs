@@ -255,7 +255,9 @@ pub(crate) struct JobState {
     pub(super) parse_memo: ParseMemo,
     pub(super) locals: BTreeMap<String, Local>,
     pub(super) streams: HashMap<StreamKey, String>,
-    pub(super) executions: BTreeMap<String, Execution>,
+    /// Boxed: a B-tree node holds eleven values, so unboxed even one execution would take a
+    /// node of eleven.
+    pub(super) executions: BTreeMap<String, Box<Execution>>,
     /// The session generation the local instances are registered in (0 before setup).
     pub(super) generation: u64,
     pub(super) pending: BTreeMap<OpId, Pending>,

@@ -258,7 +258,7 @@ impl JobState {
         };
         self.executions.insert(
             execution_id.clone(),
-            Execution::new(
+            Box::new(Execution::new(
                 execution_id.clone(),
                 id.to_string(),
                 Source::Failover,
@@ -269,7 +269,7 @@ impl JobState {
                 monitored,
                 self.generation,
                 TraceContext::for_execution(&execution_id, None),
-            ),
+            )),
         );
         if let Some(local) = self.locals.get_mut(id) {
             local.executions.push(execution_id.clone());
