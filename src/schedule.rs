@@ -296,10 +296,14 @@ pub struct Fire {
     pub fire_time: DateTime<Utc>,
 }
 
+/// Where a schedule's fires go. Boxed: a tokio queue allocates its slots 32 at a time, and a
+/// job's fire queue is empty nearly always.
+pub type FireSender = mpsc::Sender<Box<Fire>>;
+
 struct Entry {
     generation: u64,
     schedule: CronSchedule,
-    tx: mpsc::Sender<Fire>,
+    tx: FireSender,
 }
 
 /// The timer's state: the live schedules and a min-heap of their next deadlines. Heap entries
@@ -317,7 +321,7 @@ impl State {
         &mut self,
         key: String,
         schedule: CronSchedule,
-        tx: mpsc::Sender<Fire>,
+        tx: FireSender,
         now: DateTime<Utc>,
     ) {
         self.next_generation += 1;
@@ -342,7 +346,7 @@ impl State {
     /// Pops every deadline due at `now` and returns what to send. Each due schedule fires
     /// once, for its scheduled instant, and is rescheduled after `now`: instants missed while
     /// the process was stalled are skipped (Quartz's DO_NOTHING).
-    fn take_due(&mut self, now: DateTime<Utc>) -> Vec<(mpsc::Sender<Fire>, Fire)> {
+    fn take_due(&mut self, now: DateTime<Utc>) -> Vec<(FireSender, Box<Fire>)> {
         let mut out = Vec::new();
         while let Some(Reverse((at, generation, _))) = self.heap.peek() {
             if *at > now {
@@ -361,10 +365,10 @@ impl State {
             };
             out.push((
                 entry.tx.clone(),
-                Fire {
+                Box::new(Fire {
                     key: key.clone(),
                     fire_time: at,
-                },
+                }),
             ));
             if let Some(next) = entry.schedule.next_after(now.max(at)) {
                 self.heap.push(Reverse((next, generation, key)));
@@ -451,7 +455,7 @@ impl Timer {
     }
 
     /// Fires `schedule` for `key` on `tx` from now on, replacing any schedule `key` had.
-    pub fn schedule(&self, key: String, schedule: CronSchedule, tx: mpsc::Sender<Fire>) {
+    pub fn schedule(&self, key: String, schedule: CronSchedule, tx: FireSender) {
         self.shared.lock().schedule(key, schedule, tx, Utc::now());
         self.shared.wake.notify_all();
     }

@@ -175,7 +175,7 @@ fn invalid_expressions_are_named() {
     }
 }
 
-fn every_second(key: &str, timer: &Timer, tx: &mpsc::Sender<Fire>) {
+fn every_second(key: &str, timer: &Timer, tx: &FireSender) {
     timer.schedule(
         key.to_owned(),
         CronSchedule::parse("* * * * * ?", "UTC").unwrap(),
@@ -198,7 +198,7 @@ fn stalled_schedule_fires_once_then_continues_from_now() {
     assert!(state.take_due(utc("2026-02-01T00:00:04Z")).is_empty());
     // The process was paused for 37 s: one fire for the missed 00:00:05 instant.
     let due = state.take_due(utc("2026-02-01T00:00:42Z"));
-    let fires: Vec<Fire> = due.into_iter().map(|(_, f)| f).collect();
+    let fires: Vec<Fire> = due.into_iter().map(|(_, f)| *f).collect();
     assert_eq!(
         fires,
         [Fire {

@@ -101,8 +101,10 @@ impl JobState {
                     return refuse(self, e, out);
                 }
                 let id = instance_id.clone();
-                self.locals
-                    .insert(id.clone(), Local::new(stream, reply, max_concurrent));
+                self.locals.insert(
+                    id.clone(),
+                    Box::new(Local::new(stream, reply, max_concurrent)),
+                );
                 self.streams.insert(stream, id.clone());
                 let ops = vec![Op::create(
                     self.paths.instance(&id),
@@ -642,7 +644,7 @@ impl JobState {
             .view
             .leader
             .as_ref()
-            .is_some_and(|(id, _)| self.locals.get(id).is_some_and(Local::live));
+            .is_some_and(|(id, _)| self.locals.get(id).is_some_and(|l| l.live()));
         if leading != self.leading {
             self.leading = leading;
             out.push(Action::Observe(Observation::Leadership { leading }));

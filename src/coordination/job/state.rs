@@ -253,7 +253,8 @@ pub(crate) struct JobState {
     pub(super) view_stale: bool,
     /// The job's YAML nodes as last parsed, so a rebuilt view parses only what changed.
     pub(super) parse_memo: ParseMemo,
-    pub(super) locals: BTreeMap<String, Local>,
+    /// Boxed, as `executions`: most jobs have one local instance, in a node of eleven.
+    pub(super) locals: BTreeMap<String, Box<Local>>,
     pub(super) streams: HashMap<StreamKey, String>,
     /// Boxed: a B-tree node holds eleven values, so unboxed even one execution would take a
     /// node of eleven.
