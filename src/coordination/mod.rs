@@ -126,8 +126,7 @@ impl Shared {
 
 /// Sends a command to job `job`'s driver, starting one if the job has none (or its driver
 /// retired meanwhile). Returns the driver's sender.
-pub(crate) async fn route(shared: &Arc<Shared>, job: &str, cmd: JobCmd) -> job::JobSender {
-    let mut cmd = Box::new(cmd);
+pub(crate) async fn route(shared: &Arc<Shared>, job: &str, mut cmd: Box<JobCmd>) -> job::JobSender {
     loop {
         let driver = {
             // Held without an await: look up or insert only.
@@ -235,7 +234,7 @@ impl Coordinator {
             connection: sub.connection,
             reply: reply_tx,
         };
-        route(&self.shared, &sub.job_name, cmd).await;
+        route(&self.shared, &sub.job_name, Box::new(cmd)).await;
         let config = reply_rx.await.map_err(|_| {
             CoordError::Unavailable(format!("job {} stopped while subscribing", sub.job_name))
         })??;

@@ -685,7 +685,7 @@ impl Driver {
             let shared = self.shared.clone();
             self.shared.tracker.spawn(async move {
                 for cmd in leftover {
-                    crate::coordination::route(&shared, &name, *cmd).await;
+                    crate::coordination::route(&shared, &name, cmd).await;
                 }
             });
         }
