@@ -233,7 +233,13 @@ pub fn stale_ops(
             .map(|(id, _)| id.as_str())
             .filter(|id| !id.is_empty() && release_for(id, *i));
         if dead_runner.is_some() {
-            let taken = item.failover.as_deref().is_some_and(live);
+            // Taken over already by a live instance, unless the taker is the runner whose run
+            // is given up here (a FAILOVER run interrupted, or handed to it and never started):
+            // then it is flagged again.
+            let taken = item
+                .failover
+                .as_deref()
+                .is_some_and(|taker| live(taker) && Some(taker) != dead_runner);
             if failover_on(view) && !taken && !view.failover_items.contains(i) {
                 item_ops.push(Op::create(
                     paths.failover_item(*i),

@@ -237,6 +237,11 @@ async fn a_worker_killed_mid_execution_hands_its_item_to_an_idle_worker_of_its_s
         .expect("a watch on the job's leader nodes");
     let took = kill_mid_item(&zk_ns, "hand", &mut doomed, &survivor).await;
     eprintln!("worker SIGKILL -> FAILOVER trigger on its sidecar: {took:?}");
+    assert_never_flagged(&mut watcher).await;
+}
+
+/// Fails if the watch (on a job's `leader` nodes) saw a failover flag created.
+async fn assert_never_flagged(watcher: &mut zookeeper_client::PersistentWatcher) {
     let mut created = Vec::new();
     while let Ok(event) = tokio::time::timeout(Duration::from_millis(300), watcher.changed()).await
     {
@@ -250,6 +255,27 @@ async fn a_worker_killed_mid_execution_hands_its_item_to_an_idle_worker_of_its_s
             .any(|p| p.contains("/leader/failover/items/")),
         "the item was flagged instead of handed over: {created:?}"
     );
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_worker_killed_mid_execution_hands_its_item_to_an_idle_worker_of_a_peer_sidecar() {
+    // #11: the crash is known by a sidecar with no other worker of the job, and a peer
+    // sidecar's worker is idle: the item goes to that worker in the write that removes the
+    // dead instance, and the peer's sidecar runs it once it reads that write. Never flagged.
+    let zk = ZooKeeper::start().await;
+    let ns = "fail-hand-to-peer";
+    let (a, b) = pair(&zk, ns).await;
+    let config = failover_job("peer", 2);
+    let mut doomed = ChildWorker::spawn(&a.endpoint(), subscribe_request(config.clone())).await;
+    let survivor = answering_worker(&b, config).await;
+    let zk_ns = zk_client(&zk, ns).await;
+    let mut watcher = zk_ns
+        .watch("/peer/leader", AddWatchMode::PersistentRecursive)
+        .await
+        .expect("a watch on the job's leader nodes");
+    let took = kill_mid_item(&zk_ns, "peer", &mut doomed, &survivor).await;
+    eprintln!("worker SIGKILL -> FAILOVER trigger on a peer sidecar: {took:?}");
+    assert_never_flagged(&mut watcher).await;
 }
 
 #[tokio::test(flavor = "multi_thread")]

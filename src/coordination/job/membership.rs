@@ -444,12 +444,18 @@ impl JobState {
             ops.push(Op::delete(self.paths.instance(id)));
         }
         // What it leaves running goes straight to another local instance with room, if there
-        // is one, in this same write: no flag, no claim, no round trip more.
-        let taker = if current {
+        // is one, in this same write: no flag, no claim, no round trip more. Failing that, to
+        // an idle worker of a peer sidecar, which runs it once it reads this write.
+        let local_taker = if current {
             self.handover_taker(id, env)
         } else {
             None
         };
+        let peer_taker = match (&local_taker, current) {
+            (None, true) => self.peer_taker(env),
+            _ => None,
+        };
+        let taker = local_taker.clone().or(peer_taker.clone());
         let mut items = Vec::new();
         let mut handed = Vec::new();
         for exec in execs {
@@ -494,20 +500,31 @@ impl JobState {
             self.forget_local(id, env, out);
             return;
         }
-        let handed = match taker {
-            Some(taker) if !handed.is_empty() => {
-                let mut all = failover::latch_free_ops(&self.paths, self.claims.latch_dir);
-                all.append(&mut ops);
-                ops = all;
-                handed.sort_unstable();
-                Some(self.failover_execution(&taker, &handed, true, env))
+        let (handed, handed_to_peer) = if handed.is_empty() {
+            (None, None)
+        } else {
+            let mut all = failover::latch_free_ops(&self.paths, self.claims.latch_dir);
+            all.append(&mut ops);
+            ops = all;
+            handed.sort_unstable();
+            match (local_taker, peer_taker) {
+                (Some(taker), _) => (
+                    Some(self.failover_execution(&taker, &handed, true, env)),
+                    None,
+                ),
+                (None, Some(taker)) => {
+                    info!(job = %self.name, instance = %id, taker = %taker, items = ?handed,
+                          "handing the items a dead worker left running to a peer's idle worker");
+                    (None, Some(taker))
+                }
+                (None, None) => (None, None),
             }
-            _ => None,
         };
         self.commit(
             Pending::Leave {
                 instance_id: id.to_string(),
                 handed,
+                handed_to_peer,
             },
             ops,
             &items,
@@ -515,10 +532,12 @@ impl JobState {
         );
     }
 
+    #[allow(clippy::too_many_arguments)]
     pub(super) fn on_left(
         &mut self,
         id: &str,
         handed: Option<String>,
+        handed_to_peer: Option<String>,
         ops: &[Op],
         result: Result<Vec<OpResult>, RegError>,
         env: &Env,
@@ -545,6 +564,12 @@ impl JobState {
                         .unwrap_or_default();
                     self.claimed_free(taken, out);
                     self.deliver_claimed(&execution_id, ops, &results, env, out);
+                }
+                if handed_to_peer.is_some() {
+                    // The peer's sidecar tells of the run (`reconcile_adoptions`); here only the
+                    // latch's directory is known gone, as after any latch-free write.
+                    self.claims.refused = 0;
+                    self.claims.latch_dir = false;
                 }
             }
             Err(RegError::SessionExpired) => {

@@ -104,7 +104,8 @@ impl JobState {
             Pending::Leave {
                 instance_id,
                 handed,
-            } => self.on_left(&instance_id, handed, &ops, result, env, out),
+                handed_to_peer,
+            } => self.on_left(&instance_id, handed, handed_to_peer, &ops, result, env, out),
             Pending::MisfireFlags | Pending::SidecarNode | Pending::Abdicate | Pending::Orphans => {
                 if let Err(e) = result {
                     self.write_failed("a registry write", &e, env);

@@ -176,10 +176,12 @@ pub(super) enum Pending {
         items: Vec<i32>,
     },
     /// Removing a local instance (and releasing what it ran, or handing it in the same write
-    /// to another local instance, whose FAILOVER execution is `handed`).
+    /// to another instance: a local one, whose FAILOVER execution is `handed`, or an idle one
+    /// of a peer sidecar, `handed_to_peer`, whose sidecar runs them when it reads the write).
     Leave {
         instance_id: String,
         handed: Option<String>,
+        handed_to_peer: Option<String>,
     },
     MisfireFlags,
     Reshard,
@@ -615,6 +617,7 @@ impl JobState {
         self.refresh_view();
         // Interrupted items first: a job's writes go one after the other, and a claim sent
         // behind the leader's reshard (which the same crash often brings) would wait for it.
+        self.reconcile_adoptions(env, out);
         self.reconcile_claims(env, out);
         self.reconcile_leadership(env, out);
         self.refresh_view();

@@ -7,7 +7,7 @@
 //! `max_concurrent_executions` (1 unless the worker asks for more, which is ElasticJob's one
 //! execution at a time): only FAILOVER and MISFIRE runs go to a busy instance with room.
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet};
 use std::time::Duration;
 
 use tracing::{debug, info};
@@ -326,6 +326,114 @@ impl JobState {
             .find(|l| self.locals.get(*l).is_some_and(|l| l.idle()))
             .or(spare.first())
             .cloned()
+    }
+
+    /// An idle worker of a peer sidecar that may take, in the same write, the items a leaving
+    /// instance leaves running when no local instance has room (else they would be flagged,
+    /// read by the peer, and claimed: two round trips more). Only an instance that is
+    /// certainly a shardcar worker: its node is ephemeral on the very session that holds its
+    /// host's `shardcar/sidecars/{ip}` (a Java process's is on its own session, and Java would
+    /// never start an item whose `running` node it did not write). It must be on an enabled
+    /// server, and the mirror must show it running nothing and about to take no trigger-once
+    /// request. Its sidecar runs the items as FAILOVER once it reads the write
+    /// ([`Self::reconcile_adoptions`]); should its worker have no room by then, it flags them.
+    pub(super) fn peer_taker(&self, env: &Env) -> Option<String> {
+        let failover = self.view.config.as_ref().is_some_and(|c| c.failover);
+        if !failover || self.claims.refused >= FreeClaims::LIMIT || !self.connected(env) {
+            return None;
+        }
+        let busy: BTreeSet<&str> = self
+            .view
+            .items
+            .values()
+            .flat_map(|it| {
+                [
+                    it.running.as_ref().map(|(id, _)| id.as_str()),
+                    it.failover.as_deref(),
+                    it.failovering.as_deref(),
+                ]
+            })
+            .flatten()
+            .chain(self.view.triggers.iter().map(String::as_str))
+            .collect();
+        self.view
+            .instances
+            .iter()
+            .filter(|(id, ip)| {
+                *ip != &self.settings.ip
+                    && !busy.contains(id.as_str())
+                    && self.view.server_enabled(ip)
+                    && self.view.sidecars.get(*ip).is_some_and(|owner| {
+                        *owner != 0
+                            && self
+                                .cache
+                                .get(&self.paths.instance(id))
+                                .is_some_and(|n| n.stat.ephemeral_owner == *owner)
+                    })
+            })
+            .map(|(id, _)| id.clone())
+            .next()
+    }
+
+    /// Runs, as FAILOVER, items a peer's sidecar handed to a local instance in the write that
+    /// removed their dead runner ([`Self::peer_taker`]): `running`, `failover` and
+    /// `failovering` name the instance, and no execution here has them. That write was the
+    /// claim, so nothing is written: the tokens are the `running` nodes' as read, the epochs
+    /// the items' as read. An instance with no room now is given none of them; the clean-up
+    /// of this host's stale runners then flags them, as a claim's loser would leave them.
+    ///
+    /// Nodes left so by an execution of this sidecar that is over (voided when a session
+    /// expired, say) look the same; that worker has stopped, so running them again on it is
+    /// what flagging them and claiming them here would do.
+    pub(super) fn reconcile_adoptions(&mut self, env: &Env, out: &mut Vec<Action>) {
+        let Some(config) = self.view.config.as_ref() else {
+            return;
+        };
+        if !config.failover || !config.monitor_execution || !self.connected(env) {
+            return;
+        }
+        let spare = self.spare_locals(env);
+        if spare.is_empty() {
+            return;
+        }
+        let executing = self.executing();
+        let mut handed: BTreeMap<String, Vec<i32>> = BTreeMap::new();
+        for (i, item) in self.view.items.range(..self.view.total()) {
+            let Some((runner, stat)) = &item.running else {
+                continue;
+            };
+            if self.locked.contains(i)
+                || executing.contains(i)
+                || self.view.failover_items.contains(i)
+                || stat.version != failover::RUNNING_VERSION
+                || item.failover.as_ref() != Some(runner)
+                || item.failovering.as_ref() != Some(runner)
+                || item.version.is_none()
+                || !spare.contains(runner)
+            {
+                continue;
+            }
+            handed.entry(runner.clone()).or_default().push(*i);
+        }
+        for (id, items) in handed {
+            info!(job = %self.name, instance = %id, items = ?items,
+                  "running items a peer's sidecar handed over");
+            let execution_id = self.failover_execution(&id, &items, true, env);
+            let mut tokens = BTreeMap::new();
+            let mut versions = BTreeMap::new();
+            for i in &items {
+                let item = &self.view.items[i];
+                if let (Some((_, stat)), Some(version)) = (&item.running, item.version) {
+                    tokens.insert(*i, stat.czxid);
+                    versions.insert(*i, version);
+                }
+            }
+            let exec = self.executions.get_mut(&execution_id).expect("just listed");
+            exec.fencing_tokens = tokens;
+            exec.versions = versions;
+            out.push(Action::Observe(Observation::FailoverTaken(items)));
+            self.deliver(&execution_id, env, out);
+        }
     }
 
     /// Notes a FAILOVER hand-over or claim that landed without the latch.

@@ -934,3 +934,241 @@ fn a_hand_over_refused_because_a_contender_is_in_the_latch_flags_the_items_inste
     let flagged = s.commit_all(again);
     assert!(failover_latch(&flagged).is_some(), "{:?}", kinds(&flagged));
 }
+
+/// The session that holds the peer sidecar's nodes in the tests below.
+const PEER_SESSION: i64 = 55;
+
+/// A job of 2 items, both run here (led here), with a peer worker at 10.0.0.2 whose instance
+/// node is on session `peer_owner` and whose sidecar node is on [`PEER_SESSION`]; `peer_runs`
+/// makes the mirror show the peer running item 1 of another execution (item 1 then is not
+/// ours). Returns the script, the local stream and the local run of the items still running.
+fn with_peer_sidecar(peer_owner: i64) -> (Script, StreamKey, Trigger) {
+    let mut s = Script::new("j");
+    let p = s.paths.clone();
+    let mut tree = s.tree(&config(2, true), &[(0, ME), (1, ME)], ME);
+    tree.insert(p.instance(ME), node(&instance_yaml(ME, IP), 0, 11));
+    let mut peer = node(&instance_yaml(PEER, "10.0.0.2"), 0, 12);
+    peer.stat.ephemeral_owner = peer_owner;
+    tree.insert(p.instance(PEER), peer);
+    let mut sidecar = node("", 0, 13);
+    sidecar.stat.ephemeral_owner = PEER_SESSION;
+    tree.insert(p.sidecar("10.0.0.2"), sidecar);
+    let (stream, _) = s.join(Some(with_ancestors(tree)));
+    let own = run(&mut s, 1000);
+    (s, stream, own)
+}
+
+#[test]
+fn a_dead_workers_items_go_to_an_idle_worker_of_a_peer_sidecar_in_the_write_that_removes_it() {
+    // #11: no instance here has room, but a peer sidecar's worker is idle: the items are
+    // handed to it in the one write that removes the dead instance (no flag for the peer to
+    // read and claim), conditional on its instance node and the latch being free.
+    let (mut s, first, own) = with_peer_sidecar(PEER_SESSION);
+    let ran: Vec<i32> = own.items.iter().map(|(i, _)| *i).collect();
+    assert!(!ran.is_empty());
+    let ended = s.step(Input::StreamEnded {
+        stream: first,
+        end: StreamEnd::ByWorker,
+    });
+    let w = writes(&ended);
+    assert!(w.contains(&format!("-/j/instances/{ME}")), "{w:?}");
+    assert!(w.contains(&format!("?/j/instances/{PEER}")), "{w:?}");
+    assert!(
+        !w.iter().any(|x| x.contains("/leader/failover/items")),
+        "nothing is flagged: {w:?}"
+    );
+    assert_eq!(
+        w.iter()
+            .filter(|x| x.ends_with("/leader/failover/latch"))
+            .collect::<Vec<_>>(),
+        ["+/j/leader/failover/latch", "-/j/leader/failover/latch"],
+        "{w:?}"
+    );
+    let ops: Vec<Op> = ended
+        .iter()
+        .find_map(|a| match a {
+            Action::Commit { ops, .. } => Some(ops.clone()),
+            _ => None,
+        })
+        .expect("the leave");
+    for item in &ran {
+        for node in ["running", "failover", "failovering"] {
+            let path = format!("/j/sharding/{item}/{node}");
+            let data = ops.iter().find_map(|op| match op {
+                Op::Create { path: p, data, .. } if *p == path => Some(data.clone()),
+                _ => None,
+            });
+            assert_eq!(data.as_deref(), Some(PEER.as_bytes()), "{path}: {w:?}");
+        }
+    }
+    // Nothing runs here: the peer's sidecar starts them when it reads the write.
+    let answered = s.commit_all(ended);
+    assert!(triggers(&answered).is_empty(), "{:?}", kinds(&answered));
+    assert!(
+        !writes(&answered).iter().any(|x| x.contains("/failover")),
+        "no claim follows: {:?}",
+        writes(&answered)
+    );
+}
+
+#[test]
+fn items_are_flagged_rather_than_handed_to_a_java_process_or_a_busy_peer() {
+    // A Java process's instance node is on its own session, not on the one holding its host's
+    // sidecar node: it would never start an item whose `running` node it did not write.
+    let (mut s, first, own) = with_peer_sidecar(PEER_SESSION + 1);
+    let ended = s.step(Input::StreamEnded {
+        stream: first,
+        end: StreamEnd::ByWorker,
+    });
+    let w = writes(&ended);
+    for (item, _) in &own.items {
+        assert!(
+            w.contains(&format!("+/j/leader/failover/items/{item}")),
+            "flagged: {w:?}"
+        );
+    }
+    assert!(!w.iter().any(|x| x.contains(PEER)), "{w:?}");
+
+    // A peer whose worker the mirror shows running something (here: a trigger-once request
+    // waiting for it) is not idle.
+    let (mut s, first, own) = with_peer_sidecar(PEER_SESSION);
+    let p = s.paths.clone();
+    let seen = s.step(Input::Watched(WatchEvent::Created(p.trigger(PEER))));
+    let op = seen
+        .iter()
+        .find_map(|a| match a {
+            Action::Read { op, .. } => Some(*op),
+            _ => None,
+        })
+        .unwrap_or_else(|| panic!("{seen:?}"));
+    s.step(Input::Done {
+        op,
+        result: IoResult::Read {
+            path: p.trigger(PEER),
+            node: Ok(Some(node("", 0, 60))),
+        },
+    });
+    let ended = s.step(Input::StreamEnded {
+        stream: first,
+        end: StreamEnd::ByWorker,
+    });
+    let w = writes(&ended);
+    for (item, _) in &own.items {
+        assert!(
+            w.contains(&format!("+/j/leader/failover/items/{item}")),
+            "flagged: {w:?}"
+        );
+    }
+}
+
+/// This sidecar's idle worker (items 0 and 1, one execution at a time) and a peer's that ran
+/// items 2 and 3 and died; the peer's sidecar handed both items to this worker in the write
+/// that removed its instance. Returns what reading that write led to.
+fn handed_here(s: &mut Script) -> Vec<Action> {
+    let p = s.paths.clone();
+    let created = |path: String, zxid| (WatchEvent::Created(path), Some(node(ME, 0, zxid)));
+    let mut running = node(ME, 1, 70);
+    running.stat.mzxid = 70;
+    let changed = [
+        (WatchEvent::Deleted(p.instance(PEER)), None),
+        (WatchEvent::DataChanged(p.item(2)), Some(node("", 5, 70))),
+        (
+            WatchEvent::Created(p.item_running(2)),
+            Some(running.clone()),
+        ),
+        created(p.item_failover(2), 70),
+        created(p.item_failovering(2), 70),
+        (WatchEvent::DataChanged(p.item(3)), Some(node("", 5, 70))),
+        (WatchEvent::Created(p.item_running(3)), Some(running)),
+        created(p.item_failover(3), 70),
+        created(p.item_failovering(3), 70),
+    ];
+    let seen = s.state.step_all(
+        changed.iter().map(|(e, _)| Input::Watched(e.clone())),
+        &s.env.clone(),
+    );
+    let (op, paths) = read_many(&seen).expect("the nodes are read at once");
+    let nodes = changed.into_iter().map(|(_, n)| n).collect();
+    s.step(Input::Done {
+        op,
+        result: IoResult::ReadMany {
+            paths,
+            nodes: Ok(nodes),
+        },
+    })
+}
+
+#[test]
+fn items_a_peer_handed_to_an_idle_worker_here_run_as_failover_with_no_write() {
+    let mut s = Script::new("j");
+    let tree = shared_with_peer(&s, true, ME);
+    s.join(Some(tree));
+    let decided = handed_here(&mut s);
+    let t = one_failover_of(&decided, &[2, 3]);
+    assert_eq!(
+        t[0].fencing_tokens,
+        BTreeMap::from([(2, 70), (3, 70)]),
+        "the tokens of the running nodes the peer wrote"
+    );
+    let w = writes(&decided);
+    assert!(
+        !w.iter().any(|x| x.contains("/sharding/2/")
+            || x.contains("/sharding/3/")
+            || x.contains("/failover")),
+        "the peer's write was the claim: {w:?}"
+    );
+    // Its answer ends the run, fenced on the epochs as read.
+    let done = s.answer(&t[0].execution_id, &[2, 3]);
+    let w = writes(&done);
+    let fences: Vec<(String, Option<i32>)> = done
+        .iter()
+        .flat_map(|a| match a {
+            Action::Commit { ops, .. } => ops.clone(),
+            _ => Vec::new(),
+        })
+        .filter_map(|op| match op {
+            Op::SetData { path, version, .. } if !path.ends_with("running") => {
+                Some((path, version))
+            }
+            _ => None,
+        })
+        .collect();
+    assert_eq!(
+        fences,
+        [
+            ("/j/sharding/2".to_string(), Some(5)),
+            ("/j/sharding/3".to_string(), Some(5))
+        ]
+    );
+    for item in [2, 3] {
+        for node in ["running", "failover", "failovering"] {
+            assert!(
+                w.contains(&format!("-/j/sharding/{item}/{node}")),
+                "{node} of {item}: {w:?}"
+            );
+        }
+    }
+}
+
+#[test]
+fn items_a_peer_handed_to_a_worker_here_that_has_become_busy_are_flagged() {
+    // The peer saw this worker idle, but it started a run before the hand-over landed: with
+    // one execution at a time it gets no second one; the items are flagged, for whoever has
+    // room to claim.
+    let (mut s, own) = busy_with_own_items(1);
+    let decided = handed_here(&mut s);
+    assert!(triggers(&decided).is_empty(), "{:?}", kinds(&decided));
+    let w = writes(&decided);
+    for item in [2, 3] {
+        assert!(
+            w.contains(&format!("+/j/leader/failover/items/{item}")),
+            "flagged: {w:?}"
+        );
+        assert!(w.contains(&format!("-/j/sharding/{item}/running")), "{w:?}");
+    }
+    // With room for two, it runs them next to its own.
+    let (mut s, _) = busy_with_own_items(2);
+    let decided = handed_here(&mut s);
+    let t = one_failover_of(&decided, &[2, 3]);
+    assert_ne!(t[0].execution_id, own.execution_id);
+}
