@@ -210,28 +210,46 @@ pub fn release_ops(
     ops
 }
 
+/// What [`stale_ops`] writes: the operations, the items they touch, and those of them handed
+/// straight to the taker.
+#[derive(Debug, Default)]
+pub struct Stale {
+    pub ops: Vec<Op>,
+    pub touched: Vec<i32>,
+    pub handed: Vec<i32>,
+}
+
 /// `running` nodes (and `failover` / `failovering` nodes) of items `0..total` that the caller
-/// may release: those naming an instance for which `release_for(instance, item)` holds. A `running` item is flagged for failover (failover on) or freed. Returns the writes and
-/// the items they touch.
+/// may release: those naming an instance for which `release_for(instance, item)` holds. A
+/// `running` item is flagged for failover (failover on) or freed; with a `taker` (another live
+/// instance with room), an item that would be flagged is given to it instead, in the same
+/// write, as [`handover_ops`] gives a leaving instance's items: its `failover`, `failovering`
+/// and `running` nodes written for the taker. That write also asserts that no one flagged the
+/// item meanwhile (ElasticJob's members flag a crashed member's items by themselves: the flag
+/// is created and deleted again, refused with `NodeExists` if it is there); a hand-over never
+/// coexists with a flag some process would claim.
 pub fn stale_ops(
     view: &JobView,
     paths: &JobPaths,
     release_for: impl Fn(&str, i32) -> bool,
     skip: impl Fn(i32) -> bool,
-) -> (Vec<Op>, Vec<i32>) {
+    taker: Option<&str>,
+) -> Stale {
     let live = |id: &str| view.instances.contains_key(id);
-    let mut ops = Vec::new();
-    let mut touched = Vec::new();
+    let mut stale = Stale::default();
     for (i, item) in view.items.range(..view.total()) {
         if skip(*i) {
             continue;
         }
+        let Some(v) = item.version else { continue };
         let mut item_ops = Vec::new();
         let dead_runner = item
             .running
             .as_ref()
             .map(|(id, _)| id.as_str())
             .filter(|id| !id.is_empty() && release_for(id, *i));
+        let released =
+            |node: &Option<String>| node.as_deref().is_some_and(|id| release_for(id, *i));
         if dead_runner.is_some() {
             // Taken over already by a live instance, unless the taker is the runner whose run
             // is given up here (a FAILOVER run interrupted, or handed to it and never started):
@@ -240,7 +258,27 @@ pub fn stale_ops(
                 .failover
                 .as_deref()
                 .is_some_and(|taker| live(taker) && Some(taker) != dead_runner);
-            if failover_on(view) && !taken && !view.failover_items.contains(i) {
+            let flag = failover_on(view) && !taken && !view.failover_items.contains(i);
+            let unclaimed = |node: &Option<String>| node.is_none() || released(node);
+            if let Some(taker) =
+                taker.filter(|_| flag && unclaimed(&item.failover) && unclaimed(&item.failovering))
+            {
+                item_ops.push(bump(paths, *i, v));
+                item_ops.push(Op::delete(paths.item_running(*i)));
+                item_ops.push(Op::create(
+                    paths.failover_item(*i),
+                    Vec::new(),
+                    CreateMode::Persistent,
+                ));
+                item_ops.push(Op::delete(paths.failover_item(*i)));
+                take_ops(paths, item, *i, taker, &mut item_ops);
+                item_ops.extend(running_ops(paths, *i, taker, CreateMode::Persistent));
+                stale.ops.extend(item_ops);
+                stale.touched.push(*i);
+                stale.handed.push(*i);
+                continue;
+            }
+            if flag {
                 item_ops.push(Op::create(
                     paths.failover_item(*i),
                     Vec::new(),
@@ -249,29 +287,20 @@ pub fn stale_ops(
             }
             item_ops.push(Op::delete(paths.item_running(*i)));
         }
-        if item
-            .failover
-            .as_deref()
-            .is_some_and(|id| release_for(id, *i))
-        {
+        if released(&item.failover) {
             item_ops.push(Op::delete(paths.item_failover(*i)));
         }
-        if item
-            .failovering
-            .as_deref()
-            .is_some_and(|id| release_for(id, *i))
-        {
+        if released(&item.failovering) {
             item_ops.push(Op::delete(paths.item_failovering(*i)));
         }
         if item_ops.is_empty() {
             continue;
         }
-        let Some(v) = item.version else { continue };
-        ops.push(bump(paths, *i, v));
-        ops.extend(item_ops);
-        touched.push(*i);
+        stale.ops.push(bump(paths, *i, v));
+        stale.ops.extend(item_ops);
+        stale.touched.push(*i);
     }
-    (ops, touched)
+    stale
 }
 
 /// The flagged items in the order ElasticJob takes them (descending string order: "9" before
@@ -510,7 +539,11 @@ mod tests {
     fn stale_nodes_are_left_to_a_live_runners_sidecar() {
         let mut v = view();
         v.items.get_mut(&1).unwrap().running = Some((B.into(), Stat::default()));
-        let (ops, items) = stale_ops(&v, &JobPaths::new("j"), |id, _| id == B, |_| false);
+        let Stale {
+            ops,
+            touched: items,
+            ..
+        } = stale_ops(&v, &JobPaths::new("j"), |id, _| id == B, |_| false, None);
         assert_eq!(items, [1]);
         assert_eq!(
             paths_of(&ops),
@@ -520,7 +553,7 @@ mod tests {
                 "-/j/sharding/1/running"
             ]
         );
-        let (ops, _) = stale_ops(&v, &JobPaths::new("j"), |_, _| false, |_| false);
+        let ops = stale_ops(&v, &JobPaths::new("j"), |_, _| false, |_| false, None).ops;
         assert!(
             ops.is_empty(),
             "nothing released while B's sidecar looks after it"

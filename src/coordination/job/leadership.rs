@@ -65,7 +65,7 @@ impl JobState {
                     self.commit(Pending::Abdicate, ops, &[], out);
                 }
             }
-            election::Decision::Lead(_) => self.lead(out),
+            election::Decision::Lead(_) => self.lead(env, out),
             election::Decision::Follow => {}
         }
         let _ = env;
@@ -73,21 +73,56 @@ impl JobState {
     }
 
     /// The leader's work: clean-up of dead runners whose sidecar is gone, then resharding.
-    fn lead(&mut self, out: &mut Vec<Action>) {
+    fn lead(&mut self, env: &Env, out: &mut Vec<Action>) {
         if !self.in_flight(|p| matches!(p, Pending::Cleanup { .. })) {
+            // What a gone runner left running goes, in the clean-up itself, to a local worker
+            // with room, else to an idle worker of a peer sidecar: one write after the crash
+            // is known, as when a worker's stream ends (`leave`).
+            let local_taker = self.handover_taker("", env);
+            let peer_taker = match local_taker {
+                None => self.peer_taker(env),
+                Some(_) => None,
+            };
             let view = &self.view;
             let locked = &self.locked;
-            let (ops, items) = failover::stale_ops(
+            let failover::Stale {
+                mut ops,
+                touched: items,
+                mut handed,
+            } = failover::stale_ops(
                 view,
                 &self.paths,
                 |id, _| !view.instances.contains_key(id) && !view.sidecars.contains_key(ip_of(id)),
                 |i| locked.contains(&i),
+                local_taker.as_deref().or(peer_taker.as_deref()),
             );
             if !ops.is_empty() {
                 info!(job = %self.name, items = ?items, "releasing items of instances that are gone");
+                let (handed, handed_to_peer) = if handed.is_empty() {
+                    (None, None)
+                } else {
+                    let mut all = failover::latch_free_ops(&self.paths, self.claims.latch_dir);
+                    all.append(&mut ops);
+                    ops = all;
+                    handed.sort_unstable();
+                    match (local_taker, peer_taker) {
+                        (Some(taker), _) => (
+                            Some(self.failover_execution(&taker, &handed, true, env)),
+                            None,
+                        ),
+                        (None, Some(taker)) => {
+                            info!(job = %self.name, taker = %taker, items = ?handed,
+                                  "handing the items of a gone runner to a peer's idle worker");
+                            (None, Some(taker))
+                        }
+                        (None, None) => (None, None),
+                    }
+                };
                 self.commit(
                     Pending::Cleanup {
                         items: items.clone(),
+                        handed,
+                        handed_to_peer,
                     },
                     ops,
                     &items,
@@ -127,7 +162,11 @@ impl JobState {
             .flat_map(|e| e.items.iter().map(|i| (e.instance_id.as_str(), *i)))
             .collect();
         let locked = &self.locked;
-        let (ops, items) = failover::stale_ops(
+        let failover::Stale {
+            ops,
+            touched: items,
+            ..
+        } = failover::stale_ops(
             view,
             &self.paths,
             |id, i| {
@@ -141,6 +180,7 @@ impl JobState {
                 }
             },
             |i| locked.contains(&i),
+            None,
         );
         if !ops.is_empty() {
             info!(job = %self.name, items = ?items, "releasing items this host no longer runs");
@@ -152,6 +192,45 @@ impl JobState {
                 &items,
                 out,
             );
+        }
+    }
+
+    /// The leader's clean-up landed (or not). Items it handed to a local instance start
+    /// now; a peer's sidecar starts those it was handed when it reads the write.
+    #[allow(clippy::too_many_arguments)]
+    pub(super) fn on_cleaned_up(
+        &mut self,
+        items: &[i32],
+        handed: Option<String>,
+        handed_to_peer: Option<String>,
+        ops: &[Op],
+        result: Result<Vec<OpResult>, RegError>,
+        env: &Env,
+        out: &mut Vec<Action>,
+    ) {
+        self.unlock(items);
+        match result {
+            Ok(results) => {
+                if let Some(execution_id) = handed {
+                    let taken = self
+                        .executions
+                        .get(&execution_id)
+                        .map(|e| e.items.iter().copied().collect())
+                        .unwrap_or_default();
+                    self.claimed_free(taken, out);
+                    self.deliver_claimed(&execution_id, ops, &results, env, out);
+                }
+                if handed_to_peer.is_some() {
+                    self.claims.refused = 0;
+                    self.claims.latch_dir = false;
+                }
+            }
+            Err(e) => {
+                self.forget_unclaimed(handed);
+                if !self.latch_refused(&e, ops) {
+                    self.write_failed("releasing items no one runs any more", &e, env);
+                }
+            }
         }
     }
 

@@ -112,7 +112,12 @@ impl JobState {
                 }
             }
             Pending::Reshard => self.on_resharded(result, env),
-            Pending::Cleanup { items } | Pending::ReleaseStale { items } => {
+            Pending::Cleanup {
+                items,
+                handed,
+                handed_to_peer,
+            } => self.on_cleaned_up(&items, handed, handed_to_peer, &ops, result, env, out),
+            Pending::ReleaseStale { items } => {
                 self.unlock(&items);
                 if let Err(e) = result {
                     self.write_failed("releasing items no one runs any more", &e, env);

@@ -185,8 +185,12 @@ pub(super) enum Pending {
     },
     MisfireFlags,
     Reshard,
+    /// The leader's clean-up of items whose runner is gone; those it hands over go to a local
+    /// instance (its FAILOVER execution `handed`) or to a peer's (`handed_to_peer`).
     Cleanup {
         items: Vec<i32>,
+        handed: Option<String>,
+        handed_to_peer: Option<String>,
     },
     ReleaseStale {
         items: Vec<i32>,

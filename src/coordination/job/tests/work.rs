@@ -1172,3 +1172,64 @@ fn items_a_peer_handed_to_a_worker_here_that_has_become_busy_are_flagged() {
     let t = one_failover_of(&decided, &[2, 3]);
     assert_ne!(t[0].execution_id, own.execution_id);
 }
+
+#[test]
+fn the_leader_hands_a_gone_runners_items_to_its_idle_worker_in_the_clean_up_itself() {
+    // #11: a peer whose sidecar is gone (its session expired) ran item 2. The leader knows it
+    // when the peer's instance node goes; the clean-up that releases the item also gives it to
+    // the leader's idle worker, which runs it when that one write is answered: no flag, no
+    // claim. The write asserts that no one flagged the item meanwhile (ElasticJob's members
+    // flag a crashed member's items by themselves).
+    let mut s = Script::new("j");
+    let mut tree = shared_with_peer(&s, true, ME);
+    tree.insert(s.paths.item_running(2), node(PEER, 1, 20));
+    s.join(Some(with_ancestors(tree)));
+    let p = s.paths.clone();
+    let seen = s.step(Input::Watched(WatchEvent::Deleted(p.instance(PEER))));
+    let op = seen
+        .iter()
+        .find_map(|a| match a {
+            Action::Read { op, .. } => Some(*op),
+            _ => None,
+        })
+        .unwrap_or_else(|| panic!("{seen:?}"));
+    let decided = s.step(Input::Done {
+        op,
+        result: IoResult::Read {
+            path: p.instance(PEER),
+            node: Ok(None),
+        },
+    });
+    let cleanup = decided
+        .iter()
+        .find(|a| matches!(a, Action::Commit { ops, .. } if ops.iter().any(|op| matches!(op, Op::Delete { path, .. } if path.ends_with("/2/running")))))
+        .cloned()
+        .unwrap_or_else(|| panic!("a clean-up: {:?}", writes(&decided)));
+    let w = writes(std::slice::from_ref(&cleanup));
+    assert_eq!(
+        w.iter()
+            .filter(|x| x.contains("/failover/items/2"))
+            .collect::<Vec<_>>(),
+        ["+/j/leader/failover/items/2", "-/j/leader/failover/items/2"],
+        "no flag is left, and none was there: {w:?}"
+    );
+    for node in ["failover", "failovering", "running"] {
+        assert!(
+            w.contains(&format!("+/j/sharding/2/{node}")),
+            "{node}: {w:?}"
+        );
+    }
+    assert!(
+        w.contains(&"+/j/leader/failover/latch".to_string()),
+        "the latch is proved free: {w:?}"
+    );
+    assert!(triggers(&decided).is_empty(), "not before the write lands");
+    let answered = s.commit_all(vec![cleanup]);
+    let t = one_failover_of(&answered, &[2]);
+    assert!(t[0].fencing_tokens.contains_key(&2), "{t:?}");
+    assert!(
+        !writes(&answered).iter().any(|x| x.contains("/failover")),
+        "no claim follows: {:?}",
+        writes(&answered)
+    );
+}
