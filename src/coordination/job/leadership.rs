@@ -102,6 +102,13 @@ impl JobState {
                     (None, None)
                 } else {
                     let mut all = failover::latch_free_ops(&self.paths, self.claims.latch_dir);
+                    // The taker must still be there when the write lands, as in a leave.
+                    if let Some(taker) = local_taker.as_deref().or(peer_taker.as_deref()) {
+                        all.push(Op::Check {
+                            path: self.paths.instance(taker),
+                            version: -1,
+                        });
+                    }
                     all.append(&mut ops);
                     ops = all;
                     handed.sort_unstable();

@@ -1223,6 +1223,10 @@ fn the_leader_hands_a_gone_runners_items_to_its_idle_worker_in_the_clean_up_itse
         w.contains(&"+/j/leader/failover/latch".to_string()),
         "the latch is proved free: {w:?}"
     );
+    assert!(
+        w.contains(&format!("?/j/instances/{ME}")),
+        "the taker is still there: {w:?}"
+    );
     assert!(triggers(&decided).is_empty(), "not before the write lands");
     let answered = s.commit_all(vec![cleanup]);
     let t = one_failover_of(&answered, &[2]);
