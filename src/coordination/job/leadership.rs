@@ -98,33 +98,13 @@ impl JobState {
             );
             if !ops.is_empty() {
                 info!(job = %self.name, items = ?items, "releasing items of instances that are gone");
-                let (handed, handed_to_peer) = if handed.is_empty() {
-                    (None, None)
-                } else {
-                    let mut all = failover::latch_free_ops(&self.paths, self.claims.latch_dir);
-                    // The taker must still be there when the write lands, as in a leave.
-                    if let Some(taker) = local_taker.as_deref().or(peer_taker.as_deref()) {
-                        all.push(Op::Check {
-                            path: self.paths.instance(taker),
-                            version: -1,
-                        });
-                    }
-                    all.append(&mut ops);
-                    ops = all;
-                    handed.sort_unstable();
-                    match (local_taker, peer_taker) {
-                        (Some(taker), _) => (
-                            Some(self.failover_execution(&taker, &handed, true, env)),
-                            None,
-                        ),
-                        (None, Some(taker)) => {
-                            info!(job = %self.name, taker = %taker, items = ?handed,
-                                  "handing the items of a gone runner to a peer's idle worker");
-                            (None, Some(taker))
-                        }
-                        (None, None) => (None, None),
-                    }
-                };
+                let (handed, handed_to_peer) = self.prepare_hand_over(
+                    &mut ops,
+                    &mut handed,
+                    (local_taker, peer_taker),
+                    true,
+                    env,
+                );
                 self.commit(
                     Pending::Cleanup {
                         items: items.clone(),
@@ -217,21 +197,7 @@ impl JobState {
     ) {
         self.unlock(items);
         match result {
-            Ok(results) => {
-                if let Some(execution_id) = handed {
-                    let taken = self
-                        .executions
-                        .get(&execution_id)
-                        .map(|e| e.items.iter().copied().collect())
-                        .unwrap_or_default();
-                    self.claimed_free(taken, out);
-                    self.deliver_claimed(&execution_id, ops, &results, env, out);
-                }
-                if handed_to_peer.is_some() {
-                    self.claims.refused = 0;
-                    self.claims.latch_dir = false;
-                }
-            }
+            Ok(results) => self.handed_over((handed, handed_to_peer), ops, &results, env, out),
             Err(e) => {
                 self.forget_unclaimed(handed);
                 if !self.latch_refused(&e, ops) {

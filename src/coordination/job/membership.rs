@@ -500,26 +500,8 @@ impl JobState {
             self.forget_local(id, env, out);
             return;
         }
-        let (handed, handed_to_peer) = if handed.is_empty() {
-            (None, None)
-        } else {
-            let mut all = failover::latch_free_ops(&self.paths, self.claims.latch_dir);
-            all.append(&mut ops);
-            ops = all;
-            handed.sort_unstable();
-            match (local_taker, peer_taker) {
-                (Some(taker), _) => (
-                    Some(self.failover_execution(&taker, &handed, true, env)),
-                    None,
-                ),
-                (None, Some(taker)) => {
-                    info!(job = %self.name, instance = %id, taker = %taker, items = ?handed,
-                          "handing the items a dead worker left running to a peer's idle worker");
-                    (None, Some(taker))
-                }
-                (None, None) => (None, None),
-            }
-        };
+        let (handed, handed_to_peer) =
+            self.prepare_hand_over(&mut ops, &mut handed, (local_taker, peer_taker), false, env);
         self.commit(
             Pending::Leave {
                 instance_id: id.to_string(),
@@ -556,21 +538,7 @@ impl JobState {
         match result {
             Ok(results) => {
                 self.forget_local(id, env, out);
-                if let Some(execution_id) = handed {
-                    let taken = self
-                        .executions
-                        .get(&execution_id)
-                        .map(|e| e.items.iter().copied().collect())
-                        .unwrap_or_default();
-                    self.claimed_free(taken, out);
-                    self.deliver_claimed(&execution_id, ops, &results, env, out);
-                }
-                if handed_to_peer.is_some() {
-                    // The peer's sidecar tells of the run (`reconcile_adoptions`); here only the
-                    // latch's directory is known gone, as after any latch-free write.
-                    self.claims.refused = 0;
-                    self.claims.latch_dir = false;
-                }
+                self.handed_over((handed, handed_to_peer), ops, &results, env, out);
             }
             Err(RegError::SessionExpired) => {
                 self.forget_unclaimed(handed);

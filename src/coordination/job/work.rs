@@ -436,6 +436,73 @@ impl JobState {
         }
     }
 
+    /// Makes `ops`, which hand `handed` over (to `local_taker`, else to `peer_taker`), a
+    /// latch-free write: the latch-free assertion in front, and with `check_taker` a check
+    /// that the taker's node is still there. A local taker's FAILOVER execution is listed
+    /// until the write is answered. Returns that execution, or the peer's instance.
+    pub(super) fn prepare_hand_over(
+        &mut self,
+        ops: &mut Vec<Op>,
+        handed: &mut [i32],
+        (local_taker, peer_taker): (Option<String>, Option<String>),
+        check_taker: bool,
+        env: &Env,
+    ) -> (Option<String>, Option<String>) {
+        let Some(taker) = local_taker.as_deref().or(peer_taker.as_deref()) else {
+            return (None, None);
+        };
+        if handed.is_empty() {
+            return (None, None);
+        }
+        let mut all = failover::latch_free_ops(&self.paths, self.claims.latch_dir);
+        if check_taker {
+            all.push(Op::Check {
+                path: self.paths.instance(taker),
+                version: -1,
+            });
+        }
+        all.append(ops);
+        *ops = all;
+        handed.sort_unstable();
+        match local_taker {
+            Some(taker) => (
+                Some(self.failover_execution(&taker, handed, true, env)),
+                None,
+            ),
+            None => {
+                info!(job = %self.name, taker = %taker, items = ?handed,
+                      "handing items whose runner is gone to a peer's idle worker");
+                (None, peer_taker)
+            }
+        }
+    }
+
+    /// A write made by [`Self::prepare_hand_over`] landed: a local taker's execution starts
+    /// (its tokens from `results`); a peer's sidecar starts its own when it reads the write.
+    pub(super) fn handed_over(
+        &mut self,
+        (handed, handed_to_peer): (Option<String>, Option<String>),
+        ops: &[Op],
+        results: &[OpResult],
+        env: &Env,
+        out: &mut Vec<Action>,
+    ) {
+        if let Some(execution_id) = handed {
+            let taken = self
+                .executions
+                .get(&execution_id)
+                .map(|e| e.items.iter().copied().collect())
+                .unwrap_or_default();
+            self.claimed_free(taken, out);
+            self.deliver_claimed(&execution_id, ops, results, env, out);
+        }
+        if handed_to_peer.is_some() {
+            // Only the latch's directory is known gone here, as after any latch-free write.
+            self.claims.refused = 0;
+            self.claims.latch_dir = false;
+        }
+    }
+
     /// Notes a FAILOVER hand-over or claim that landed without the latch.
     pub(super) fn claimed_free(&mut self, items: Vec<i32>, out: &mut Vec<Action>) {
         self.claims.refused = 0;

@@ -73,6 +73,19 @@ fn an_idle_member_claims_every_flagged_item_at_once_before_any_catch_up() {
 }
 
 /// The one trigger among `actions`, a FAILOVER run of `items`.
+/// Asserts that the writes `w` create (`sign` '+') or delete ('-') the `running`, `failover`
+/// and `failovering` nodes of each of `items`.
+fn assert_item_nodes(w: &[String], sign: char, items: &[i32]) {
+    for item in items {
+        for node in ["running", "failover", "failovering"] {
+            assert!(
+                w.contains(&format!("{sign}/j/sharding/{item}/{node}")),
+                "{node} of {item}: {w:?}"
+            );
+        }
+    }
+}
+
 fn one_failover_of(actions: &[Action], items: &[i32]) -> Vec<Trigger> {
     let t = triggers(actions);
     assert_eq!(t.len(), 1, "{:?}", kinds(actions));
@@ -850,14 +863,7 @@ fn a_dead_workers_running_items_go_to_an_idle_worker_of_its_sidecar_in_the_write
         ["+/j/leader/failover/latch", "-/j/leader/failover/latch"],
         "the hand-over proves the failover latch free: {w:?}"
     );
-    for item in [0, 1] {
-        for node in ["running", "failover", "failovering"] {
-            assert!(
-                w.contains(&format!("+/j/sharding/{item}/{node}")),
-                "{node} of {item}: {w:?}"
-            );
-        }
-    }
+    assert_item_nodes(&w, '+', &[0, 1]);
     assert!(triggers(&ended).is_empty(), "not before the write lands");
     let answered = s.commit_all(ended);
     let t = one_failover_of(&answered, &[0, 1]);
@@ -886,14 +892,7 @@ fn a_dead_workers_running_items_go_to_an_idle_worker_of_its_sidecar_in_the_write
         outcomes: vec![(0, ItemOutcome::Completed), (1, ItemOutcome::Completed)],
     });
     let w = writes(&done);
-    for item in [0, 1] {
-        for node in ["running", "failover", "failovering"] {
-            assert!(
-                w.contains(&format!("-/j/sharding/{item}/{node}")),
-                "{node} of {item}: {w:?}"
-            );
-        }
-    }
+    assert_item_nodes(&w, '-', &[0, 1]);
 }
 
 #[test]
@@ -1140,14 +1139,7 @@ fn items_a_peer_handed_to_an_idle_worker_here_run_as_failover_with_no_write() {
             ("/j/sharding/3".to_string(), Some(5))
         ]
     );
-    for item in [2, 3] {
-        for node in ["running", "failover", "failovering"] {
-            assert!(
-                w.contains(&format!("-/j/sharding/{item}/{node}")),
-                "{node} of {item}: {w:?}"
-            );
-        }
-    }
+    assert_item_nodes(&w, '-', &[2, 3]);
 }
 
 #[test]
@@ -1213,12 +1205,7 @@ fn the_leader_hands_a_gone_runners_items_to_its_idle_worker_in_the_clean_up_itse
         ["+/j/leader/failover/items/2", "-/j/leader/failover/items/2"],
         "no flag is left, and none was there: {w:?}"
     );
-    for node in ["failover", "failovering", "running"] {
-        assert!(
-            w.contains(&format!("+/j/sharding/2/{node}")),
-            "{node}: {w:?}"
-        );
-    }
+    assert_item_nodes(&w, '+', &[2]);
     assert!(
         w.contains(&"+/j/leader/failover/latch".to_string()),
         "the latch is proved free: {w:?}"
