@@ -84,8 +84,26 @@ impl JobState {
             {
                 self.owners_reread = true;
             }
+            // An item's epoch and its `running`, `failover` and `failovering` nodes are read
+            // together whichever of them an event names: a peer writes them in one multi-op,
+            // and its events may come in more than one step. Read node by node, the mirror
+            // could show the new `running` node without the rest (a hand-over to a worker here
+            // would look like a stale runner of this host, and be released).
             WatchEvent::Created(p) | WatchEvent::DataChanged(p) | WatchEvent::Deleted(p) => {
-                self.event_reads.push(p);
+                match self.paths.classify(&p) {
+                    JobNode::Item(i)
+                    | JobNode::ItemRunning(i)
+                    | JobNode::ItemFailover(i)
+                    | JobNode::ItemFailovering(i) => {
+                        self.event_reads.extend([
+                            self.paths.item(i),
+                            self.paths.item_running(i),
+                            self.paths.item_failover(i),
+                            self.paths.item_failovering(i),
+                        ]);
+                    }
+                    _ => self.event_reads.push(p),
+                }
             }
         }
     }
