@@ -86,6 +86,23 @@ fn assert_item_nodes(w: &[String], sign: char, items: &[i32]) {
     }
 }
 
+/// Asserts that the writes `w` remove the local instance and hand its items over: no flag,
+/// and the failover latch proved free.
+fn assert_left_handing_over(w: &[String]) {
+    assert!(w.contains(&format!("-/j/instances/{ME}")), "{w:?}");
+    assert!(
+        !w.iter().any(|x| x.contains("/leader/failover/items")),
+        "nothing is flagged: {w:?}"
+    );
+    assert_eq!(
+        w.iter()
+            .filter(|x| x.ends_with("/leader/failover/latch"))
+            .collect::<Vec<_>>(),
+        ["+/j/leader/failover/latch", "-/j/leader/failover/latch"],
+        "the hand-over proves the failover latch free: {w:?}"
+    );
+}
+
 fn one_failover_of(actions: &[Action], items: &[i32]) -> Vec<Trigger> {
     let t = triggers(actions);
     assert_eq!(t.len(), 1, "{:?}", kinds(actions));
@@ -878,18 +895,7 @@ fn a_dead_workers_running_items_go_to_an_idle_worker_of_its_sidecar_in_the_write
         end: StreamEnd::ByWorker,
     });
     let w = writes(&ended);
-    assert!(w.contains(&format!("-/j/instances/{ME}")), "{w:?}");
-    assert!(
-        !w.iter().any(|x| x.contains("/leader/failover/items")),
-        "nothing is flagged: {w:?}"
-    );
-    assert_eq!(
-        w.iter()
-            .filter(|x| x.ends_with("/leader/failover/latch"))
-            .collect::<Vec<_>>(),
-        ["+/j/leader/failover/latch", "-/j/leader/failover/latch"],
-        "the hand-over proves the failover latch free: {w:?}"
-    );
+    assert_left_handing_over(&w);
     assert_item_nodes(&w, '+', &[0, 1]);
     assert!(triggers(&ended).is_empty(), "not before the write lands");
     let answered = s.commit_all(ended);
@@ -997,19 +1003,8 @@ fn a_dead_workers_items_go_to_an_idle_worker_of_a_peer_sidecar_in_the_write_that
         end: StreamEnd::ByWorker,
     });
     let w = writes(&ended);
-    assert!(w.contains(&format!("-/j/instances/{ME}")), "{w:?}");
+    assert_left_handing_over(&w);
     assert!(w.contains(&format!("?/j/instances/{PEER}")), "{w:?}");
-    assert!(
-        !w.iter().any(|x| x.contains("/leader/failover/items")),
-        "nothing is flagged: {w:?}"
-    );
-    assert_eq!(
-        w.iter()
-            .filter(|x| x.ends_with("/leader/failover/latch"))
-            .collect::<Vec<_>>(),
-        ["+/j/leader/failover/latch", "-/j/leader/failover/latch"],
-        "{w:?}"
-    );
     let ops: Vec<Op> = ended
         .iter()
         .find_map(|a| match a {
