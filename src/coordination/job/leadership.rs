@@ -11,7 +11,7 @@ use std::collections::BTreeSet;
 
 use tracing::{debug, info};
 
-use super::state::{JobState, Pending};
+use super::state::{Handed, JobState, Pending};
 use super::{Action, Env, LatchKey};
 use crate::coordination::{election, failover, sharding};
 use crate::elasticjob::instance::ip_of;
@@ -75,41 +75,44 @@ impl JobState {
     /// The leader's work: clean-up of dead runners whose sidecar is gone, then resharding.
     fn lead(&mut self, env: &Env, out: &mut Vec<Action>) {
         if !self.in_flight(|p| matches!(p, Pending::Cleanup { .. })) {
-            // What a gone runner left running goes, in the clean-up itself, to a local worker
-            // with room, else to an idle worker of a peer sidecar: one write after the crash
-            // is known, as when a worker's stream ends (`leave`).
-            let local_taker = self.handover_taker("", env);
-            let peer_taker = match local_taker {
-                None => self.peer_taker(env),
-                Some(_) => None,
-            };
             let view = &self.view;
             let locked = &self.locked;
+            let stale = |taker: Option<&str>| {
+                failover::stale_ops(
+                    view,
+                    &self.paths,
+                    |id, _| {
+                        !view.instances.contains_key(id) && !view.sidecars.contains_key(ip_of(id))
+                    },
+                    |i| locked.contains(&i),
+                    taker,
+                )
+            };
+            let mut cleanup = stale(None);
+            // What a gone runner left running goes, in the clean-up itself, to a local worker
+            // with room, else to an idle worker of a peer sidecar: one write after the crash
+            // is known, as when a worker's stream ends (`leave`). A taker is looked for only
+            // when there is something to clean up.
+            let taker = if cleanup.ops.is_empty() {
+                None
+            } else {
+                self.taker("", env)
+            };
+            if let Some(taker) = &taker {
+                cleanup = stale(Some(taker.id()));
+            }
             let failover::Stale {
                 mut ops,
                 touched: items,
                 mut handed,
-            } = failover::stale_ops(
-                view,
-                &self.paths,
-                |id, _| !view.instances.contains_key(id) && !view.sidecars.contains_key(ip_of(id)),
-                |i| locked.contains(&i),
-                local_taker.as_deref().or(peer_taker.as_deref()),
-            );
+            } = cleanup;
             if !ops.is_empty() {
                 info!(job = %self.name, items = ?items, "releasing items of instances that are gone");
-                let (handed, handed_to_peer) = self.prepare_hand_over(
-                    &mut ops,
-                    &mut handed,
-                    (local_taker, peer_taker),
-                    true,
-                    env,
-                );
+                let handed = self.prepare_hand_over(&mut ops, &mut handed, taker, true, env);
                 self.commit(
                     Pending::Cleanup {
                         items: items.clone(),
                         handed,
-                        handed_to_peer,
                     },
                     ops,
                     &items,
@@ -184,12 +187,10 @@ impl JobState {
 
     /// The leader's clean-up landed (or not). Items it handed to a local instance start
     /// now; a peer's sidecar starts those it was handed when it reads the write.
-    #[allow(clippy::too_many_arguments)]
     pub(super) fn on_cleaned_up(
         &mut self,
         items: &[i32],
-        handed: Option<String>,
-        handed_to_peer: Option<String>,
+        handed: Option<Handed>,
         ops: &[Op],
         result: Result<Vec<OpResult>, RegError>,
         env: &Env,
@@ -197,9 +198,9 @@ impl JobState {
     ) {
         self.unlock(items);
         match result {
-            Ok(results) => self.handed_over((handed, handed_to_peer), ops, &results, env, out),
+            Ok(results) => self.handed_over(handed, ops, &results, env, out),
             Err(e) => {
-                self.forget_unclaimed(handed);
+                self.forget_unclaimed(handed.and_then(Handed::execution));
                 if !self.latch_refused(&e, ops) {
                     self.write_failed("releasing items no one runs any more", &e, env);
                 }

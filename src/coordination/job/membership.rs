@@ -10,7 +10,7 @@
 
 use tracing::{debug, info};
 
-use super::state::{create_empty, Gone, JobState, Local, Pending, Phase};
+use super::state::{create_empty, Gone, Handed, JobState, Local, Pending, Phase};
 use super::{Action, Env, Input, Observation, Reply, StreamKey};
 use crate::coordination::events::{StreamEnd, WorkerEvent};
 use crate::coordination::failover;
@@ -446,26 +446,17 @@ impl JobState {
         // What it leaves running goes straight to another local instance with room, if there
         // is one, in this same write: no flag, no claim, no round trip more. Failing that, to
         // an idle worker of a peer sidecar, which runs it once it reads this write.
-        let local_taker = if current {
-            self.handover_taker(id, env)
-        } else {
-            None
-        };
-        let peer_taker = match (&local_taker, current) {
-            (None, true) => self.peer_taker(env),
-            _ => None,
-        };
-        let taker = local_taker.clone().or(peer_taker.clone());
+        let taker = if current { self.taker(id, env) } else { None };
         let mut items = Vec::new();
         let mut handed = Vec::new();
         for exec in execs {
             let unreleased = exec.unreleased();
-            let handover = taker.as_deref().and_then(|taker| {
+            let handover = taker.as_ref().and_then(|taker| {
                 failover::handover_ops(
                     &self.view,
                     &self.paths,
                     id,
-                    taker,
+                    taker.id(),
                     &unreleased,
                     &exec.versions,
                     exec.monitored,
@@ -500,13 +491,11 @@ impl JobState {
             self.forget_local(id, env, out);
             return;
         }
-        let (handed, handed_to_peer) =
-            self.prepare_hand_over(&mut ops, &mut handed, (local_taker, peer_taker), false, env);
+        let handed = self.prepare_hand_over(&mut ops, &mut handed, taker, false, env);
         self.commit(
             Pending::Leave {
                 instance_id: id.to_string(),
                 handed,
-                handed_to_peer,
             },
             ops,
             &items,
@@ -514,12 +503,10 @@ impl JobState {
         );
     }
 
-    #[allow(clippy::too_many_arguments)]
     pub(super) fn on_left(
         &mut self,
         id: &str,
-        handed: Option<String>,
-        handed_to_peer: Option<String>,
+        handed: Option<Handed>,
         ops: &[Op],
         result: Result<Vec<OpResult>, RegError>,
         env: &Env,
@@ -538,14 +525,14 @@ impl JobState {
         match result {
             Ok(results) => {
                 self.forget_local(id, env, out);
-                self.handed_over((handed, handed_to_peer), ops, &results, env, out);
+                self.handed_over(handed, ops, &results, env, out);
             }
             Err(RegError::SessionExpired) => {
-                self.forget_unclaimed(handed);
+                self.forget_unclaimed(handed.and_then(Handed::execution));
                 self.forget_local(id, env, out);
             }
             Err(e) => {
-                self.forget_unclaimed(handed);
+                self.forget_unclaimed(handed.and_then(Handed::execution));
                 // Refused only by the latch's state: the leave is decided again at once.
                 if !self.latch_refused(&e, ops) {
                     self.write_failed("removing an instance", &e, env);

@@ -104,19 +104,16 @@ impl JobState {
             Pending::Leave {
                 instance_id,
                 handed,
-                handed_to_peer,
-            } => self.on_left(&instance_id, handed, handed_to_peer, &ops, result, env, out),
+            } => self.on_left(&instance_id, handed, &ops, result, env, out),
             Pending::MisfireFlags | Pending::SidecarNode | Pending::Abdicate | Pending::Orphans => {
                 if let Err(e) = result {
                     self.write_failed("a registry write", &e, env);
                 }
             }
             Pending::Reshard => self.on_resharded(result, env),
-            Pending::Cleanup {
-                items,
-                handed,
-                handed_to_peer,
-            } => self.on_cleaned_up(&items, handed, handed_to_peer, &ops, result, env, out),
+            Pending::Cleanup { items, handed } => {
+                self.on_cleaned_up(&items, handed, &ops, result, env, out)
+            }
             Pending::ReleaseStale { items } => {
                 self.unlock(&items);
                 if let Err(e) = result {

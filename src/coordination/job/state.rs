@@ -147,6 +147,43 @@ pub(super) struct ManualTrace {
     pub instances: BTreeSet<String>,
 }
 
+/// Who takes over, in the very write that releases them, items whose runner is gone.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(super) enum Taker {
+    /// A local instance with room.
+    Here(String),
+    /// An idle worker of a peer sidecar, whose sidecar runs them when it reads the write.
+    Peer(String),
+}
+
+impl Taker {
+    /// The taker's instance id.
+    pub(super) fn id(&self) -> &str {
+        match self {
+            Taker::Here(id) | Taker::Peer(id) => id,
+        }
+    }
+}
+
+/// What a write in flight handed over.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(super) enum Handed {
+    /// To a local instance: its FAILOVER execution, sent once the write is answered.
+    Here(String),
+    /// To a peer's worker: nothing to start here.
+    Peer,
+}
+
+impl Handed {
+    /// The local execution that takes the items, if it is local.
+    pub(super) fn execution(self) -> Option<String> {
+        match self {
+            Handed::Here(execution_id) => Some(execution_id),
+            Handed::Peer => None,
+        }
+    }
+}
+
 /// An action in flight and what to do with its result.
 #[derive(Debug)]
 pub(super) enum Pending {
@@ -176,21 +213,18 @@ pub(super) enum Pending {
         items: Vec<i32>,
     },
     /// Removing a local instance (and releasing what it ran, or handing it in the same write
-    /// to another instance: a local one, whose FAILOVER execution is `handed`, or an idle one
-    /// of a peer sidecar, `handed_to_peer`, whose sidecar runs them when it reads the write).
+    /// to another instance: `handed`).
     Leave {
         instance_id: String,
-        handed: Option<String>,
-        handed_to_peer: Option<String>,
+        handed: Option<Handed>,
     },
     MisfireFlags,
     Reshard,
-    /// The leader's clean-up of items whose runner is gone; those it hands over go to a local
-    /// instance (its FAILOVER execution `handed`) or to a peer's (`handed_to_peer`).
+    /// The leader's clean-up of items whose runner is gone (and those it hands over in the
+    /// same write: `handed`).
     Cleanup {
         items: Vec<i32>,
-        handed: Option<String>,
-        handed_to_peer: Option<String>,
+        handed: Option<Handed>,
     },
     ReleaseStale {
         items: Vec<i32>,

@@ -12,7 +12,7 @@ use std::time::Duration;
 
 use tracing::{debug, info};
 
-use super::state::{FreeClaims, JobState, Pending};
+use super::state::{FreeClaims, Handed, JobState, Pending, Taker};
 use super::{Action, Env, LatchKey, Observation};
 use crate::coordination::events::Source;
 use crate::coordination::execution::{new_execution_id, Execution};
@@ -309,13 +309,21 @@ impl JobState {
         }
     }
 
-    /// The local instance that takes, in the same write, the items a leaving instance `id`
-    /// leaves running (an idle one first), if claims may go without the latch now.
-    pub(super) fn handover_taker(&self, id: &str, env: &Env) -> Option<String> {
+    /// Who takes, in the same write, the items a leaving instance `id` (or, with `""`, a gone
+    /// runner) leaves running, if claims may go without the latch now: a local instance with
+    /// room (an idle one first), else an idle worker of a peer sidecar.
+    pub(super) fn taker(&self, id: &str, env: &Env) -> Option<Taker> {
         let failover = self.view.config.as_ref().is_some_and(|c| c.failover);
         if !failover || self.claims.refused >= FreeClaims::LIMIT || !self.connected(env) {
             return None;
         }
+        self.local_taker(id, env)
+            .map(Taker::Here)
+            .or_else(|| self.peer_taker().map(Taker::Peer))
+    }
+
+    /// A local instance with room other than `id`, an idle one first.
+    fn local_taker(&self, id: &str, env: &Env) -> Option<String> {
         let spare: Vec<String> = self
             .spare_locals(env)
             .into_iter()
@@ -329,19 +337,15 @@ impl JobState {
     }
 
     /// An idle worker of a peer sidecar that may take, in the same write, the items a leaving
-    /// instance leaves running when no local instance has room (else they would be flagged,
-    /// read by the peer, and claimed: two round trips more). Only an instance that is
+    /// instance or a gone runner leaves when no local instance has room (else they would be
+    /// flagged, read by the peer, and claimed: two round trips more). Only an instance that is
     /// certainly a shardcar worker: its node is ephemeral on the very session that holds its
     /// host's `shardcar/sidecars/{ip}` (a Java process's is on its own session, and Java would
     /// never start an item whose `running` node it did not write). It must be on an enabled
     /// server, and the mirror must show it running nothing and about to take no trigger-once
     /// request. Its sidecar runs the items as FAILOVER once it reads the write
     /// ([`Self::reconcile_adoptions`]); should its worker have no room by then, it flags them.
-    pub(super) fn peer_taker(&self, env: &Env) -> Option<String> {
-        let failover = self.view.config.as_ref().is_some_and(|c| c.failover);
-        if !failover || self.claims.refused >= FreeClaims::LIMIT || !self.connected(env) {
-            return None;
-        }
+    fn peer_taker(&self) -> Option<String> {
         let busy: BTreeSet<&str> = self
             .view
             .items
@@ -396,14 +400,12 @@ impl JobState {
         if spare.is_empty() {
             return;
         }
-        let executing = self.executing();
         let mut handed: BTreeMap<String, Vec<i32>> = BTreeMap::new();
         for (i, item) in self.view.items.range(..self.view.total()) {
             let Some((runner, stat)) = &item.running else {
                 continue;
             };
             if self.locked.contains(i)
-                || executing.contains(i)
                 || self.view.failover_items.contains(i)
                 || stat.version != failover::RUNNING_VERSION
                 || item.failover.as_ref() != Some(runner)
@@ -415,6 +417,16 @@ impl JobState {
             }
             handed.entry(runner.clone()).or_default().push(*i);
         }
+        if handed.is_empty() {
+            return;
+        }
+        // Only items no execution here holds (gathered once, and only when there is a
+        // candidate: this runs on every reconcile).
+        let executing = self.executing();
+        for items in handed.values_mut() {
+            items.retain(|i| !executing.contains(i));
+        }
+        handed.retain(|_, items| !items.is_empty());
         for (id, items) in handed {
             info!(job = %self.name, instance = %id, items = ?items,
                   "running items a peer's sidecar handed over");
@@ -436,70 +448,64 @@ impl JobState {
         }
     }
 
-    /// Makes `ops`, which hand `handed` over (to `local_taker`, else to `peer_taker`), a
-    /// latch-free write: the latch-free assertion in front, and with `check_taker` a check
-    /// that the taker's node is still there. A local taker's FAILOVER execution is listed
-    /// until the write is answered. Returns that execution, or the peer's instance.
+    /// Makes `ops`, which hand `handed` over to `taker`, a latch-free write: the latch-free
+    /// assertion in front, and with `check_taker` a check that the taker's node is still
+    /// there. A local taker's FAILOVER execution is listed until the write is answered.
     pub(super) fn prepare_hand_over(
         &mut self,
         ops: &mut Vec<Op>,
         handed: &mut [i32],
-        (local_taker, peer_taker): (Option<String>, Option<String>),
+        taker: Option<Taker>,
         check_taker: bool,
         env: &Env,
-    ) -> (Option<String>, Option<String>) {
-        let Some(taker) = local_taker.as_deref().or(peer_taker.as_deref()) else {
-            return (None, None);
-        };
-        if handed.is_empty() {
-            return (None, None);
-        }
+    ) -> Option<Handed> {
+        let taker = taker.filter(|_| !handed.is_empty())?;
         let mut all = failover::latch_free_ops(&self.paths, self.claims.latch_dir);
         if check_taker {
             all.push(Op::Check {
-                path: self.paths.instance(taker),
+                path: self.paths.instance(taker.id()),
                 version: -1,
             });
         }
         all.append(ops);
         *ops = all;
         handed.sort_unstable();
-        match local_taker {
-            Some(taker) => (
-                Some(self.failover_execution(&taker, handed, true, env)),
-                None,
-            ),
-            None => {
-                info!(job = %self.name, taker = %taker, items = ?handed,
+        Some(match taker {
+            Taker::Here(id) => Handed::Here(self.failover_execution(&id, handed, true, env)),
+            Taker::Peer(id) => {
+                info!(job = %self.name, taker = %id, items = ?handed,
                       "handing items whose runner is gone to a peer's idle worker");
-                (None, peer_taker)
+                Handed::Peer
             }
-        }
+        })
     }
 
     /// A write made by [`Self::prepare_hand_over`] landed: a local taker's execution starts
     /// (its tokens from `results`); a peer's sidecar starts its own when it reads the write.
     pub(super) fn handed_over(
         &mut self,
-        (handed, handed_to_peer): (Option<String>, Option<String>),
+        handed: Option<Handed>,
         ops: &[Op],
         results: &[OpResult],
         env: &Env,
         out: &mut Vec<Action>,
     ) {
-        if let Some(execution_id) = handed {
-            let taken = self
-                .executions
-                .get(&execution_id)
-                .map(|e| e.items.iter().copied().collect())
-                .unwrap_or_default();
-            self.claimed_free(taken, out);
-            self.deliver_claimed(&execution_id, ops, results, env, out);
-        }
-        if handed_to_peer.is_some() {
-            // Only the latch's directory is known gone here, as after any latch-free write.
-            self.claims.refused = 0;
-            self.claims.latch_dir = false;
+        match handed {
+            Some(Handed::Here(execution_id)) => {
+                let taken = self
+                    .executions
+                    .get(&execution_id)
+                    .map(|e| e.items.iter().copied().collect())
+                    .unwrap_or_default();
+                self.claimed_free(taken, out);
+                self.deliver_claimed(&execution_id, ops, results, env, out);
+            }
+            Some(Handed::Peer) => {
+                // Only the latch's directory is known gone here, as after any latch-free write.
+                self.claims.refused = 0;
+                self.claims.latch_dir = false;
+            }
+            None => {}
         }
     }
 
