@@ -224,7 +224,8 @@ pub struct Stale {
 /// `running` item is flagged for failover (failover on) or freed; with a `taker` (another live
 /// instance with room), an item that would be flagged is given to it instead, in the same
 /// write, as [`handover_ops`] gives a leaving instance's items: its `failover`, `failovering`
-/// and `running` nodes written for the taker. That write also asserts that no one flagged the
+/// and `running` nodes written for the taker, whose node must still exist. That write also
+/// asserts that no one flagged the
 /// item meanwhile (ElasticJob's members flag a crashed member's items by themselves: the flag
 /// is created and deleted again, refused with `NodeExists` if it is there); a hand-over never
 /// coexists with a flag some process would claim.
@@ -299,6 +300,16 @@ pub fn stale_ops(
         stale.ops.push(bump(paths, *i, v));
         stale.ops.extend(item_ops);
         stale.touched.push(*i);
+    }
+    if let Some(taker) = taker.filter(|_| !stale.handed.is_empty()) {
+        // As in a hand-over of a leaving instance's items: the taker must still be there.
+        stale.ops.insert(
+            0,
+            Op::Check {
+                path: paths.instance(taker),
+                version: -1,
+            },
+        );
     }
     stale
 }

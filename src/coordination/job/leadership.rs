@@ -108,7 +108,7 @@ impl JobState {
             } = cleanup;
             if !ops.is_empty() {
                 info!(job = %self.name, items = ?items, "releasing items of instances that are gone");
-                let handed = self.prepare_hand_over(&mut ops, &mut handed, taker, true, env);
+                let handed = self.prepare_hand_over(&mut ops, &mut handed, taker, env);
                 self.commit(
                     Pending::Cleanup {
                         items: items.clone(),

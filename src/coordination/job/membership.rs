@@ -491,7 +491,7 @@ impl JobState {
             self.forget_local(id, env, out);
             return;
         }
-        let handed = self.prepare_hand_over(&mut ops, &mut handed, taker, false, env);
+        let handed = self.prepare_hand_over(&mut ops, &mut handed, taker, env);
         self.commit(
             Pending::Leave {
                 instance_id: id.to_string(),

@@ -448,25 +448,18 @@ impl JobState {
         }
     }
 
-    /// Makes `ops`, which hand `handed` over to `taker`, a latch-free write: the latch-free
-    /// assertion in front, and with `check_taker` a check that the taker's node is still
-    /// there. A local taker's FAILOVER execution is listed until the write is answered.
+    /// Makes `ops`, which hand `handed` over to `taker` (and check that its node is still
+    /// there), a latch-free write: the latch-free assertion in front. A local taker's FAILOVER
+    /// execution is listed until the write is answered.
     pub(super) fn prepare_hand_over(
         &mut self,
         ops: &mut Vec<Op>,
         handed: &mut [i32],
         taker: Option<Taker>,
-        check_taker: bool,
         env: &Env,
     ) -> Option<Handed> {
         let taker = taker.filter(|_| !handed.is_empty())?;
         let mut all = failover::latch_free_ops(&self.paths, self.claims.latch_dir);
-        if check_taker {
-            all.push(Op::Check {
-                path: self.paths.instance(taker.id()),
-                version: -1,
-            });
-        }
         all.append(ops);
         *ops = all;
         handed.sort_unstable();
