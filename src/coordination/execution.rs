@@ -265,10 +265,10 @@ mod tests {
             let owner = if i < 3 { ME } else { OTHER };
             v.items.insert(
                 i,
-                ItemView {
+                Box::new(ItemView {
                     owner: Some((owner.into(), Stat::default())),
                     ..ItemView::default()
-                },
+                }),
             );
         }
         v

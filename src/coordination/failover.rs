@@ -445,11 +445,11 @@ mod tests {
         for i in 0..3 {
             v.items.insert(
                 i,
-                ItemView {
+                Box::new(ItemView {
                     version: Some(4),
                     owner: Some((A.into(), Stat::default())),
                     ..ItemView::default()
-                },
+                }),
             );
         }
         v
@@ -584,11 +584,11 @@ mod tests {
         assert_eq!(flagged(&v, |i| i == 9), [2, 10]);
         v.items.insert(
             9,
-            ItemView {
+            Box::new(ItemView {
                 version: Some(1),
                 failovering: Some(B.into()),
                 ..ItemView::default()
-            },
+            }),
         );
         let ops = claim_ops(&v, &JobPaths::new("j"), A, &[9], true).unwrap();
         assert_eq!(

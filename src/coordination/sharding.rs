@@ -165,10 +165,10 @@ mod tests {
         for (i, owner) in owners {
             v.items.insert(
                 *i,
-                ItemView {
+                Box::new(ItemView {
                     owner: Some((owner.to_string(), Stat::default())),
                     ..ItemView::default()
-                },
+                }),
             );
         }
         v

@@ -46,8 +46,9 @@ pub struct JobView {
     pub necessary: bool,
     pub processing: bool,
     pub has_sharding_root: bool,
-    /// Every `sharding/{i}` node present, including items beyond the total count.
-    pub items: BTreeMap<i32, ItemView>,
+    /// Every `sharding/{i}` node present, including items beyond the total count. Boxed: a
+    /// B-tree node has room for eleven values, and most jobs have fewer items than that.
+    pub items: BTreeMap<i32, Box<ItemView>>,
     /// `leader/failover/items/{i}`.
     pub failover_items: Vec<i32>,
     /// `trigger/{id}` children.
@@ -186,7 +187,7 @@ impl JobView {
                 // `sharding/07` counts as item 7, whose nodes are `sharding/7/...`.
                 if leaf.is_none() {
                     let item = Self::item_at(cache, paths, i);
-                    view.items.insert(i, item);
+                    view.items.insert(i, Box::new(item));
                 }
                 continue;
             }
@@ -194,10 +195,10 @@ impl JobView {
                 None => {
                     view.items.insert(
                         i,
-                        ItemView {
+                        Box::new(ItemView {
                             version: Some(node.stat.version),
                             ..ItemView::default()
-                        },
+                        }),
                     );
                 }
                 Some(leaf) => {
@@ -333,12 +334,12 @@ mod tests {
 
     /// The items as read node by node for every child of `sharding/` that is a number: the
     /// reading the single walk must agree with.
-    fn items_node_by_node(cache: &TreeCache, paths: &JobPaths) -> BTreeMap<i32, ItemView> {
+    fn items_node_by_node(cache: &TreeCache, paths: &JobPaths) -> BTreeMap<i32, Box<ItemView>> {
         cache
             .children(&paths.sharding())
             .iter()
             .filter_map(|name| name.parse::<i32>().ok())
-            .map(|i| (i, JobView::item_at(cache, paths, i)))
+            .map(|i| (i, Box::new(JobView::item_at(cache, paths, i))))
             .collect()
     }
 

@@ -6,40 +6,75 @@
 //! [`Watch`]: super::Watch
 
 use std::collections::BTreeMap;
+use std::ops::Bound;
 
 use super::path::{is_within, validate};
 use super::{Node, Registry, Result, WatchEvent};
 
 /// A local copy of the subtree at `root`.
+///
+/// A sidecar keeps one per job, a thousand of them at scale, so each node is keyed by its path
+/// relative to the root (`"sharding/3/instance"`; the root itself is `""`): the job's prefix is
+/// not stored again with each of its nodes. Relative keys sort as the absolute paths do.
 #[derive(Debug, Clone)]
 pub struct TreeCache {
     root: String,
-    nodes: BTreeMap<String, Node>,
+    nodes: BTreeMap<Box<str>, Node>,
 }
 
 impl TreeCache {
-    /// A mirror of `root` holding `nodes` (an empty map for a subtree not read yet).
+    /// A mirror of `root` holding `nodes` (keyed by absolute path; an empty map for a subtree
+    /// not read yet). Nodes outside the root are left out.
     pub fn from_nodes(root: &str, nodes: BTreeMap<String, Node>) -> TreeCache {
-        TreeCache {
+        let mut cache = TreeCache {
             root: root.to_string(),
-            nodes,
-        }
+            nodes: BTreeMap::new(),
+        };
+        cache.replace_all(nodes);
+        cache
     }
 
-    /// Replaces everything with a fresh read of the subtree.
+    /// Replaces everything with a fresh read of the subtree (keyed by absolute path).
     pub fn replace_all(&mut self, nodes: BTreeMap<String, Node>) {
-        self.nodes = nodes;
+        let root = &self.root;
+        self.nodes = nodes
+            .into_iter()
+            .filter_map(|(path, node)| Some((Box::from(relative(root, &path)?), node)))
+            .collect();
+    }
+
+    /// The key of `path`: its path relative to the root, `None` outside the root.
+    fn key<'a>(&self, path: &'a str) -> Option<&'a str> {
+        relative(&self.root, path)
+    }
+
+    /// The keys below `path` start with this (`None` outside the root).
+    fn prefix_below(&self, path: &str) -> Option<String> {
+        let key = self.key(path)?;
+        Some(if key.is_empty() {
+            String::new()
+        } else {
+            format!("{key}/")
+        })
+    }
+
+    /// The cached nodes whose keys start with `prefix`, in key order.
+    fn with_prefix<'a>(&'a self, prefix: &'a str) -> impl Iterator<Item = (&'a str, &'a Node)> {
+        self.nodes
+            .range::<str, _>((Bound::Included(prefix), Bound::Unbounded))
+            .map(|(k, n)| (&**k, n))
+            .take_while(move |(k, _)| k.starts_with(prefix))
     }
 
     /// Records what a read of `path` returned: the node, or its absence (which also removes
     /// its descendants). Paths outside the root are ignored.
     pub fn put(&mut self, path: &str, node: Option<Node>) {
-        if !is_within(path, &self.root) {
+        let Some(key) = self.key(path) else {
             return;
-        }
+        };
         match node {
             Some(node) => {
-                self.nodes.insert(path.to_string(), node);
+                self.nodes.insert(key.into(), node);
             }
             None => self.remove_subtree(path),
         }
@@ -52,10 +87,7 @@ impl TreeCache {
     pub async fn load(reg: &Registry, root: &str) -> Result<TreeCache> {
         validate(root)?;
         let nodes = reg.read_tree(root).await?;
-        Ok(TreeCache {
-            root: root.to_string(),
-            nodes,
-        })
+        Ok(TreeCache::from_nodes(root, nodes))
     }
 
     /// Brings the mirror up to date with one event: `Created`/`DataChanged` re-read the node
@@ -67,20 +99,17 @@ impl TreeCache {
     pub async fn apply(&mut self, reg: &Registry, ev: &WatchEvent) -> Result<()> {
         match ev {
             WatchEvent::Resync => {
-                self.nodes = reg.read_tree(&self.root).await?;
+                let nodes = reg.read_tree(&self.root).await?;
+                self.replace_all(nodes);
             }
             // A creation already in the cache was read after it happened (its owner read its
             // own write back, or a reload saw it): no need to read it again. Events apply in
             // order, so a delete-and-create in between arrives as `Deleted` first, and a later
             // change as `DataChanged`, which is always read.
-            WatchEvent::Created(p) if self.nodes.contains_key(p) => {}
+            WatchEvent::Created(p) if self.contains(p) => {}
             WatchEvent::Created(p) | WatchEvent::DataChanged(p) if is_within(p, &self.root) => {
-                match reg.get(p).await? {
-                    Some(node) => {
-                        self.nodes.insert(p.clone(), node);
-                    }
-                    None => self.remove_subtree(p),
-                }
+                let node = reg.get(p).await?;
+                self.put(p, node);
             }
             WatchEvent::Deleted(p) if is_within(p, &self.root) => self.remove_subtree(p),
             _ => {}
@@ -90,17 +119,16 @@ impl TreeCache {
 
     /// Removes the node at `path` and everything under it.
     pub fn remove_subtree(&mut self, path: &str) {
-        self.nodes.remove(path);
-        let prefix = if path == "/" {
-            "/".to_string()
-        } else {
-            format!("{path}/")
+        let Some(key) = self.key(path) else {
+            return;
         };
-        let doomed: Vec<String> = self
-            .nodes
-            .range(prefix.clone()..)
-            .take_while(|(k, _)| k.starts_with(&prefix))
-            .map(|(k, _)| k.clone())
+        self.nodes.remove(key);
+        let Some(prefix) = self.prefix_below(path) else {
+            return;
+        };
+        let doomed: Vec<Box<str>> = self
+            .with_prefix(&prefix)
+            .map(|(k, _)| Box::from(k))
             .collect();
         for k in doomed {
             self.nodes.remove(&k);
@@ -114,29 +142,25 @@ impl TreeCache {
 
     /// The cached node.
     pub fn get(&self, path: &str) -> Option<&Node> {
-        self.nodes.get(path)
+        self.nodes.get(self.key(path)?)
     }
 
     /// The cached node's data.
     pub fn data(&self, path: &str) -> Option<&[u8]> {
-        self.nodes.get(path).map(|n| n.data.as_slice())
+        self.get(path).map(|n| n.data.as_slice())
     }
 
     /// Whether the node is cached.
     pub fn contains(&self, path: &str) -> bool {
-        self.nodes.contains_key(path)
+        self.get(path).is_some()
     }
 
     /// Names of the cached children of `path`, sorted.
     pub fn children(&self, path: &str) -> Vec<String> {
-        let prefix = if path == "/" {
-            "/".to_string()
-        } else {
-            format!("{path}/")
+        let Some(prefix) = self.prefix_below(path) else {
+            return Vec::new();
         };
-        self.nodes
-            .range(prefix.clone()..)
-            .take_while(|(k, _)| k.starts_with(&prefix))
+        self.with_prefix(&prefix)
             .filter_map(|(k, _)| {
                 let rest = &k[prefix.len()..];
                 (!rest.is_empty() && !rest.contains('/')).then(|| rest.to_string())
@@ -147,21 +171,130 @@ impl TreeCache {
     /// Every cached node below `path` (not `path` itself), in path order, with its path
     /// relative to `path` (`"3"`, `"3/instance"`).
     pub fn descendants<'a>(&'a self, path: &str) -> impl Iterator<Item = (&'a str, &'a Node)> {
-        let prefix = if path == "/" {
-            "/".to_string()
-        } else {
-            format!("{path}/")
+        let prefix = self.prefix_below(path);
+        let len = prefix.as_ref().map_or(0, String::len);
+        let range = match &prefix {
+            Some(p) => self
+                .nodes
+                .range::<str, _>((Bound::Included(p.as_str()), Bound::Unbounded)),
+            // Outside the root: an empty range.
+            None => self
+                .nodes
+                .range::<str, _>((Bound::Included(""), Bound::Excluded(""))),
         };
-        let len = prefix.len();
-        self.nodes
-            .range(prefix.clone()..)
-            .take_while(move |(k, _)| k.starts_with(&prefix))
+        range
+            .map(|(k, n)| (&**k, n))
+            .take_while(move |(k, _)| prefix.as_deref().is_some_and(|p| k.starts_with(p)))
             .map(move |(k, n)| (&k[len..], n))
             .filter(|(rest, _)| !rest.is_empty())
     }
+}
 
-    /// Every cached node, keyed by absolute path.
-    pub fn nodes(&self) -> &BTreeMap<String, Node> {
-        &self.nodes
+/// `path` relative to `root` (`""` for the root itself), `None` outside it.
+fn relative<'a>(root: &str, path: &'a str) -> Option<&'a str> {
+    if !is_within(path, root) {
+        return None;
+    }
+    if root == "/" {
+        return path.strip_prefix('/');
+    }
+    Some(path[root.len()..].strip_prefix('/').unwrap_or(""))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::registry::Stat;
+
+    fn node(data: &str) -> Node {
+        Node {
+            data: data.as_bytes().to_vec(),
+            stat: Stat::default(),
+        }
+    }
+
+    fn cache(root: &str, paths: &[&str]) -> TreeCache {
+        TreeCache::from_nodes(
+            root,
+            paths.iter().map(|p| (p.to_string(), node(p))).collect(),
+        )
+    }
+
+    #[test]
+    fn keeps_only_the_subtree_and_answers_by_absolute_path() {
+        let c = cache(
+            "/ns/job",
+            &[
+                "/ns/job",
+                "/ns/job/a",
+                "/ns/job/a/b",
+                "/ns/job2",
+                "/ns/job2/a",
+                "/ns",
+            ],
+        );
+        assert_eq!(c.data("/ns/job"), Some(&b"/ns/job"[..]));
+        assert_eq!(c.data("/ns/job/a/b"), Some(&b"/ns/job/a/b"[..]));
+        assert!(
+            !c.contains("/ns/job2"),
+            "a sibling sharing the prefix is outside"
+        );
+        assert!(!c.contains("/ns/job2/a"));
+        assert!(!c.contains("/ns"));
+        assert_eq!(c.children("/ns/job"), vec!["a"]);
+        assert!(c.children("/ns/job2").is_empty());
+        assert_eq!(c.descendants("/ns/job2").count(), 0);
+    }
+
+    #[test]
+    fn children_descendants_and_removal_follow_path_order() {
+        let mut c = cache(
+            "/j",
+            &[
+                "/j",
+                "/j/sharding",
+                "/j/sharding/1",
+                "/j/sharding/1/instance",
+                "/j/sharding/10",
+                "/j/sharding/2",
+                "/j/sharding-x",
+            ],
+        );
+        assert_eq!(c.children("/j/sharding"), vec!["1", "10", "2"]);
+        assert_eq!(
+            c.descendants("/j/sharding")
+                .map(|(k, _)| k)
+                .collect::<Vec<_>>(),
+            vec!["1", "1/instance", "10", "2"]
+        );
+        assert_eq!(c.children("/j"), vec!["sharding", "sharding-x"]);
+        c.put("/j/sharding/1/running", Some(node("r")));
+        c.put("/elsewhere/x", Some(node("x")));
+        assert!(c.contains("/j/sharding/1/running"));
+        assert!(!c.contains("/elsewhere/x"));
+        c.remove_subtree("/j/sharding/1");
+        assert!(!c.contains("/j/sharding/1"));
+        assert!(!c.contains("/j/sharding/1/instance"));
+        assert!(!c.contains("/j/sharding/1/running"));
+        assert!(
+            c.contains("/j/sharding/10"),
+            "a sibling sharing the prefix stays"
+        );
+        c.put("/j/sharding", None);
+        assert_eq!(c.children("/j"), vec!["sharding-x"]);
+        c.remove_subtree("/j");
+        assert!(c.descendants("/j").next().is_none());
+        assert!(!c.contains("/j"));
+    }
+
+    #[test]
+    fn the_whole_tree_as_root() {
+        let c = cache("/", &["/", "/a", "/a/b", "/c"]);
+        assert_eq!(c.children("/"), vec!["a", "c"]);
+        assert_eq!(c.data("/a/b"), Some(&b"/a/b"[..]));
+        assert_eq!(
+            c.descendants("/").map(|(k, _)| k).collect::<Vec<_>>(),
+            vec!["a", "a/b", "c"]
+        );
     }
 }

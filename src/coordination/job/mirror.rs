@@ -11,7 +11,7 @@
 //! A write that is refused or whose outcome is unknown makes the job be read again before
 //! anything else is decided.
 
-use std::collections::{BTreeSet, HashSet};
+use std::collections::{BTreeSet, HashMap, HashSet};
 use std::time::Duration;
 
 use tracing::{debug, error, warn};
@@ -55,7 +55,7 @@ impl JobState {
             WatchEvent::Resync => {
                 debug!(job = %self.name, "watch attached again: re-reading the job");
                 self.reload_wanted = true;
-                self.own_events.clear();
+                self.own_events = HashMap::new();
             }
             // The event of our own committed write, mirrored from its result.
             WatchEvent::DataChanged(p) | WatchEvent::Deleted(p) if self.own_event(&p) => {}
@@ -162,6 +162,11 @@ impl JobState {
         *n -= 1;
         if *n == 0 {
             self.own_events.remove(path);
+            if self.own_events.is_empty() {
+                // Between runs nothing is expected: give back the table a run of many items
+                // grew, rather than keep it for each of a thousand idle jobs.
+                self.own_events = HashMap::new();
+            }
         }
         true
     }

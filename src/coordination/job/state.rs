@@ -495,7 +495,7 @@ impl JobState {
             Input::Watched(ev) => self.on_watched(ev),
             Input::WatchLost => {
                 self.watch_wanted = true;
-                self.own_events.clear();
+                self.own_events = HashMap::new();
             }
             Input::Done { op, result } => self.on_done(op, result, env, out),
             Input::Tick => {}
