@@ -59,11 +59,11 @@ impl TreeCache {
     }
 
     /// The cached nodes whose keys start with `prefix`, in key order.
-    fn with_prefix<'a>(&'a self, prefix: &'a str) -> impl Iterator<Item = (&'a str, &'a Node)> {
+    fn with_prefix(&self, prefix: String) -> impl Iterator<Item = (&str, &Node)> {
         self.nodes
-            .range::<str, _>((Bound::Included(prefix), Bound::Unbounded))
+            .range::<str, _>((Bound::Included(prefix.as_str()), Bound::Unbounded))
             .map(|(k, n)| (&**k, n))
-            .take_while(move |(k, _)| k.starts_with(prefix))
+            .take_while(move |(k, _)| k.starts_with(prefix.as_str()))
     }
 
     /// Records what a read of `path` returned: the node, or its absence (which also removes
@@ -127,7 +127,7 @@ impl TreeCache {
             return;
         };
         let doomed: Vec<Box<str>> = self
-            .with_prefix(&prefix)
+            .with_prefix(prefix)
             .map(|(k, _)| Box::from(k))
             .collect();
         for k in doomed {
@@ -160,9 +160,10 @@ impl TreeCache {
         let Some(prefix) = self.prefix_below(path) else {
             return Vec::new();
         };
-        self.with_prefix(&prefix)
+        let len = prefix.len();
+        self.with_prefix(prefix)
             .filter_map(|(k, _)| {
-                let rest = &k[prefix.len()..];
+                let rest = &k[len..];
                 (!rest.is_empty() && !rest.contains('/')).then(|| rest.to_string())
             })
             .collect()
@@ -171,20 +172,12 @@ impl TreeCache {
     /// Every cached node below `path` (not `path` itself), in path order, with its path
     /// relative to `path` (`"3"`, `"3/instance"`).
     pub fn descendants<'a>(&'a self, path: &str) -> impl Iterator<Item = (&'a str, &'a Node)> {
+        // Outside the root there is no prefix, and nothing below.
         let prefix = self.prefix_below(path);
         let len = prefix.as_ref().map_or(0, String::len);
-        let range = match &prefix {
-            Some(p) => self
-                .nodes
-                .range::<str, _>((Bound::Included(p.as_str()), Bound::Unbounded)),
-            // Outside the root: an empty range.
-            None => self
-                .nodes
-                .range::<str, _>((Bound::Included(""), Bound::Excluded(""))),
-        };
-        range
-            .map(|(k, n)| (&**k, n))
-            .take_while(move |(k, _)| prefix.as_deref().is_some_and(|p| k.starts_with(p)))
+        prefix
+            .into_iter()
+            .flat_map(move |p| self.with_prefix(p))
             .map(move |(k, n)| (&k[len..], n))
             .filter(|(rest, _)| !rest.is_empty())
     }
