@@ -225,10 +225,9 @@ pub struct Stale {
 /// instance with room), an item that would be flagged is given to it instead, in the same
 /// write, as [`handover_ops`] gives a leaving instance's items: its `failover`, `failovering`
 /// and `running` nodes written for the taker, whose node must still exist. That write also
-/// asserts that no one flagged the
-/// item meanwhile (ElasticJob's members flag a crashed member's items by themselves: the flag
-/// is created and deleted again, refused with `NodeExists` if it is there); a hand-over never
-/// coexists with a flag some process would claim.
+/// asserts that no one flagged the item meanwhile (ElasticJob's members flag a crashed member's
+/// items by themselves: the flag is created and deleted again, refused with `NodeExists` if it
+/// is there); a hand-over never coexists with a flag some process would claim.
 pub fn stale_ops(
     view: &JobView,
     paths: &JobPaths,
