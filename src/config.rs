@@ -23,6 +23,9 @@ pub struct Settings {
     pub advertise_ip: String,
     pub session_timeout: Duration,
     pub connection_timeout: Duration,
+    /// How long before a cron instant the ZooKeeper session's heartbeat is sent; zero: not at
+    /// all.
+    pub zk_warm_up: Duration,
     /// `user:pass` for ZooKeeper digest auth.
     pub digest: Option<String>,
     /// Worker lease length (capped at half the session timeout).
@@ -230,6 +233,13 @@ settings! {
         default: "15s",
         meaning: "how long to wait for ZooKeeper at start",
         example: r#""15s""#,
+    }
+    zk_warm_up {
+        env: "SHARDCAR_ZK_WARM_UP",
+        value_name: "DURATION",
+        default: "2ms",
+        meaning: "how long before each cron instant the ZooKeeper session's heartbeat read is sent, so that the fire's first write meets a server already awake (0s: off; at most 100ms)",
+        example: r#""2ms""#,
     }
     digest {
         env: "SHARDCAR_DIGEST",
@@ -722,6 +732,13 @@ impl Settings {
         if connection_timeout.is_zero() {
             return Err(bad(&origin, "must be longer than zero"));
         }
+        let (zk_warm_up, origin) = layers.duration("zk_warm_up", Duration::from_millis(2))?;
+        if zk_warm_up > Duration::from_millis(100) {
+            return Err(bad(
+                &origin,
+                "must be at most 100ms: by then ZooKeeper's threads have gone back to sleep",
+            ));
+        }
         let digest = match layers.pick("digest") {
             Some((v, _)) if v.contains(':') => Some(v),
             Some((_, origin)) => return Err(bad(&origin, "must be user:password")),
@@ -890,6 +907,7 @@ impl Settings {
             advertise_ip,
             session_timeout,
             connection_timeout,
+            zk_warm_up,
             digest,
             lease,
             keepalive_interval,

@@ -61,6 +61,26 @@ fn flags_win_over_env_and_defaults_apply() {
     assert_eq!(s.listen, DEFAULT_LISTEN);
     assert_eq!(s.session_timeout, Duration::from_secs(10));
     assert_eq!(s.lease, Duration::from_secs(5));
+    assert_eq!(s.zk_warm_up, Duration::from_millis(2));
+}
+
+#[test]
+fn zk_warm_up_may_be_off_and_is_bounded() {
+    let resolve = |value: &str| {
+        Settings::resolve(
+            given(&["--advertise-ip", "10.0.0.5", "--zk-warm-up", value], &[]),
+            &env(&[]),
+        )
+    };
+    assert_eq!(resolve("0s").unwrap().zk_warm_up, Duration::ZERO);
+    assert_eq!(
+        resolve("100ms").unwrap().zk_warm_up,
+        Duration::from_millis(100)
+    );
+    assert_eq!(
+        resolve("101ms").unwrap_err().to_string(),
+        "invalid setting --zk-warm-up: must be at most 100ms: by then ZooKeeper's threads have gone back to sleep"
+    );
 }
 
 #[test]

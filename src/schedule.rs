@@ -397,6 +397,14 @@ struct Shared {
     state: Mutex<State>,
     /// Wakes the timer's thread when a schedule changes or the timer closes.
     wake: Condvar,
+    warm_up: Option<WarmUp>,
+}
+
+/// Called once `lead` before each instant at which something is due (see
+/// [`Timer::spawn_with_warm_up`]).
+struct WarmUp {
+    lead: Duration,
+    hook: Box<dyn Fn() + Send + Sync>,
 }
 
 impl Shared {
@@ -442,9 +450,37 @@ impl Timer {
     /// # Panics
     /// Outside a tokio runtime.
     pub fn spawn_on(tracker: &TaskTracker) -> Timer {
+        Timer::spawn_inner(tracker, None)
+    }
+
+    /// [`Timer::spawn_on`], and `hook` is called `lead` before every instant at which a fire is
+    /// due (once per instant, however many schedules share it; at once for an instant already
+    /// less than `lead` away when it becomes the next). The hook runs on the timer's thread
+    /// with its lock held: it must return at once (wake a task, never wait). The sidecar sends
+    /// ZooKeeper its heartbeat then, so that the first write of a fire meets a server already
+    /// awake.
+    ///
+    /// # Panics
+    /// Outside a tokio runtime.
+    pub fn spawn_with_warm_up(
+        tracker: &TaskTracker,
+        lead: Duration,
+        hook: impl Fn() + Send + Sync + 'static,
+    ) -> Timer {
+        Timer::spawn_inner(
+            tracker,
+            Some(WarmUp {
+                lead,
+                hook: Box::new(hook),
+            }),
+        )
+    }
+
+    fn spawn_inner(tracker: &TaskTracker, warm_up: Option<WarmUp>) -> Timer {
         let shared = Arc::new(Shared {
             state: Mutex::new(State::default()),
             wake: Condvar::new(),
+            warm_up,
         });
         let thread = shared.clone();
         tracker.spawn_blocking(move || run(&thread));
@@ -478,8 +514,13 @@ impl Timer {
 /// next deadline. A thread rather than a task, so that a fire goes out within the operating
 /// system's timer slack (tens of microseconds) of its instant, not at the next millisecond
 /// tick of the runtime's timer wheel.
+///
+/// With a warm-up, the thread also wakes its `lead` before each deadline and calls the hook once
+/// for that deadline, then sleeps again until the deadline itself.
 fn run(shared: &Shared) {
     let mut state = shared.lock();
+    // The deadline the warm-up hook was last called for.
+    let mut warmed: Option<DateTime<Utc>> = None;
     loop {
         if state.closed {
             return;
@@ -507,12 +548,24 @@ fn run(shared: &Shared) {
             Some(at) => {
                 // Wall-clock deadline, recomputed at every wake (and at least every second,
                 // so that a step of the wall clock is noticed).
-                let wait = (at - Utc::now())
+                let mut wait = (at - Utc::now())
                     .to_std()
                     .unwrap_or(Duration::ZERO)
                     .min(MAX_SLEEP);
                 if wait.is_zero() {
                     continue;
+                }
+                if let Some(w) = shared.warm_up.as_ref().filter(|_| warmed != Some(at)) {
+                    match wait.checked_sub(w.lead) {
+                        // Not yet: wake at the warm-up instant instead.
+                        Some(before) if !before.is_zero() => wait = before,
+                        // Within the lead: warm up now, once.
+                        _ => {
+                            warmed = Some(at);
+                            (w.hook)();
+                            continue;
+                        }
+                    }
                 }
                 shared
                     .wake

@@ -248,6 +248,53 @@ async fn fires_on_consecutive_seconds_then_cancel_stops_it() {
 }
 
 #[tokio::test]
+async fn warm_up_is_called_once_per_instant_within_its_lead_before_it() {
+    let lead = Duration::from_millis(300);
+    let calls = Arc::new(Mutex::new(Vec::new()));
+    let record = calls.clone();
+    let timer = Timer::spawn_with_warm_up(&TaskTracker::new(), lead, move || {
+        record.lock().unwrap().push(Utc::now());
+    });
+    // No schedule, no warm-up.
+    std::thread::sleep(Duration::from_millis(1200));
+    assert!(calls.lock().unwrap().is_empty());
+    // Two schedules on the same instants share each warm-up.
+    let (tx, mut rx) = mpsc::channel(16);
+    every_second("a", &timer, &tx);
+    every_second("b", &timer, &tx);
+    let mut fires = Vec::new();
+    while fires.len() < 6 {
+        let fire = tokio::time::timeout(Duration::from_secs(3), rx.recv())
+            .await
+            .unwrap()
+            .unwrap();
+        fires.push(fire.fire_time);
+    }
+    timer.close();
+    let calls = calls.lock().unwrap().clone();
+    // Each call was for the next whole second, at most `lead` before it, and no instant was
+    // warmed twice. (A thread stalled past an instant's warm-up point skips that warm-up, so
+    // only "at least one" is certain.)
+    let instants: Vec<DateTime<Utc>> = calls
+        .iter()
+        .map(|t| t.with_nanosecond(0).unwrap() + chrono::Duration::seconds(1))
+        .collect();
+    for (t, at) in calls.iter().zip(&instants) {
+        assert!(
+            *at - *t <= chrono::Duration::from_std(lead).unwrap(),
+            "warmed up at {t} for {at}: earlier than the lead"
+        );
+    }
+    let mut distinct = instants.clone();
+    distinct.dedup();
+    assert_eq!(distinct, instants, "an instant warmed up twice: {calls:?}");
+    assert!(
+        instants.iter().any(|at| fires.contains(at)),
+        "no warm-up for any of {fires:?}: {calls:?}"
+    );
+}
+
+#[tokio::test]
 async fn replace_sends_to_the_new_schedule_only() {
     let timer = Timer::spawn();
     let (tx1, mut rx1) = mpsc::channel(16);

@@ -162,7 +162,12 @@ pub async fn run(
             &tracker,
         ))
     });
-    let timer = Timer::spawn_on(&tracker);
+    let timer = match registry.warm_up_hook() {
+        Some(hook) if !settings.zk_warm_up.is_zero() => {
+            Timer::spawn_with_warm_up(&tracker, settings.zk_warm_up, hook)
+        }
+        _ => Timer::spawn_on(&tracker),
+    };
     let coordinator = Coordinator::new(
         registry.clone(),
         timer.clone(),

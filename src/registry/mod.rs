@@ -543,6 +543,17 @@ impl Registry {
         dispatch!(self, s => s.last_proof())
     }
 
+    /// On ZooKeeper, a hook that makes the session send its heartbeat (a read) at once, for the
+    /// timer to call just before a fire ([`crate::schedule::Timer::spawn_with_warm_up`]): a
+    /// request on a session idle for a while waits for the server's threads to wake, and the
+    /// read takes that wait instead of the fire's write. `None` standalone.
+    pub fn warm_up_hook(&self) -> Option<impl Fn() + Send + Sync + 'static> {
+        match &self.inner {
+            Inner::Memory(_) => None,
+            Inner::ZooKeeper(s) => Some(s.warm_up_hook()),
+        }
+    }
+
     /// Closes the session: its ephemeral nodes go at once, watches end, calls fail `Closed`.
     pub async fn close(&self) {
         dispatch!(self, s => s.close().await)

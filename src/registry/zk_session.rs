@@ -58,6 +58,8 @@ pub(super) struct Shared {
     pub(super) tasks: TaskTracker,
     /// Cancelled by `close`: tasks that sleep wake at once.
     pub(super) closing: CancellationToken,
+    /// Sends the heartbeat at once (`Registry::warm_up_hook`).
+    pub(super) warm_up: tokio::sync::Notify,
     /// Multi-ops queued for the batcher (`zk_batch`), and its end of the queue until it starts.
     pub(super) batch_tx: mpsc::UnboundedSender<zk_batch::Request>,
     pub(super) batch_rx: Mutex<Option<mpsc::UnboundedReceiver<zk_batch::Request>>>,
@@ -79,6 +81,7 @@ impl Shared {
             next_watch: AtomicU64::new(1),
             tasks: TaskTracker::new(),
             closing: CancellationToken::new(),
+            warm_up: tokio::sync::Notify::new(),
         }
     }
 
@@ -366,12 +369,14 @@ async fn run(shared: Arc<Shared>, first: zk::Client, mut generation: u64) {
     }
 }
 
-/// Keeps `last_proof` fresh on an idle session.
+/// Keeps `last_proof` fresh on an idle session: a read every eighth of the session timeout, and
+/// one at once when `warm_up` is signalled (the period then starts again).
 async fn heartbeat(shared: Arc<Shared>) {
     let period = (shared.settings.session_timeout / 8).max(Duration::from_millis(100));
     loop {
         tokio::select! {
             _ = tokio::time::sleep(period) => {}
+            _ = shared.warm_up.notified() => {}
             _ = shared.closing.cancelled() => return,
         }
         if shared.is_closed() {

@@ -341,3 +341,28 @@ async fn zookeeper_reconnect_and_expiry() {
     assert!(matches!(reg.exists("/r").await, Err(Error::Closed)));
     observer.close().await;
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn zookeeper_warm_up_sends_the_heartbeat_at_once() {
+    assert!(Registry::standalone().warm_up_hook().is_none());
+    let server = ZkServer::start();
+    // A 60 s session: the periodic heartbeat comes only every 7.5 s.
+    let reg = Registry::zookeeper(settings(&server, "warm", Duration::from_secs(60)))
+        .await
+        .expect("connect");
+    reg.exists("/").await.unwrap();
+    let before = reg.last_proof().expect("proven alive");
+    let hook = reg.warm_up_hook().expect("a hook on ZooKeeper");
+    let called = Instant::now();
+    hook();
+    let deadline = called + Duration::from_secs(5);
+    while reg.last_proof().is_none_or(|p| p <= before) {
+        assert!(
+            Instant::now() < deadline,
+            "no request went out after the warm-up"
+        );
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    assert!(reg.last_proof().unwrap() >= called);
+    reg.close().await;
+}

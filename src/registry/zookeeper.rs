@@ -419,6 +419,16 @@ impl ZkSession {
         self.shared.last_proof()
     }
 
+    /// A hook that sends the session's heartbeat at once; it holds the session weakly.
+    pub(crate) fn warm_up_hook(&self) -> impl Fn() + Send + Sync + 'static {
+        let shared = std::sync::Arc::downgrade(&self.shared);
+        move || {
+            if let Some(shared) = shared.upgrade() {
+                shared.warm_up.notify_one();
+            }
+        }
+    }
+
     /// Closes the session for good and waits for its tasks to end (at most one operation
     /// timeout: a task stuck in a call ends with the call).
     pub(crate) async fn close(&self) {
