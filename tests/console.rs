@@ -182,7 +182,12 @@ async fn a_job_is_browsed_and_operated_live_in_a_real_browser() {
         let shown = browser
             .text(&format!(r#"#items tr[data-item="{item}"] .owner"#))
             .await;
-        assert_eq!(shown.as_deref(), Some(owner), "item {item}");
+        if shown.as_deref() != Some(owner) {
+            panic!(
+                "item {item}: the page shows owner {shown:?}, ZooKeeper {owner:?}\n--- page ---\n{}",
+                browser.source().await
+            );
+        }
     }
     for w in [&wa, &wb] {
         browser

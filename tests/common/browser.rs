@@ -211,10 +211,19 @@ impl Browser {
         }
     }
 
-    /// The text of the first element matching `css`, `None` when there is none.
+    /// The text of the first element matching `css`, `None` when there is none. Finding an
+    /// element and reading its text are two requests: when the page replaces the element
+    /// between them (a live update re-renders its part), the new one is found and read.
     pub async fn text(&self, css: &str) -> Option<String> {
-        let element = self.client().find(Locator::Css(css)).await.ok()?;
-        element.text().await.ok()
+        for _ in 0..STALE_READS {
+            let element = self.client().find(Locator::Css(css)).await.ok()?;
+            match element.text().await {
+                Ok(text) => return Some(text),
+                Err(CmdError::Standard(w)) if w.error == ErrorStatus::StaleElementReference => {}
+                Err(_) => return None,
+            }
+        }
+        panic!("{css:?} was replaced {STALE_READS} times in a row while its text was read");
     }
 
     /// Waits until `check` holds for the text of `css` (an absent element reads as `None`),
@@ -390,6 +399,9 @@ impl Browser {
         found
     }
 }
+
+/// How many times in a row [`Browser::text`] may find its element replaced before it gives up.
+const STALE_READS: usize = 20;
 
 fn retryable(e: &CmdError) -> bool {
     matches!(
