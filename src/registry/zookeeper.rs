@@ -31,6 +31,17 @@ fn stat(s: &zk::Stat) -> Stat {
     }
 }
 
+/// A node as read. The client hands a node's data back in the buffer its request and the whole
+/// reply were written to, with that buffer's capacity; a sidecar keeps the nodes of a thousand
+/// jobs, so the data is moved into an allocation of its own length.
+fn node(mut data: Vec<u8>, st: &zk::Stat) -> Node {
+    data.shrink_to_fit();
+    Node {
+        data,
+        stat: stat(st),
+    }
+}
+
 fn mode(m: CreateMode) -> zk::CreateMode {
     match m {
         CreateMode::Persistent => zk::CreateMode::Persistent,
@@ -208,10 +219,7 @@ impl ZkSession {
         })
         .await
         {
-            Ok((data, st)) => Ok(Some(Node {
-                data,
-                stat: stat(&st),
-            })),
+            Ok((data, st)) => Ok(Some(node(data, &st))),
             Err(Error::NoNode(_)) => Ok(None),
             Err(e) => Err(e),
         }
@@ -234,10 +242,7 @@ impl ZkSession {
             .iter()
             .zip(results)
             .map(|(path, r)| match r {
-                zk::MultiReadResult::Data { data, stat: st } => Ok(Some(Node {
-                    data,
-                    stat: stat(&st),
-                })),
+                zk::MultiReadResult::Data { data, stat: st } => Ok(Some(node(data, &st))),
                 zk::MultiReadResult::Error {
                     err: zk::Error::NoNode,
                 } => Ok(None),
@@ -381,13 +386,7 @@ impl ZkSession {
                     match (data, kids) {
                         (Ok((data, st)), Ok(names)) => {
                             next.extend(names.iter().map(|n| join(path, n)));
-                            out.insert(
-                                path.clone(),
-                                Node {
-                                    data,
-                                    stat: stat(&st),
-                                },
-                            );
+                            out.insert(path.clone(), node(data, &st));
                         }
                         // Deleted while we read: skip it and what was below it.
                         (Err(zk::Error::NoNode), _) | (_, Err(zk::Error::NoNode)) => {}

@@ -422,6 +422,17 @@ impl JobState {
         op
     }
 
+    /// Takes the action `op` out of those in flight. The map is given back once empty: a B-tree
+    /// keeps its emptied node (room for eleven actions), and a sidecar has a thousand jobs,
+    /// each idle most of the time.
+    pub(super) fn finish_op(&mut self, op: OpId) -> Option<Pending> {
+        let pending = self.pending.remove(&op);
+        if self.pending.is_empty() {
+            self.pending = BTreeMap::new();
+        }
+        pending
+    }
+
     /// Whether an action of this kind is in flight.
     pub(super) fn in_flight(&self, pred: impl Fn(&Pending) -> bool) -> bool {
         self.pending.values().any(pred)
