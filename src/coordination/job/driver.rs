@@ -207,8 +207,7 @@ impl Driver {
     ) -> (impl std::future::Future<Output = ()>, oneshot::Sender<()>) {
         let (answered, done) = oneshot::channel();
         let done = done.shared();
-        self.last_commit.take_if(|c| c.peek().is_some());
-        self.since_commit.retain(|r| r.peek().is_none());
+        self.forget_answered();
         let mut before: Vec<Answered> = self.last_commit.iter().cloned().collect();
         if commit {
             before.append(&mut self.since_commit);
@@ -222,6 +221,13 @@ impl Driver {
             },
             answered,
         )
+    }
+
+    /// Lets go of the requests already answered: nothing after them has to wait for them.
+    fn forget_answered(&mut self) {
+        let answered = |r: &Answered| r.clone().now_or_never().is_some();
+        self.last_commit.take_if(|c| answered(c));
+        self.since_commit.retain(|r| !answered(r));
     }
 
     /// Queues `request` in the ordered queue, sent in its turn (`order`).
@@ -320,6 +326,25 @@ impl Driver {
             for action in self.state.step(input, &env) {
                 self.perform(action);
             }
+        }
+        self.give_back_emptied();
+    }
+
+    /// Frees what the steps emptied, as [`JobState`] does its own: between its runs a job
+    /// holds no reply, latch or follow-up, and waits for no request.
+    fn give_back_emptied(&mut self) {
+        self.forget_answered();
+        if self.since_commit.is_empty() {
+            self.since_commit = Vec::new();
+        }
+        if self.followups.is_empty() {
+            self.followups = Vec::new();
+        }
+        if self.replies.is_empty() {
+            self.replies = HashMap::new();
+        }
+        if self.latches.is_empty() {
+            self.latches = HashMap::new();
         }
     }
 

@@ -422,17 +422,6 @@ impl JobState {
         op
     }
 
-    /// Takes the action `op` out of those in flight. The map is given back once empty: a B-tree
-    /// keeps its emptied node (room for eleven actions), and a sidecar has a thousand jobs,
-    /// each idle most of the time.
-    pub(super) fn finish_op(&mut self, op: OpId) -> Option<Pending> {
-        let pending = self.pending.remove(&op);
-        if self.pending.is_empty() {
-            self.pending = BTreeMap::new();
-        }
-        pending
-    }
-
     /// Whether an action of this kind is in flight.
     pub(super) fn in_flight(&self, pred: impl Fn(&Pending) -> bool) -> bool {
         self.pending.values().any(pred)
@@ -468,7 +457,32 @@ impl JobState {
         }
         self.read_named(&mut out);
         self.reconcile(env, &mut out);
+        self.give_back_emptied();
         out
+    }
+
+    /// Frees the collections the step emptied. A B-tree keeps its emptied node (room for
+    /// eleven entries) and a vector its capacity; a sidecar has a thousand jobs, each idle
+    /// between its runs with nothing in flight, nothing locked and no execution, and each would
+    /// otherwise hold the room its last run needed.
+    fn give_back_emptied(&mut self) {
+        macro_rules! free_if_empty {
+            ($($field:ident),*) => {$(
+                if self.$field.is_empty() {
+                    self.$field = Default::default();
+                }
+            )*};
+        }
+        free_if_empty!(
+            pending,
+            commit_ops,
+            locked,
+            inexact,
+            executions,
+            locals,
+            streams,
+            joins_waiting
+        );
     }
 
     /// Hands `input` to the concern it is for; deciding what else to do is the reconcile's.

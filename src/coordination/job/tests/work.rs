@@ -1298,3 +1298,22 @@ fn a_hand_over_seen_through_one_of_its_events_is_read_whole_and_run_not_released
         writes(&decided)
     );
 }
+
+#[test]
+fn a_finished_run_leaves_nothing_in_flight_locked_or_running() {
+    // Between its runs a job holds no action, commit, lock or execution: all of them empty,
+    // which the step then frees (`give_back_emptied`), and none left over to stall an item.
+    let (mut s, _) = ready(8, false);
+    for n in 1..=3 {
+        let trigger = run(&mut s, 1000 * n);
+        assert_eq!(trigger.items.len(), 8);
+        assert!(!s.state.locked.is_empty() || !s.state.executions.is_empty());
+        let done = s.answer(&trigger.execution_id, &(0..8).collect::<Vec<_>>());
+        s.commit_all(done);
+        assert!(s.state.pending.is_empty(), "{:?}", s.state.pending.keys());
+        assert!(s.state.commit_ops.is_empty());
+        assert!(s.state.locked.is_empty(), "{:?}", s.state.locked);
+        assert!(s.state.executions.is_empty());
+        assert_eq!(s.state.joins_waiting.capacity(), 0);
+    }
+}
