@@ -8,6 +8,7 @@
 //! leases ran out before anyone could see its instances disappear.
 
 use std::collections::BTreeSet;
+use std::time::{Duration, Instant};
 
 use tracing::{debug, info};
 
@@ -16,6 +17,12 @@ use super::{Action, Env, LatchKey};
 use crate::coordination::{election, failover, sharding};
 use crate::elasticjob::instance::ip_of;
 use crate::registry::{CreateMode, Error as RegError, Op, OpResult};
+
+/// How far from a fire instant the leader keeps a reshard that moves items of a live owner:
+/// long enough for every member to have read what was written before it and to have fired
+/// (members' clocks are assumed to agree to within a few milliseconds, as cron jobs on
+/// several hosts need anyway).
+pub(crate) const RESHARD_QUIET: Duration = Duration::from_millis(100);
 
 impl JobState {
     pub(super) fn reconcile_leadership(&mut self, env: &Env, out: &mut Vec<Action>) {
@@ -126,11 +133,53 @@ impl JobState {
         let Some((_, version)) = self.view.leader.clone() else {
             return;
         };
-        if let Some(plan) = sharding::plan(&self.view, &self.name) {
-            info!(job = %self.name, reason = plan.reason, owners = ?plan.owners, "resharding");
-            let ops = sharding::commit_ops(&self.view, &self.paths, &plan, version);
-            self.commit(Pending::Reshard, ops, &[], out);
+        let Some(plan) = sharding::plan(&self.view, &self.name) else {
+            self.reshard_after = None;
+            return;
+        };
+        if let Some(until) = self.quiet_until(&plan, env) {
+            if self.reshard_after.is_none_or(|t| t <= env.now) {
+                info!(job = %self.name, reason = plan.reason,
+                      wait_ms = until.saturating_duration_since(env.now).as_millis() as u64,
+                      "resharding after the fire instant: it would move items of a live owner");
+            }
+            self.reshard_after = Some(until);
+            return;
         }
+        self.reshard_after = None;
+        info!(job = %self.name, reason = plan.reason, owners = ?plan.owners, "resharding");
+        let ops = sharding::commit_ops(&self.view, &self.paths, &plan, version);
+        self.commit(Pending::Reshard, ops, &[], out);
+    }
+
+    /// When a reshard that moves an item away from a live owner would land within
+    /// [`RESHARD_QUIET`] of one of the job's fire instants, the instant it may be written
+    /// instead (that long after the fire instant).
+    ///
+    /// Every member fires on the owners it has read by the fire instant. A reshard written just
+    /// before the instant but not yet read by the new owner, or written just after it while the
+    /// old owner held its fire for it, leaves a moved item run by neither for that fire: the old
+    /// owner runs its new items, the new owner ran its old ones. Written after the instant and
+    /// its fires, the reshard moves items between runs, as any other time. Items whose owner
+    /// is gone are not held back: no one else would run them at that fire.
+    fn quiet_until(&self, plan: &sharding::ShardingPlan, env: &Env) -> Option<Instant> {
+        let cron = self.cron.as_ref()?;
+        let moves_live = plan.owners.iter().any(|(i, new)| {
+            self.view
+                .owner(*i)
+                .is_some_and(|old| old != new && self.view.instances.contains_key(old))
+        });
+        if !moves_live {
+            return None;
+        }
+        let quiet = chrono::Duration::from_std(RESHARD_QUIET).ok()?;
+        // The first fire instant strictly after `wall - quiet`: the one just passed, if any.
+        let fire = cron.next_after(env.wall - quiet)?;
+        if fire > env.wall + quiet {
+            return None;
+        }
+        let wait = (fire + quiet - env.wall).to_std().unwrap_or_default();
+        Some(env.now + wait)
     }
 
     /// Items of this host whose runner no worker here is running any more: an instance of this

@@ -321,6 +321,14 @@ pub(crate) struct JobState {
     /// The watch is gone: ask the driver for another.
     pub(super) watch_wanted: bool,
     pub(super) schedule: Option<(String, String)>,
+    /// `schedule` parsed (`None` without a cron or with one that cannot be used): the leader
+    /// keeps its reshards off the fire instants (`leadership.rs`, [`RESHARD_QUIET`]).
+    ///
+    /// [`RESHARD_QUIET`]: super::leadership::RESHARD_QUIET
+    pub(super) cron: Option<crate::schedule::CronSchedule>,
+    /// A reshard waits for this instant: it would have moved items of a live owner too close
+    /// to a fire instant.
+    pub(super) reshard_after: Option<Instant>,
     /// Whether one of the local instances leads the job (as last told to the observer).
     pub(super) leading: bool,
     pub(super) last_reload: Option<Instant>,
@@ -380,6 +388,8 @@ impl JobState {
             manual_parent: None,
             watch_wanted: false,
             schedule: None,
+            cron: None,
+            reshard_after: None,
             leading: false,
             last_reload: None,
             joins_waiting: Vec::new(),
@@ -587,6 +597,8 @@ impl JobState {
             due.push(drain.deadline.checked_sub(valid_for).unwrap_or(env.now));
             due.push(drain.deadline);
         }
+        // Only ahead: once passed, the reshard is the leader's to decide again (if it still leads).
+        due.extend(self.reshard_after.filter(|t| *t > env.now));
         if let (Some(last), Some(minutes)) = (self.last_reload, self.reconcile_interval()) {
             due.push(last + minutes);
         }
@@ -703,6 +715,9 @@ impl JobState {
             .filter(|(cron, _)| !cron.trim().is_empty());
         if wanted != self.schedule {
             self.schedule = wanted.clone();
+            self.cron = wanted
+                .as_ref()
+                .and_then(|(cron, tz)| crate::schedule::CronSchedule::parse(cron, tz).ok());
             out.push(Action::Schedule(wanted));
         }
     }

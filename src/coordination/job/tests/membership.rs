@@ -1,6 +1,7 @@
 //! Joining and leaving.
 
 use super::*;
+use crate::coordination::job::leadership::RESHARD_QUIET;
 
 #[test]
 fn a_join_sets_the_job_up_registers_then_answers_with_registered_assignment_and_lease() {
@@ -478,5 +479,73 @@ fn a_fire_held_for_a_reshard_is_dropped_when_the_server_is_disabled_meanwhile() 
         triggers(&enabled).is_empty() && triggers(&after).is_empty(),
         "the held fire was dropped: {:?}",
         kinds(&after)
+    );
+}
+
+/// The writes of the reshards among `actions` (the item owner nodes they set).
+fn reshard_writes(actions: &[Action]) -> Vec<String> {
+    writes(actions)
+        .into_iter()
+        .filter(|w| w.starts_with("=/j/sharding/") && w.ends_with("/instance"))
+        .collect()
+}
+
+fn peer_instance(s: &mut Script, ms: u64, zxid: i64) -> Vec<Action> {
+    s.at(ms);
+    let path = s.paths.instance(PEER);
+    seen(
+        s,
+        WatchEvent::Created(path),
+        Some(node(&instance_yaml(PEER, "10.0.0.2"), 0, zxid)),
+    )
+}
+
+#[test]
+fn a_reshard_moving_a_live_owners_items_waits_until_just_after_the_fire_instant() {
+    // Seed 6161 of the nemesis: a reshard decided 15 ms before a fire instant was written 0.08
+    // ms after it. The old owner had held its fire for it, and ran its new items; the new
+    // owner had fired before it read the sharding, on its old ones: two items ran at neither.
+    let (mut s, _) = ready(4, false);
+    // The scripts start at 12:00:02.5; the cron fires every 5 s. 20 ms before 12:00:05:
+    let joined = peer_instance(&mut s, 2480, 50);
+    assert_eq!(reshard_writes(&joined), Vec::<String>::new());
+    let wake = s.state.next_wakeup(&s.env.clone()).expect("a wakeup");
+    assert_eq!(wake, s.t0 + Duration::from_millis(2500) + RESHARD_QUIET);
+    // The fire runs on the owners everyone has: nothing is held for the reshard.
+    let fired = s.fire(2500);
+    let started = s.commit_all(fired);
+    assert_eq!(triggers(&started)[0].items.len(), 4);
+    s.at(2590);
+    assert_eq!(reshard_writes(&s.step(Input::Tick)), Vec::<String>::new());
+    // Once every member has fired, the reshard goes out.
+    s.at(2600);
+    let after = s.step(Input::Tick);
+    assert_eq!(
+        reshard_writes(&after),
+        ["=/j/sharding/0/instance", "=/j/sharding/1/instance"],
+        "{:?}",
+        writes(&after)
+    );
+}
+
+#[test]
+fn a_reshard_of_a_gone_owners_items_is_not_held_for_a_fire_instant() {
+    // No one else would run those items at the fire.
+    let (mut s, _) = ready(4, false);
+    let joined = peer_instance(&mut s, 1000, 50);
+    assert_eq!(
+        reshard_writes(&joined),
+        ["=/j/sharding/0/instance", "=/j/sharding/1/instance"],
+        "far from a fire instant, at once"
+    );
+    s.commit_all(joined);
+    s.at(2480);
+    let path = s.paths.instance(PEER);
+    let left = seen(&mut s, WatchEvent::Deleted(path), None);
+    assert_eq!(
+        reshard_writes(&left),
+        ["=/j/sharding/0/instance", "=/j/sharding/1/instance"],
+        "{:?}",
+        writes(&left)
     );
 }
