@@ -135,6 +135,18 @@ impl JobState {
                 local.generation = generation;
                 local.seen = true;
                 local.join_reply = None;
+                // ZooKeeper answers a create inside a multi without the node's stat: read the
+                // instance node once, so that its creation's zxid is known exactly. Items
+                // handed to this registration are told from those handed to an earlier one by
+                // it (`reconcile_adoptions`).
+                let path = self.paths.instance(id);
+                if self.inexact.contains(&path) {
+                    let op = self.start_op(Pending::Read);
+                    out.push(Action::Read { op, path });
+                }
+                let Some(local) = self.locals.get_mut(id) else {
+                    return;
+                };
                 if local.gone.is_some() {
                     // The stream ended while registering: leave as usual (reconcile).
                     if let Some(reply) = reply {

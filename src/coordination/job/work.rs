@@ -386,9 +386,14 @@ impl JobState {
     /// the items' as read. An instance with no room now is given none of them; the clean-up
     /// of this host's stale runners then flags them, as a claim's loser would leave them.
     ///
-    /// Nodes left so by an execution of this sidecar that is over (voided when a session
-    /// expired, say) look the same; that worker has stopped, so running them again on it is
-    /// what flagging them and claiming them here would do.
+    /// Only a hand-over to the instance as registered now is run: the `running` node must
+    /// have been written after the instance node (its `mzxid` above the instance's `czxid`, both
+    /// as read). Nodes naming the same instance id from before (handed to its registration in
+    /// an earlier session of this sidecar, or left by an execution here that was voided when a
+    /// session expired) were for a runner that is gone: a leader may be cleaning them up and
+    /// claiming them at this moment, seeing that runner gone, so running them with no write
+    /// could run an item twice at once (nemesis seed 1). This host's clean-up of stale runners
+    /// releases them instead, in a conditional write that meets any such claim.
     pub(super) fn reconcile_adoptions(&mut self, env: &Env, out: &mut Vec<Action>) {
         let Some(config) = self.view.config.as_ref() else {
             return;
@@ -412,6 +417,7 @@ impl JobState {
                 || item.failovering.as_ref() != Some(runner)
                 || item.version.is_none()
                 || !spare.contains(runner)
+                || !self.registered_before(runner, stat.mzxid)
             {
                 continue;
             }
@@ -446,6 +452,16 @@ impl JobState {
             out.push(Action::Observe(Observation::FailoverTaken(items)));
             self.deliver(&execution_id, env, out);
         }
+    }
+
+    /// Whether instance `id`'s node, as read exactly, was created before transaction `zxid`.
+    fn registered_before(&self, id: &str, zxid: i64) -> bool {
+        let path = self.paths.instance(id);
+        !self.inexact.contains(&path)
+            && self
+                .cache
+                .get(&path)
+                .is_some_and(|node| node.stat.czxid < zxid)
     }
 
     /// Makes `ops`, which hand `handed` over to `taker` (and check that its node is still

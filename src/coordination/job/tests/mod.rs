@@ -197,20 +197,42 @@ impl Script {
         let mut out = Vec::new();
         let mut queue: std::collections::VecDeque<Action> = actions.into();
         while let Some(action) = queue.pop_front() {
-            if let Action::Commit { op, ops, .. } = &action {
-                let results = self.ok(ops);
-                let next = self.step(Input::Done {
-                    op: *op,
-                    result: IoResult::Committed(Ok(results)),
-                });
-                queue.extend(next.iter().cloned());
-                out.extend(next);
-            }
+            let next = match &action {
+                Action::Commit { op, ops, .. } => {
+                    let results = self.ok(ops);
+                    self.step(Input::Done {
+                        op: *op,
+                        result: IoResult::Committed(Ok(results)),
+                    })
+                }
+                // The read-back of an instance node just registered: created by the latest
+                // commit.
+                Action::Read { op, path }
+                    if path.starts_with(&format!("{}/instances/", self.paths.root())) =>
+                {
+                    let node = self.state.cache.get(path).cloned().map(|mut node| {
+                        node.stat.czxid = self.zxid;
+                        node.stat.mzxid = self.zxid;
+                        node
+                    });
+                    self.step(Input::Done {
+                        op: *op,
+                        result: IoResult::Read {
+                            path: path.clone(),
+                            node: Ok(node),
+                        },
+                    })
+                }
+                _ => continue,
+            };
+            queue.extend(next.iter().cloned());
+            out.extend(next);
         }
         out
     }
 
-    /// Joins a worker (setting the job up on the first) and answers the writes: returns the
+    /// Joins a worker (setting the job up on the first) and answers the writes (and the
+    /// instance node's read-back): returns the
     /// stream and what was sent.
     pub(super) fn join(
         &mut self,

@@ -1086,23 +1086,28 @@ fn items_are_flagged_rather_than_handed_to_a_java_process_or_a_busy_peer() {
 /// items 2 and 3 and died; the peer's sidecar handed both items to this worker in the write
 /// that removed its instance. Returns what reading that write led to.
 fn handed_here(s: &mut Script) -> Vec<Action> {
+    handed_here_at(s, 700)
+}
+
+/// [`handed_here`] in transaction `zxid`.
+fn handed_here_at(s: &mut Script, zxid: i64) -> Vec<Action> {
     let p = s.paths.clone();
     let created = |path: String, zxid| (WatchEvent::Created(path), Some(node(ME, 0, zxid)));
-    let mut running = node(ME, 1, 70);
-    running.stat.mzxid = 70;
+    let mut running = node(ME, 1, zxid);
+    running.stat.mzxid = zxid;
     let changed = [
         (WatchEvent::Deleted(p.instance(PEER)), None),
-        (WatchEvent::DataChanged(p.item(2)), Some(node("", 5, 70))),
+        (WatchEvent::DataChanged(p.item(2)), Some(node("", 5, zxid))),
         (
             WatchEvent::Created(p.item_running(2)),
             Some(running.clone()),
         ),
-        created(p.item_failover(2), 70),
-        created(p.item_failovering(2), 70),
-        (WatchEvent::DataChanged(p.item(3)), Some(node("", 5, 70))),
+        created(p.item_failover(2), zxid),
+        created(p.item_failovering(2), zxid),
+        (WatchEvent::DataChanged(p.item(3)), Some(node("", 5, zxid))),
         (WatchEvent::Created(p.item_running(3)), Some(running)),
-        created(p.item_failover(3), 70),
-        created(p.item_failovering(3), 70),
+        created(p.item_failover(3), zxid),
+        created(p.item_failovering(3), zxid),
     ];
     let seen = s.state.step_all(
         changed.iter().map(|(e, _)| Input::Watched(e.clone())),
@@ -1143,7 +1148,7 @@ fn items_a_peer_handed_to_an_idle_worker_here_run_as_failover_with_no_write() {
     let t = one_failover_of(&decided, &[2, 3]);
     assert_eq!(
         t[0].fencing_tokens,
-        BTreeMap::from([(2, 70), (3, 70)]),
+        BTreeMap::from([(2, 700), (3, 700)]),
         "the tokens of the running nodes the peer wrote"
     );
     let w = writes(&decided);
@@ -1276,22 +1281,22 @@ fn a_hand_over_seen_through_one_of_its_events_is_read_whole_and_run_not_released
     let seen = s.step(Input::Watched(WatchEvent::Created(p.item_running(2))));
     let (op, paths) = read_many(&seen).unwrap_or_else(|| panic!("{seen:?}"));
     assert_eq!(paths, item_nodes(&p, 2));
-    let mut running = node(ME, 1, 70);
-    running.stat.mzxid = 70;
+    let mut running = node(ME, 1, 700);
+    running.stat.mzxid = 700;
     let decided = s.step(Input::Done {
         op,
         result: IoResult::ReadMany {
             paths,
             nodes: Ok(vec![
-                Some(node("", 5, 70)),
+                Some(node("", 5, 700)),
                 Some(running),
-                Some(node(ME, 0, 70)),
-                Some(node(ME, 0, 70)),
+                Some(node(ME, 0, 700)),
+                Some(node(ME, 0, 700)),
             ]),
         },
     });
     let t = one_failover_of(&decided, &[2]);
-    assert_eq!(t[0].fencing_tokens, BTreeMap::from([(2, 70)]));
+    assert_eq!(t[0].fencing_tokens, BTreeMap::from([(2, 700)]));
     assert!(
         !writes(&decided).iter().any(|x| x.contains("/sharding/2")),
         "{:?}",
@@ -1316,4 +1321,32 @@ fn a_finished_run_leaves_nothing_in_flight_locked_or_running() {
         assert!(s.state.executions.is_empty());
         assert_eq!(s.state.joins_waiting.capacity(), 0);
     }
+}
+
+#[test]
+fn items_handed_to_an_earlier_registration_of_the_instance_are_released_not_run() {
+    // Nemesis seed 1: a peer handed item 2 to this instance id while it was registered by a
+    // sidecar that had just been killed. The restarted sidecar registered the same id again
+    // and ran the item with no write, while the new leader, which had seen the old
+    // registration gone, claimed and ran it too. A hand-over written before this
+    // registration is released instead, in a write conditional on the item's nodes.
+    let mut s = Script::new("j");
+    let tree = shared_with_peer(&s, true, ME);
+    s.join(Some(tree));
+    let registered = s
+        .state
+        .cache
+        .get(&s.paths.instance(ME))
+        .expect("registered")
+        .stat
+        .czxid;
+    assert!(registered > 70 && !s.state.inexact.contains(&s.paths.instance(ME)));
+    let decided = handed_here_at(&mut s, 70);
+    assert!(triggers(&decided).is_empty(), "{:?}", kinds(&decided));
+    let w = writes(&decided);
+    assert!(
+        w.contains(&"-/j/sharding/2/running".to_string())
+            && w.contains(&"-/j/sharding/3/running".to_string()),
+        "the stale runner's items are released: {w:?}"
+    );
 }
