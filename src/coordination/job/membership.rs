@@ -129,12 +129,6 @@ impl JobState {
         let (stream, reply) = (local.stream, local.join_reply);
         match result {
             Ok(_) => {
-                let generation = self.generation;
-                let local = self.locals.get_mut(id).expect("checked above");
-                local.registered = true;
-                local.generation = generation;
-                local.seen = true;
-                local.join_reply = None;
                 // ZooKeeper answers a create inside a multi without the node's stat: read the
                 // instance node once, so that its creation's zxid is known exactly. Items
                 // handed to this registration are told from those handed to an earlier one by
@@ -144,9 +138,12 @@ impl JobState {
                     let op = self.start_op(Pending::Read);
                     out.push(Action::Read { op, path });
                 }
-                let Some(local) = self.locals.get_mut(id) else {
-                    return;
-                };
+                let generation = self.generation;
+                let local = self.locals.get_mut(id).expect("checked above");
+                local.registered = true;
+                local.generation = generation;
+                local.seen = true;
+                local.join_reply = None;
                 if local.gone.is_some() {
                     // The stream ended while registering: leave as usual (reconcile).
                     if let Some(reply) = reply {

@@ -208,7 +208,9 @@ impl Script {
                 // The read-back of an instance node just registered: created by the latest
                 // commit.
                 Action::Read { op, path }
-                    if path.starts_with(&format!("{}/instances/", self.paths.root())) =>
+                    if path
+                        .strip_prefix(&self.paths.instances())
+                        .is_some_and(|rest| rest.starts_with('/')) =>
                 {
                     let node = self.state.cache.get(path).cloned().map(|mut node| {
                         node.stat.czxid = self.zxid;
