@@ -17,8 +17,9 @@
 //!   fault window covered f: a CRON trigger with fire time f satisfies it; without one, if
 //!   neither the owner nor the item was busy, the sidecar had every reason to run it at f: the
 //!   fire is lost. If one of them was busy (ElasticJob coalesces such fires into one misfire),
-//!   a run of the item must start within a period + 1.5 s of the busy run's end, unless a fault
-//!   came in between.
+//!   or the fire itself was taken by failover work (the owner's FAILOVER runs it decided, which
+//!   go before the instance's own items), a run of the item must start within a period + 1.5 s
+//!   of the busy run's end, unless a fault came in between.
 //! - **Contract.** A worker that was not stopped, on a sidecar with no fault near, never
 //!   receives a trigger without a valid lease (the sidecar renews the lease before a trigger).
 //! - **Bounds.** A worker SIGKILLed mid-run on a healthy sidecar: its item must run again
@@ -266,6 +267,10 @@ fn takeover_text(h: &History, next: Option<&Run>, k: u64) -> String {
     })
 }
 
+/// How long after its instant a fire's own decisions (its claims of failover items) may be
+/// stamped: the sidecar reads and writes before it triggers.
+const FIRE_DECISION: u64 = 300 * MS;
+
 /// Every fire instant of every item, classified; violations for lost ones.
 pub fn lost_fires(h: &History, p: &Params, fig: &mut Figures) -> Vec<Violation> {
     let now = p.t_end;
@@ -360,14 +365,22 @@ pub fn lost_fires(h: &History, p: &Params, fig: &mut Figures) -> Vec<Violation> 
                 // or the item itself near f: ElasticJob coalesces the fire into a misfire. A
                 // run is the sidecar's from its decision (a FAILOVER claim or a catch-up made
                 // just before f reaches the worker just after it), not only from its receipt.
+                // A fire that finds failover items for its instance runs those instead of the
+                // instance's own items (ElasticJob's execution set), which are then flagged
+                // misfired: the owner's FAILOVER runs decided by this fire make it busy too.
                 let busy: Vec<&Run> = h
                     .runs
                     .iter()
                     .filter(|r| {
-                        ((r.pid == owner.pid && r.gen == owner.gen)
-                            || (r.job == job && r.item == item))
+                        let own = r.pid == owner.pid && r.gen == owner.gen;
+                        let taken_by_failover = own
+                            && r.source == spec::FAILOVER
+                            && decided(r) >= f
+                            && decided(r) <= f + FIRE_DECISION;
+                        ((own || (r.job == job && r.item == item))
                             && decided(r) < f
-                            && h.run_end_or(r, now) + 500 * MS > f
+                            && h.run_end_or(r, now) + 500 * MS > f)
+                            || taken_by_failover
                     })
                     .collect();
                 // Or it was caught up before the next fire (a MISFIRE after the sidecar could not
@@ -1161,8 +1174,82 @@ pub fn self_check() -> Result<Vec<String>, String> {
             "a coalesced fire whose catch-up a member's sidecar kill held back was not excused: {v:?}"
         ));
     }
+    // A fire that finds failover items runs those first; the owner's own items are caught up
+    // when they are done. Worker 300 (car 1) owns item 2 and is gone just before f; the fire at
+    // f on worker 100 claims item 2 (a 1.4 s FAILOVER run), then item 2 is sharded to it.
+    let taken_by_failover = |catch_up: bool| {
+        let mut h = history(end);
+        let f = T0 + 12 * SEC;
+        worker(&mut h, 100, 0, 2, &[0, 1], T0, end + 10 * SEC);
+        worker(&mut h, 300, 1, 2, &[2], T0, f - 500 * MS);
+        let s = h.streams.get_mut(&(300, 1)).expect("stream of worker 300");
+        s.ended = Some(f - 500 * MS);
+        let s = h.streams.get_mut(&(100, 1)).expect("stream of worker 100");
+        s.assignments.push((f + 1_500 * MS, vec![0, 1, 2]));
+        steady(&mut h, 100, 2, T0, end);
+        let slot_300 = h.procs[&300].slot;
+        h.runs.retain(|r| {
+            let gone_item = r.item == 2 && r.fire_us >= f && r.fire_us < f + 2 * SEC;
+            // The owner's own fires it coalesced (and, without the catch-up, the next ones).
+            let horizon = if catch_up { 2 } else { 4 };
+            let caught_up = r.item != 2 && r.fire_us >= f && r.fire_us < f + horizon * SEC;
+            !gone_item && !caught_up
+        });
+        for r in h.runs.iter_mut().filter(|r| r.item == 2 && r.fire_us < f) {
+            (r.pid, r.car, r.slot) = (300, 1, slot_300);
+            if r.fire_us == f - SEC {
+                // Interrupted by the worker's death.
+                (r.answer, r.answer_code) = (None, None);
+                r.stop = Some((f - 500 * MS, "stream end".into()));
+            }
+        }
+        run(
+            &mut h,
+            100,
+            2,
+            2,
+            "fo",
+            spec::FAILOVER,
+            f + 10 * MS,
+            f + 20 * MS,
+            f + 1_400 * MS,
+            50,
+        );
+        if catch_up {
+            for item in [0, 1] {
+                let exec = format!("mf{item}");
+                let at = f + 1_450 * MS;
+                run(
+                    &mut h,
+                    100,
+                    2,
+                    item,
+                    &exec,
+                    spec::MISFIRE,
+                    at,
+                    at + 5 * MS,
+                    at + 100 * MS,
+                    51,
+                );
+            }
+        }
+        lost_fires(&h, &p, &mut Figures::default())
+    };
+    let v = taken_by_failover(true);
+    if !v.is_empty() {
+        return Err(format!(
+            "a fire taken by failover work, its own items caught up after it, was reported: {v:?}"
+        ));
+    }
+    let v = taken_by_failover(false);
+    let f = T0 + 12 * SEC;
+    if !v.iter().any(|v| v.key == format!("late 2 0 {f}")) {
+        return Err(format!(
+            "a fire taken by failover work whose own items were never caught up was not reported: {v:?}"
+        ));
+    }
     report.push(
-        "lost fires: a missing CRON run in calm caught, excused under a fault; a stuck item caught; a coalesced fire without a timely catch-up caught, excused when a member's sidecar fails in between"
+        "lost fires: a missing CRON run in calm caught, excused under a fault; a stuck item caught; a coalesced fire without a timely catch-up caught, excused when a member's sidecar fails in between; a fire taken by failover work excused only with its catch-up"
             .into(),
     );
 

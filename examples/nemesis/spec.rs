@@ -86,6 +86,7 @@ pub fn car_ip(car: usize) -> String {
 /// Trigger sources as sent on the wire.
 pub const CRON: i32 = TriggerSource::Cron as i32;
 pub const FAILOVER: i32 = TriggerSource::Failover as i32;
+pub const MISFIRE: i32 = TriggerSource::Misfire as i32;
 
 /// The configuration every worker of job `job` subscribes with.
 pub fn job_config(job: usize) -> JobConfig {
