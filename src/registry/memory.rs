@@ -386,11 +386,7 @@ impl MemSession {
         })
     }
 
-    pub(crate) async fn multi(
-        &self,
-        generation: Option<u64>,
-        ops: Vec<Op>,
-    ) -> Result<Vec<OpResult>> {
+    pub(crate) async fn multi(&self, generation: Option<u64>, ops: &[Op]) -> Result<Vec<OpResult>> {
         if let Some(generation) = generation {
             let t = self.store.lock();
             if t.handles.get(&self.handle).map(|h| h.generation) != Some(generation) {

@@ -331,7 +331,8 @@ pub(crate) async fn check_batched(
         }
         ops
     };
-    let answers = join_all((0..callers).map(|i| reg.multi_at_batched(generation, ops(i)))).await;
+    let answers =
+        join_all((0..callers).map(|i| reg.multi_at_batched(generation, ops(i).into()))).await;
     let mut zxids = Vec::new();
     for (i, answer) in answers.into_iter().enumerate() {
         let node = reg.get(&format!("{root}/{i}")).await.unwrap();

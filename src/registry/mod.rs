@@ -12,6 +12,7 @@
 //! [`latch`]) and a local mirror of a subtree ([`TreeCache`]).
 
 use std::collections::BTreeMap;
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 mod cache;
@@ -431,7 +432,7 @@ impl Registry {
         if ops.is_empty() {
             return Ok(());
         }
-        dispatch!(self, s => s.multi(None, ops).await).map(drop)
+        dispatch!(self, s => s.multi(None, &ops).await).map(drop)
     }
 
     /// Applies all operations atomically, or none, in session `generation` only: when the
@@ -446,24 +447,25 @@ impl Registry {
         if ops.is_empty() {
             return Ok(Vec::new());
         }
-        dispatch!(self, s => s.multi(Some(generation), ops).await)
+        dispatch!(self, s => s.multi(Some(generation), &ops).await)
     }
 
     /// `multi_at`, sent as part of a group commit: on ZooKeeper, the multi-ops that callers
     /// submit this way at about the same time go to the server together as one request
     /// (`zk_batch`). Each caller still gets exactly its own results or its own failure. Requests
     /// are not ordered with any the caller makes meanwhile, batched or not: a caller that needs
-    /// its requests to land in order waits for this answer before making the next.
+    /// its requests to land in order waits for this answer before making the next. The
+    /// operations are shared, not copied: a caller keeps them to apply the results.
     ///
     /// # Errors
     /// As `multi_at`.
-    pub async fn multi_at_batched(&self, generation: u64, ops: Vec<Op>) -> Result<Vec<OpResult>> {
+    pub async fn multi_at_batched(&self, generation: u64, ops: Arc<[Op]>) -> Result<Vec<OpResult>> {
         if ops.is_empty() {
             return Ok(Vec::new());
         }
         match &self.inner {
             Inner::ZooKeeper(s) => s.multi_batched(generation, ops).await,
-            Inner::Memory(s) => s.multi(Some(generation), ops).await,
+            Inner::Memory(s) => s.multi(Some(generation), &ops).await,
         }
     }
 

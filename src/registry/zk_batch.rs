@@ -52,7 +52,7 @@ const MAX_BYTES: usize = 256 * 1024;
 /// One caller's multi-op, waiting for its turn.
 pub(super) struct Request {
     generation: u64,
-    ops: Vec<Op>,
+    ops: Arc<[Op]>,
     bytes: usize,
     reply: oneshot::Sender<Result<Vec<OpResult>>>,
 }
@@ -74,7 +74,7 @@ fn size_of(ops: &[Op]) -> usize {
 pub(super) async fn submit(
     shared: &Shared,
     generation: u64,
-    ops: Vec<Op>,
+    ops: Arc<[Op]>,
 ) -> Result<Vec<OpResult>> {
     let (reply, answer) = oneshot::channel();
     let request = Request {
@@ -225,7 +225,7 @@ async fn send_each(shared: &Shared, generation: u64, batch: Vec<Request>) {
     let answers = call(shared, "multi", Some(generation), |c| async move {
         let mut sent = Vec::with_capacity(all.len());
         for r in all {
-            sent.push(send_multi(&c, &r.ops, acls)?);
+            sent.push(send_multi(&c, r.ops.iter(), acls)?);
         }
         let answers = join_all(sent).await;
         // A request that failed as a whole fails them all, as one request would: its error

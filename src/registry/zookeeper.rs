@@ -326,14 +326,9 @@ impl ZkSession {
         }
     }
 
-    pub(crate) async fn multi(
-        &self,
-        generation: Option<u64>,
-        ops: Vec<Op>,
-    ) -> Result<Vec<OpResult>> {
-        validate_ops(&ops)?;
+    pub(crate) async fn multi(&self, generation: Option<u64>, ops: &[Op]) -> Result<Vec<OpResult>> {
+        validate_ops(ops)?;
         let acls = acls(&self.shared.settings);
-        let ops = &ops;
         let r = call(&self.shared, "multi", generation, |c| async move {
             // A request that failed as a whole is the client's error (it proves nothing about the
             // session); a failed operation is the server's answer.
@@ -351,7 +346,7 @@ impl ZkSession {
     pub(crate) async fn multi_batched(
         &self,
         generation: u64,
-        ops: Vec<Op>,
+        ops: Arc<[Op]>,
     ) -> Result<Vec<OpResult>> {
         validate_ops(&ops)?;
         zk_batch::submit(&self.shared, generation, ops).await

@@ -12,6 +12,7 @@
 //! anything else is decided.
 
 use std::collections::{BTreeSet, HashMap, HashSet};
+use std::sync::Arc;
 use std::time::Duration;
 
 use tracing::{debug, error, warn};
@@ -351,10 +352,10 @@ impl JobState {
         items: &[i32],
         out: &mut Vec<Action>,
     ) -> OpId {
-        let ops = self.with_parents(ops);
+        let ops: Arc<[Op]> = self.with_parents(ops).into();
         self.lock(items);
         let op = self.start_op(pending);
-        self.commit_ops.insert(op, ops.clone());
+        self.commit_ops.insert(op, Arc::clone(&ops));
         out.push(Action::Commit {
             op,
             generation: self.generation,

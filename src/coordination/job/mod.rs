@@ -37,6 +37,7 @@ mod work;
 mod tests;
 
 use std::collections::BTreeMap;
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use chrono::{DateTime, Utc};
@@ -214,7 +215,8 @@ pub(crate) enum Action {
     Commit {
         op: OpId,
         generation: u64,
-        ops: Vec<Op>,
+        /// Shared with the state, which applies them to its mirror when they are committed.
+        ops: Arc<[Op]>,
     },
     /// Create-or-replace one node (config, server status).
     Persist {

@@ -1,5 +1,7 @@
 //! The results of actions in flight: each answer goes to the concern that asked for it.
 
+use std::sync::Arc;
+
 use tracing::{debug, warn};
 
 use super::state::{JobState, Pending};
@@ -60,12 +62,12 @@ impl JobState {
                 self.on_clock(fire_time, result, env, out)
             }
             (pending, IoResult::Committed(result)) => {
-                let ops = self.commit_ops.remove(&op).unwrap_or_default();
+                let ops = self.commit_ops.remove(&op).unwrap_or_else(|| Arc::from([]));
                 if let Ok(results) = &result {
                     self.apply_commit(&ops, results, env);
                     self.refresh_view();
                 }
-                self.on_committed(pending, ops, result, env, out)
+                self.on_committed(pending, &ops, result, env, out)
             }
             (pending, IoResult::Latched(result)) => self.on_latched(pending, result, env, out),
             (pending, result) => {
@@ -78,7 +80,7 @@ impl JobState {
     fn on_committed(
         &mut self,
         pending: Pending,
-        ops: Vec<Op>,
+        ops: &[Op],
         result: Result<Vec<OpResult>, RegError>,
         env: &Env,
         out: &mut Vec<Action>,
@@ -89,7 +91,7 @@ impl JobState {
                 self.on_reregistered(&instance_id, result, env, out)
             }
             Pending::Start { execution_id } => {
-                self.on_started(&execution_id, &ops, result, env, out)
+                self.on_started(&execution_id, ops, result, env, out)
             }
             Pending::Finish {
                 execution_id,
@@ -104,7 +106,7 @@ impl JobState {
             Pending::Leave {
                 instance_id,
                 handed,
-            } => self.on_left(&instance_id, handed, &ops, result, env, out),
+            } => self.on_left(&instance_id, handed, ops, result, env, out),
             Pending::MisfireFlags | Pending::SidecarNode | Pending::Abdicate | Pending::Orphans => {
                 if let Err(e) = result {
                     self.write_failed("a registry write", &e, env);
@@ -112,7 +114,7 @@ impl JobState {
             }
             Pending::Reshard => self.on_resharded(result, env),
             Pending::Cleanup { items, handed } => {
-                self.on_cleaned_up(&items, handed, &ops, result, env, out)
+                self.on_cleaned_up(&items, handed, ops, result, env, out)
             }
             Pending::ReleaseStale { items } => {
                 self.unlock(&items);
@@ -122,7 +124,7 @@ impl JobState {
             }
             Pending::Elect { latch } => self.on_elected(latch, result, env, out),
             Pending::Claim { latch, executions } => {
-                self.on_claimed(latch, executions, &ops, result, env, out)
+                self.on_claimed(latch, executions, ops, result, env, out)
             }
             Pending::TakeTrigger { instance_id } => {
                 self.on_trigger_taken(&instance_id, result, env, out)

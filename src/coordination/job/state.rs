@@ -12,6 +12,7 @@
 //! - at most one action touches an item at a time (`locked`).
 
 use std::collections::{BTreeMap, BTreeSet, HashMap};
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use tracing::{debug, info, warn};
@@ -303,7 +304,7 @@ pub(crate) struct JobState {
     pub(super) generation: u64,
     pub(super) pending: BTreeMap<OpId, Pending>,
     /// The operations of each commit in flight, mirrored into the cache when it succeeds.
-    pub(super) commit_ops: BTreeMap<OpId, Vec<Op>>,
+    pub(super) commit_ops: BTreeMap<OpId, Arc<[Op]>>,
     /// Items an action in flight touches: nothing else is decided about them meanwhile.
     pub(super) locked: BTreeSet<i32>,
     next_op: OpId,

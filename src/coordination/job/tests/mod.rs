@@ -404,7 +404,7 @@ pub(super) fn writes(actions: &[Action]) -> Vec<String> {
     actions
         .iter()
         .filter_map(|a| match a {
-            Action::Commit { ops, .. } => Some(ops),
+            Action::Commit { ops, .. } => Some(ops.iter()),
             _ => None,
         })
         .flatten()

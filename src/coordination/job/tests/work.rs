@@ -691,7 +691,7 @@ fn claim_in(actions: &[Action]) -> (OpId, Vec<Op>) {
                     matches!(o, Op::Delete { path, .. } if path.contains("/leader/failover/items/"))
                 }) =>
             {
-                Some((*op, ops.clone()))
+                Some((*op, ops.to_vec()))
             }
             _ => None,
         }
@@ -704,7 +704,7 @@ fn latch_writes(ops: &[Op]) -> Vec<String> {
     writes(&[Action::Commit {
         op: 0,
         generation: 0,
-        ops: ops.to_vec(),
+        ops: ops.into(),
     }])
     .into_iter()
     .filter(|w| w.ends_with("/leader/failover/latch"))
@@ -940,7 +940,7 @@ fn a_hand_over_refused_because_a_contender_is_in_the_latch_flags_the_items_inste
     let (op, ops) = ended
         .iter()
         .find_map(|a| match a {
-            Action::Commit { op, ops, .. } => Some((*op, ops.clone())),
+            Action::Commit { op, ops, .. } => Some((*op, ops.to_vec())),
             _ => None,
         })
         .expect("the leave");
@@ -1008,7 +1008,7 @@ fn a_dead_workers_items_go_to_an_idle_worker_of_a_peer_sidecar_in_the_write_that
     let ops: Vec<Op> = ended
         .iter()
         .find_map(|a| match a {
-            Action::Commit { ops, .. } => Some(ops.clone()),
+            Action::Commit { ops, .. } => Some(ops.to_vec()),
             _ => None,
         })
         .expect("the leave");
@@ -1164,7 +1164,7 @@ fn items_a_peer_handed_to_an_idle_worker_here_run_as_failover_with_no_write() {
     let fences: Vec<(String, Option<i32>)> = done
         .iter()
         .flat_map(|a| match a {
-            Action::Commit { ops, .. } => ops.clone(),
+            Action::Commit { ops, .. } => ops.to_vec(),
             _ => Vec::new(),
         })
         .filter_map(|op| match op {
