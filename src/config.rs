@@ -26,6 +26,9 @@ pub struct Settings {
     /// How long before a cron instant the ZooKeeper session's heartbeat is sent; zero: not at
     /// all.
     pub zk_warm_up: Duration,
+    /// How long before a cron instant a fire's run is claimed (its `running` nodes written), so
+    /// that its trigger goes out at the instant itself; zero: claimed at the instant.
+    pub claim_ahead: Duration,
     /// `user:pass` for ZooKeeper digest auth.
     pub digest: Option<String>,
     /// Worker lease length (capped at half the session timeout).
@@ -240,6 +243,13 @@ settings! {
         default: "2ms",
         meaning: "how long before each cron instant the ZooKeeper session's heartbeat read is sent, so that the fire's first write meets a server already awake (0s: off; at most 100ms)",
         example: r#""2ms""#,
+    }
+    claim_ahead {
+        env: "SHARDCAR_CLAIM_AHEAD",
+        value_name: "DURATION",
+        default: "100ms",
+        meaning: "how long before each cron instant the fire's items are claimed in ZooKeeper (their running nodes written), so that the trigger reaches the worker at the instant instead of a write later; raise it when many jobs fire at the same instant (0s: claim at the instant; at most 500ms)",
+        example: r#""100ms""#,
     }
     digest {
         env: "SHARDCAR_DIGEST",
@@ -739,6 +749,13 @@ impl Settings {
                 "must be at most 100ms: by then ZooKeeper's threads have gone back to sleep",
             ));
         }
+        let (claim_ahead, origin) = layers.duration("claim_ahead", Duration::from_millis(100))?;
+        if claim_ahead > Duration::from_millis(500) {
+            return Err(bad(
+                &origin,
+                "must be at most 500ms: a leader keeps its reshards off the claim lead before each fire instant, and a longer lead would leave jobs that fire every second hardly a moment to reshard in",
+            ));
+        }
         let digest = match layers.pick("digest") {
             Some((v, _)) if v.contains(':') => Some(v),
             Some((_, origin)) => return Err(bad(&origin, "must be user:password")),
@@ -908,6 +925,7 @@ impl Settings {
             session_timeout,
             connection_timeout,
             zk_warm_up,
+            claim_ahead,
             digest,
             lease,
             keepalive_interval,

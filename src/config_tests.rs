@@ -62,6 +62,27 @@ fn flags_win_over_env_and_defaults_apply() {
     assert_eq!(s.session_timeout, Duration::from_secs(10));
     assert_eq!(s.lease, Duration::from_secs(5));
     assert_eq!(s.zk_warm_up, Duration::from_millis(2));
+    assert_eq!(s.claim_ahead, Duration::from_millis(100));
+}
+
+#[test]
+fn claim_ahead_may_be_off_and_is_bounded() {
+    let resolve = |value: &str| {
+        Settings::resolve(
+            given(&["--advertise-ip", "10.0.0.5", "--claim-ahead", value], &[]),
+            &env(&[]),
+        )
+    };
+    assert_eq!(resolve("0s").unwrap().claim_ahead, Duration::ZERO);
+    assert_eq!(
+        resolve("500ms").unwrap().claim_ahead,
+        Duration::from_millis(500)
+    );
+    let err = resolve("501ms").unwrap_err().to_string();
+    assert!(
+        err.starts_with("invalid setting --claim-ahead: must be at most 500ms"),
+        "{err}"
+    );
 }
 
 #[test]

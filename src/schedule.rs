@@ -290,10 +290,15 @@ impl CronSchedule {
 
 /// One fire of one schedule: `fire_time` is the scheduled instant (after a stall, the missed
 /// instant; compare it with the clock to detect a misfire).
+///
+/// With a claim lead ([`Timer::spawn_with`]), each instant is announced twice: first `ahead`,
+/// the lead before it (`fire_time` is still the instant to come), then at the instant itself.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Fire {
     pub key: String,
     pub fire_time: DateTime<Utc>,
+    /// The notice that comes the claim lead before the instant, not the fire itself.
+    pub ahead: bool,
 }
 
 /// Where a schedule's fires go. Boxed: a tokio queue allocates its slots 32 at a time, and a
@@ -306,14 +311,20 @@ struct Entry {
     tx: FireSender,
 }
 
+/// One deadline of the heap: when, the schedule's generation and key, and whether it is the
+/// notice `ahead` of an instant (the instant is then the deadline plus the lead).
+type Deadline = (DateTime<Utc>, u64, String, bool);
+
 /// The timer's state: the live schedules and a min-heap of their next deadlines. Heap entries
 /// of cancelled or replaced schedules are recognised by their generation and dropped.
 #[derive(Default)]
 struct State {
     entries: HashMap<String, Entry>,
-    heap: BinaryHeap<Reverse<(DateTime<Utc>, u64, String)>>,
+    heap: BinaryHeap<Reverse<Deadline>>,
     next_generation: u64,
     closed: bool,
+    /// The claim lead: how long before each instant its notice goes out (zero: none).
+    ahead: Duration,
 }
 
 impl State {
@@ -327,7 +338,7 @@ impl State {
         self.next_generation += 1;
         let generation = self.next_generation;
         if let Some(at) = schedule.next_after(now) {
-            self.heap.push(Reverse((at, generation, key.clone())));
+            self.push(at, generation, &key);
         }
         self.entries.insert(
             key,
@@ -343,17 +354,31 @@ impl State {
         self.entries.remove(key);
     }
 
+    /// Puts instant `at` of schedule `key` on the heap, and its notice the claim lead before it.
+    fn push(&mut self, at: DateTime<Utc>, generation: u64, key: &str) {
+        if let Some(lead) = chrono::Duration::from_std(self.ahead)
+            .ok()
+            .filter(|lead| !lead.is_zero())
+        {
+            self.heap
+                .push(Reverse((at - lead, generation, key.to_owned(), true)));
+        }
+        self.heap
+            .push(Reverse((at, generation, key.to_owned(), false)));
+    }
+
     /// Pops every deadline due at `now` and returns what to send. Each due schedule fires
     /// once, for its scheduled instant, and is rescheduled after `now`: instants missed while
-    /// the process was stalled are skipped (Quartz's DO_NOTHING).
+    /// the process was stalled are skipped (Quartz's DO_NOTHING). A notice ahead of an instant
+    /// that has already come is dropped: the fire itself goes out at once.
     fn take_due(&mut self, now: DateTime<Utc>) -> Vec<(FireSender, Box<Fire>)> {
         let mut out = Vec::new();
-        while let Some(Reverse((at, generation, _))) = self.heap.peek() {
+        let lead = chrono::Duration::from_std(self.ahead).unwrap_or_default();
+        while let Some(Reverse((at, _, _, _))) = self.heap.peek() {
             if *at > now {
                 break;
             }
-            let (at, generation) = (*at, *generation);
-            let Some(Reverse((_, _, key))) = self.heap.pop() else {
+            let Some(Reverse((at, generation, key, ahead))) = self.heap.pop() else {
                 break;
             };
             let Some(entry) = self
@@ -363,15 +388,30 @@ impl State {
             else {
                 continue; // cancelled or replaced
             };
+            if ahead {
+                let fire_time = at + lead;
+                if fire_time > now {
+                    out.push((
+                        entry.tx.clone(),
+                        Box::new(Fire {
+                            key,
+                            fire_time,
+                            ahead: true,
+                        }),
+                    ));
+                }
+                continue;
+            }
             out.push((
                 entry.tx.clone(),
                 Box::new(Fire {
                     key: key.clone(),
                     fire_time: at,
+                    ahead: false,
                 }),
             ));
             if let Some(next) = entry.schedule.next_after(now.max(at)) {
-                self.heap.push(Reverse((next, generation, key)));
+                self.push(next, generation, &key);
             }
         }
         out
@@ -379,7 +419,7 @@ impl State {
 
     /// The earliest deadline of a live schedule (stale heap entries are dropped on the way).
     fn next_deadline(&mut self) -> Option<DateTime<Utc>> {
-        while let Some(Reverse((at, generation, key))) = self.heap.peek() {
+        while let Some(Reverse((at, generation, key, _))) = self.heap.peek() {
             if self
                 .entries
                 .get(key)
@@ -450,7 +490,7 @@ impl Timer {
     /// # Panics
     /// Outside a tokio runtime.
     pub fn spawn_on(tracker: &TaskTracker) -> Timer {
-        Timer::spawn_inner(tracker, None)
+        Timer::spawn_inner(tracker, None, Duration::ZERO)
     }
 
     /// [`Timer::spawn_on`], and `hook` is called `lead` before every instant at which a fire is
@@ -467,18 +507,37 @@ impl Timer {
         lead: Duration,
         hook: impl Fn() + Send + Sync + 'static,
     ) -> Timer {
+        Timer::spawn_with(tracker, Duration::ZERO, Some((lead, Box::new(hook))))
+    }
+
+    /// [`Timer::spawn_on`], with a claim lead and, optionally, a warm-up (`lead`, `hook`) as in
+    /// [`Timer::spawn_with_warm_up`]. With a non-zero `ahead`, each instant of a schedule is
+    /// announced `ahead` before it by a [`Fire`] whose `ahead` is set (a job claims the run's
+    /// items then, so that its trigger goes out at the instant itself), and then fired at the
+    /// instant as usual. The warm-up comes before each deadline, notices included: a claim's
+    /// write is what it is for.
+    ///
+    /// # Panics
+    /// Outside a tokio runtime.
+    #[allow(clippy::type_complexity)]
+    pub fn spawn_with(
+        tracker: &TaskTracker,
+        ahead: Duration,
+        warm_up: Option<(Duration, Box<dyn Fn() + Send + Sync>)>,
+    ) -> Timer {
         Timer::spawn_inner(
             tracker,
-            Some(WarmUp {
-                lead,
-                hook: Box::new(hook),
-            }),
+            warm_up.map(|(lead, hook)| WarmUp { lead, hook }),
+            ahead,
         )
     }
 
-    fn spawn_inner(tracker: &TaskTracker, warm_up: Option<WarmUp>) -> Timer {
+    fn spawn_inner(tracker: &TaskTracker, warm_up: Option<WarmUp>, ahead: Duration) -> Timer {
         let shared = Arc::new(Shared {
-            state: Mutex::new(State::default()),
+            state: Mutex::new(State {
+                ahead,
+                ..State::default()
+            }),
             wake: Condvar::new(),
             warm_up,
         });

@@ -203,7 +203,8 @@ fn stalled_schedule_fires_once_then_continues_from_now() {
         fires,
         [Fire {
             key: "j".into(),
-            fire_time: utc("2026-02-01T00:00:05Z")
+            fire_time: utc("2026-02-01T00:00:05Z"),
+            ahead: false,
         }]
     );
     assert_eq!(state.next_deadline(), Some(utc("2026-02-01T00:00:45Z")));
@@ -383,4 +384,47 @@ fn schedules_of_one_pattern_share_its_parse() {
         "2090-01-01T00:01:03+00:00"
     );
     assert_eq!(Arc::strong_count(&again.cron), 1);
+}
+
+#[test]
+fn each_instant_is_announced_the_claim_lead_before_it_then_fired() {
+    let mut state = State {
+        ahead: Duration::from_millis(100),
+        ..State::default()
+    };
+    let (tx, _rx) = mpsc::channel(8);
+    let t0 = utc("2026-02-01T00:00:00Z");
+    state.schedule(
+        "j".into(),
+        CronSchedule::parse("0/5 * * * * ?", "UTC").unwrap(),
+        tx,
+        t0,
+    );
+    let fires = |due: Vec<(FireSender, Box<Fire>)>| -> Vec<(DateTime<Utc>, bool)> {
+        due.into_iter()
+            .map(|(_, f)| (f.fire_time, f.ahead))
+            .collect()
+    };
+    assert_eq!(state.next_deadline(), Some(utc("2026-02-01T00:00:04.900Z")));
+    assert!(state.take_due(utc("2026-02-01T00:00:04.899Z")).is_empty());
+    assert_eq!(
+        fires(state.take_due(utc("2026-02-01T00:00:04.900Z"))),
+        [(utc("2026-02-01T00:00:05Z"), true)],
+        "the notice carries the instant to come"
+    );
+    assert_eq!(state.next_deadline(), Some(utc("2026-02-01T00:00:05Z")));
+    assert_eq!(
+        fires(state.take_due(utc("2026-02-01T00:00:05Z"))),
+        [(utc("2026-02-01T00:00:05Z"), false)]
+    );
+    assert_eq!(
+        state.next_deadline(),
+        Some(utc("2026-02-01T00:00:09.900Z")),
+        "the next instant's notice"
+    );
+    // A stall past the next instant: its notice is dropped, the fire goes out at once.
+    assert_eq!(
+        fires(state.take_due(utc("2026-02-01T00:00:10.002Z"))),
+        [(utc("2026-02-01T00:00:10Z"), false)]
+    );
 }

@@ -162,12 +162,16 @@ pub async fn run(
             &tracker,
         ))
     });
-    let timer = match registry.warm_up_hook() {
-        Some(hook) if !settings.zk_warm_up.is_zero() => {
-            Timer::spawn_with_warm_up(&tracker, settings.zk_warm_up, hook)
-        }
-        _ => Timer::spawn_on(&tracker),
-    };
+    let warm_up = registry
+        .warm_up_hook()
+        .filter(|_| !settings.zk_warm_up.is_zero())
+        .map(|hook| {
+            (
+                settings.zk_warm_up,
+                Box::new(hook) as Box<dyn Fn() + Send + Sync>,
+            )
+        });
+    let timer = Timer::spawn_with(&tracker, settings.claim_ahead, warm_up);
     let coordinator = Coordinator::new(
         registry.clone(),
         timer.clone(),
@@ -175,6 +179,7 @@ pub async fn run(
             ip: settings.advertise_ip.clone(),
             lease: settings.lease,
             session_timeout: settings.session_timeout,
+            claim_ahead: settings.claim_ahead,
         },
         Arc::new(OpsObserver {
             history: history.clone(),

@@ -35,6 +35,9 @@ pub enum Release {
     /// Nothing to write: the session that held them is gone, and the sidecar that comes back
     /// (or the leader) releases what is left.
     None,
+    /// The worker never got them (a run claimed ahead of its fire instant, given up before
+    /// it): free them, flag nothing, hand nothing over; nothing ran.
+    Unrun,
 }
 
 fn failover_on(view: &JobView) -> bool {

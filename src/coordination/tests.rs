@@ -22,15 +22,20 @@ struct TestCar {
     registry: Registry,
 }
 
+const CLAIM_AHEAD: Duration = Duration::from_millis(100);
+
 fn car(store: &MemoryStore, ip: &str) -> TestCar {
     let registry = store.session();
     let coordinator = Coordinator::new(
         registry.clone(),
-        Timer::spawn(),
+        // The sidecar's default claim lead, so that these runs are claimed ahead as in
+        // production.
+        Timer::spawn_with(&TaskTracker::new(), CLAIM_AHEAD, None),
         CoordinatorSettings {
             ip: ip.to_string(),
             lease: Duration::from_secs(5),
             session_timeout: Duration::from_secs(10),
+            claim_ahead: CLAIM_AHEAD,
         },
         Arc::new(NoObserver),
         TaskTracker::new(),

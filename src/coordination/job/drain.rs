@@ -10,6 +10,7 @@ use tracing::warn;
 use super::state::JobState;
 use super::{Action, Env, Input, Reply, ReplyId};
 use crate::coordination::events::{StreamEnd, WorkerEvent};
+use crate::coordination::failover::Release;
 use crate::coordination::CoordError;
 
 impl JobState {
@@ -34,6 +35,7 @@ impl JobState {
             }
         }
         let reason = "the sidecar is shutting down";
+        let mut held = Vec::new();
         for local in self.locals.values_mut() {
             if local.gone.is_none() && !local.shutting_down {
                 local.shutting_down = true;
@@ -44,6 +46,11 @@ impl JobState {
                     },
                 });
             }
+            held.extend(local.held.clone());
+        }
+        // Runs claimed ahead of an instant to come are new work: given up, their items freed.
+        for execution_id in held {
+            self.void(&execution_id, reason, Release::Unrun, false, out);
         }
     }
 

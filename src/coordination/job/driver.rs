@@ -287,7 +287,10 @@ impl Driver {
                     },
                     None => return,
                 },
-                Some(fire) = self.fire_rx.recv() => Input::Fire { fire_time: fire.fire_time },
+                Some(fire) = self.fire_rx.recv() => match fire.ahead {
+                    true => Input::FireAhead { fire_time: fire.fire_time },
+                    false => Input::Fire { fire_time: fire.fire_time },
+                },
                 changed = self.session_rx.changed() => match changed {
                     Ok(()) => Input::Session(self.session_rx.borrow_and_update().clone()),
                     Err(_) => return,

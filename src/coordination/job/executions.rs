@@ -88,10 +88,12 @@ impl JobState {
         env: &Env,
         out: &mut Vec<Action>,
     ) {
+        // An instance whose run for this instant was claimed ahead is left to that run
+        // (`reconcile_held` sends it).
         let ids: Vec<String> = self
             .locals
             .iter()
-            .filter(|(_, l)| l.live() && !l.shutting_down)
+            .filter(|(_, l)| l.live() && !l.shutting_down && l.claimed_fire != Some(fire_time))
             .map(|(id, _)| id.clone())
             .collect();
         let healthy = self.may_grant(env);
@@ -120,25 +122,166 @@ impl JobState {
                 self.start_execution(&id, run, source, fire_time, Vec::new(), env, out);
             }
         }
-        if !misfire.is_empty()
-            && self.connected(env)
-            && !self.in_flight(|p| matches!(p, Pending::MisfireFlags))
+        self.flag_misfire(misfire, env, out);
+    }
+
+    /// Flags `misfire` on `items`: a fire found their instance busy (ElasticJob's rule), and a
+    /// catch-up runs them once it is idle.
+    fn flag_misfire(&mut self, items: BTreeSet<i32>, env: &Env, out: &mut Vec<Action>) {
+        if items.is_empty()
+            || !self.connected(env)
+            || self.in_flight(|p| matches!(p, Pending::MisfireFlags))
         {
-            let items: Vec<i32> = misfire.into_iter().collect();
-            debug!(job = %self.name, items = ?items, "still running: misfire");
-            out.push(Action::Observe(Observation::Misfired(items.clone())));
-            let ops = items
-                .iter()
-                .map(|i| {
-                    Op::create(
-                        self.paths.item_misfire(*i),
-                        Vec::new(),
-                        CreateMode::Persistent,
-                    )
-                })
-                .collect();
-            self.commit(Pending::MisfireFlags, ops, &[], out);
+            return;
         }
+        let items: Vec<i32> = items.into_iter().collect();
+        debug!(job = %self.name, items = ?items, "still running: misfire");
+        out.push(Action::Observe(Observation::Misfired(items.clone())));
+        let ops = items
+            .iter()
+            .map(|i| {
+                Op::create(
+                    self.paths.item_misfire(*i),
+                    Vec::new(),
+                    CreateMode::Persistent,
+                )
+            })
+            .collect();
+        self.commit(Pending::MisfireFlags, ops, &[], out);
+    }
+
+    // ----- claiming ahead ---------------------------------------------------------------------
+
+    /// The timer's notice, `claim_ahead` before cron instant `fire_time`: each local instance
+    /// the fire would start a run on claims the run's items now (its `running` nodes written),
+    /// and its `Trigger` goes out at the instant itself (`reconcile_held`), instead of a
+    /// ZooKeeper write after it.
+    ///
+    /// Only the plain case is claimed ahead: an idle instance that may be given work, whose
+    /// fire would run its own items, with nothing else due. A fire that waits for ZooKeeper's
+    /// clock (maxTimeDiffSeconds), a resharding pending, failover items to run first, a
+    /// catch-up or a held fire to run, an unhealthy session: the fire decides at its instant, as
+    /// it always has. The claim is the run's decision, taken the lead earlier; a change that
+    /// lands between the claim and the instant finds the run under way, as one landing just
+    /// after the instant would. Until the instant the run can still be given up (its worker
+    /// gone or shutting down, no lease to send it under, its instance taken by a failover
+    /// claim), and its items are then freed as if never claimed: a run never starts before its
+    /// fire time.
+    pub(super) fn on_fire_ahead(
+        &mut self,
+        fire_time: DateTime<Utc>,
+        env: &Env,
+        out: &mut Vec<Action>,
+    ) {
+        if self.phase != super::state::Phase::Ready || self.locals.is_empty() {
+            return;
+        }
+        if fire_time <= env.wall {
+            return; // late: the fire itself comes at once
+        }
+        self.refresh_view();
+        let Some(config) = self.view.config.as_ref() else {
+            return;
+        };
+        if config.max_time_diff_seconds >= 0 || !config.monitor_execution {
+            // The clock check belongs to the instant; without `running` nodes there is nothing
+            // to claim.
+            return;
+        }
+        let failover = config.failover;
+        if self.resharding_pending() {
+            return;
+        }
+        for id in self.idle_locals(env) {
+            let local = &self.locals[&id];
+            if local.missed || local.deferred.is_some() || local.claimed_fire == Some(fire_time) {
+                continue;
+            }
+            if failover && !self.view.failover_items_of(&id).is_empty() {
+                continue;
+            }
+            let run = self.runnable_now(&id);
+            if run.is_empty() {
+                continue;
+            }
+            debug!(job = %self.name, instance = %id, items = ?run, %fire_time, "claiming the fire's run ahead of its instant");
+            let Some(execution_id) =
+                self.start_execution(&id, run, Source::Cron, fire_time, Vec::new(), env, out)
+            else {
+                continue;
+            };
+            if let Some(exec) = self.executions.get_mut(&execution_id) {
+                exec.held = true;
+                exec.note(
+                    SystemTime::from(env.wall),
+                    "claimed ahead",
+                    vec![("fire_time", fire_time.to_rfc3339())],
+                );
+            }
+            if let Some(local) = self.locals.get_mut(&id) {
+                local.held = Some(execution_id);
+                local.claimed_fire = Some(fire_time);
+            }
+        }
+    }
+
+    /// Whether the start of `execution_id` is still being written.
+    pub(super) fn starting(&self, execution_id: &str) -> bool {
+        self.in_flight(|p| matches!(p, Pending::Start { execution_id: e } if e == execution_id))
+    }
+
+    /// Runs claimed ahead whose instant has come go out, started now. The fire finds the
+    /// instance as it would have found it: one that took other work meanwhile (a failover
+    /// claim) is busy, so the claimed run is given up, its items freed, and the fire is a
+    /// misfire; items the instance came to own since the claim wait for a catch-up, as on any
+    /// instance whose run is under way.
+    pub(super) fn reconcile_held(&mut self, env: &Env, out: &mut Vec<Action>) {
+        let due: Vec<(String, String)> = self
+            .locals
+            .iter()
+            .filter_map(|(id, l)| {
+                let execution_id = l.held.as_ref()?;
+                let exec = self.executions.get(execution_id)?;
+                (exec.fire_time <= env.wall && exec.void.is_none() && !self.starting(execution_id))
+                    .then(|| (id.clone(), execution_id.clone()))
+            })
+            .collect();
+        if due.is_empty() {
+            return;
+        }
+        let misfire_on = self.view.config.as_ref().is_some_and(|c| c.misfire);
+        let mut misfire = BTreeSet::new();
+        for (id, execution_id) in due {
+            let Some(local) = self.locals.get_mut(&id) else {
+                continue;
+            };
+            local.held = None;
+            let busy = local.executions.iter().any(|e| *e != execution_id);
+            if busy {
+                misfire
+                    .extend(execution::plan_fire(&self.view, &id, &self.settings.ip, true).misfire);
+                self.void(
+                    &execution_id,
+                    "its instance took other work before the fire instant",
+                    Release::Unrun,
+                    false,
+                    out,
+                );
+                if let Some(local) = self.locals.get_mut(&id) {
+                    local.claimed_fire = self.executions.get(&execution_id).map(|e| e.fire_time);
+                }
+                continue;
+            }
+            if misfire_on {
+                misfire.extend(self.runnable_now(&id));
+            }
+            let exec = self.executions.get_mut(&execution_id).expect("a held run");
+            exec.held = false;
+            exec.started = env.now;
+            exec.started_at = SystemTime::from(env.wall);
+            self.deliver(&execution_id, env, out);
+        }
+        self.flag_misfire(misfire, env, out);
     }
 
     /// Whether a resharding is pending or not yet seen whole: the `necessary` flag (set by
@@ -260,28 +403,15 @@ impl JobState {
 
     // ----- starting ---------------------------------------------------------------------------
 
-    /// Starts `items` on local instance `id`: writes their `running` nodes (with `extra` ops in
-    /// the same multi) when monitorExecution is on, then sends the `Trigger`.
-    #[allow(clippy::too_many_arguments)]
-    pub(super) fn start_execution(
+    /// The trace of a new execution of `source` on local instance `id`: a MANUAL one continues
+    /// the trace of the traced `TriggerJob` call that asked for it, if one is waiting for `id`.
+    pub(super) fn trace_for(
         &mut self,
         id: &str,
-        items: Vec<i32>,
         source: Source,
-        fire_time: DateTime<Utc>,
-        extra: Vec<Op>,
+        execution_id: &str,
         env: &Env,
-        out: &mut Vec<Action>,
-    ) {
-        let Some(config) = self.view.config.as_ref() else {
-            return;
-        };
-        let monitored = config.monitor_execution;
-        let timeout = match self.view.extras.execution_timeout_seconds {
-            0 => None,
-            s => Some(Duration::from_secs(u64::from(s))),
-        };
-        let execution_id = new_execution_id();
+    ) -> TraceContext {
         let parent = match (source, self.manual_parent.as_mut()) {
             (Source::Manual, Some(m)) if env.now < m.until => {
                 m.instances.remove(id).then(|| m.parent.clone())
@@ -295,7 +425,31 @@ impl JobState {
         {
             self.manual_parent = None;
         }
-        let trace = TraceContext::for_execution(&execution_id, parent.as_ref());
+        TraceContext::for_execution(execution_id, parent.as_ref())
+    }
+
+    /// Starts `items` on local instance `id`: writes their `running` nodes (with `extra` ops in
+    /// the same multi) when monitorExecution is on, then sends the `Trigger`. Returns the new
+    /// execution's id.
+    #[allow(clippy::too_many_arguments)]
+    pub(super) fn start_execution(
+        &mut self,
+        id: &str,
+        items: Vec<i32>,
+        source: Source,
+        fire_time: DateTime<Utc>,
+        extra: Vec<Op>,
+        env: &Env,
+        out: &mut Vec<Action>,
+    ) -> Option<String> {
+        let config = self.view.config.as_ref()?;
+        let monitored = config.monitor_execution;
+        let timeout = match self.view.extras.execution_timeout_seconds {
+            0 => None,
+            s => Some(Duration::from_secs(u64::from(s))),
+        };
+        let execution_id = new_execution_id();
+        let trace = self.trace_for(id, source, &execution_id, env);
         let exec = Execution::new(
             execution_id.clone(),
             id.to_string(),
@@ -325,7 +479,7 @@ impl JobState {
                     .executions
                     .push(execution_id.clone());
                 self.deliver(&execution_id, env, out);
-                return;
+                return Some(execution_id);
             }
             self.executions.insert(execution_id.clone(), Box::new(exec));
             self.locals
@@ -333,12 +487,19 @@ impl JobState {
                 .expect("a live local")
                 .executions
                 .push(execution_id.clone());
-            self.commit(Pending::Start { execution_id }, extra, &items, out);
-            return;
+            self.commit(
+                Pending::Start {
+                    execution_id: execution_id.clone(),
+                },
+                extra,
+                &items,
+                out,
+            );
+            return Some(execution_id);
         }
         let Some(mut ops) = failover::start_ops(&self.view, &self.paths, id, &items) else {
             warn!(job = %self.name, items = ?items, "an item has no sharding node yet; not started");
-            return;
+            return None;
         };
         ops.extend(extra);
         self.executions.insert(execution_id.clone(), Box::new(exec));
@@ -347,7 +508,15 @@ impl JobState {
             .expect("a live local")
             .executions
             .push(execution_id.clone());
-        self.commit(Pending::Start { execution_id }, ops, &items, out);
+        self.commit(
+            Pending::Start {
+                execution_id: execution_id.clone(),
+            },
+            ops,
+            &items,
+            out,
+        );
+        Some(execution_id)
     }
 
     /// The fencing tokens and item epochs a start (or claim) left, from its results.
@@ -407,15 +576,24 @@ impl JobState {
                     );
                 }
                 exec.versions = versions;
+                if exec.held {
+                    return; // sent at its instant (`reconcile_held`)
+                }
                 self.deliver(execution_id, env, out);
             }
             Err(e) => {
-                self.executions.remove(execution_id);
+                let held = self.executions.remove(execution_id).is_some_and(|e| e.held);
                 if let Some(local) = self.locals.get_mut(&instance) {
                     local.drop_execution(execution_id);
-                    // The view was stale (or the session in trouble): a catch-up decides again
-                    // on a fresh read.
-                    local.missed = true;
+                    if held {
+                        // A claim ahead refused: the fire decides at its instant, on a fresh
+                        // read, as it would have without the claim.
+                        local.claimed_fire = None;
+                    } else {
+                        // The view was stale (or the session in trouble): a catch-up decides
+                        // again on a fresh read.
+                        local.missed = true;
+                    }
                 }
                 self.write_failed("starting an execution", &e, env);
             }

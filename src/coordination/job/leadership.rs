@@ -153,8 +153,9 @@ impl JobState {
     }
 
     /// When a reshard that moves an item away from a live owner would land within
-    /// [`RESHARD_QUIET`] of one of the job's fire instants, the instant it may be written
-    /// instead (that long after the fire instant).
+    /// [`RESHARD_QUIET`] of one of the job's fire instants (or of the claim lead before it,
+    /// `claim_ahead`), the instant it may be written instead ([`RESHARD_QUIET`] after the fire
+    /// instant).
     ///
     /// Every member fires on the owners it has read by the fire instant. A reshard written just
     /// before the instant but not yet read by the new owner, or written just after it while the
@@ -173,9 +174,12 @@ impl JobState {
             return None;
         }
         let quiet = chrono::Duration::from_std(RESHARD_QUIET).ok()?;
+        // Members claim a fire's run `claim_ahead` before its instant, on the owners they have
+        // read by then: the quiet time starts that much earlier.
+        let ahead = chrono::Duration::from_std(self.settings.claim_ahead).ok()?;
         // The first fire instant strictly after `wall - quiet`: the one just passed, if any.
         let fire = cron.next_after(env.wall - quiet)?;
-        if fire > env.wall + quiet {
+        if fire > env.wall + ahead + quiet {
             return None;
         }
         let wait = (fire + quiet - env.wall).to_std().unwrap_or_default();

@@ -70,6 +70,9 @@ pub(crate) struct Settings {
     pub session_timeout: Duration,
     /// How long each worker lease is valid (at most half the session timeout).
     pub lease: Duration,
+    /// How long before a cron instant the timer's notice comes ([`Input::FireAhead`]): a
+    /// leader keeps its reshards off that lead too (zero: no notices).
+    pub claim_ahead: Duration,
 }
 
 /// A snapshot of the world outside the state machine, taken by the driver for each step.
@@ -137,6 +140,9 @@ pub(crate) enum Input {
     },
     /// A cron fire of the job's schedule.
     Fire { fire_time: DateTime<Utc> },
+    /// The timer's notice, `claim_ahead` before the cron instant `fire_time`: the run it will
+    /// start may be claimed now, its trigger held until the instant.
+    FireAhead { fire_time: DateTime<Utc> },
     /// The registry session changed.
     Session(SessionState),
     /// A registry event, delivered after the results of every read and write issued before

@@ -34,6 +34,20 @@ impl JobState {
         if exec.void.is_some() {
             return; // the first reason stands
         }
+        // A run claimed ahead and given up before its instant never ran: its items are freed as
+        // if never claimed (nothing for failover), and the fire decides for the instance again.
+        let release = if exec.held && release != Release::None {
+            Release::Unrun
+        } else {
+            release
+        };
+        if exec.held {
+            exec.held = false;
+            if let Some(local) = self.locals.get_mut(&exec.instance_id) {
+                local.held = None;
+                local.claimed_fire = None;
+            }
+        }
         exec.void = Some(Void {
             reason: reason.to_string(),
             release,

@@ -72,6 +72,12 @@ pub(super) struct Local {
     /// A fire or trigger-once request that came while a resharding was pending: it runs on
     /// the new items once the sharding is written and read whole.
     pub deferred: Option<DeferredFire>,
+    /// Its run claimed ahead of a fire instant, whose trigger waits for that instant
+    /// (`executions.rs`, "claiming ahead").
+    pub held: Option<String>,
+    /// The fire instant its run was claimed ahead for: the fire itself leaves the instance to
+    /// that run.
+    pub claimed_fire: Option<chrono::DateTime<chrono::Utc>>,
     /// `Shutdown` was sent (drain, remote shutdown): no new work.
     pub shutting_down: bool,
     /// The stream ended (or is being ended): how, and when its items may be released.
@@ -113,6 +119,8 @@ impl Local {
             max_concurrent,
             missed: false,
             deferred: None,
+            held: None,
+            claimed_fire: None,
             shutting_down: false,
             gone: None,
         }
@@ -133,9 +141,20 @@ impl Local {
         self.executions.len() < self.max_concurrent.max(1) as usize
     }
 
+    /// [`Local::has_room`] for a failover claim, which a run claimed ahead does not hold back:
+    /// that run has not started, and if the claim still occupies the instance at its instant,
+    /// the fire finds the instance busy, as it would have had nothing been claimed ahead.
+    pub fn has_room_for_failover(&self) -> bool {
+        self.executions.len() - usize::from(self.held.is_some())
+            < self.max_concurrent.max(1) as usize
+    }
+
     /// Forgets a finished or void execution.
     pub fn drop_execution(&mut self, execution_id: &str) {
         self.executions.retain(|e| e != execution_id);
+        if self.held.as_deref() == Some(execution_id) {
+            self.held = None;
+        }
     }
 }
 
@@ -527,6 +546,7 @@ impl JobState {
                 });
             }
             Input::Fire { fire_time } => self.on_fire(fire_time, Source::Cron, env, out),
+            Input::FireAhead { fire_time } => self.on_fire_ahead(fire_time, env, out),
             Input::Session(state) => self.on_session(state, env, out),
             Input::Watched(ev) => self.on_watched(ev),
             Input::WatchLost => {
@@ -583,6 +603,17 @@ impl JobState {
                 }
             }
             waits_on_health |= local.missed;
+        }
+        // A run claimed ahead goes out at its instant (the timer's fire comes then too; this is
+        // for a fire that never comes, its schedule changed meanwhile).
+        for exec in self
+            .locals
+            .values()
+            .filter_map(|l| l.held.as_ref().and_then(|id| self.executions.get(id)))
+        {
+            if let Ok(wait) = (exec.fire_time - env.wall).to_std() {
+                due.push(env.now + wait);
+            }
         }
         let live = self.executions.values().filter(|e| e.void.is_none());
         for exec in live.clone() {
@@ -682,6 +713,7 @@ impl JobState {
         self.refresh_view();
         self.update_schedule(out);
         self.reconcile_leases(env, out);
+        self.reconcile_held(env, out);
         if self.reload_wanted || self.in_flight(|p| matches!(p, Pending::Reload)) {
             // A write was refused or events may have been lost: decide nothing more on this
             // view; the reload comes first (after a short pause, see `write_failed`).

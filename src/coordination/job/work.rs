@@ -84,6 +84,12 @@ impl JobState {
         self.ready_locals(env, |l| l.has_room())
     }
 
+    /// Local instances that may take over failover items now: as [`Self::spare_locals`], but a
+    /// run claimed ahead of its instant leaves room (`Local::has_room_for_failover`).
+    pub(super) fn claim_locals(&self, env: &Env) -> Vec<String> {
+        self.ready_locals(env, |l| l.has_room_for_failover())
+    }
+
     fn ready_locals(&self, env: &Env, free: impl Fn(&super::state::Local) -> bool) -> Vec<String> {
         let ip = &self.settings.ip;
         if !self.view.server_enabled(ip) || !self.may_grant(env) {
@@ -138,6 +144,9 @@ impl JobState {
                 self.view_stale = true;
                 self.refresh_view();
                 if !self.idle_locals(env).iter().any(|l| l == id) {
+                    if self.promote_held(id, env, out) {
+                        return;
+                    }
                     info!(job = %self.name, instance = %id, "trigger request dropped: the instance is busy or cannot be given work now");
                     return;
                 }
@@ -151,6 +160,40 @@ impl JobState {
             }
             Err(e) => self.write_failed("taking a trigger request", &e, env),
         }
+    }
+
+    /// A trigger-once request for an instance whose only run is one claimed ahead of a cron
+    /// instant to come: that run goes out now as the MANUAL run the request asks for (its items
+    /// are the ones a MANUAL run would take, and they are claimed already), and the cron fire
+    /// then finds the instance busy, as it would have had nothing been claimed ahead. Returns
+    /// whether the request was taken so.
+    fn promote_held(&mut self, id: &str, env: &Env, out: &mut Vec<Action>) -> bool {
+        let ready = self.ready_locals(env, |l| l.executions.len() == 1 && l.held.is_some());
+        if !ready.iter().any(|l| l == id) {
+            return false;
+        }
+        let Some(execution_id) = self.locals.get_mut(id).and_then(|l| {
+            l.claimed_fire = None;
+            l.held.take()
+        }) else {
+            return false;
+        };
+        let trace = self.trace_for(id, Source::Manual, &execution_id, env);
+        let Some(exec) = self.executions.get_mut(&execution_id) else {
+            return false;
+        };
+        info!(job = %self.name, instance = %id, execution = %execution_id, items = ?exec.items,
+              "trigger request runs the run claimed ahead of the next fire, now");
+        exec.held = false;
+        exec.source = Source::Manual;
+        exec.fire_time = env.wall;
+        exec.started = env.now;
+        exec.started_at = std::time::SystemTime::from(env.wall);
+        exec.trace = trace;
+        if !self.starting(&execution_id) {
+            self.deliver(&execution_id, env, out);
+        }
+        true
     }
 
     // ----- failover claims --------------------------------------------------------------------
@@ -169,7 +212,7 @@ impl JobState {
         {
             return;
         }
-        if self.claimable().is_empty() || self.spare_locals(env).is_empty() {
+        if self.claimable().is_empty() || self.claim_locals(env).is_empty() {
             return;
         }
         if self.claims.refused < FreeClaims::LIMIT {
@@ -195,7 +238,7 @@ impl JobState {
         let flagged = self.claimable();
         // Idle instances first: a busy one's worker shares its executor with what it runs.
         let (mut idle, busy): (Vec<String>, Vec<String>) = self
-            .spare_locals(env)
+            .claim_locals(env)
             .into_iter()
             .partition(|id| self.locals.get(id).is_some_and(|l| l.idle()));
         idle.extend(busy);
@@ -325,7 +368,7 @@ impl JobState {
     /// A local instance with room other than `id`, an idle one first.
     fn local_taker(&self, id: &str, env: &Env) -> Option<String> {
         let spare: Vec<String> = self
-            .spare_locals(env)
+            .claim_locals(env)
             .into_iter()
             .filter(|l| l != id)
             .collect();
@@ -401,7 +444,7 @@ impl JobState {
         if !config.failover || !config.monitor_execution || !self.connected(env) {
             return;
         }
-        let spare = self.spare_locals(env);
+        let spare = self.claim_locals(env);
         if spare.is_empty() {
             return;
         }

@@ -223,7 +223,7 @@ fn answer_reads(
 
 /// A watch event on a node, then the read it makes answered with `node` (`None`: the node is
 /// gone): everything both steps produced.
-fn seen(s: &mut Script, event: WatchEvent, node: Option<Node>) -> Vec<Action> {
+pub(super) fn seen(s: &mut Script, event: WatchEvent, node: Option<Node>) -> Vec<Action> {
     let path = match &event {
         WatchEvent::Created(p) | WatchEvent::Deleted(p) | WatchEvent::DataChanged(p) => p.clone(),
         WatchEvent::Resync => panic!("a resync reads no one node"),
@@ -483,14 +483,14 @@ fn a_fire_held_for_a_reshard_is_dropped_when_the_server_is_disabled_meanwhile() 
 }
 
 /// The writes of the reshards among `actions` (the item owner nodes they set).
-fn reshard_writes(actions: &[Action]) -> Vec<String> {
+pub(super) fn reshard_writes(actions: &[Action]) -> Vec<String> {
     writes(actions)
         .into_iter()
         .filter(|w| w.starts_with("=/j/sharding/") && w.ends_with("/instance"))
         .collect()
 }
 
-fn peer_instance(s: &mut Script, ms: u64, zxid: i64) -> Vec<Action> {
+pub(super) fn peer_instance(s: &mut Script, ms: u64, zxid: i64) -> Vec<Action> {
     s.at(ms);
     let path = s.paths.instance(PEER);
     seen(

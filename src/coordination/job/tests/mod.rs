@@ -69,6 +69,7 @@ impl Script {
                     ip: IP.into(),
                     session_timeout: SESSION,
                     lease: LEASE,
+                    claim_ahead: Duration::ZERO,
                 },
             ),
             env: Env {
@@ -294,6 +295,13 @@ impl Script {
         self.step(Input::Fire { fire_time })
     }
 
+    /// The timer's notice at `ms`, `claim_ahead` before the cron instant at `fire_ms`.
+    pub(super) fn fire_ahead(&mut self, ms: u64, fire_ms: u64) -> Vec<Action> {
+        self.at(ms);
+        let fire_time = wall0() + chrono::Duration::milliseconds(fire_ms as i64);
+        self.step(Input::FireAhead { fire_time })
+    }
+
     pub(super) fn answer(&mut self, execution_id: &str, items: &[i32]) -> Vec<Action> {
         self.next_reply += 1;
         self.step(Input::Answer {
@@ -475,6 +483,7 @@ pub(super) fn run(s: &mut Script, ms: u64) -> Trigger {
     triggers(&started).pop().expect("a trigger")
 }
 
+mod ahead;
 mod drain;
 mod leases;
 mod membership;

@@ -253,7 +253,7 @@ fn busy_with_own_items(max_concurrent: u32) -> (Script, Trigger) {
 /// The peer died mid-run: items 2 and 3 are flagged for failover (as its leader or its
 /// sidecar writes them, in one transaction); returns what the flags' arrival led to. The
 /// watch tells of the nodes together, and they are read in one request.
-fn peer_items_flagged(s: &mut Script) -> Vec<Action> {
+pub(super) fn peer_items_flagged(s: &mut Script) -> Vec<Action> {
     let p = s.paths.clone();
     let flags = [
         (format!("{}/leader/failover", p.root()), 39),
