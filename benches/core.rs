@@ -27,6 +27,9 @@
 //!    worker on another sidecar, and at one on its own sidecar
 //!    (`SHARDCAR_BENCH_FAILOVER_ROUNDS` rounds each, 10 by default); and the same for a
 //!    sidecar SIGKILLed (default 10 s session).
+//!
+//! `SHARDCAR_BENCH_CLAIM_AHEAD=<duration>` runs the trigger and scale sidecars with that
+//! `--claim-ahead` (its default, 100ms, otherwise; `0s` claims each run at its instant).
 
 #[path = "../tests/failure/child.rs"]
 mod child;
@@ -568,14 +571,23 @@ async fn bench_triggers(zk: Option<&ZooKeeper>, jobs: usize, items: i32, window:
         Some(zk) => SidecarOptions::zk(zk.connect_string(), "127.0.0.2"),
         None => SidecarOptions::standalone(),
     };
+    let claim_ahead = std::env::var("SHARDCAR_BENCH_CLAIM_AHEAD").ok();
     let options = SidecarOptions {
         namespace: ns.clone(),
         log_level: "warn".into(),
         // The default session timeout (the harness's is 4 s): ZooKeeper calls may take 2.5 s.
         session_timeout: Duration::from_secs(10),
+        extra_args: claim_ahead
+            .iter()
+            .flat_map(|d| ["--claim-ahead".to_string(), d.clone()])
+            .collect(),
         ..registry
     };
-    let on = if zk.is_some() { "" } else { ", standalone" };
+    let on = format!(
+        "{}, claim_ahead {}",
+        if zk.is_some() { "" } else { ", standalone" },
+        claim_ahead.as_deref().unwrap_or("100ms (default)")
+    );
     let car = Sidecar::start(options).await;
     let rss_idle = rss_parts(car.pid());
     let mut workers = Vec::new();
@@ -761,6 +773,10 @@ async fn stage_breakdown(
         .unwrap()
         .into_inner()
         .executions;
+    // Runs claimed ahead of their instant (`claim_ahead`): the claim's write, how long before
+    // the instant it was answered, and the instant (or the answer, if later) to the send. Runs
+    // started at their instant: the timer's wake, the start's write, the send.
+    let (mut claim, mut margin, mut at_instant) = (Vec::new(), Vec::new(), Vec::new());
     let (mut wake, mut write, mut send, mut wire) =
         (Vec::new(), Vec::new(), Vec::new(), Vec::new());
     for e in executions {
@@ -782,27 +798,61 @@ async fn stage_breakdown(
         ) else {
             continue;
         };
-        wake.push((started - fire) * 1000.0);
-        write.push((written - started) * 1000.0);
-        send.push((sent - written) * 1000.0);
+        match at("claimed ahead") {
+            Some(claimed) => {
+                claim.push((written - claimed) * 1000.0);
+                margin.push((fire - written) * 1000.0);
+                at_instant.push((sent - fire.max(written)) * 1000.0);
+            }
+            None => {
+                wake.push((started - fire) * 1000.0);
+                write.push((written - started) * 1000.0);
+                send.push((sent - written) * 1000.0);
+            }
+        }
         wire.push((arrival - sent) * 1000.0);
     }
     let label = |stage: &str| format!("  stage ({jobs} jobs): {stage}");
-    report(
-        &label("fire instant -> execution begun (timer wake, actor queue)"),
-        "ms",
-        wake,
+    println!(
+        "{}: {} runs claimed ahead of their instant, {} started at it",
+        label("claim_ahead"),
+        claim.len(),
+        wake.len()
     );
-    report(
-        &label("execution begun -> running nodes written (the start multi-op)"),
-        "ms",
-        write,
-    );
-    report(
-        &label("running nodes written -> Trigger queued (lease check, send)"),
-        "ms",
-        send,
-    );
+    if !claim.is_empty() {
+        report(
+            &label("claimed ahead: notice -> running nodes written (the start multi-op)"),
+            "ms",
+            claim,
+        );
+        report(
+            &label("claimed ahead: running nodes written -> fire instant (negative: late)"),
+            "ms",
+            margin,
+        );
+        report(
+            &label("claimed ahead: fire instant (or the claim, if later) -> Trigger queued (timer wake, actor queue, lease check)"),
+            "ms",
+            at_instant,
+        );
+    }
+    if !wake.is_empty() {
+        report(
+            &label("fire instant -> execution begun (timer wake, actor queue)"),
+            "ms",
+            wake,
+        );
+        report(
+            &label("execution begun -> running nodes written (the start multi-op)"),
+            "ms",
+            write,
+        );
+        report(
+            &label("running nodes written -> Trigger queued (lease check, send)"),
+            "ms",
+            send,
+        );
+    }
     report(
         &label("Trigger queued -> received by the worker (gRPC stream)"),
         "ms",

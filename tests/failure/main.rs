@@ -2,6 +2,7 @@
 //! off at the worst moment. Every scenario checks the invariant that matters: no item is run
 //! by two workers at overlapping times, and every interrupted item runs again (FAILOVER).
 
+mod ahead;
 mod child;
 #[path = "../common/mod.rs"]
 mod common;
