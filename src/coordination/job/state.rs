@@ -32,6 +32,8 @@ use crate::registry::{CreateMode, Node, Op, TreeCache};
 pub(super) const RETRY: Duration = Duration::from_millis(200);
 /// How often to look again at the session's health while something waits on it.
 pub(super) const HEALTH_POLL: Duration = Duration::from_millis(100);
+/// How long after its instant a run claimed ahead goes out if the timer's fire never came.
+pub(super) const HELD_FALLBACK: Duration = Duration::from_millis(50);
 
 /// Where the job is in its setup.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -604,15 +606,17 @@ impl JobState {
             }
             waits_on_health |= local.missed;
         }
-        // A run claimed ahead goes out at its instant (the timer's fire comes then too; this is
-        // for a fire that never comes, its schedule changed meanwhile).
+        // A run claimed ahead goes out at its instant, when the timer's fire comes. Should that
+        // fire never come (the schedule changed meanwhile, its queue was full), the run goes out
+        // `HELD_FALLBACK` later. Not at the instant itself: a thousand jobs firing together
+        // would each be stepped twice at the busiest moment.
         for exec in self
             .locals
             .values()
             .filter_map(|l| l.held.as_ref().and_then(|id| self.executions.get(id)))
         {
             if let Ok(wait) = (exec.fire_time - env.wall).to_std() {
-                due.push(env.now + wait);
+                due.push(env.now + wait + HELD_FALLBACK);
             }
         }
         let live = self.executions.values().filter(|e| e.void.is_none());
