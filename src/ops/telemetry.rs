@@ -214,7 +214,12 @@ pub fn span_of(r: &ExecutionRecord) -> SpanData {
         parent_span_is_remote: t.parent_span_id.is_some(),
         span_kind: SpanKind::Internal,
         name: "shardcar.execution".into(),
-        start_time: r.started_at,
+        // A run claimed ahead of its instant began with its claim, before it started.
+        start_time: r
+            .events
+            .iter()
+            .find(|e| e.name == "claimed ahead")
+            .map_or(r.started_at, |e| e.at.min(r.started_at)),
         end_time: r.started_at + r.duration,
         attributes,
         dropped_attributes_count: 0,
@@ -325,5 +330,26 @@ mod tests {
         assert_eq!(attr("shardcar.outcome").as_deref(), Some("completed"));
         assert_eq!(attr("shardcar.fencing_tokens").as_deref(), Some("0=42"));
         assert_eq!(s.status, Status::Ok);
+        assert_eq!(
+            (s.start_time, s.end_time),
+            (r.started_at, r.started_at + r.duration)
+        );
+    }
+
+    #[test]
+    fn the_span_of_a_run_claimed_ahead_begins_with_its_claim() {
+        let mut r = record("0af7651916cd43dd8448eb211c80319c");
+        r.started_at = SystemTime::UNIX_EPOCH + Duration::from_millis(100);
+        r.events = vec![crate::coordination::trace::SpanEvent {
+            at: SystemTime::UNIX_EPOCH,
+            name: "claimed ahead",
+            attributes: Vec::new(),
+        }];
+        let s = span_of(&r);
+        assert_eq!(s.start_time, SystemTime::UNIX_EPOCH);
+        assert_eq!(
+            s.end_time,
+            SystemTime::UNIX_EPOCH + Duration::from_millis(105)
+        );
     }
 }

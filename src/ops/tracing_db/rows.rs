@@ -140,11 +140,13 @@ pub fn rows_of(r: &ExecutionRecord, hostname: &str) -> Vec<Row> {
     };
     let mut rows = Vec::with_capacity(items.len() + 3);
     // A misfire catch-up runs inside the fire that found the items busy: no staging of its own.
+    // A run claimed ahead of its instant was taken up when it was claimed, before its
+    // `running` nodes were written and before the instant at which it started.
     if source != ExecutionSource::Misfire {
         rows.push(status(
             State::Staging,
             staging_message(&r.job),
-            r.started_at,
+            noted(r, "claimed ahead").unwrap_or(r.started_at),
         ));
     }
     rows.push(status(State::Running, String::new(), running));
@@ -290,6 +292,30 @@ mod tests {
             assert_eq!(row.failure_cause, None);
             assert_eq!(row.start_time, local_millis(at(20)));
         }
+    }
+
+    #[test]
+    fn a_run_claimed_ahead_is_staged_when_claimed_and_running_before_it_starts() {
+        // Claimed 100 ms before its instant, its running nodes written 98 ms before, sent at
+        // the instant (its start, T0 + 100).
+        let mut r = execution(Source::Cron, vec![(0, ItemOutcome::Completed)]);
+        r.started_at = at(100);
+        r.events = vec![
+            event(0, "claimed ahead", None),
+            event(2, "running nodes written", None),
+            event(100, "trigger sent", None),
+            event(300, "answer", Some(0)),
+        ];
+        let rows = rows_of(&r, "host-a");
+        let s = statuses(&rows);
+        assert_eq!(
+            s.iter().map(|(st, _, t)| (*st, *t)).collect::<Vec<_>>()[..2],
+            [
+                ("TASK_STAGING", local_millis(at(0))),
+                ("TASK_RUNNING", local_millis(at(2)))
+            ]
+        );
+        assert_eq!(executions(&rows)[0].start_time, local_millis(at(100)));
     }
 
     #[test]
