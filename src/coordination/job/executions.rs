@@ -189,7 +189,11 @@ impl JobState {
             return;
         }
         let failover = config.failover;
-        if self.resharding_pending() {
+        if self.resharding_pending()
+            || self.reload_wanted
+            || self.in_flight(|p| matches!(p, Pending::Reload))
+        {
+            // A claim decided on a view about to be replaced would likely be refused.
             return;
         }
         for id in self.idle_locals(env) {

@@ -403,6 +403,27 @@ impl JobState {
             .flatten()
             .chain(self.view.triggers.iter().map(String::as_str))
             .collect();
+        // Among the idle ones, the one whose sidecar wrote to the job last: a sidecar moves the
+        // epoch (`sharding/{i}`) of its instance's items with every run it starts and ends, so
+        // one cut off from ZooKeeper or frozen stands out by having written nothing since. The
+        // writer cannot tell otherwise while that sidecar's session lives, and items handed to
+        // it would wait for it to come back (nemesis seed 7070: a hand-over to a peer
+        // partitioned 1.8 s before, while another peer sat idle). Ties go to the first id.
+        let last_write = |id: &str| {
+            let items = self.view.items.iter().filter_map(|(i, it)| {
+                let (owner, _) = it.owner.as_ref()?;
+                (owner == id).then(|| self.cache.get(&self.paths.item(*i)))?
+            });
+            items
+                .map(|n| n.stat.mzxid)
+                .chain(
+                    self.cache
+                        .get(&self.paths.instance(id))
+                        .map(|n| n.stat.czxid),
+                )
+                .max()
+                .unwrap_or(0)
+        };
         self.view
             .instances
             .iter()
@@ -418,8 +439,9 @@ impl JobState {
                                 .is_some_and(|n| n.stat.ephemeral_owner == *owner)
                     })
             })
-            .map(|(id, _)| id.clone())
-            .next()
+            .map(|(id, _)| (last_write(id), id))
+            .max_by_key(|(zxid, id)| (*zxid, std::cmp::Reverse(*id)))
+            .map(|(_, id)| id.clone())
     }
 
     /// Runs, as FAILOVER, items a peer's sidecar handed to a local instance in the write that

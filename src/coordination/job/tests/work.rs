@@ -1032,6 +1032,71 @@ fn a_dead_workers_items_go_to_an_idle_worker_of_a_peer_sidecar_in_the_write_that
     );
 }
 
+/// A job of 4 items led here, sharded as AVG_ALLOCATION shards it over three instances: items
+/// 0 and 3 at an idle worker of a peer sidecar at 10.0.0.3, 1 at one at 10.0.0.2, 2 here;
+/// the peers' items last written at the zxids given. The local worker runs its item; returns
+/// the script, its stream and that run.
+fn with_two_idle_peers(written_2: i64, written_3: i64) -> (Script, StreamKey, Trigger) {
+    const OTHER: &str = "10.0.0.3@-@5";
+    let mut s = Script::new("j");
+    let p = s.paths.clone();
+    let mut tree = s.tree(
+        &config(4, true),
+        &[(0, OTHER), (1, PEER), (2, ME), (3, OTHER)],
+        ME,
+    );
+    tree.insert(p.instance(ME), node(&instance_yaml(ME, IP), 0, 11));
+    for (id, ip, session, items, written) in [
+        (PEER, "10.0.0.2", PEER_SESSION, &[1][..], written_2),
+        (OTHER, "10.0.0.3", PEER_SESSION + 1, &[0, 3][..], written_3),
+    ] {
+        let mut instance = node(&instance_yaml(id, ip), 0, 12);
+        instance.stat.ephemeral_owner = session;
+        tree.insert(p.instance(id), instance);
+        let mut sidecar = node("", 0, 13);
+        sidecar.stat.ephemeral_owner = session;
+        tree.insert(p.sidecar(ip), sidecar);
+        for item in items {
+            tree.insert(p.item(*item), node("", 2, written));
+        }
+    }
+    let (stream, _) = s.join(Some(with_ancestors(tree)));
+    let own = run(&mut s, 1000);
+    (s, stream, own)
+}
+
+#[test]
+fn items_go_to_the_idle_peer_whose_sidecar_wrote_last() {
+    // Nemesis seed 7070: the items went to the first idle peer by id, whose sidecar had been
+    // cut off from ZooKeeper for 1.8 s, while another peer's worker sat idle; they waited for
+    // the partition to heal. A peer's sidecar moves its items' epochs with every run, so the one
+    // that wrote last is the one most surely there.
+    for (written_2, written_3, taker) in [(90, 40, PEER), (40, 90, "10.0.0.3@-@5")] {
+        let (mut s, first, own) = with_two_idle_peers(written_2, written_3);
+        let ended = s.step(Input::StreamEnded {
+            stream: first,
+            end: StreamEnd::ByWorker,
+        });
+        let w = writes(&ended);
+        assert!(w.contains(&format!("?/j/instances/{taker}")), "{w:?}");
+        let ops: Vec<Op> = ended
+            .iter()
+            .find_map(|a| match a {
+                Action::Commit { ops, .. } => Some(ops.to_vec()),
+                _ => None,
+            })
+            .expect("the leave");
+        for (item, _) in &own.items {
+            let path = format!("/j/sharding/{item}/running");
+            let data = ops.iter().find_map(|op| match op {
+                Op::Create { path: p, data, .. } if *p == path => Some(data.clone()),
+                _ => None,
+            });
+            assert_eq!(data.as_deref(), Some(taker.as_bytes()), "{path}: {w:?}");
+        }
+    }
+}
+
 #[test]
 fn items_are_flagged_rather_than_handed_to_a_java_process_or_a_busy_peer() {
     // A Java process's instance node is on its own session, not on the one holding its host's
