@@ -183,9 +183,8 @@ fn every_second(key: &str, timer: &Timer, tx: &FireSender) {
     );
 }
 
-#[test]
-fn stalled_schedule_fires_once_then_continues_from_now() {
-    let mut state = State::default();
+/// Schedule `j` on `state`, every 5 s from 2026-02-01T00:00:00Z; returns that instant.
+fn every_five_seconds(state: &mut State) -> DateTime<Utc> {
     let (tx, _rx) = mpsc::channel(8);
     let t0 = utc("2026-02-01T00:00:00Z");
     state.schedule(
@@ -194,6 +193,13 @@ fn stalled_schedule_fires_once_then_continues_from_now() {
         tx,
         t0,
     );
+    t0
+}
+
+#[test]
+fn stalled_schedule_fires_once_then_continues_from_now() {
+    let mut state = State::default();
+    let t0 = every_five_seconds(&mut state);
     assert_eq!(state.next_deadline(), Some(utc("2026-02-01T00:00:05Z")));
     assert!(state.take_due(utc("2026-02-01T00:00:04Z")).is_empty());
     // The process was paused for 37 s: one fire for the missed 00:00:05 instant.
@@ -392,14 +398,7 @@ fn each_instant_is_announced_the_claim_lead_before_it_then_fired() {
         ahead: Duration::from_millis(100),
         ..State::default()
     };
-    let (tx, _rx) = mpsc::channel(8);
-    let t0 = utc("2026-02-01T00:00:00Z");
-    state.schedule(
-        "j".into(),
-        CronSchedule::parse("0/5 * * * * ?", "UTC").unwrap(),
-        tx,
-        t0,
-    );
+    every_five_seconds(&mut state);
     let fires = |due: Vec<(FireSender, Box<Fire>)>| -> Vec<(DateTime<Utc>, bool)> {
         due.into_iter()
             .map(|(_, f)| (f.fire_time, f.ahead))

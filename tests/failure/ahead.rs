@@ -160,13 +160,5 @@ async fn a_worker_killed_between_the_claim_and_the_instant_leaves_its_item_to_ru
         .map(ms_of)
         .unwrap_or_else(|| panic!("not claimed ahead: {record:?}"));
     assert!(claimed < instant, "claimed at {claimed}, instant {instant}");
-    check_runs(&[
-        (
-            "doomed",
-            doomed.events(),
-            doomed.answers(),
-            Some(Stop::Worker(killed)),
-        ),
-        ("survivor", survivor.events(), survivor.answers(), None),
-    ]);
+    check_killed_and_survivor(&doomed, killed, &survivor);
 }

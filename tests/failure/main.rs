@@ -167,6 +167,19 @@ fn check_runs(workers: &[WorkerRecord]) {
     ledger.assert_interrupted_reran();
 }
 
+/// [`check_runs`] over a worker process killed at `killed` and a worker that survived it.
+fn check_killed_and_survivor(doomed: &ChildWorker, killed: Instant, survivor: &TestWorker) {
+    check_runs(&[
+        (
+            "doomed",
+            doomed.events(),
+            doomed.answers(),
+            Some(Stop::Worker(killed)),
+        ),
+        ("survivor", survivor.events(), survivor.answers(), None),
+    ]);
+}
+
 /// Triggers `doomed` (once), SIGKILLs it in the middle of its item, and waits for `survivor`
 /// to run that item as FAILOVER and answer; checks that no run overlapped and the item ran
 /// again. Returns how long after the kill the FAILOVER trigger came.
@@ -184,15 +197,7 @@ async fn kill_mid_item(
     let (at, failover) = wait_failover(survivor, item).await;
     assert_eq!(items_of(&failover), vec![item]);
     wait_answered(survivor, &failover.execution_id).await;
-    check_runs(&[
-        (
-            "doomed",
-            doomed.events(),
-            doomed.answers(),
-            Some(Stop::Worker(killed)),
-        ),
-        ("survivor", survivor.events(), survivor.answers(), None),
-    ]);
+    check_killed_and_survivor(doomed, killed, survivor);
     at - killed
 }
 

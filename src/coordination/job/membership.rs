@@ -460,25 +460,12 @@ impl JobState {
         let mut handed = Vec::new();
         for exec in execs {
             let unreleased = exec.unreleased();
-            if exec
+            // Claimed ahead of an instant it never reached: nothing ran, nothing to hand on.
+            let unrun = exec
                 .void
                 .as_ref()
-                .is_some_and(|v| v.release == failover::Release::Unrun)
-            {
-                // Claimed ahead of an instant it never reached: nothing ran, nothing to hand on.
-                ops.extend(failover::release_ops(
-                    &self.view,
-                    &self.paths,
-                    id,
-                    &unreleased,
-                    &exec.versions,
-                    exec.monitored,
-                    failover::Release::Unrun,
-                ));
-                items.extend(unreleased);
-                continue;
-            }
-            let handover = taker.as_ref().and_then(|taker| {
+                .is_some_and(|v| v.release == failover::Release::Unrun);
+            let handover = taker.as_ref().filter(|_| !unrun).and_then(|taker| {
                 failover::handover_ops(
                     &self.view,
                     &self.paths,
@@ -501,7 +488,11 @@ impl JobState {
                     &unreleased,
                     &exec.versions,
                     exec.monitored,
-                    failover::Release::Abandoned,
+                    if unrun {
+                        failover::Release::Unrun
+                    } else {
+                        failover::Release::Abandoned
+                    },
                 )),
             }
             items.extend(unreleased);

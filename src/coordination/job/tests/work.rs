@@ -967,6 +967,21 @@ fn a_hand_over_refused_because_a_contender_is_in_the_latch_flags_the_items_inste
     assert!(failover_latch(&flagged).is_some(), "{:?}", kinds(&flagged));
 }
 
+/// The data node `path` is created with by the first commit among `actions` (a leave's).
+fn created_by_the_leave(actions: &[Action], path: &str) -> Option<Vec<u8>> {
+    let ops = actions
+        .iter()
+        .find_map(|a| match a {
+            Action::Commit { ops, .. } => Some(ops),
+            _ => None,
+        })
+        .expect("the leave");
+    ops.iter().find_map(|op| match op {
+        Op::Create { path: p, data, .. } if p == path => Some(data.clone()),
+        _ => None,
+    })
+}
+
 /// The session that holds the peer sidecar's nodes in the tests below.
 const PEER_SESSION: i64 = 55;
 
@@ -1005,20 +1020,10 @@ fn a_dead_workers_items_go_to_an_idle_worker_of_a_peer_sidecar_in_the_write_that
     let w = writes(&ended);
     assert_left_handing_over(&w);
     assert!(w.contains(&format!("?/j/instances/{PEER}")), "{w:?}");
-    let ops: Vec<Op> = ended
-        .iter()
-        .find_map(|a| match a {
-            Action::Commit { ops, .. } => Some(ops.to_vec()),
-            _ => None,
-        })
-        .expect("the leave");
     for item in &ran {
         for node in ["running", "failover", "failovering"] {
             let path = format!("/j/sharding/{item}/{node}");
-            let data = ops.iter().find_map(|op| match op {
-                Op::Create { path: p, data, .. } if *p == path => Some(data.clone()),
-                _ => None,
-            });
+            let data = created_by_the_leave(&ended, &path);
             assert_eq!(data.as_deref(), Some(PEER.as_bytes()), "{path}: {w:?}");
         }
     }
@@ -1079,19 +1084,9 @@ fn items_go_to_the_idle_peer_whose_sidecar_wrote_last() {
         });
         let w = writes(&ended);
         assert!(w.contains(&format!("?/j/instances/{taker}")), "{w:?}");
-        let ops: Vec<Op> = ended
-            .iter()
-            .find_map(|a| match a {
-                Action::Commit { ops, .. } => Some(ops.to_vec()),
-                _ => None,
-            })
-            .expect("the leave");
         for (item, _) in &own.items {
             let path = format!("/j/sharding/{item}/running");
-            let data = ops.iter().find_map(|op| match op {
-                Op::Create { path: p, data, .. } if *p == path => Some(data.clone()),
-                _ => None,
-            });
+            let data = created_by_the_leave(&ended, &path);
             assert_eq!(data.as_deref(), Some(taker.as_bytes()), "{path}: {w:?}");
         }
     }
