@@ -141,9 +141,6 @@ pub struct Execution {
     pub lease_epoch: u64,
     /// Whether the `Trigger` was sent (false while its `running` nodes are being written).
     pub delivered: bool,
-    /// Claimed ahead of its fire instant (`fire_time`): its trigger waits for that instant, and
-    /// until then giving it up frees its items as if they had never been claimed.
-    pub held: bool,
     pub fencing_tokens: BTreeMap<i32, i64>,
     /// Per item: the data version of `sharding/{i}` after this execution started; ending the
     /// item is conditional on it.
@@ -195,7 +192,6 @@ impl Execution {
             generation,
             lease_epoch: 0,
             delivered: false,
-            held: false,
             fencing_tokens: BTreeMap::new(),
             versions: BTreeMap::new(),
             outcomes: BTreeMap::new(),

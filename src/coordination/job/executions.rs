@@ -215,7 +215,6 @@ impl JobState {
                 continue;
             };
             if let Some(exec) = self.executions.get_mut(&execution_id) {
-                exec.held = true;
                 exec.note(
                     SystemTime::from(env.wall),
                     "claimed ahead",
@@ -256,14 +255,14 @@ impl JobState {
         let misfire_on = self.view.config.as_ref().is_some_and(|c| c.misfire);
         let mut misfire = BTreeSet::new();
         for (id, execution_id) in due {
-            let Some(local) = self.locals.get_mut(&id) else {
+            let Some(local) = self.locals.get(&id) else {
                 continue;
             };
-            local.held = None;
             let busy = local.executions.iter().any(|e| *e != execution_id);
             if busy {
                 misfire
                     .extend(execution::plan_fire(&self.view, &id, &self.settings.ip, true).misfire);
+                // Freed as never run; the fire of its instant is this misfire.
                 self.void(
                     &execution_id,
                     "its instance took other work before the fire instant",
@@ -279,8 +278,10 @@ impl JobState {
             if misfire_on {
                 misfire.extend(self.runnable_now(&id));
             }
+            if let Some(local) = self.locals.get_mut(&id) {
+                local.held = None;
+            }
             let exec = self.executions.get_mut(&execution_id).expect("a held run");
-            exec.held = false;
             exec.started = env.now;
             exec.started_at = SystemTime::from(env.wall);
             self.deliver(&execution_id, env, out);
@@ -566,6 +567,7 @@ impl JobState {
         };
         let items: Vec<i32> = exec.items.iter().copied().collect();
         let instance = exec.instance_id.clone();
+        let held = self.is_held(execution_id);
         self.unlock(&items);
         match result {
             Ok(results) => {
@@ -580,13 +582,13 @@ impl JobState {
                     );
                 }
                 exec.versions = versions;
-                if exec.held {
+                if held {
                     return; // sent at its instant (`reconcile_held`)
                 }
                 self.deliver(execution_id, env, out);
             }
             Err(e) => {
-                let held = self.executions.remove(execution_id).is_some_and(|e| e.held);
+                self.executions.remove(execution_id);
                 if let Some(local) = self.locals.get_mut(&instance) {
                     local.drop_execution(execution_id);
                     if held {

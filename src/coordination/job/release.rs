@@ -28,6 +28,7 @@ impl JobState {
         notify: bool,
         out: &mut Vec<Action>,
     ) {
+        let held = self.is_held(execution_id);
         let Some(exec) = self.executions.get_mut(execution_id) else {
             return;
         };
@@ -36,13 +37,12 @@ impl JobState {
         }
         // A run claimed ahead and given up before its instant never ran: its items are freed as
         // if never claimed (nothing for failover), and the fire decides for the instance again.
-        let release = if exec.held && release != Release::None {
+        let release = if held && release != Release::None {
             Release::Unrun
         } else {
             release
         };
-        if exec.held {
-            exec.held = false;
+        if held {
             if let Some(local) = self.locals.get_mut(&exec.instance_id) {
                 local.held = None;
                 local.claimed_fire = None;

@@ -652,6 +652,15 @@ impl JobState {
         (minutes > 0).then(|| Duration::from_secs(60 * minutes as u64))
     }
 
+    /// Whether `execution_id` is a run claimed ahead of its instant and not sent yet (its
+    /// instance's `Local::held`): giving it up frees its items as if they were never claimed.
+    pub(super) fn is_held(&self, execution_id: &str) -> bool {
+        self.executions
+            .get(execution_id)
+            .and_then(|e| self.locals.get(&e.instance_id))
+            .is_some_and(|l| l.held.as_deref() == Some(execution_id))
+    }
+
     /// Whether the session is connected in the generation the locals are registered in.
     pub(super) fn connected(&self, env: &Env) -> bool {
         env.connected_generation() == Some(self.generation) && self.generation > 0

@@ -184,7 +184,6 @@ impl JobState {
         };
         info!(job = %self.name, instance = %id, execution = %execution_id, items = ?exec.items,
               "trigger request runs the run claimed ahead of the next fire, now");
-        exec.held = false;
         exec.source = Source::Manual;
         exec.fire_time = env.wall;
         exec.started = env.now;
