@@ -29,6 +29,11 @@ pub struct ExecutionRecord {
 }
 
 impl ExecutionRecord {
+    /// When its span first noted the event `name`, if it did.
+    pub fn noted(&self, name: &str) -> Option<SystemTime> {
+        self.events.iter().find(|e| e.name == name).map(|e| e.at)
+    }
+
     /// `completed`, `failed` (some item failed) or `revoked` (some item was taken back).
     pub fn outcome(&self) -> &'static str {
         if self

@@ -216,10 +216,8 @@ pub fn span_of(r: &ExecutionRecord) -> SpanData {
         name: "shardcar.execution".into(),
         // A run claimed ahead of its instant began with its claim, before it started.
         start_time: r
-            .events
-            .iter()
-            .find(|e| e.name == "claimed ahead")
-            .map_or(r.started_at, |e| e.at.min(r.started_at)),
+            .noted("claimed ahead")
+            .map_or(r.started_at, |at| at.min(r.started_at)),
         end_time: r.started_at + r.duration,
         attributes,
         dropped_attributes_count: 0,

@@ -77,11 +77,6 @@ pub fn local_millis(at: SystemTime) -> NaiveDateTime {
     t.with_nanosecond(millis).unwrap_or(t)
 }
 
-/// When the execution's span noted `name` first, if it did.
-fn noted(r: &ExecutionRecord, name: &str) -> Option<SystemTime> {
-    r.events.iter().find(|e| e.name == name).map(|e| e.at)
-}
-
 /// When item `item` was answered, from its `answer` event.
 fn answered(r: &ExecutionRecord, item: i32) -> Option<SystemTime> {
     let item = item.to_string();
@@ -96,14 +91,14 @@ fn answered(r: &ExecutionRecord, item: i32) -> Option<SystemTime> {
 /// When the worker was sent the execution's items: the `start_time` of its execution-log rows
 /// (as [`local_millis`] writes it), which with the task id finds them again in the table.
 pub fn sent(r: &ExecutionRecord) -> SystemTime {
-    noted(r, "trigger sent").unwrap_or(r.started_at)
+    r.noted("trigger sent").unwrap_or(r.started_at)
 }
 
 /// The rows of a finished execution on the host named `hostname`.
 pub fn rows_of(r: &ExecutionRecord, hostname: &str) -> Vec<Row> {
     let end = r.started_at + r.duration;
     let sent = sent(r);
-    let running = noted(r, "running nodes written").unwrap_or(sent);
+    let running = r.noted("running nodes written").unwrap_or(sent);
     let items: Vec<i32> = r.items.keys().copied().collect();
     let (job_name, execution_type, slave_id, task_items) = match task_parts(&r.task_id) {
         Some(p) => (
@@ -146,7 +141,7 @@ pub fn rows_of(r: &ExecutionRecord, hostname: &str) -> Vec<Row> {
         rows.push(status(
             State::Staging,
             staging_message(&r.job),
-            noted(r, "claimed ahead").unwrap_or(r.started_at),
+            r.noted("claimed ahead").unwrap_or(r.started_at),
         ));
     }
     rows.push(status(State::Running, String::new(), running));
