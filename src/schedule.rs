@@ -440,11 +440,14 @@ struct Shared {
     warm_up: Option<WarmUp>,
 }
 
-/// Called once `lead` before each instant at which something is due (see
-/// [`Timer::spawn_with_warm_up`]).
-struct WarmUp {
-    lead: Duration,
-    hook: Box<dyn Fn() + Send + Sync>,
+/// A hook the timer calls `lead` before every deadline (see [`Timer::spawn_with`]): once per
+/// deadline, however many schedules share it; at once for a deadline already less than `lead`
+/// away when it becomes the next. The hook runs on the timer's thread with its lock held: it must
+/// return at once (wake a task, never wait). The sidecar sends ZooKeeper its heartbeat then, so
+/// that the first write of a fire (or of a claim ahead of it) meets a server already awake.
+pub struct WarmUp {
+    pub lead: Duration,
+    pub hook: Box<dyn Fn() + Send + Sync>,
 }
 
 impl Shared {
@@ -490,49 +493,18 @@ impl Timer {
     /// # Panics
     /// Outside a tokio runtime.
     pub fn spawn_on(tracker: &TaskTracker) -> Timer {
-        Timer::spawn_inner(tracker, None, Duration::ZERO)
+        Timer::spawn_with(tracker, Duration::ZERO, None)
     }
 
-    /// [`Timer::spawn_on`], and `hook` is called `lead` before every instant at which a fire is
-    /// due (once per instant, however many schedules share it; at once for an instant already
-    /// less than `lead` away when it becomes the next). The hook runs on the timer's thread
-    /// with its lock held: it must return at once (wake a task, never wait). The sidecar sends
-    /// ZooKeeper its heartbeat then, so that the first write of a fire meets a server already
-    /// awake.
+    /// [`Timer::spawn_on`], with a claim lead and, optionally, a [`WarmUp`]. With a non-zero
+    /// `ahead`, each instant of a schedule is announced `ahead` before it by a [`Fire`] whose
+    /// `ahead` is set (a job claims the run's items then, so that its trigger goes out at the
+    /// instant itself), and then fired at the instant as usual. The warm-up comes before each
+    /// deadline, notices included: a claim's write is what it is for.
     ///
     /// # Panics
     /// Outside a tokio runtime.
-    pub fn spawn_with_warm_up(
-        tracker: &TaskTracker,
-        lead: Duration,
-        hook: impl Fn() + Send + Sync + 'static,
-    ) -> Timer {
-        Timer::spawn_with(tracker, Duration::ZERO, Some((lead, Box::new(hook))))
-    }
-
-    /// [`Timer::spawn_on`], with a claim lead and, optionally, a warm-up (`lead`, `hook`) as in
-    /// [`Timer::spawn_with_warm_up`]. With a non-zero `ahead`, each instant of a schedule is
-    /// announced `ahead` before it by a [`Fire`] whose `ahead` is set (a job claims the run's
-    /// items then, so that its trigger goes out at the instant itself), and then fired at the
-    /// instant as usual. The warm-up comes before each deadline, notices included: a claim's
-    /// write is what it is for.
-    ///
-    /// # Panics
-    /// Outside a tokio runtime.
-    #[allow(clippy::type_complexity)]
-    pub fn spawn_with(
-        tracker: &TaskTracker,
-        ahead: Duration,
-        warm_up: Option<(Duration, Box<dyn Fn() + Send + Sync>)>,
-    ) -> Timer {
-        Timer::spawn_inner(
-            tracker,
-            warm_up.map(|(lead, hook)| WarmUp { lead, hook }),
-            ahead,
-        )
-    }
-
-    fn spawn_inner(tracker: &TaskTracker, warm_up: Option<WarmUp>, ahead: Duration) -> Timer {
+    pub fn spawn_with(tracker: &TaskTracker, ahead: Duration, warm_up: Option<WarmUp>) -> Timer {
         let shared = Arc::new(Shared {
             state: Mutex::new(State {
                 ahead,

@@ -259,9 +259,14 @@ async fn warm_up_is_called_once_per_instant_within_its_lead_before_it() {
     let lead = Duration::from_millis(300);
     let calls = Arc::new(Mutex::new(Vec::new()));
     let record = calls.clone();
-    let timer = Timer::spawn_with_warm_up(&TaskTracker::new(), lead, move || {
-        record.lock().unwrap().push(Utc::now());
-    });
+    let timer = Timer::spawn_with(
+        &TaskTracker::new(),
+        Duration::ZERO,
+        Some(WarmUp {
+            lead,
+            hook: Box::new(move || record.lock().unwrap().push(Utc::now())),
+        }),
+    );
     // No schedule, no warm-up.
     std::thread::sleep(Duration::from_millis(1200));
     assert!(calls.lock().unwrap().is_empty());

@@ -31,7 +31,7 @@ use crate::ops::OpsObserver;
 use crate::proto::admin_service_server::AdminServiceServer;
 use crate::proto::worker_service_server::WorkerServiceServer;
 use crate::registry::{Registry, SessionState, ZkSettings};
-use crate::schedule::Timer;
+use crate::schedule::{Timer, WarmUp};
 
 /// Errors that stop the sidecar from starting.
 #[derive(Debug, thiserror::Error)]
@@ -165,11 +165,9 @@ pub async fn run(
     let warm_up = registry
         .warm_up_hook()
         .filter(|_| !settings.zk_warm_up.is_zero())
-        .map(|hook| {
-            (
-                settings.zk_warm_up,
-                Box::new(hook) as Box<dyn Fn() + Send + Sync>,
-            )
+        .map(|hook| WarmUp {
+            lead: settings.zk_warm_up,
+            hook: Box::new(hook),
         });
     let timer = Timer::spawn_with(&tracker, settings.claim_ahead, warm_up);
     let coordinator = Coordinator::new(

@@ -546,7 +546,7 @@ impl Registry {
     }
 
     /// On ZooKeeper, a hook that makes the session send its heartbeat (a read) at once, for the
-    /// timer to call just before a fire ([`crate::schedule::Timer::spawn_with_warm_up`]): a
+    /// timer to call just before a fire ([`crate::schedule::WarmUp`]): a
     /// request on a session idle for a while waits for the server's threads to wake, and the
     /// read takes that wait instead of the fire's write. `None` standalone.
     pub fn warm_up_hook(&self) -> Option<impl Fn() + Send + Sync + 'static> {
