@@ -293,13 +293,84 @@ impl CronSchedule {
 ///
 /// With a claim lead ([`Timer::spawn_with`]), each instant is announced twice: first `ahead`,
 /// the lead before it (`fire_time` is still the instant to come), then at the instant itself.
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(Debug, PartialEq, Eq)]
 pub struct Fire {
     pub key: String,
     pub fire_time: DateTime<Utc>,
     /// The notice that comes the claim lead before the instant, not the fire itself.
     pub ahead: bool,
+    /// A fire at its instant counts in the timer's [`Burst`] until this is dropped: its job
+    /// holds it until it has taken the fire up (its trigger queued, or its claim sent).
+    pub taken: Option<Taken>,
 }
+
+/// The fires of the instants just passed that their jobs have not taken up yet.
+///
+/// When many jobs fire at one instant, their triggers are the time-critical work of the moment,
+/// and the workers' answers to the first triggers (each a write of its own, its watch events and
+/// its reply) would otherwise share the two cores with the rest of the fires. An answer waits for
+/// the burst to settle ([`Burst::settled`], at most [`ANSWER_WAIT_MAX`]) before its job sees it:
+/// no answer is lost or reordered within its execution, it only comes after the instant's fires.
+#[derive(Debug, Default)]
+pub struct Burst {
+    pending: std::sync::atomic::AtomicUsize,
+    settled: tokio::sync::Notify,
+}
+
+/// The longest an answer waits for a burst of fires to settle: a job that cannot take its fire
+/// up (a stall, a fire queue dropped with the job) holds no answer back for longer.
+pub const ANSWER_WAIT_MAX: Duration = Duration::from_millis(100);
+
+impl Burst {
+    /// Counts one fire sent; it is taken up when the returned [`Taken`] is dropped.
+    fn count(self: &Arc<Self>) -> Taken {
+        self.pending
+            .fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+        Taken(self.clone())
+    }
+
+    /// The fires sent and not yet taken up.
+    pub fn pending(&self) -> usize {
+        self.pending.load(std::sync::atomic::Ordering::SeqCst)
+    }
+
+    /// Returns once every fire sent so far has been taken up, or after `max`.
+    pub async fn settled(&self, max: Duration) {
+        let notified = self.settled.notified();
+        tokio::pin!(notified);
+        notified.as_mut().enable();
+        if self.pending() == 0 {
+            return;
+        }
+        let _ = tokio::time::timeout(max, notified).await;
+    }
+}
+
+/// One fire's place in its timer's [`Burst`], given back when dropped.
+#[derive(Debug)]
+pub struct Taken(Arc<Burst>);
+
+impl Drop for Taken {
+    fn drop(&mut self) {
+        if self
+            .0
+            .pending
+            .fetch_sub(1, std::sync::atomic::Ordering::SeqCst)
+            == 1
+        {
+            self.0.settled.notify_waiters();
+        }
+    }
+}
+
+/// Any two places compare equal: a fire is told from another by its key, instant and kind.
+impl PartialEq for Taken {
+    fn eq(&self, _: &Taken) -> bool {
+        true
+    }
+}
+
+impl Eq for Taken {}
 
 /// Where a schedule's fires go. Boxed: a tokio queue allocates its slots 32 at a time, and a
 /// job's fire queue is empty nearly always.
@@ -397,6 +468,7 @@ impl State {
                             key,
                             fire_time,
                             ahead: true,
+                            taken: None,
                         }),
                     ));
                 }
@@ -408,6 +480,7 @@ impl State {
                     key: key.clone(),
                     fire_time: at,
                     ahead: false,
+                    taken: None,
                 }),
             ));
             if let Some(next) = entry.schedule.next_after(now.max(at)) {
@@ -438,6 +511,7 @@ struct Shared {
     /// Wakes the timer's thread when a schedule changes or the timer closes.
     wake: Condvar,
     warm_up: Option<WarmUp>,
+    burst: Arc<Burst>,
 }
 
 /// A hook the timer calls `lead` before every deadline (see [`Timer::spawn_with`]): once per
@@ -512,6 +586,7 @@ impl Timer {
             }),
             wake: Condvar::new(),
             warm_up,
+            burst: Arc::default(),
         });
         let thread = shared.clone();
         tracker.spawn_blocking(move || run(&thread));
@@ -525,6 +600,11 @@ impl Timer {
     pub fn schedule(&self, key: String, schedule: CronSchedule, tx: FireSender) {
         self.shared.lock().schedule(key, schedule, tx, Utc::now());
         self.shared.wake.notify_all();
+    }
+
+    /// The fires sent at their instants and not yet taken up by their jobs.
+    pub fn burst(&self) -> &Burst {
+        &self.shared.burst
     }
 
     /// Stops `key`'s schedule; it never fires again (a no-op for an unknown key).
@@ -559,7 +639,10 @@ fn run(shared: &Shared) {
         // Sending under the lock (`try_send` never waits) means that once `cancel` returns,
         // nothing more is sent for that key.
         let mut gone = Vec::new();
-        for (tx, fire) in state.take_due(Utc::now()) {
+        for (tx, mut fire) in state.take_due(Utc::now()) {
+            if !fire.ahead {
+                fire.taken = Some(shared.burst.count());
+            }
             match tx.try_send(fire) {
                 Ok(()) => {}
                 Err(mpsc::error::TrySendError::Full(fire)) => {

@@ -211,6 +211,7 @@ fn stalled_schedule_fires_once_then_continues_from_now() {
             key: "j".into(),
             fire_time: utc("2026-02-01T00:00:05Z"),
             ahead: false,
+            taken: None,
         }]
     );
     assert_eq!(state.next_deadline(), Some(utc("2026-02-01T00:00:45Z")));
@@ -431,4 +432,62 @@ fn each_instant_is_announced_the_claim_lead_before_it_then_fired() {
         fires(state.take_due(utc("2026-02-01T00:00:10.002Z"))),
         [(utc("2026-02-01T00:00:10Z"), false)]
     );
+}
+
+#[tokio::test]
+async fn a_burst_settles_when_its_last_fire_is_taken_up_and_never_waits_past_its_bound() {
+    let burst = Arc::new(Burst::default());
+    // Nothing sent: no wait.
+    let t = std::time::Instant::now();
+    burst.settled(Duration::from_secs(5)).await;
+    assert!(t.elapsed() < Duration::from_secs(1));
+    // Two fires out: the wait ends when the second is taken up, not the first.
+    let first = burst.count();
+    let second = burst.count();
+    assert_eq!(burst.pending(), 2);
+    let waiter = {
+        let burst = burst.clone();
+        tokio::spawn(async move { burst.settled(Duration::from_secs(5)).await })
+    };
+    tokio::time::sleep(Duration::from_millis(50)).await;
+    drop(first);
+    tokio::time::sleep(Duration::from_millis(50)).await;
+    assert!(!waiter.is_finished(), "settled with a fire still pending");
+    drop(second);
+    tokio::time::timeout(Duration::from_secs(1), waiter)
+        .await
+        .expect("settled once every fire was taken up")
+        .unwrap();
+    assert_eq!(burst.pending(), 0);
+    // A fire never taken up holds an answer back for `max` at most.
+    let _lost = burst.count();
+    let t = std::time::Instant::now();
+    burst.settled(Duration::from_millis(100)).await;
+    assert!(t.elapsed() >= Duration::from_millis(100));
+}
+
+#[tokio::test]
+async fn a_fire_at_its_instant_counts_in_the_burst_until_its_job_drops_it_and_a_notice_does_not() {
+    let timer = Timer::spawn_with(&TaskTracker::new(), Duration::from_millis(200), None);
+    let (tx, mut rx) = mpsc::channel(16);
+    every_second("j", &timer, &tx);
+    let mut seen = (false, false);
+    let deadline = std::time::Instant::now() + Duration::from_secs(5);
+    while !(seen.0 && seen.1) && std::time::Instant::now() < deadline {
+        let Ok(mut fire) = rx.try_recv() else {
+            tokio::time::sleep(Duration::from_millis(5)).await;
+            continue;
+        };
+        if fire.ahead {
+            assert!(fire.taken.is_none(), "a notice counted in the burst");
+            seen.0 = true;
+        } else {
+            assert!(fire.taken.is_some(), "a fire not counted in the burst");
+            assert_eq!(timer.burst().pending(), 1);
+            fire.taken = None;
+            assert_eq!(timer.burst().pending(), 0);
+            seen.1 = true;
+        }
+    }
+    assert!(seen.0 && seen.1, "no notice and fire within 5 s: {seen:?}");
 }

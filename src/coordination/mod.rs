@@ -31,7 +31,7 @@ use tokio_util::task::TaskTracker;
 use crate::elasticjob::config::JobConfiguration;
 use crate::elasticjob::extras::JobExtras;
 use crate::registry::{self, Registry};
-use crate::schedule::Timer;
+use crate::schedule::{Timer, ANSWER_WAIT_MAX};
 pub use events::{Connection, InProcess, Source, StreamEnd, Trigger, WorkerEvent};
 use execution::FinishedExecutions;
 pub use execution::ItemOutcome;
@@ -270,6 +270,13 @@ impl Coordinator {
             .cloned()
     }
 
+    /// Waits, at most [`ANSWER_WAIT_MAX`], until the jobs have taken up every fire the timer
+    /// has sent (see [`crate::schedule::Burst`]): at an instant when many jobs fire, the
+    /// answers to the first triggers come after the rest of the fires, not between them.
+    async fn after_the_fires(&self) {
+        self.shared.timer.burst().settled(ANSWER_WAIT_MAX).await;
+    }
+
     /// Records answers for items of an execution.
     ///
     /// # Errors
@@ -282,6 +289,7 @@ impl Coordinator {
         execution_id: &str,
         outcomes: Vec<(i32, ItemOutcome)>,
     ) -> Result<(), CoordError> {
+        self.after_the_fires().await;
         let Some(driver) = self.driver_of(execution_id) else {
             return self.shared.remembered(execution_id, instance_id);
         };

@@ -252,6 +252,7 @@ impl Driver {
         loop {
             let env = self.env();
             let wake = self.state.next_wakeup(&env);
+            let mut taken = None;
             let input = tokio::select! {
                 biased;
                 Some(queued) = self.io.next(), if !self.io.is_empty() => {
@@ -287,10 +288,13 @@ impl Driver {
                     },
                     None => return,
                 },
-                Some(fire) = self.fire_rx.recv() => match fire.ahead {
-                    true => Input::FireAhead { fire_time: fire.fire_time },
-                    false => Input::Fire { fire_time: fire.fire_time },
-                },
+                Some(mut fire) = self.fire_rx.recv() => {
+                    taken = fire.taken.take();
+                    match fire.ahead {
+                        true => Input::FireAhead { fire_time: fire.fire_time },
+                        false => Input::Fire { fire_time: fire.fire_time },
+                    }
+                }
                 changed = self.session_rx.changed() => match changed {
                     Ok(()) => Input::Session(self.session_rx.borrow_and_update().clone()),
                     Err(_) => return,
@@ -298,6 +302,8 @@ impl Driver {
                 _ = sleep_until(wake) => Input::Tick,
             };
             self.feed(input);
+            // The fire is taken up: its trigger is queued (or its claim sent).
+            drop(taken);
             if self.state.idle() && self.try_retire() {
                 return;
             }
