@@ -336,6 +336,12 @@ impl Burst {
 
     /// Returns once every fire sent so far has been taken up, or after `max`.
     pub async fn settled(&self, max: Duration) {
+        // Every answer comes through here, nearly always with nothing pending: no waiter is
+        // registered then. Otherwise the count is read again once registered, so that a last
+        // place given back in between is not missed.
+        if self.pending() == 0 {
+            return;
+        }
         let notified = self.settled.notified();
         tokio::pin!(notified);
         notified.as_mut().enable();
