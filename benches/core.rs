@@ -19,7 +19,10 @@
 //!    first, median and last trigger of each instant; the one-job window is
 //!    10 s unless `SHARDCAR_BENCH_ONE_JOB_SECONDS` says otherwise (1000 s gives 1000 fires);
 //!    with each: items answered per second, transactions per execution, the sidecar's CPU,
-//!    memory and threads;
+//!    memory and threads (the memory after the warm-up and the window: the executions the
+//!    sidecar remembers fill up meanwhile). Before each window on ZooKeeper, the load runs
+//!    until ZooKeeper's JIT compiler is quiet (at most 180 s): the figures are those of a
+//!    warm ZooKeeper;
 //! 5. scale: the same with 1000 jobs x 8 items and with 500 jobs x 64 items; `standalone`,
 //!    the same shapes on a standalone sidecar (in-memory registry): what the sidecar itself
 //!    does with no ZooKeeper sharing the machine's cores;
@@ -572,9 +575,59 @@ async fn bench_growth(zk: &ZooKeeper) {
     );
 }
 
+/// ZooKeeper's JIT compiler counts as quiet once its threads have used at most this much CPU
+/// (seconds) over the last `JIT_QUIET_OVER`; a warm-up gives up after `JIT_WAIT_MAX`.
+const JIT_QUIET_CPU: f64 = 0.02;
+const JIT_QUIET_OVER: Duration = Duration::from_secs(10);
+const JIT_WAIT_MAX: Duration = Duration::from_secs(180);
+
+/// Waits, under the load already running, until the JVM `pid`'s JIT compiler is quiet (or
+/// `JIT_WAIT_MAX` has passed). Returns how long it waited and the compiler's CPU seconds over
+/// the last `JIT_QUIET_OVER`.
+async fn until_jit_quiet(pid: u32) -> (Duration, f64) {
+    let start = Instant::now();
+    let mut seen = std::collections::VecDeque::from([(start, jit_seconds(pid))]);
+    loop {
+        tokio::time::sleep(Duration::from_secs(1)).await;
+        let now = (Instant::now(), jit_seconds(pid));
+        seen.push_back(now);
+        while seen[1].0 <= now.0 - JIT_QUIET_OVER {
+            seen.pop_front();
+        }
+        let (since, cpu_then) = seen[0];
+        let recent = now.1 - cpu_then;
+        let waited = now.0 - start;
+        if (now.0 - since >= JIT_QUIET_OVER && recent <= JIT_QUIET_CPU) || waited >= JIT_WAIT_MAX {
+            return (waited, recent);
+        }
+    }
+}
+
+/// CPU seconds of a JVM's JIT compiler threads (HotSpot names them `C1 CompilerThread<n>`
+/// and `C2 CompilerThread<n>`; the kernel keeps the first 15 bytes of a thread's name).
+fn jit_seconds(pid: u32) -> f64 {
+    let Ok(tasks) = std::fs::read_dir(format!("/proc/{pid}/task")) else {
+        return 0.0;
+    };
+    tasks
+        .flatten()
+        .filter(|t| {
+            std::fs::read_to_string(t.path().join("comm"))
+                .is_ok_and(|c| c.starts_with("C1 Compiler") || c.starts_with("C2 Compiler"))
+        })
+        .filter_map(|t| t.file_name().to_str()?.parse::<u32>().ok())
+        .map(|tid| cpu_seconds_of(&format!("/proc/{pid}/task/{tid}/stat")))
+        .sum()
+}
+
 /// CPU time (user + system) the process has used, in seconds.
 fn cpu_seconds(pid: u32) -> f64 {
-    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).unwrap_or_default();
+    cpu_seconds_of(&format!("/proc/{pid}/stat"))
+}
+
+/// CPU seconds of a process's or a thread's `stat` file.
+fn cpu_seconds_of(stat_path: &str) -> f64 {
+    let stat = std::fs::read_to_string(stat_path).unwrap_or_default();
     // The fields after the command (which may hold spaces) start after its closing paren.
     let rest = stat.rsplit_once(')').map_or("", |(_, r)| r);
     let fields: Vec<&str> = rest.split_whitespace().collect();
@@ -668,6 +721,19 @@ async fn bench_triggers(zk: Option<&ZooKeeper>, jobs: usize, items: i32, window:
         arm_every_second(zk, &ns, jobs).await;
     }
     tokio::time::sleep(Duration::from_secs(2)).await;
+    // ZooKeeper's JVM compiles the code this load runs for a minute or more after the load
+    // starts, its compiler threads taking most of a core in bursts; measured then, the figures
+    // would be those of a ZooKeeper still warming up, not of one that has served for days.
+    if let Some(zk) = zk {
+        let (waited, recent) = until_jit_quiet(zk.pid(0).expect("ZooKeeper runs")).await;
+        println!(
+            "warm-up ({jobs} jobs x {items} items): ZooKeeper's JIT compiler {} after {:.0} s of this load ({:.0} ms of CPU in the last {} s)",
+            if recent <= JIT_QUIET_CPU { "quiet" } else { "still busy, measuring anyway," },
+            waited.as_secs_f64(),
+            recent * 1000.0,
+            JIT_QUIET_OVER.as_secs(),
+        );
+    }
     let zxid_before = match zk {
         Some(zk) => zxid(zk).await,
         None => 0,
@@ -678,6 +744,7 @@ async fn bench_triggers(zk: Option<&ZooKeeper>, jobs: usize, items: i32, window:
     let others_before = (
         zk_pid.map_or(0.0, cpu_seconds),
         cpu_seconds(std::process::id()),
+        zk_pid.map_or(0.0, jit_seconds),
     );
     let measured_from = Instant::now();
     let base_instant = Instant::now();
@@ -692,6 +759,7 @@ async fn bench_triggers(zk: Option<&ZooKeeper>, jobs: usize, items: i32, window:
     let cpu = cpu_seconds(car.pid()) - cpu_before;
     let zk_cpu = zk_pid.map_or(0.0, cpu_seconds) - others_before.0;
     let workers_cpu = cpu_seconds(std::process::id()) - others_before.1;
+    let zk_jit_cpu = zk_pid.map_or(0.0, jit_seconds) - others_before.2;
     // Read while the load runs, before the stage breakdown's `ListExecutions` below: its
     // answer (the whole history, each execution with its events) is a heap peak of its own.
     let rss_loaded = rss_parts(car.pid());
@@ -752,7 +820,11 @@ async fn bench_triggers(zk: Option<&ZooKeeper>, jobs: usize, items: i32, window:
         items_answered as f64 / elapsed,
         cpu / elapsed * 100.0,
         if zk.is_some() {
-            format!("ZooKeeper {:.0}%, ", zk_cpu / elapsed * 100.0)
+            format!(
+                "ZooKeeper {:.0}% ({:.1}% of it compiling), ",
+                zk_cpu / elapsed * 100.0,
+                zk_jit_cpu / elapsed * 100.0
+            )
         } else {
             String::new()
         },
