@@ -6,6 +6,7 @@
 //! items `misfire` (when misfire is on) and a single catch-up run follows the busy one.
 
 use std::collections::{BTreeMap, BTreeSet};
+use std::hash::BuildHasher;
 
 use std::time::Instant;
 
@@ -348,13 +349,20 @@ pub struct Finished {
 /// the job's actor has retired.
 ///
 /// Full, it holds [`super::FINISHED_MEMORY`] executions for as long as the sidecar runs, so
-/// each is kept small: the 128 bits of a sidecar's own execution id rather than its text (in
-/// the map and again in the order), and boxed strings.
+/// each is kept small: a ring of `capacity` slots in the order they were remembered, the 128
+/// bits of a sidecar's own execution id rather than its text, each instance id once (shared by
+/// its executions' slots), and an index holding only a slot's number.
 #[derive(Debug)]
 pub struct FinishedExecutions {
-    map: std::collections::HashMap<IdKey, Remembered>,
-    order: std::collections::VecDeque<IdKey>,
+    /// The remembered executions; once full, the next one replaces the slot at `oldest`.
+    ring: Vec<Slot>,
+    oldest: usize,
     capacity: usize,
+    /// The slot of each remembered execution, by its key's hash.
+    index: hashbrown::HashTable<u32>,
+    hasher: std::hash::RandomState,
+    /// Each instance id of a remembered execution, once.
+    instances: std::collections::HashSet<std::sync::Arc<str>>,
 }
 
 /// An execution id as [`FinishedExecutions`] keys it: the bits of an id [`new_execution_id`]
@@ -380,35 +388,88 @@ impl IdKey {
     }
 }
 
-/// [`Finished`] as it is kept.
+/// [`Finished`] as it is kept, with its key.
 #[derive(Debug)]
-struct Remembered {
-    instance_id: Box<str>,
+struct Slot {
+    key: IdKey,
+    instance_id: std::sync::Arc<str>,
     revoked: Option<Box<str>>,
 }
 
 impl FinishedExecutions {
     pub fn new(capacity: usize) -> Self {
+        assert!(
+            u32::try_from(capacity).is_ok(),
+            "slots are numbered in 32 bits"
+        );
+        // Both are sized once: the ring's untouched pages cost nothing until it fills, and the
+        // index never grows (so never holds two tables at once).
         FinishedExecutions {
-            map: Default::default(),
-            order: Default::default(),
+            ring: Vec::with_capacity(capacity),
+            oldest: 0,
             capacity,
+            index: hashbrown::HashTable::with_capacity(capacity),
+            hasher: Default::default(),
+            instances: Default::default(),
         }
     }
 
     pub fn insert(&mut self, execution_id: &str, finished: Finished) {
-        let key = IdKey::of(execution_id);
-        let remembered = Remembered {
-            instance_id: finished.instance_id.into(),
-            revoked: finished.revoked.map(String::into_boxed_str),
-        };
-        if self.map.insert(key.clone(), remembered).is_none() {
-            self.order.push_back(key);
+        if self.capacity == 0 {
+            return;
         }
-        while self.order.len() > self.capacity {
-            if let Some(old) = self.order.pop_front() {
-                self.map.remove(&old);
+        let key = IdKey::of(execution_id);
+        let hash = self.hasher.hash_one(&key);
+        let instance_id = self.intern(finished.instance_id);
+        let revoked = finished.revoked.map(String::into_boxed_str);
+        let ring = &mut self.ring;
+        if let Some(&at) = self.index.find(hash, |&s| ring[s as usize].key == key) {
+            // Remembered already: its outcome is replaced, its place in the order kept.
+            let slot = &mut ring[at as usize];
+            let old = std::mem::replace(&mut slot.instance_id, instance_id);
+            slot.revoked = revoked;
+            self.release(old);
+            return;
+        }
+        let slot = Slot {
+            key,
+            instance_id,
+            revoked,
+        };
+        let at = if self.ring.len() < self.capacity {
+            self.ring.push(slot);
+            self.ring.len() - 1
+        } else {
+            let at = self.oldest;
+            self.oldest = (at + 1) % self.capacity;
+            let old = std::mem::replace(&mut self.ring[at], slot);
+            let old_hash = self.hasher.hash_one(&old.key);
+            if let Ok(entry) = self.index.find_entry(old_hash, |&s| s as usize == at) {
+                entry.remove();
             }
+            self.release(old.instance_id);
+            at
+        };
+        let (ring, hasher) = (&self.ring, &self.hasher);
+        self.index
+            .insert_unique(hash, at as u32, |&s| hasher.hash_one(&ring[s as usize].key));
+    }
+
+    /// The shared copy of `instance_id`, made on its first execution.
+    fn intern(&mut self, instance_id: String) -> std::sync::Arc<str> {
+        if let Some(shared) = self.instances.get(instance_id.as_str()) {
+            return shared.clone();
+        }
+        let shared: std::sync::Arc<str> = instance_id.into();
+        self.instances.insert(shared.clone());
+        shared
+    }
+
+    /// Drops a slot's instance id, and the shared copy with its last slot.
+    fn release(&mut self, instance_id: std::sync::Arc<str>) {
+        // Held by the set and by `instance_id` alone: no other slot has it.
+        if std::sync::Arc::strong_count(&instance_id) == 2 {
+            self.instances.remove(&instance_id);
         }
     }
 
@@ -419,7 +480,11 @@ impl FinishedExecutions {
         instance_id: &str,
     ) -> Option<Result<(), super::CoordError>> {
         use super::CoordError;
-        let finished = self.map.get(&IdKey::of(execution_id))?;
+        let key = IdKey::of(execution_id);
+        let at = self.index.find(self.hasher.hash_one(&key), |&s| {
+            self.ring[s as usize].key == key
+        })?;
+        let finished = &self.ring[*at as usize];
         Some(if &*finished.instance_id != instance_id {
             Err(CoordError::PermissionDenied(format!(
                 "execution {execution_id} belongs to instance {}, not {instance_id}",
@@ -505,6 +570,70 @@ mod finished_tests {
         ));
         // Inserting an id again keeps one entry.
         f.insert(&id, finished(None));
-        assert_eq!((f.map.len(), f.order.len()), (2, 2));
+        assert_eq!((f.index.len(), f.ring.len()), (2, 2));
+    }
+
+    #[test]
+    fn a_full_ring_forgets_in_order_and_keeps_each_instance_id_once_while_it_has_executions() {
+        let done = |instance: &str| Finished {
+            instance_id: instance.into(),
+            revoked: None,
+        };
+        let mut f = FinishedExecutions::new(3);
+        for (id, instance) in [("a", "i"), ("b", "i"), ("c", "j"), ("d", "j"), ("e", "j")] {
+            f.insert(id, done(instance));
+        }
+        assert!(f.reply("a", "i").is_none() && f.reply("b", "i").is_none());
+        for id in ["c", "d", "e"] {
+            assert!(matches!(f.reply(id, "j"), Some(Ok(()))), "{id}");
+        }
+        // "i" has no execution left; "j" is held once, by the set and its three slots.
+        assert_eq!(f.instances.len(), 1);
+        assert_eq!(
+            std::sync::Arc::strong_count(f.instances.get("j").unwrap()),
+            4
+        );
+        // An id remembered already gets its new outcome in its old place in the order.
+        f.insert(
+            "d",
+            Finished {
+                instance_id: "k".into(),
+                revoked: Some("lease expired".into()),
+            },
+        );
+        assert!(matches!(
+            f.reply("d", "k"),
+            Some(Err(CoordError::FailedPrecondition(_)))
+        ));
+        assert_eq!(f.instances.len(), 2);
+        f.insert("f", done("j"));
+        assert!(f.reply("c", "j").is_none(), "c was the oldest");
+        assert!(f.reply("d", "k").is_some());
+        f.insert("g", done("j"));
+        assert!(f.reply("d", "k").is_none(), "then d");
+        assert_eq!(f.instances.len(), 1, "k left with its only execution");
+        // Round after round, the index follows the ring.
+        for n in 0..100 {
+            f.insert(&n.to_string(), done("j"));
+        }
+        assert_eq!((f.index.len(), f.ring.len()), (3, 3));
+        assert!(f.reply("96", "j").is_none());
+        for n in 97..100 {
+            assert!(matches!(f.reply(&n.to_string(), "j"), Some(Ok(()))));
+        }
+    }
+
+    #[test]
+    fn a_memory_of_no_executions_remembers_none() {
+        let mut f = FinishedExecutions::new(0);
+        f.insert(
+            "a",
+            Finished {
+                instance_id: "i".into(),
+                revoked: None,
+            },
+        );
+        assert!(f.reply("a", "i").is_none());
+        assert!(f.instances.is_empty());
     }
 }
