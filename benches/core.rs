@@ -638,14 +638,22 @@ fn cpu_seconds_of(stat_path: &str) -> f64 {
             .unwrap_or(0.0)
     };
     // utime and stime are fields 14 and 15 of stat(5); `rest` starts at field 3.
-    let hz = std::process::Command::new("getconf")
-        .arg("CLK_TCK")
-        .output()
-        .ok()
-        .and_then(|o| String::from_utf8(o.stdout).ok())
-        .and_then(|s| s.trim().parse::<f64>().ok())
-        .unwrap_or(100.0);
-    (ticks(11) + ticks(12)) / hz
+    (ticks(11) + ticks(12)) / clock_ticks_per_second()
+}
+
+/// The kernel's clock ticks per second (`getconf CLK_TCK`), asked once: the warm-up reads
+/// ZooKeeper's compiler threads every second.
+fn clock_ticks_per_second() -> f64 {
+    static HZ: std::sync::OnceLock<f64> = std::sync::OnceLock::new();
+    *HZ.get_or_init(|| {
+        std::process::Command::new("getconf")
+            .arg("CLK_TCK")
+            .output()
+            .ok()
+            .and_then(|o| String::from_utf8(o.stdout).ok())
+            .and_then(|s| s.trim().parse::<f64>().ok())
+            .unwrap_or(100.0)
+    })
 }
 
 /// `jobs` jobs of `items` items each, one worker per job on one sidecar, firing every second,
