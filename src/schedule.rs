@@ -54,7 +54,9 @@ pub enum CronError {
 enum Zone {
     Local,
     Fixed(FixedOffset),
-    Named(chrono_tz::Tz),
+    /// An IANA zone from the database compiled into the binary (jiff's bundled copy): the
+    /// same rules on every host, whatever its own zoneinfo holds.
+    Named(jiff::tz::TimeZone),
 }
 
 /// Parses a time zone as ElasticJob users write it: `""` (local), `GMT`, `UTC`,
@@ -92,9 +94,19 @@ fn parse_zone(zone: &str) -> Result<Zone, CronError> {
             .map(Zone::Fixed)
             .ok_or_else(bad);
     }
-    zone.parse::<chrono_tz::Tz>()
-        .map(Zone::Named)
-        .map_err(|_| bad())
+    // The database finds names whatever their case; Java's (and so ElasticJob's) does not, and
+    // neither does this: `asia/shanghai` is refused, not read as Asia/Shanghai.
+    match jiff::tz::TimeZone::get(zone) {
+        Ok(named) if named.iana_name() == Some(zone) => Ok(Zone::Named(named)),
+        _ => Err(bad()),
+    }
+}
+
+/// `t` as an instant of jiff's, seen in `zone`.
+fn zoned(t: DateTime<Utc>, zone: &jiff::tz::TimeZone) -> Option<jiff::Zoned> {
+    jiff::Timestamp::new(t.timestamp(), t.timestamp_subsec_nanos() as i32)
+        .ok()
+        .map(|at| at.to_zoned(zone.clone()))
 }
 
 /// Checks a time zone without a cron expression.
@@ -256,7 +268,11 @@ impl CronSchedule {
         match &self.zone {
             Zone::Local => next(&self.cron, t.with_timezone(&Local)),
             Zone::Fixed(z) => next(&self.cron, t.with_timezone(z)),
-            Zone::Named(z) => next(&self.cron, t.with_timezone(z)),
+            Zone::Named(z) => {
+                let n = self.cron.find_next_occurrence(&zoned(t, z)?, false).ok()?;
+                let at = n.timestamp();
+                DateTime::from_timestamp(at.as_second(), at.subsec_nanosecond() as u32)
+            }
         }
     }
 }
@@ -283,7 +299,11 @@ impl CronSchedule {
         match &self.zone {
             Zone::Local => t.with_timezone(&Local).fixed_offset(),
             Zone::Fixed(z) => t.with_timezone(z).fixed_offset(),
-            Zone::Named(z) => t.with_timezone(z).fixed_offset(),
+            // Every zone's offset is within a day of UTC, and jiff's instants span years
+            // -9999 to 9999: UTC is shown only outside both.
+            Zone::Named(z) => zoned(t, z)
+                .and_then(|at| FixedOffset::east_opt(at.offset().seconds()))
+                .map_or_else(|| t.fixed_offset(), |offset| t.with_timezone(&offset)),
         }
     }
 }

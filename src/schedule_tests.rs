@@ -115,6 +115,14 @@ fn time_zones() {
     assert_eq!(noon("UTC"), ["Mon 2026-06-01T12:00:00Z"]);
     assert_eq!(noon("Asia/Shanghai"), ["Mon 2026-06-01T04:00:00Z"]);
     assert_eq!(noon("America/New_York"), ["Mon 2026-06-01T16:00:00Z"]); // EDT
+                                                                        // Links of the database are names of their own, as Java knows them.
+    assert_eq!(noon("US/Eastern"), ["Mon 2026-06-01T16:00:00Z"]);
+    assert_eq!(noon("Etc/GMT-8"), ["Mon 2026-06-01T04:00:00Z"]);
+    let shanghai = CronSchedule::parse("0 0 12 * * ?", "Asia/Shanghai").unwrap();
+    assert_eq!(
+        shanghai.in_zone(utc(from)).to_rfc3339(),
+        "2026-06-01T08:00:00+08:00"
+    );
     let local = CronSchedule::parse("0 0 12 * * ?", "").unwrap();
     let next = local.next_after(utc(from)).unwrap();
     assert_eq!(next.with_timezone(&Local).hour(), 12);
@@ -128,6 +136,9 @@ fn time_zones() {
         "GMT+",
         "gmt+8",
         "+08:00",
+        // Case counts, as in Java's database.
+        "asia/shanghai",
+        "ASIA/SHANGHAI",
     ] {
         let err = validate_time_zone(bad).unwrap_err().to_string();
         assert!(err.contains(bad) && err.contains("IANA"), "{bad}: {err}");
