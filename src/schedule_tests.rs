@@ -114,14 +114,25 @@ fn time_zones() {
     assert_eq!(noon("GMT"), ["Mon 2026-06-01T12:00:00Z"]);
     assert_eq!(noon("UTC"), ["Mon 2026-06-01T12:00:00Z"]);
     assert_eq!(noon("Asia/Shanghai"), ["Mon 2026-06-01T04:00:00Z"]);
-    assert_eq!(noon("America/New_York"), ["Mon 2026-06-01T16:00:00Z"]); // EDT
-                                                                        // Links of the database are names of their own, as Java knows them.
+    // Summer time in New York (EDT, four hours behind UTC).
+    assert_eq!(noon("America/New_York"), ["Mon 2026-06-01T16:00:00Z"]);
+    // Links of the database are names of their own, as Java knows them.
     assert_eq!(noon("US/Eastern"), ["Mon 2026-06-01T16:00:00Z"]);
     assert_eq!(noon("Etc/GMT-8"), ["Mon 2026-06-01T04:00:00Z"]);
     let shanghai = CronSchedule::parse("0 0 12 * * ?", "Asia/Shanghai").unwrap();
     assert_eq!(
         shanghai.in_zone(utc(from)).to_rfc3339(),
         "2026-06-01T08:00:00+08:00"
+    );
+    // Strictly after, to the nanosecond, in a named zone as in a fixed one.
+    let every_five = |at: &str| next_n("0/5 * * * * ?", "Asia/Shanghai", at, 1);
+    assert_eq!(
+        every_five("2026-02-01T00:00:05Z"),
+        ["Sun 2026-02-01T00:00:10Z"]
+    );
+    assert_eq!(
+        every_five("2026-02-01T00:00:04.999Z"),
+        ["Sun 2026-02-01T00:00:05Z"]
     );
     let local = CronSchedule::parse("0 0 12 * * ?", "").unwrap();
     let next = local.next_after(utc(from)).unwrap();
