@@ -26,7 +26,7 @@ import java.util.concurrent.locks.LockSupport;
  * CHECK_FALSE {execution} {item}         (spin) the first isCancelled() check, which said false
  * CANCELLED_SEEN {execution} {item} sinceLastFalseMs={ms} interrupted={bool}
  *                                        (spin) the first check that said true, and how long after
- *                                        the last check that said false
+ *                                        the last check that said false began
  * BLOCKING {execution} {item}            (sleep, await) the handler is about to block
  * INTERRUPTED {execution} {item} cancelled={bool}
  *                                        (sleep, await) the blocking call was interrupted; the
@@ -103,15 +103,18 @@ public final class WorkerMain {
     boolean reported = false;
     long giveUp = lastFalse + TimeUnit.SECONDS.toNanos(120);
     while (System.nanoTime() - giveUp < 0) {
+      // A check is dated by when it began: it reads the clock inside, so one that began before a
+      // pause and returns after it decided before it. (Dated by when it returned, a pause landing
+      // inside the check made it look like a check after the pause that said false.)
+      long began = System.nanoTime();
       boolean cancelled = ctx.isCancelled();
-      long now = System.nanoTime();
       if (cancelled) {
         print("CANCELLED_SEEN " + ctx.getExecutionId() + " " + ctx.getShardingItem()
-            + " sinceLastFalseMs=" + TimeUnit.NANOSECONDS.toMillis(now - lastFalse)
+            + " sinceLastFalseMs=" + TimeUnit.NANOSECONDS.toMillis(System.nanoTime() - lastFalse)
             + " interrupted=" + Thread.currentThread().isInterrupted());
         return;
       }
-      lastFalse = now;
+      lastFalse = began;
       if (!reported) {
         reported = true;
         print("CHECK_FALSE " + ctx.getExecutionId() + " " + ctx.getShardingItem());
