@@ -2,7 +2,9 @@
 # shellcheck disable=SC2317 # the step functions are run indirectly, through run_step
 # THE test command of shardcar (also run by CI through .ci/run):
 #   dependencies → cargo fmt --check → buf lint + breaking (proto/) → the Python stubs regenerated and compared with the committed
-#   ones → cargo clippy (all targets, -D warnings) → cargo test (all
+#   ones → cargo clippy (all targets, -D warnings) → cargo bench --no-run (the benchmark programs
+#   and the release binary, linked as shipped: one unit, its code in the order of
+#   scripts/text-order.txt) → cargo test (all
 #   targets; the integration tests start real ZooKeeper and sidecar processes) → the Python
 #   client's pytest suite and package smoke test (sdist, wheel) → the Java client's `mvn verify`, each client suite against the
 #   sidecar binary that `cargo test` built → the ElasticJob mixed-cluster suite (real ElasticJob
@@ -13,7 +15,7 @@
 #   comes last and the exit status is non-zero if any step failed.
 #
 # Usage: scripts/test.sh [--no-deps] [--fail-fast] [STEP...]
-#   STEP: deps fmt proto stubs clippy rust python java interop package nemesis (default: all of them; `--no-deps` drops `deps`)
+#   STEP: deps fmt proto stubs clippy bench rust python java interop package nemesis (default: all of them; `--no-deps` drops `deps`)
 # Environment: CARGO_TARGET_DIR is honoured; CARGO_TEST_ARGS are passed to `cargo test`
 # (e.g. CARGO_TEST_ARGS="-- --test-threads=1"), PYTEST_ARGS to pytest, MVN_ARGS to Maven;
 # NEMESIS_SEEDS (default "1 2") and NEMESIS_DURATION (default 60s) choose the fault soak's profile.
@@ -22,7 +24,7 @@ set -euo pipefail
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 cd "$ROOT"
 
-ALL_STEPS=(deps fmt proto stubs clippy rust python java interop package nemesis)
+ALL_STEPS=(deps fmt proto stubs clippy bench rust python java interop package nemesis)
 STEPS=()
 FAIL_FAST=0
 NO_DEPS=0
@@ -30,8 +32,8 @@ for arg in "$@"; do
     case "$arg" in
         --no-deps) NO_DEPS=1 ;;
         --fail-fast) FAIL_FAST=1 ;;
-        -h|--help) sed -n '3,14p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
-        deps|fmt|proto|stubs|clippy|rust|python|java|interop|package|nemesis) STEPS+=("$arg") ;;
+        -h|--help) sed -n '3,16p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
+        deps|fmt|proto|stubs|clippy|bench|rust|python|java|interop|package|nemesis) STEPS+=("$arg") ;;
         *) echo "test.sh: unknown argument: $arg (try --help)" >&2; exit 64 ;;
     esac
 done
@@ -186,6 +188,11 @@ fi
 if want clippy; then
     run_step clippy "cargo clippy --all-targets -- -D warnings" \
         cargo clippy --all-targets -- -D warnings
+fi
+if want bench; then
+    # Built, not run: the figures come from running them by hand (README, "Benchmarks").
+    run_step bench "cargo bench --no-run (benchmark programs, release binary)" \
+        cargo bench --no-run
 fi
 if want rust; then
     # One build for everything: the test binaries and the `shardcar` binary the clients use.
