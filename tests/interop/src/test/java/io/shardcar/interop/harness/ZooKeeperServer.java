@@ -11,15 +11,17 @@ import java.nio.charset.StandardCharsets;
 import java.nio.file.Files;
 import java.nio.file.Path;
 import java.time.Duration;
+import java.util.Comparator;
 import java.util.List;
 import java.util.Map;
+import java.util.stream.Stream;
 
 /**
  * The suite's one real ZooKeeper: Debian's {@code zookeeper} package started by the repository's
  * {@code scripts/zk.sh run} (the way every shardcar harness starts it) on a free loopback port
  * with a temporary data directory, tick 500 ms so that the 4 s sessions of the suite expire on
- * time. Started once per test JVM; each test works in a namespace of its own. Killed when the
- * JVM exits.
+ * time. Started once per test JVM; each test works in a namespace of its own. Killed, and its
+ * data directory removed, when the JVM exits.
  */
 public final class ZooKeeperServer {
   private static ZooKeeperServer instance;
@@ -51,6 +53,12 @@ public final class ZooKeeperServer {
       Proc proc = new Proc("zookeeper", List.of("bash", script.toString(), "run", dir.toString(), Integer.toString(port)), log,
           Map.of("ZK_TICK", "500", "ZK_FORCE_SYNC", "no",
               "JAVA", Path.of(System.getProperty("java.home"), "bin", "java").toString()));
+      // When the JVM exits: the server stopped first, then its data directory removed (the log
+      // stays with the suite's logs).
+      Runtime.getRuntime().addShutdownHook(new Thread(() -> {
+        proc.close();
+        deleteTree(dir);
+      }, "interop-zookeeper-cleanup"));
       Await.until("ZooKeeper serving on 127.0.0.1:" + port, Duration.ofSeconds(60),
           () -> {
             if (!proc.isAlive()) {
@@ -62,6 +70,20 @@ public final class ZooKeeperServer {
       return new ZooKeeperServer(port, proc);
     } catch (IOException e) {
       throw new IllegalStateException("cannot start ZooKeeper", e);
+    }
+  }
+
+  private static void deleteTree(Path dir) {
+    try (Stream<Path> paths = Files.walk(dir)) {
+      paths.sorted(Comparator.reverseOrder()).forEach(p -> {
+        try {
+          Files.deleteIfExists(p);
+        } catch (IOException e) {
+          System.err.println("cannot remove " + p + ": " + e);
+        }
+      });
+    } catch (IOException e) {
+      System.err.println("cannot remove " + dir + ": " + e);
     }
   }
 
