@@ -24,6 +24,19 @@ use crate::registry::{CreateMode, Error as RegError, Op, OpResult};
 /// several hosts need anyway).
 pub(crate) const RESHARD_QUIET: Duration = Duration::from_millis(100);
 
+/// How long after the `necessary` flag is set the leader holds a reshard that takes an item from
+/// a live ElasticJob member.
+///
+/// An ElasticJob member starts an execution by checking the flag (it waits while it is set),
+/// then reads its items from its cache, checks their `running` nodes and writes them, replacing
+/// any it finds then: nothing fences it. A reshard that moves one of its items in between lets
+/// the new owner start the item while the member goes on to run it too. Set first, the flag
+/// stops members that have not checked it yet; the hold lets those past the check write their
+/// `running` nodes (milliseconds, tens under load), which the new owner then waits for. A member
+/// slower than the hold from the check to its `running` write can still run a moved item, as
+/// under ElasticJob's own leader, which does not wait at all.
+pub(crate) const ELASTICJOB_HOLD: Duration = Duration::from_millis(500);
+
 impl JobState {
     pub(super) fn reconcile_leadership(&mut self, env: &Env, out: &mut Vec<Action>) {
         // The leader node is ephemeral on this sidecar's session when it names an instance of
@@ -50,7 +63,11 @@ impl JobState {
             .filter(|(id, l)| l.live() && self.view.instances.contains_key(*id))
             .map(|(id, _)| id.clone())
             .collect();
-        match election::decide(&self.view, live.iter(), &self.settings.ip) {
+        let decision = election::decide(&self.view, live.iter(), &self.settings.ip);
+        if !self.view.necessary || !matches!(decision, election::Decision::Lead(_)) {
+            self.necessary_seen = None;
+        }
+        match decision {
             election::Decision::Elect(id) => {
                 if !self
                     .in_flight(|p| matches!(p, Pending::ElectLatch { .. } | Pending::Elect { .. }))
@@ -137,6 +154,33 @@ impl JobState {
             self.reshard_after = None;
             return;
         };
+        if self.takes_from_elasticjob(&plan) {
+            if !self.view.necessary {
+                if !self.in_flight(|p| matches!(p, Pending::ReshardFlag)) {
+                    info!(job = %self.name, reason = plan.reason,
+                          "setting the resharding flag: the reshard takes items from a live ElasticJob member");
+                    let ops = vec![
+                        Op::Check {
+                            path: self.paths.leader_election_instance(),
+                            version,
+                        },
+                        Op::create(
+                            self.paths.sharding_necessary(),
+                            Vec::new(),
+                            CreateMode::Persistent,
+                        ),
+                    ];
+                    self.commit(Pending::ReshardFlag, ops, &[], out);
+                }
+                self.reshard_after = None;
+                return;
+            }
+            let until = *self.necessary_seen.get_or_insert(env.now) + ELASTICJOB_HOLD;
+            if until > env.now {
+                self.reshard_after = Some(until);
+                return;
+            }
+        }
         if let Some(until) = self.quiet_until(&plan, env) {
             if self.reshard_after.is_none_or(|t| t <= env.now) {
                 info!(job = %self.name, reason = plan.reason,
@@ -150,6 +194,20 @@ impl JobState {
         info!(job = %self.name, reason = plan.reason, owners = ?plan.owners, "resharding");
         let ops = sharding::commit_ops(&self.view, &self.paths, &plan, version);
         self.commit(Pending::Reshard, ops, &[], out);
+    }
+
+    /// Whether `plan` moves an item away from a live instance that is neither local nor of a
+    /// host with a sidecar (`shardcar/sidecars/{ip}`): an ElasticJob member, which starts its
+    /// items unfenced ([`ELASTICJOB_HOLD`]).
+    fn takes_from_elasticjob(&self, plan: &sharding::ShardingPlan) -> bool {
+        plan.owners.iter().any(|(i, new)| {
+            self.view.owner(*i).is_some_and(|old| {
+                old != new
+                    && self.view.instances.contains_key(old)
+                    && !self.locals.contains_key(old)
+                    && !self.view.sidecars.contains_key(ip_of(old))
+            })
+        })
     }
 
     /// When a reshard that moves an item away from a live owner would land within

@@ -107,7 +107,11 @@ impl JobState {
                 instance_id,
                 handed,
             } => self.on_left(&instance_id, handed, ops, result, env, out),
-            Pending::MisfireFlags | Pending::SidecarNode | Pending::Abdicate | Pending::Orphans => {
+            Pending::MisfireFlags
+            | Pending::ReshardFlag
+            | Pending::SidecarNode
+            | Pending::Abdicate
+            | Pending::Orphans => {
                 if let Err(e) = result {
                     self.write_failed("a registry write", &e, env);
                 }

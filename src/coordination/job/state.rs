@@ -241,6 +241,11 @@ pub(super) enum Pending {
         handed: Option<Handed>,
     },
     MisfireFlags,
+    /// The `necessary` flag, set ahead of a reshard that takes items from a live ElasticJob
+    /// member (`leadership.rs`, [`ELASTICJOB_HOLD`]).
+    ///
+    /// [`ELASTICJOB_HOLD`]: super::leadership::ELASTICJOB_HOLD
+    ReshardFlag,
     Reshard,
     /// The leader's clean-up of items whose runner is gone (and those it hands over in the
     /// same write: `handed`).
@@ -351,6 +356,12 @@ pub(crate) struct JobState {
     /// A reshard waits for this instant: it would have moved items of a live owner too close
     /// to a fire instant.
     pub(super) reshard_after: Option<Instant>,
+    /// When this sidecar, leading, first saw the `necessary` flag set (cleared when it sees the
+    /// flag gone or stops leading): a reshard that takes items from a live ElasticJob member
+    /// waits [`ELASTICJOB_HOLD`] from then.
+    ///
+    /// [`ELASTICJOB_HOLD`]: super::leadership::ELASTICJOB_HOLD
+    pub(super) necessary_seen: Option<Instant>,
     /// Whether one of the local instances leads the job (as last told to the observer).
     pub(super) leading: bool,
     pub(super) last_reload: Option<Instant>,
@@ -412,6 +423,7 @@ impl JobState {
             schedule: None,
             cron: None,
             reshard_after: None,
+            necessary_seen: None,
             leading: false,
             last_reload: None,
             joins_waiting: Vec::new(),

@@ -549,3 +549,61 @@ fn a_reshard_of_a_gone_owners_items_is_not_held_for_a_fire_instant() {
         writes(&left)
     );
 }
+
+#[test]
+fn a_reshard_that_takes_items_from_a_live_elasticjob_member_sets_the_flag_and_waits_first() {
+    // LifecycleApiTest, one run in twelve: this leader moved item 2 from the ElasticJob member
+    // 12 ms after giving it to it. The member, triggered, had read the item as its own, checked
+    // that it was not running and went on to write its `running` node, replacing the one a
+    // worker here had written when it started the item: both ran it.
+    use crate::coordination::job::leadership::ELASTICJOB_HOLD;
+    let mut s = Script::new("j");
+    // The peer has no sidecar (`shardcar/sidecars/10.0.0.2`): an ElasticJob member. Joining,
+    // this instance is given items 2 and 3, the peer's, and the peer 0 and 1.
+    let tree = shared_with_peer(&s, false, ME);
+    let (_, joined) = s.join(Some(tree));
+    assert_eq!(
+        reshard_writes(&joined),
+        Vec::<String>::new(),
+        "{:?}",
+        writes(&joined)
+    );
+    assert!(
+        writes(&joined).contains(&"+/j/leader/sharding/necessary".to_string()),
+        "the flag is set first: {:?}",
+        writes(&joined)
+    );
+    assert!(s.state.view.necessary, "the flag is read back");
+    let wake = s.state.next_wakeup(&s.env.clone()).expect("a wakeup");
+    assert_eq!(wake, s.env.now + ELASTICJOB_HOLD);
+    let held_ms = wake.duration_since(s.t0).as_millis() as u64;
+    assert_eq!(reshard_writes(&s.tick(held_ms - 1)), Vec::<String>::new());
+    let after = s.tick(held_ms);
+    assert_eq!(
+        reshard_writes(&after),
+        [
+            "=/j/sharding/0/instance",
+            "=/j/sharding/1/instance",
+            "=/j/sharding/2/instance",
+            "=/j/sharding/3/instance"
+        ],
+        "{:?}",
+        writes(&after)
+    );
+    assert!(
+        writes(&after).contains(&"-/j/leader/sharding/necessary".to_string()),
+        "the reshard removes the flag: {:?}",
+        writes(&after)
+    );
+}
+
+#[test]
+fn a_reshard_that_takes_items_from_a_peer_sidecars_instance_goes_at_once() {
+    // A sidecar's items are fenced on their owner nodes: nothing to wait for.
+    let mut s = Script::new("j");
+    let mut tree = shared_with_peer(&s, false, ME);
+    tree.insert(s.paths.sidecar("10.0.0.2"), node("", 0, 13));
+    let (_, joined) = s.join(Some(with_ancestors(tree)));
+    assert_eq!(reshard_writes(&joined).len(), 4, "{:?}", writes(&joined));
+    assert!(!writes(&joined).iter().any(|w| w.contains("necessary")));
+}

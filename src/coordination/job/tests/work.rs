@@ -302,7 +302,7 @@ fn a_leader_that_sees_a_peer_leave_with_flagged_items_claims_them_before_it_resh
     // This sidecar leads: it both reshards and claims. Its writes go one after the other, so
     // the claim goes first, and the interrupted items do not wait for the reshard's answer.
     let mut s = Script::new("j");
-    let tree = shared_with_peer(&s, true, ME);
+    let tree = with_peer_sidecar_node(&s, shared_with_peer(&s, true, ME));
     s.join(Some(tree));
     // Joining, this sidecar's instance was given items 2 and 3, the peer's 0 and 1.
     let p = s.paths.clone();
@@ -355,6 +355,14 @@ fn a_leader_that_sees_a_peer_leave_with_flagged_items_claims_them_before_it_resh
             ],
         "the reshard goes second: {commits:?}"
     );
+}
+
+/// `tree` with the node of the peer's sidecar (`shardcar/sidecars/10.0.0.2`): the peer is a
+/// shardcar instance, whose items a reshard moves at once (an ElasticJob member's wait for the
+/// resharding flag first, `leadership::ELASTICJOB_HOLD`).
+fn with_peer_sidecar_node(s: &Script, mut tree: BTreeMap<String, Node>) -> BTreeMap<String, Node> {
+    tree.insert(s.paths.sidecar("10.0.0.2"), node("", 0, 13));
+    with_ancestors(tree)
 }
 
 fn failover_latch(actions: &[Action]) -> Option<OpId> {
@@ -1202,7 +1210,7 @@ fn handed_here_at(s: &mut Script, zxid: i64) -> Vec<Action> {
 #[test]
 fn items_a_peer_handed_to_an_idle_worker_here_run_as_failover_with_no_write() {
     let mut s = Script::new("j");
-    let tree = shared_with_peer(&s, true, ME);
+    let tree = with_peer_sidecar_node(&s, shared_with_peer(&s, true, ME));
     s.join(Some(tree));
     let decided = handed_here(&mut s);
     let t = one_failover_of(&decided, &[2, 3]);
