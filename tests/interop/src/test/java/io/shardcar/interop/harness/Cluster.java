@@ -132,6 +132,10 @@ public final class Cluster implements AutoCloseable {
     return m;
   }
 
+  /** ElasticJob's sharding service logs each sharding it begins and ends, and each wait of a member for one, at debug. */
+  private static final String SHARDING_DEBUG =
+      "-Dorg.slf4j.simpleLogger.log.org.apache.shardingsphere.elasticjob.lite.internal.sharding=debug";
+
   private Member startTypedMember(String name, List<String> prefix, List<String> extra, Job... jobs) {
     if (members.containsKey(name)) {
       throw new IllegalArgumentException("member name " + name + " already used in this test (records are per name)");
@@ -140,7 +144,7 @@ public final class Cluster implements AutoCloseable {
     cmd.addAll(List.of(Layout.java().toString(), "-Xmx192m", "-XX:+UseSerialGC",
         "-XX:TieredStopAtLevel=1", "-Xss512k", "-Dorg.slf4j.simpleLogger.defaultLogLevel=info",
         "-Dorg.slf4j.simpleLogger.showDateTime=true", "-Dorg.slf4j.simpleLogger.dateTimeFormat=HH:mm:ss.SSS",
-        "-cp", Layout.memberClasspath(), "io.shardcar.interop.member.TypedElasticJobMember", "--dir", dir.toString(),
+        SHARDING_DEBUG, "-cp", Layout.memberClasspath(), "io.shardcar.interop.member.TypedElasticJobMember", "--dir", dir.toString(),
         "--name", name));
     cmd.addAll(extra);
     for (Job job : jobs) {
@@ -169,7 +173,7 @@ public final class Cluster implements AutoCloseable {
     List<String> cmd = new ArrayList<>(List.of(Layout.java().toString(), "-Xmx192m", "-XX:+UseSerialGC",
         "-XX:TieredStopAtLevel=1", "-Xss512k", "-Dorg.slf4j.simpleLogger.defaultLogLevel=info",
         "-Dorg.slf4j.simpleLogger.showDateTime=true", "-Dorg.slf4j.simpleLogger.dateTimeFormat=HH:mm:ss.SSS",
-        "-cp", Layout.memberClasspath(), mainClass, "--dir", dir.toString(), "--name", name,
+        SHARDING_DEBUG, "-cp", Layout.memberClasspath(), mainClass, "--dir", dir.toString(), "--name", name,
         "--parent", Long.toString(ProcessHandle.current().pid())));
     cmd.addAll(extra);
     for (Job job : jobs) {
