@@ -601,9 +601,8 @@ fn a_reshard_that_takes_items_from_a_live_elasticjob_member_sets_the_flag_and_wa
 fn a_reshard_that_takes_items_from_a_peer_sidecars_instance_goes_at_once() {
     // A sidecar's items are fenced on their owner nodes: nothing to wait for.
     let mut s = Script::new("j");
-    let mut tree = shared_with_peer(&s, false, ME);
-    tree.insert(s.paths.sidecar("10.0.0.2"), node("", 0, 13));
-    let (_, joined) = s.join(Some(with_ancestors(tree)));
+    let tree = with_peer_sidecar_node(&s, shared_with_peer(&s, false, ME));
+    let (_, joined) = s.join(Some(tree));
     assert_eq!(reshard_writes(&joined).len(), 4, "{:?}", writes(&joined));
     assert!(!writes(&joined).iter().any(|w| w.contains("necessary")));
 }

@@ -458,6 +458,17 @@ pub(super) fn shared_with_peer(s: &Script, failover: bool, leader: &str) -> BTre
     tree
 }
 
+/// `tree` with the node of the peer's sidecar (`shardcar/sidecars/10.0.0.2`): the peer is a
+/// shardcar instance, whose items a reshard moves at once (not an ElasticJob member, whose
+/// items wait for the resharding flag first, `leadership::ELASTICJOB_HOLD`).
+pub(super) fn with_peer_sidecar_node(
+    s: &Script,
+    mut tree: BTreeMap<String, Node>,
+) -> BTreeMap<String, Node> {
+    tree.insert(s.paths.sidecar("10.0.0.2"), node("", 0, 13));
+    with_ancestors(tree)
+}
+
 /// A job of `total` items all owned by the local instance (leader), joined, with its lease.
 pub(super) fn ready(total: i32, failover: bool) -> (Script, StreamKey) {
     let mut s = Script::new("j");

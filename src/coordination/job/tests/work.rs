@@ -357,14 +357,6 @@ fn a_leader_that_sees_a_peer_leave_with_flagged_items_claims_them_before_it_resh
     );
 }
 
-/// `tree` with the node of the peer's sidecar (`shardcar/sidecars/10.0.0.2`): the peer is a
-/// shardcar instance, whose items a reshard moves at once (an ElasticJob member's wait for the
-/// resharding flag first, `leadership::ELASTICJOB_HOLD`).
-fn with_peer_sidecar_node(s: &Script, mut tree: BTreeMap<String, Node>) -> BTreeMap<String, Node> {
-    tree.insert(s.paths.sidecar("10.0.0.2"), node("", 0, 13));
-    with_ancestors(tree)
-}
-
 fn failover_latch(actions: &[Action]) -> Option<OpId> {
     actions.iter().find_map(|a| match a {
         Action::AcquireLatch { op, dir } if dir.ends_with("failover/latch") => Some(*op),
