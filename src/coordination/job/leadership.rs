@@ -90,6 +90,9 @@ impl JobState {
                 }
             }
             election::Decision::Lead(_) => self.lead(env, out),
+            election::Decision::Follow if !live.is_empty() => {
+                self.ask_elasticjob_leader(&live, out)
+            }
             election::Decision::Follow => {}
         }
         let _ = env;
@@ -196,18 +199,101 @@ impl JobState {
         self.commit(Pending::Reshard, ops, &[], out);
     }
 
-    /// Whether `plan` moves an item away from a live instance that is neither local nor of a
-    /// host with a sidecar (`shardcar/sidecars/{ip}`): an ElasticJob member, which starts its
-    /// items unfenced ([`ELASTICJOB_HOLD`]).
+    /// Whether instance `id` is an ElasticJob member's: neither local nor of a host with a
+    /// sidecar (`shardcar/sidecars/{ip}`).
+    fn is_elasticjob_member(&self, id: &str) -> bool {
+        !self.locals.contains_key(id) && !self.view.sidecars.contains_key(ip_of(id))
+    }
+
+    /// Whether `plan` moves an item away from a live ElasticJob member, which starts its items
+    /// unfenced ([`ELASTICJOB_HOLD`]).
     fn takes_from_elasticjob(&self, plan: &sharding::ShardingPlan) -> bool {
         plan.owners.iter().any(|(i, new)| {
             self.view.owner(*i).is_some_and(|old| {
                 old != new
                     && self.view.instances.contains_key(old)
-                    && !self.locals.contains_key(old)
-                    && !self.view.sidecars.contains_key(ip_of(old))
+                    && self.is_elasticjob_member(old)
             })
         })
+    }
+
+    /// Under an ElasticJob leader, sets the `necessary` flag when the sharding in place leaves a
+    /// live local instance without items that the job's strategy would give it over the
+    /// available instances, so that the leader reshards at its next fire. Such a leader reshards only at a fire that finds the flag, and it reads
+    /// the servers' statuses from its cache: a sharding made on a stale one (every item to
+    /// itself, just after the console enabled the job) or on instances read before one
+    /// registered is otherwise kept until membership or a server's status changes again.
+    ///
+    /// Asked once for a given sharding and membership: a leader that shards otherwise is not
+    /// asked to reshard at each of its fires (nor at all under a strategy shardcar does not
+    /// know).
+    fn ask_elasticjob_leader(&mut self, live: &[String], out: &mut Vec<Action>) {
+        let Some((leader, _)) = &self.view.leader else {
+            return;
+        };
+        let known_strategy = self
+            .view
+            .config
+            .as_ref()
+            .is_some_and(|c| c.strategy().is_ok());
+        if !known_strategy
+            || !self.is_elasticjob_member(leader)
+            || self.resharding_pending()
+            || self.in_flight(|p| matches!(p, Pending::ReshardFlag))
+        {
+            return;
+        }
+        let Some(plan) = sharding::plan(&self.view, &self.name) else {
+            return;
+        };
+        // Only for a local instance the sharding in place leaves without items while the
+        // strategy gives it some: the loss this is for.
+        let left_out = |id: &String| {
+            plan.owners.values().any(|owner| owner == id)
+                && !self
+                    .view
+                    .items
+                    .values()
+                    .any(|item| item.owner.as_ref().is_some_and(|(o, _)| o == id))
+        };
+        if !live.iter().any(left_out) {
+            return;
+        }
+        let sharding = self.sharding_digest(&plan);
+        if self.asked_reshard == Some(sharding) {
+            return;
+        }
+        self.asked_reshard = Some(sharding);
+        info!(job = %self.name, leader = %leader,
+              "asking the ElasticJob leader to reshard at its next fire: the sharding in place is not the strategy's");
+        let ops = vec![Op::create(
+            self.paths.sharding_necessary(),
+            Vec::new(),
+            CreateMode::Persistent,
+        )];
+        self.commit(Pending::ReshardFlag, ops, &[], out);
+    }
+
+    /// A digest of the item owners in place and of those `plan` wants, to ask for a reshard
+    /// once per sharding and membership.
+    fn sharding_digest(&self, plan: &sharding::ShardingPlan) -> u64 {
+        use std::hash::{Hash, Hasher};
+        let mut hasher = std::collections::hash_map::DefaultHasher::new();
+        for (i, item) in &self.view.items {
+            (i, item.owner.as_ref().map(|(id, _)| id)).hash(&mut hasher);
+        }
+        plan.owners.hash(&mut hasher);
+        hasher.finish()
+    }
+
+    /// The flag was set (or was there already: an ElasticJob member's listener sets it too).
+    pub(super) fn on_flag_set(&mut self, result: Result<Vec<OpResult>, RegError>, env: &Env) {
+        match result {
+            Ok(_) => {}
+            Err(RegError::MultiFailed { source, .. })
+                if matches!(*source, RegError::NodeExists(_)) => {}
+            Err(e) => self.write_failed("setting the resharding flag", &e, env),
+        }
     }
 
     /// When a reshard that moves an item away from a live owner would land within

@@ -107,16 +107,13 @@ impl JobState {
                 instance_id,
                 handed,
             } => self.on_left(&instance_id, handed, ops, result, env, out),
-            Pending::MisfireFlags
-            | Pending::ReshardFlag
-            | Pending::SidecarNode
-            | Pending::Abdicate
-            | Pending::Orphans => {
+            Pending::MisfireFlags | Pending::SidecarNode | Pending::Abdicate | Pending::Orphans => {
                 if let Err(e) = result {
                     self.write_failed("a registry write", &e, env);
                 }
             }
             Pending::Reshard => self.on_resharded(result, env),
+            Pending::ReshardFlag => self.on_flag_set(result, env),
             Pending::Cleanup { items, handed } => {
                 self.on_cleaned_up(&items, handed, ops, result, env, out)
             }

@@ -241,8 +241,9 @@ pub(super) enum Pending {
         handed: Option<Handed>,
     },
     MisfireFlags,
-    /// The `necessary` flag, set ahead of a reshard that takes items from a live ElasticJob
-    /// member (`leadership.rs`, [`ELASTICJOB_HOLD`]).
+    /// The `necessary` flag, set by the leader ahead of a reshard that takes items from a live
+    /// ElasticJob member (`leadership.rs`, [`ELASTICJOB_HOLD`]), or by a member to ask an
+    /// ElasticJob leader for a reshard.
     ///
     /// [`ELASTICJOB_HOLD`]: super::leadership::ELASTICJOB_HOLD
     ReshardFlag,
@@ -362,6 +363,9 @@ pub(crate) struct JobState {
     ///
     /// [`ELASTICJOB_HOLD`]: super::leadership::ELASTICJOB_HOLD
     pub(super) necessary_seen: Option<Instant>,
+    /// The sharding (`leadership.rs`, `sharding_digest`) for which this sidecar last asked an
+    /// ElasticJob leader to reshard.
+    pub(super) asked_reshard: Option<u64>,
     /// Whether one of the local instances leads the job (as last told to the observer).
     pub(super) leading: bool,
     pub(super) last_reload: Option<Instant>,
@@ -424,6 +428,7 @@ impl JobState {
             cron: None,
             reshard_after: None,
             necessary_seen: None,
+            asked_reshard: None,
             leading: false,
             last_reload: None,
             joins_waiting: Vec::new(),

@@ -606,3 +606,59 @@ fn a_reshard_that_takes_items_from_a_peer_sidecars_instance_goes_at_once() {
     assert_eq!(reshard_writes(&joined).len(), 4, "{:?}", writes(&joined));
     assert!(!writes(&joined).iter().any(|w| w.contains("necessary")));
 }
+
+/// A job of 4 items all owned by the peer, which leads, and this sidecar's instance (its node
+/// there, joined), with the peer's sidecar node when `peer_sidecar`.
+fn all_to_the_leading_peer(s: &mut Script, peer_sidecar: bool) -> Vec<Action> {
+    let owners: Vec<(i32, &str)> = (0..4).map(|i| (i, PEER)).collect();
+    let mut tree = s.tree(&config(4, false), &owners, PEER);
+    tree.insert(s.paths.instance(ME), node(&instance_yaml(ME, IP), 0, 11));
+    if peer_sidecar {
+        tree = with_peer_sidecar_node(s, tree);
+    }
+    s.join(Some(tree)).1
+}
+
+#[test]
+fn a_member_left_without_items_by_an_elasticjob_leaders_sharding_sets_the_flag_once() {
+    // LifecycleApiTest under load: the ElasticJob leader's fire just after the console enabled
+    // the job sharded every item to itself (its cache still had the sidecars' servers
+    // disabled), and nothing set the flag again: the sidecars' workers stayed without items.
+    let mut s = Script::new("j");
+    let joined = all_to_the_leading_peer(&mut s, false);
+    let flag = "+/j/leader/sharding/necessary".to_string();
+    assert_eq!(
+        writes(&joined).iter().filter(|w| **w == flag).count(),
+        1,
+        "the flag is set once: {:?}",
+        writes(&joined)
+    );
+    assert_eq!(
+        reshard_writes(&joined),
+        Vec::<String>::new(),
+        "the peer reshards, not us"
+    );
+    // The leader reshards the same way again (the flag gone, the owners as they were): it is
+    // not asked again for that sharding.
+    let path = s.paths.sharding_necessary();
+    let removed = seen(&mut s, WatchEvent::Deleted(path), None);
+    let later = s.tick(3000);
+    assert!(
+        !writes(&removed).contains(&flag) && !writes(&later).contains(&flag),
+        "{:?} {:?}",
+        writes(&removed),
+        writes(&later)
+    );
+}
+
+#[test]
+fn a_member_under_a_leading_peer_sidecar_leaves_the_resharding_to_it() {
+    // A sidecar leader reshards on what it sees, with no flag to ask for.
+    let mut s = Script::new("j");
+    let joined = all_to_the_leading_peer(&mut s, true);
+    assert!(
+        !writes(&joined).iter().any(|w| w.contains("necessary")),
+        "{:?}",
+        writes(&joined)
+    );
+}
