@@ -219,10 +219,11 @@ impl JobState {
 
     /// Under an ElasticJob leader, sets the `necessary` flag when the sharding in place leaves a
     /// live local instance without items that the job's strategy would give it over the
-    /// available instances, so that the leader reshards at its next fire. Such a leader reshards only at a fire that finds the flag, and it reads
-    /// the servers' statuses from its cache: a sharding made on a stale one (every item to
-    /// itself, just after the console enabled the job) or on instances read before one
-    /// registered is otherwise kept until membership or a server's status changes again.
+    /// available instances, so that the leader reshards at its next fire. Such a leader
+    /// reshards only at a fire that finds the flag, and it reads the servers' statuses from its
+    /// cache: a sharding made on a stale one (every item to itself, just after the console
+    /// enabled the job) or on instances read before one registered is otherwise kept until
+    /// membership or a server's status changes again.
     ///
     /// Asked once for a given sharding and membership: a leader that shards otherwise is not
     /// asked to reshard at each of its fires (nor at all under a strategy shardcar does not
@@ -265,7 +266,7 @@ impl JobState {
         }
         self.asked_reshard = Some(sharding);
         info!(job = %self.name, leader = %leader,
-              "asking the ElasticJob leader to reshard at its next fire: the sharding in place is not the strategy's");
+              "asking the ElasticJob leader to reshard at its next fire: its sharding leaves an instance here without the items the strategy gives it");
         let ops = vec![Op::create(
             self.paths.sharding_necessary(),
             Vec::new(),
