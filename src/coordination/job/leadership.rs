@@ -15,6 +15,7 @@ use tracing::{debug, info};
 use super::state::{Handed, JobState, Pending};
 use super::{Action, Env, LatchKey};
 use crate::coordination::{election, failover, sharding};
+use crate::elasticjob::config::JobConfiguration;
 use crate::elasticjob::instance::ip_of;
 use crate::registry::{CreateMode, Error as RegError, Op, OpResult};
 
@@ -162,18 +163,7 @@ impl JobState {
                 if !self.in_flight(|p| matches!(p, Pending::ReshardFlag)) {
                     info!(job = %self.name, reason = plan.reason,
                           "setting the resharding flag: the reshard takes items from a live ElasticJob member");
-                    let ops = vec![
-                        Op::Check {
-                            path: self.paths.leader_election_instance(),
-                            version,
-                        },
-                        Op::create(
-                            self.paths.sharding_necessary(),
-                            Vec::new(),
-                            CreateMode::Persistent,
-                        ),
-                    ];
-                    self.commit(Pending::ReshardFlag, ops, &[], out);
+                    self.set_flag(Some(version), out);
                 }
                 self.reshard_after = None;
                 return;
@@ -232,13 +222,10 @@ impl JobState {
         let Some((leader, _)) = &self.view.leader else {
             return;
         };
-        let known_strategy = self
-            .view
-            .config
-            .as_ref()
-            .is_some_and(|c| c.strategy().is_ok());
-        if !known_strategy
-            || !self.is_elasticjob_member(leader)
+        // A strategy this sidecar does not know would make its plan differ from the leader's.
+        let known_strategy = |c: &JobConfiguration| c.strategy().is_ok();
+        if !self.is_elasticjob_member(leader)
+            || !self.view.config.as_ref().is_some_and(known_strategy)
             || self.resharding_pending()
             || self.in_flight(|p| matches!(p, Pending::ReshardFlag))
         {
@@ -267,11 +254,22 @@ impl JobState {
         self.asked_reshard = Some(sharding);
         info!(job = %self.name, leader = %leader,
               "asking the ElasticJob leader to reshard at its next fire: its sharding leaves an instance here without the items the strategy gives it");
-        let ops = vec![Op::create(
+        self.set_flag(None, out);
+    }
+
+    /// Creates `leader/sharding/necessary`, fenced on the leader node's version when given (the
+    /// leader's own flag).
+    fn set_flag(&mut self, leader_version: Option<i32>, out: &mut Vec<Action>) {
+        let fence = leader_version.map(|version| Op::Check {
+            path: self.paths.leader_election_instance(),
+            version,
+        });
+        let create = Op::create(
             self.paths.sharding_necessary(),
             Vec::new(),
             CreateMode::Persistent,
-        )];
+        );
+        let ops = fence.into_iter().chain([create]).collect();
         self.commit(Pending::ReshardFlag, ops, &[], out);
     }
 
