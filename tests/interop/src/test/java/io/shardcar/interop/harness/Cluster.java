@@ -383,11 +383,7 @@ public final class Cluster implements AutoCloseable {
       p.close();
     }
     zk.close();
-    try (Stream<Path> files = Files.walk(socketDir)) {
-      files.sorted(Comparator.reverseOrder()).forEach(p -> p.toFile().delete());
-    } catch (IOException e) {
-      // a temp dir
-    }
+    TempDirs.deleteTree(socketDir);
   }
 
   @Override

@@ -69,7 +69,7 @@ public final class PostgresServer implements AutoCloseable {
       run(command(bin, "initdb", runAs, "-D", dir.resolve("data").toString(), "-U", "postgres", "-E", "UTF8", "--locale=C",
           "--no-sync", "--auth-local=trust", "--auth-host=scram-sha-256", "--pwfile=" + dir.resolve("pwfile")), dir, initLog);
     } catch (RuntimeException | Error e) {
-      deleteTree(dir);
+      TempDirs.deleteTree(dir);
       throw e;
     }
     int port = ZooKeeperServer.freePort();
@@ -81,7 +81,7 @@ public final class PostgresServer implements AutoCloseable {
     try {
       proc = new Proc("postgres", cmd, logDir.resolve("postgres-" + port + ".log"), Map.of("LC_ALL", "C"));
     } catch (RuntimeException e) {
-      deleteTree(dir);
+      TempDirs.deleteTree(dir);
       throw e;
     }
     PostgresServer pg = new PostgresServer(dir, port, proc);
@@ -161,15 +161,7 @@ public final class PostgresServer implements AutoCloseable {
         proc.close();
       }
     }
-    deleteTree(dir);
-  }
-
-  private static void deleteTree(Path dir) {
-    try (Stream<Path> files = Files.walk(dir)) {
-      files.sorted(Comparator.reverseOrder()).forEach(p -> p.toFile().delete());
-    } catch (IOException e) {
-      // a temp dir
-    }
+    TempDirs.deleteTree(dir);
   }
 
   /** The directory of {@code initdb} and {@code postgres}. */

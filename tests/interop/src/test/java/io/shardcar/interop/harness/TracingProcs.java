@@ -8,7 +8,6 @@ import java.nio.file.Files;
 import java.nio.file.Path;
 import java.time.Duration;
 import java.util.ArrayList;
-import java.util.Comparator;
 import java.util.List;
 import java.util.concurrent.CopyOnWriteArrayList;
 import java.util.stream.Stream;
@@ -120,10 +119,6 @@ public final class TracingProcs implements AutoCloseable {
     for (Proc p : procs) {
       p.close();
     }
-    try (Stream<Path> files = Files.walk(socketDir)) {
-      files.sorted(Comparator.reverseOrder()).forEach(p -> p.toFile().delete());
-    } catch (IOException e) {
-      // a temp dir
-    }
+    TempDirs.deleteTree(socketDir);
   }
 }

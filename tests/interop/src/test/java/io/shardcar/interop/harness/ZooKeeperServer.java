@@ -11,10 +11,8 @@ import java.nio.charset.StandardCharsets;
 import java.nio.file.Files;
 import java.nio.file.Path;
 import java.time.Duration;
-import java.util.Comparator;
 import java.util.List;
 import java.util.Map;
-import java.util.stream.Stream;
 
 /**
  * The suite's one real ZooKeeper: Debian's {@code zookeeper} package started by the repository's
@@ -57,7 +55,7 @@ public final class ZooKeeperServer {
       // stays with the suite's logs).
       Runtime.getRuntime().addShutdownHook(new Thread(() -> {
         proc.close();
-        deleteTree(dir);
+        TempDirs.deleteTree(dir);
       }, "interop-zookeeper-cleanup"));
       Await.until("ZooKeeper serving on 127.0.0.1:" + port, Duration.ofSeconds(60),
           () -> {
@@ -70,20 +68,6 @@ public final class ZooKeeperServer {
       return new ZooKeeperServer(port, proc);
     } catch (IOException e) {
       throw new IllegalStateException("cannot start ZooKeeper", e);
-    }
-  }
-
-  private static void deleteTree(Path dir) {
-    try (Stream<Path> paths = Files.walk(dir)) {
-      paths.sorted(Comparator.reverseOrder()).forEach(p -> {
-        try {
-          Files.deleteIfExists(p);
-        } catch (IOException e) {
-          System.err.println("cannot remove " + p + ": " + e);
-        }
-      });
-    } catch (IOException e) {
-      System.err.println("cannot remove " + dir + ": " + e);
     }
   }
 
