@@ -17,11 +17,12 @@ use tokio_stream::wrappers::{TcpListenerStream, UnixListenerStream};
 use tokio_stream::StreamExt;
 use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
-use tonic::transport::Server;
+use tonic::service::Routes;
 use tracing::{info, warn};
 
 use crate::api::admin::AdminApi;
 use crate::api::connection::TrackedIo;
+use crate::api::serve::Http2Settings;
 use crate::api::worker::WorkerApi;
 use crate::config::Settings;
 use crate::coordination::{Coordinator, CoordinatorSettings};
@@ -46,8 +47,6 @@ pub enum RunError {
         addr: String,
         source: std::io::Error,
     },
-    #[error("gRPC server failed: {0}")]
-    Serve(#[from] tonic::transport::Error),
     #[error(transparent)]
     History(#[from] HistoryFileError),
     #[error("cannot build the reflection service: {0}")]
@@ -233,10 +232,11 @@ pub async fn run(
         .register_encoded_file_descriptor_set(tonic_health::pb::FILE_DESCRIPTOR_SET)
         .build_v1alpha()?;
 
-    let router = Server::builder()
-        .http2_keepalive_interval(Some(settings.keepalive_interval))
-        .http2_keepalive_timeout(Some(settings.keepalive_timeout))
-        .add_service(health_service)
+    let http2 = Http2Settings {
+        keepalive_interval: settings.keepalive_interval,
+        keepalive_timeout: settings.keepalive_timeout,
+    };
+    let routes = Routes::new(health_service)
         .add_service(reflection_v1)
         .add_service(reflection_v1alpha)
         .add_service(WorkerServiceServer::new(WorkerApi::new(
@@ -326,9 +326,7 @@ pub async fn run(
             info!(listen = %listen, ip = %settings.advertise_ip, "shardcar listening");
             let _ = bound_tx.send(listen.clone());
             let incoming = UnixListenerStream::new(listener).map(|c| c.map(TrackedIo::new));
-            router
-                .serve_with_incoming_shutdown(incoming, signal)
-                .await?;
+            crate::api::serve::serve(routes, incoming, signal, http2).await;
         } else {
             let listener = tokio::net::TcpListener::bind(&listen)
                 .await
@@ -346,9 +344,7 @@ pub async fn run(
                 })
                 .map(TrackedIo::new)
             });
-            router
-                .serve_with_incoming_shutdown(incoming, signal)
-                .await?;
+            crate::api::serve::serve(routes, incoming, signal, http2).await;
         }
         Ok::<(), RunError>(())
     };

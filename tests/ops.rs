@@ -576,6 +576,21 @@ async fn health_follows_zookeeper_and_reflection_lists_services() {
         .connect()
         .await
         .unwrap();
+    // No Date header on responses (src/api/serve.rs): each new date would enter the HPACK
+    // table of every connection that gets an answer in that second.
+    {
+        let response = HealthClient::new(channel.clone())
+            .check(HealthCheckRequest {
+                service: String::new(),
+            })
+            .await
+            .unwrap();
+        assert!(
+            response.metadata().get("date").is_none(),
+            "{:?}",
+            response.metadata()
+        );
+    }
     {
         use tonic_reflection::pb::v1::server_reflection_client::ServerReflectionClient;
         use tonic_reflection::pb::v1::server_reflection_request::MessageRequest;

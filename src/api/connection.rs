@@ -19,7 +19,6 @@ use std::task::{Context, Poll};
 use std::time::{Duration, Instant};
 
 use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
-use tonic::transport::server::Connected;
 
 use crate::coordination::{Connection, StreamEnd};
 
@@ -103,19 +102,16 @@ impl<T> TrackedIo<T> {
             state: Arc::new(ConnState::new()),
         }
     }
+
+    /// What is known about this connection's end, shared with its requests.
+    pub fn state(&self) -> Arc<ConnState> {
+        self.state.clone()
+    }
 }
 
 impl<T> Drop for TrackedIo<T> {
     fn drop(&mut self) {
         self.state.close(CLOSED_BY_US);
-    }
-}
-
-impl<T: Connected> Connected for TrackedIo<T> {
-    type ConnectInfo = Arc<ConnState>;
-
-    fn connect_info(&self) -> Self::ConnectInfo {
-        self.state.clone()
     }
 }
 

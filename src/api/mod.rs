@@ -10,4 +10,5 @@ pub mod convert;
 pub mod error;
 pub mod events;
 pub mod jobfile;
+pub mod serve;
 pub mod worker;
