@@ -30,7 +30,7 @@ use crate::elasticjob::config::JobConfiguration;
 use crate::elasticjob::extras::JobExtras;
 use crate::elasticjob::paths::JobPaths;
 use crate::registry::{Error as RegError, Latch, Node, Registry, SessionState, Stat, Watch};
-use crate::schedule::{CronSchedule, Fire};
+use crate::schedule::{CronSchedule, Fire, ANSWER_WAIT_MAX};
 
 /// How long a latch may take to acquire before the attempt is given up (and retried).
 const LATCH_DEADLINE: Duration = Duration::from_secs(10);
@@ -252,6 +252,9 @@ impl Driver {
         loop {
             let env = self.env();
             let wake = self.state.next_wakeup(&env);
+            // The rest of a fire's reconcile, owed until the instant's fires are all taken up
+            // (at most `ANSWER_WAIT_MAX`, as answers wait).
+            let owed = self.state.reconcile_owed().then(|| self.shared.clone());
             let mut taken = None;
             let input = tokio::select! {
                 biased;
@@ -299,6 +302,11 @@ impl Driver {
                     Ok(()) => Input::Session(self.session_rx.borrow_and_update().clone()),
                     Err(_) => return,
                 },
+                _ = async {
+                    if let Some(shared) = &owed {
+                        shared.timer.burst().settled(ANSWER_WAIT_MAX).await;
+                    }
+                }, if owed.is_some() => Input::Tick,
                 _ = sleep_until(wake) => Input::Tick,
             };
             self.feed(input);
@@ -319,15 +327,28 @@ impl Driver {
         }
     }
 
+    /// Steps `input`: the fire of an instant decides only what the instant needs and leaves
+    /// the rest of the reconcile owed ([`JobState::step_fire`]); any other input is a full
+    /// step.
     fn feed(&mut self, input: Input) {
-        self.feed_all([input]);
+        let env = self.env();
+        let actions = match input {
+            Input::Fire { .. } => self.state.step_fire(input, &env),
+            input => self.state.step_all([input], &env),
+        };
+        self.perform_all(actions);
     }
 
     /// Steps `inputs` as one (see [`JobState::step_all`]), then what performing their
     /// actions produced, one at a time.
     fn feed_all(&mut self, inputs: impl IntoIterator<Item = Input>) {
         let env = self.env();
-        for action in self.state.step_all(inputs, &env) {
+        let actions = self.state.step_all(inputs, &env);
+        self.perform_all(actions);
+    }
+
+    fn perform_all(&mut self, actions: Vec<Action>) {
+        for action in actions {
             self.perform(action);
         }
         while let Some(input) = self.followups.pop() {

@@ -378,6 +378,10 @@ pub(crate) struct JobState {
     /// How to claim failover items without the failover latch: whether `leader/failover/latch`
     /// is believed to exist, and how many latch-free claims in a row the latch's state refused.
     pub(super) claims: FreeClaims,
+    /// A step at a fire instant decided only what that instant needs (see
+    /// [`JobState::step_fire`]); the rest of the reconcile is owed, and the driver asks for it
+    /// once the instant's fires have all been taken up.
+    pub(super) reconcile_owed: bool,
 }
 
 /// What a latch-free failover claim goes on (see [`Pending::Claim`]).
@@ -436,6 +440,7 @@ impl JobState {
             lease_sequence: 0,
             expected_wakeup: None,
             claims: FreeClaims::default(),
+            reconcile_owed: false,
         }
     }
 
@@ -508,6 +513,33 @@ impl JobState {
         self.reconcile(env, &mut out);
         self.give_back_emptied();
         out
+    }
+
+    /// Applies the fire of an instant ([`Input::Fire`]) and decides only what the instant
+    /// needs: its trigger (a run claimed ahead is sent, or one is started now), with every
+    /// check that gates it (self-fencing, lapsed leases, the session). What the rest of the
+    /// reconcile decides (membership, runs gone stale, failover, leadership, items to work on)
+    /// is owed ([`JobState::reconcile_owed`]) until the next full step.
+    ///
+    /// When a thousand jobs fire at one instant, their triggers wait for each other's steps on
+    /// the sidecar's cores; the rest of each step moves after them. Nothing is lost: the
+    /// reconcile is level-triggered, and a step that comes a few milliseconds later decides
+    /// on what is then, as a slower step would have.
+    pub(crate) fn step_fire(&mut self, input: Input, env: &Env) -> Vec<Action> {
+        let mut out = Vec::new();
+        self.notice_pause(env);
+        self.apply(input, env, &mut out);
+        self.read_named(&mut out);
+        if self.phase == Phase::Ready && self.reconcile_urgent(env, &mut out) {
+            self.reconcile_owed = true;
+        }
+        self.give_back_emptied();
+        out
+    }
+
+    /// Whether a step at a fire instant left the rest of the reconcile to a later step.
+    pub(crate) fn reconcile_owed(&self) -> bool {
+        self.reconcile_owed
     }
 
     /// Frees the collections the step emptied. A B-tree keeps its emptied node (room for
@@ -694,16 +726,27 @@ impl JobState {
 
     /// Level-triggered: compares what is with what should be, and acts.
     pub(super) fn reconcile(&mut self, env: &Env, out: &mut Vec<Action>) {
+        self.reconcile_owed = false;
         if self.phase != Phase::Ready {
             return;
         }
+        if self.reconcile_urgent(env, out) {
+            self.reconcile_rest(env, out);
+        }
+    }
+
+    /// The reconcile's first part: the checks every step makes (self-fencing, lapsed leases,
+    /// the session), the reads it owes, the schedule, the leases, and the runs claimed ahead
+    /// whose instant has come. Returns whether the rest is to be decided on this view (not
+    /// when disconnected, nor while a reload is wanted or in flight).
+    fn reconcile_urgent(&mut self, env: &Env, out: &mut Vec<Action>) -> bool {
         if self.retry_at.is_some_and(|r| env.now >= r) && !self.reload_wanted {
             self.retry_at = None;
         }
         self.check_self_fencing(env, out);
         self.check_lapses(env, out);
         if !self.connected(env) {
-            return;
+            return false;
         }
         if self.watch_wanted && !self.in_flight(|p| matches!(p, Pending::Watch)) {
             self.watch_wanted = false;
@@ -748,8 +791,14 @@ impl JobState {
             // A write was refused or events may have been lost: decide nothing more on this
             // view; the reload comes first (after a short pause, see `write_failed`).
             self.push_assignments(out);
-            return;
+            return false;
         }
+        true
+    }
+
+    /// The rest of the reconcile: membership, runs, failover, leadership, the items to work
+    /// on, the workers' assignments.
+    fn reconcile_rest(&mut self, env: &Env, out: &mut Vec<Action>) {
         self.reconcile_membership(env, out);
         self.reconcile_executions(env, out);
         self.refresh_view();

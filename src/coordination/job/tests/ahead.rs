@@ -85,6 +85,33 @@ fn a_run_claimed_ahead_is_triggered_at_its_instant_and_not_before() {
     assert!(s.state.executions.is_empty() && s.state.locked.is_empty());
 }
 
+#[test]
+fn the_fire_of_an_instant_sends_its_claimed_run_in_its_own_step_and_owes_the_rest() {
+    let (mut s, _) = ready_ahead(2, false);
+    claimed(&mut s);
+    s.at(INSTANT);
+    let env = s.env.clone();
+    let fired = s.state.step_fire(
+        Input::Fire {
+            fire_time: instant(),
+        },
+        &env,
+    );
+    assert_eq!(triggers(&fired).len(), 1, "{:?}", kinds(&fired));
+    assert!(
+        s.state.reconcile_owed(),
+        "the rest of the reconcile is owed"
+    );
+    // The driver's next step, once the instant's fires are taken up, is a full one.
+    let rest = s.step(Input::Tick);
+    assert!(
+        triggers(&rest).is_empty() && writes(&rest).is_empty(),
+        "{:?}",
+        kinds(&rest)
+    );
+    assert!(!s.state.reconcile_owed());
+}
+
 fn answered_ok(done: &[Action], after: &[Action]) -> usize {
     answered(done)
         .into_iter()
@@ -109,9 +136,7 @@ fn a_run_claimed_ahead_goes_out_at_its_instant_even_when_the_fire_never_comes() 
     assert_eq!(t[0].fire_time, instant());
     // The timer's fire, when it comes after all, adds nothing.
     s.at(fallback + 1);
-    let fired = s.step(Input::Fire {
-        fire_time: instant(),
-    });
+    let fired = s.fire_of(instant());
     assert!(
         triggers(&fired).is_empty() && writes(&fired).is_empty(),
         "{:?}",

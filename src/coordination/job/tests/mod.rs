@@ -292,7 +292,19 @@ impl Script {
     pub(super) fn fire(&mut self, ms: u64) -> Vec<Action> {
         self.at(ms);
         let fire_time = self.env.wall;
-        self.step(Input::Fire { fire_time })
+        self.fire_of(fire_time)
+    }
+
+    /// The fire of the instant `fire_time`, now, as the driver steps it: what the instant
+    /// needs first ([`JobState::step_fire`]), then the rest of the reconcile, which the driver
+    /// owes until the instant's fires are all taken up (at once here: one job).
+    pub(super) fn fire_of(&mut self, fire_time: DateTime<Utc>) -> Vec<Action> {
+        let env = self.env.clone();
+        let mut out = self.state.step_fire(Input::Fire { fire_time }, &env);
+        if self.state.reconcile_owed() {
+            out.extend(self.step(Input::Tick));
+        }
+        out
     }
 
     /// The timer's notice at `ms`, `claim_ahead` before the cron instant at `fire_ms`.

@@ -33,6 +33,36 @@ fn a_revoked_item_is_released_only_once_the_worker_declines_it() {
 }
 
 #[test]
+fn a_timeout_reached_at_a_fire_instant_is_decided_by_the_step_owed_after_the_fire() {
+    let (mut s, _) = ready(1, false);
+    s.state.view.extras.execution_timeout_seconds = 1;
+    let mut tree = s.tree(&config(1, false), &[(0, ME)], ME);
+    tree.insert(s.paths.instance(ME), node(&instance_yaml(ME, IP), 0, 11));
+    tree.insert(
+        s.paths.shardcar(),
+        node("executionTimeoutSeconds: 1\n", 0, 12),
+    );
+    s.state.cache.replace_all(tree);
+    s.state.view_stale = true;
+    run(&mut s, 1000);
+    // The next instant comes as the run's timeout passes: the fire's own step decides the
+    // fire (its instance is busy), the timeout waits for the step owed after it.
+    s.at(2100);
+    let env = s.env.clone();
+    let fired = s.state.step_fire(
+        Input::Fire {
+            fire_time: s.env.wall,
+        },
+        &env,
+    );
+    assert!(!kinds(&fired).contains(&"Revoke"), "{:?}", kinds(&fired));
+    assert!(s.state.reconcile_owed());
+    let owed = s.step(Input::Tick);
+    assert!(kinds(&owed).contains(&"Revoke"), "{:?}", kinds(&owed));
+    assert!(!s.state.reconcile_owed());
+}
+
+#[test]
 fn a_start_answered_after_the_sidecar_fenced_itself_is_never_sent() {
     // #9, found by the 30-minute soak (seed 2311): the sidecar was stopped right after sending a
     // start; on waking it fenced itself (no proof of life for 2/3 of the session) and took the
