@@ -10,7 +10,7 @@ use crate::registry::{Error as RegError, Op, OpResult};
 
 impl JobState {
     pub(super) fn on_done(&mut self, op: OpId, result: IoResult, env: &Env, out: &mut Vec<Action>) {
-        let Some(pending) = self.pending.remove(&op) else {
+        let Some(pending) = self.take_pending(op) else {
             return;
         };
         match (pending, result) {

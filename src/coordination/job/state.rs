@@ -329,7 +329,10 @@ pub(crate) struct JobState {
     pub(super) executions: BTreeMap<String, Box<Execution>>,
     /// The session generation the local instances are registered in (0 before setup).
     pub(super) generation: u64,
-    pub(super) pending: BTreeMap<OpId, Pending>,
+    /// Actions in flight, oldest first (ids only grow). A job has a few at most: a vector
+    /// holds them in a fraction of a B-tree node's room (eleven entries), which every job with
+    /// anything in flight allocated.
+    pub(super) pending: Vec<(OpId, Pending)>,
     /// The operations of each commit in flight, mirrored into the cache when it succeeds.
     pub(super) commit_ops: BTreeMap<OpId, Arc<[Op]>>,
     /// Items an action in flight touches: nothing else is decided about them meanwhile.
@@ -419,7 +422,7 @@ impl JobState {
             streams: HashMap::new(),
             executions: BTreeMap::new(),
             generation: 0,
-            pending: BTreeMap::new(),
+            pending: Vec::new(),
             commit_ops: BTreeMap::new(),
             locked: BTreeSet::new(),
             next_op: 0,
@@ -472,13 +475,19 @@ impl JobState {
     /// Registers `pending` and returns its id.
     pub(super) fn start_op(&mut self, pending: Pending) -> OpId {
         let op = self.next_op();
-        self.pending.insert(op, pending);
+        self.pending.push((op, pending));
         op
+    }
+
+    /// Removes and returns what `op` was for, if it is in flight.
+    pub(super) fn take_pending(&mut self, op: OpId) -> Option<Pending> {
+        let at = self.pending.iter().position(|(o, _)| *o == op)?;
+        Some(self.pending.remove(at).1)
     }
 
     /// Whether an action of this kind is in flight.
     pub(super) fn in_flight(&self, pred: impl Fn(&Pending) -> bool) -> bool {
-        self.pending.values().any(pred)
+        self.pending.iter().any(|(_, p)| pred(p))
     }
 
     /// The one entry point: applies `input` at `env` and returns what to do.

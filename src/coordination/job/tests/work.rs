@@ -1375,7 +1375,7 @@ fn a_finished_run_leaves_nothing_in_flight_locked_or_running() {
         assert!(!s.state.locked.is_empty() || !s.state.executions.is_empty());
         let done = s.answer(&trigger.execution_id, &(0..8).collect::<Vec<_>>());
         s.commit_all(done);
-        assert!(s.state.pending.is_empty(), "{:?}", s.state.pending.keys());
+        assert!(s.state.pending.is_empty(), "{:?}", s.state.pending);
         assert!(s.state.commit_ops.is_empty());
         assert!(s.state.locked.is_empty(), "{:?}", s.state.locked);
         assert!(s.state.executions.is_empty());
