@@ -823,18 +823,25 @@ impl JobState {
     }
 
     fn update_schedule(&mut self, out: &mut Vec<Action>) {
+        // Compared borrowed: every step looks, and the schedule nearly never changes.
         let wanted = self
             .view
             .config
             .as_ref()
             .map(|c| {
                 (
-                    c.cron.clone().unwrap_or_default(),
-                    c.time_zone.clone().unwrap_or_default(),
+                    c.cron.as_deref().unwrap_or_default(),
+                    c.time_zone.as_deref().unwrap_or_default(),
                 )
             })
             .filter(|(cron, _)| !cron.trim().is_empty());
-        if wanted != self.schedule {
+        let same = match (wanted, &self.schedule) {
+            (None, None) => true,
+            (Some((cron, tz)), Some((c, t))) => cron == c && tz == t,
+            _ => false,
+        };
+        if !same {
+            let wanted = wanted.map(|(cron, tz)| (cron.to_string(), tz.to_string()));
             self.schedule = wanted.clone();
             self.cron = wanted
                 .as_ref()
