@@ -2,8 +2,8 @@
 
 use super::*;
 
-#[test]
-fn a_revoked_item_is_released_only_once_the_worker_declines_it() {
+/// A job of one item on this sidecar's worker, with an execution timeout of 1 s.
+fn ready_with_a_timeout_of_1s() -> Script {
     let (mut s, _) = ready(1, false);
     s.state.view.extras.execution_timeout_seconds = 1;
     let mut tree = s.tree(&config(1, false), &[(0, ME)], ME);
@@ -14,6 +14,12 @@ fn a_revoked_item_is_released_only_once_the_worker_declines_it() {
     );
     s.state.cache.replace_all(tree);
     s.state.view_stale = true;
+    s
+}
+
+#[test]
+fn a_revoked_item_is_released_only_once_the_worker_declines_it() {
+    let mut s = ready_with_a_timeout_of_1s();
     let t = run(&mut s, 1000);
     let revoked = s.tick(2100);
     assert!(kinds(&revoked).contains(&"Revoke"));
@@ -34,16 +40,7 @@ fn a_revoked_item_is_released_only_once_the_worker_declines_it() {
 
 #[test]
 fn a_timeout_reached_at_a_fire_instant_is_decided_by_the_step_owed_after_the_fire() {
-    let (mut s, _) = ready(1, false);
-    s.state.view.extras.execution_timeout_seconds = 1;
-    let mut tree = s.tree(&config(1, false), &[(0, ME)], ME);
-    tree.insert(s.paths.instance(ME), node(&instance_yaml(ME, IP), 0, 11));
-    tree.insert(
-        s.paths.shardcar(),
-        node("executionTimeoutSeconds: 1\n", 0, 12),
-    );
-    s.state.cache.replace_all(tree);
-    s.state.view_stale = true;
+    let mut s = ready_with_a_timeout_of_1s();
     run(&mut s, 1000);
     // The next instant comes as the run's timeout passes: the fire's own step decides the
     // fire (its instance is busy), the timeout waits for the step owed after it.
