@@ -13,7 +13,8 @@
 //! [`ConnState`] (the worker service reads who closed a stream), and a `grpc-timeout` the
 //! caller sends ends the call with `CANCELLED` when it runs out. On the shutdown signal the
 //! listener closes, every connection is asked to finish (HTTP/2 GOAWAY: calls in progress
-//! complete, no new ones start), and serving ends when they have closed.
+//! complete, no new ones start), and serving ends when they have closed. A failed accept (out
+//! of file descriptors, say) is tried again after [`ACCEPT_PAUSE`], not at once in a loop.
 
 use std::convert::Infallible;
 use std::future::Future;
@@ -27,9 +28,12 @@ use tokio_stream::{Stream, StreamExt};
 use tonic::service::Routes;
 use tonic::Status;
 use tower::ServiceExt;
-use tracing::debug;
+use tracing::{debug, warn};
 
 use crate::api::connection::{ConnState, TrackedIo};
+
+/// How long the listener waits after a failed accept before it accepts again.
+const ACCEPT_PAUSE: Duration = Duration::from_millis(100);
 
 /// HTTP/2 settings of the gRPC listener.
 #[derive(Debug, Clone, Copy)]
@@ -74,8 +78,14 @@ where
             let io = match io {
                 Some(Ok(io)) => io,
                 Some(Err(e)) => {
-                    debug!(error = %e, "accepting a gRPC connection failed");
-                    continue;
+                    // Out of file descriptors, say: accepting again at once would fail again
+                    // at once, in a loop that keeps a core busy until one is freed.
+                    warn!(error = %e, pause_ms = ACCEPT_PAUSE.as_millis() as u64,
+                          "accepting a gRPC connection failed; accepting again after a pause");
+                    tokio::select! {
+                        _ = &mut signal => break,
+                        _ = tokio::time::sleep(ACCEPT_PAUSE) => continue,
+                    }
                 }
                 None => break,
             };
@@ -242,6 +252,50 @@ mod tests {
                 .unwrap();
             assert_eq!(grpc_status(&response), tonic::Code::Ok, "{timeout:?}");
         }
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_failed_accept_is_tried_again_after_a_pause_not_at_once() {
+        use std::sync::atomic::{AtomicUsize, Ordering};
+        // Accepts that fail, as out of file descriptors, for the first thousand tries.
+        let tries = Arc::new(AtomicUsize::new(0));
+        let incoming = {
+            let tries = tries.clone();
+            futures::stream::poll_fn(move |_| {
+                if tries.fetch_add(1, Ordering::SeqCst) < 1000 {
+                    std::task::Poll::Ready(Some(Err::<TrackedIo<tokio::io::DuplexStream>, _>(
+                        "Too many open files",
+                    )))
+                } else {
+                    std::task::Poll::Pending
+                }
+            })
+        };
+        let settings = Http2Settings {
+            keepalive_interval: Duration::from_secs(10),
+            keepalive_timeout: Duration::from_secs(20),
+        };
+        let routes = Routes::new(Slow {
+            delay: Duration::ZERO,
+        });
+        let started = tokio::time::Instant::now();
+        serve(
+            routes,
+            incoming,
+            tokio::time::sleep(Duration::from_secs(1)),
+            settings,
+        )
+        .await;
+        assert_eq!(
+            started.elapsed(),
+            Duration::from_secs(1),
+            "ends at the signal"
+        );
+        let tried = tries.load(Ordering::SeqCst);
+        assert!(
+            (10..=11).contains(&tried),
+            "one try every {ACCEPT_PAUSE:?} for 1 s, not {tried}"
+        );
     }
 
     #[test]
