@@ -14,7 +14,7 @@
 //! caller sends ends the call with `CANCELLED` when it runs out. On the shutdown signal the
 //! listener closes, every connection is asked to finish (HTTP/2 GOAWAY: calls in progress
 //! complete, no new ones start), and serving ends when they have closed. A failed accept (out
-//! of file descriptors, say) is tried again after [`ACCEPT_PAUSE`], not at once in a loop.
+//! of file descriptors, say) is tried again after a pause of 100 ms, not at once in a loop.
 
 use std::convert::Infallible;
 use std::future::Future;
