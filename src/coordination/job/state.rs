@@ -511,6 +511,10 @@ impl JobState {
     ) -> Vec<Action> {
         let mut out = Vec::new();
         self.notice_pause(env);
+        // Before any input: an answer that comes first after this process was stopped past
+        // 2/3 of its session is handled on executions already taken back (and refused as
+        // such), not on the state from before the pause.
+        self.check_self_fencing(env, &mut out);
         for (n, input) in inputs.into_iter().enumerate() {
             if n > 0 {
                 // What the reconcile after the input before would have done first.
@@ -537,6 +541,7 @@ impl JobState {
     pub(crate) fn step_fire(&mut self, input: Input, env: &Env) -> Vec<Action> {
         let mut out = Vec::new();
         self.notice_pause(env);
+        self.check_self_fencing(env, &mut out);
         self.apply(input, env, &mut out);
         self.read_named(&mut out);
         if self.phase == Phase::Ready && self.reconcile_urgent(env, &mut out) {

@@ -60,6 +60,33 @@ fn a_timeout_reached_at_a_fire_instant_is_decided_by_the_step_owed_after_the_fir
 }
 
 #[test]
+fn an_answer_that_is_the_first_input_after_a_freeze_is_refused_as_taken_back() {
+    // The failure suite's freeze test (tests/failure/fencing.rs), 1 run in 6: the worker
+    // answered while this process was stopped for 7 s of a 10 s session (its lease still
+    // valid); on waking, the answer was the first input, handled before the step's reconcile
+    // fenced the execution, and got UNAVAILABLE ("send it again") instead of a refusal.
+    let (mut s, _) = ready(1, false);
+    let t = run(&mut s, 1000);
+    s.unhealthy();
+    s.at(8500);
+    s.env.proof = Some(s.t0 + Duration::from_millis(1000));
+    let woke = s.answer(&t.execution_id, &[0]);
+    assert!(kinds(&woke).contains(&"Revoke"), "{:?}", kinds(&woke));
+    let replies = answered(&woke);
+    assert_eq!(replies.len(), 1, "{replies:?}");
+    let refusal = replies[0].as_ref().expect_err("refused");
+    assert!(
+        refusal.contains("taken back") && refusal.contains("self-fencing"),
+        "{refusal}"
+    );
+    assert!(
+        writes(&woke).is_empty(),
+        "nothing is recorded: {:?}",
+        writes(&woke)
+    );
+}
+
+#[test]
 fn a_start_answered_after_the_sidecar_fenced_itself_is_never_sent() {
     // #9, found by the 30-minute soak (seed 2311): the sidecar was stopped right after sending a
     // start; on waking it fenced itself (no proof of life for 2/3 of the session) and took the
