@@ -509,6 +509,31 @@ impl JobState {
         inputs: impl IntoIterator<Item = Input>,
         env: &Env,
     ) -> Vec<Action> {
+        self.step_inputs(inputs, env, true)
+    }
+
+    /// Applies the fire of an instant ([`Input::Fire`]) and decides only what the instant
+    /// needs: its trigger (a run claimed ahead is sent, or one is started now), with every
+    /// check that gates it (self-fencing, lapsed leases, the session). What the rest of the
+    /// reconcile decides (membership, runs gone stale, failover, leadership, items to work on)
+    /// is owed ([`JobState::reconcile_owed`]) until the next full step.
+    ///
+    /// When a thousand jobs fire at one instant, their triggers wait for each other's steps on
+    /// the sidecar's cores; the rest of each step moves after them. Nothing is lost: the
+    /// reconcile is level-triggered, and a step that comes a few milliseconds later decides
+    /// on what is then, as a slower step would have.
+    pub(crate) fn step_fire(&mut self, input: Input, env: &Env) -> Vec<Action> {
+        self.step_inputs([input], env, false)
+    }
+
+    /// A step: `inputs` applied in their order, then the whole reconcile (`whole`) or only its
+    /// first part, the rest owed.
+    fn step_inputs(
+        &mut self,
+        inputs: impl IntoIterator<Item = Input>,
+        env: &Env,
+        whole: bool,
+    ) -> Vec<Action> {
         let mut out = Vec::new();
         self.notice_pause(env);
         // Before any input: an answer that comes first after this process was stopped past
@@ -523,28 +548,9 @@ impl JobState {
             self.apply(input, env, &mut out);
         }
         self.read_named(&mut out);
-        self.reconcile(env, &mut out);
-        self.give_back_emptied();
-        out
-    }
-
-    /// Applies the fire of an instant ([`Input::Fire`]) and decides only what the instant
-    /// needs: its trigger (a run claimed ahead is sent, or one is started now), with every
-    /// check that gates it (self-fencing, lapsed leases, the session). What the rest of the
-    /// reconcile decides (membership, runs gone stale, failover, leadership, items to work on)
-    /// is owed ([`JobState::reconcile_owed`]) until the next full step.
-    ///
-    /// When a thousand jobs fire at one instant, their triggers wait for each other's steps on
-    /// the sidecar's cores; the rest of each step moves after them. Nothing is lost: the
-    /// reconcile is level-triggered, and a step that comes a few milliseconds later decides
-    /// on what is then, as a slower step would have.
-    pub(crate) fn step_fire(&mut self, input: Input, env: &Env) -> Vec<Action> {
-        let mut out = Vec::new();
-        self.notice_pause(env);
-        self.check_self_fencing(env, &mut out);
-        self.apply(input, env, &mut out);
-        self.read_named(&mut out);
-        if self.phase == Phase::Ready && self.reconcile_urgent(env, &mut out) {
+        if whole {
+            self.reconcile(env, &mut out);
+        } else if self.phase == Phase::Ready && self.reconcile_urgent(env, &mut out) {
             self.reconcile_owed = true;
         }
         self.give_back_emptied();

@@ -90,13 +90,7 @@ fn the_fire_of_an_instant_sends_its_claimed_run_in_its_own_step_and_owes_the_res
     let (mut s, _) = ready_ahead(2, false);
     claimed(&mut s);
     s.at(INSTANT);
-    let env = s.env.clone();
-    let fired = s.state.step_fire(
-        Input::Fire {
-            fire_time: instant(),
-        },
-        &env,
-    );
+    let fired = s.fire_step_only(instant());
     assert_eq!(triggers(&fired).len(), 1, "{:?}", kinds(&fired));
     assert!(
         s.state.reconcile_owed(),

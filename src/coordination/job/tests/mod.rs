@@ -299,12 +299,17 @@ impl Script {
     /// needs first ([`JobState::step_fire`]), then the rest of the reconcile, which the driver
     /// owes until the instant's fires are all taken up (at once here: one job).
     pub(super) fn fire_of(&mut self, fire_time: DateTime<Utc>) -> Vec<Action> {
-        let env = self.env.clone();
-        let mut out = self.state.step_fire(Input::Fire { fire_time }, &env);
+        let mut out = self.fire_step_only(fire_time);
         if self.state.reconcile_owed() {
             out.extend(self.step(Input::Tick));
         }
         out
+    }
+
+    /// The fire of the instant `fire_time`, now: its own step only, the rest left owed.
+    pub(super) fn fire_step_only(&mut self, fire_time: DateTime<Utc>) -> Vec<Action> {
+        let env = self.env.clone();
+        self.state.step_fire(Input::Fire { fire_time }, &env)
     }
 
     /// The timer's notice at `ms`, `claim_ahead` before the cron instant at `fire_ms`.

@@ -45,13 +45,8 @@ fn a_timeout_reached_at_a_fire_instant_is_decided_by_the_step_owed_after_the_fir
     // The next instant comes as the run's timeout passes: the fire's own step decides the
     // fire (its instance is busy), the timeout waits for the step owed after it.
     s.at(2100);
-    let env = s.env.clone();
-    let fired = s.state.step_fire(
-        Input::Fire {
-            fire_time: s.env.wall,
-        },
-        &env,
-    );
+    let wall = s.env.wall;
+    let fired = s.fire_step_only(wall);
     assert!(!kinds(&fired).contains(&"Revoke"), "{:?}", kinds(&fired));
     assert!(s.state.reconcile_owed());
     let owed = s.step(Input::Tick);
