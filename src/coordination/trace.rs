@@ -67,7 +67,19 @@ fn hex_bytes<const N: usize>(s: &str) -> Option<[u8; N]> {
 }
 
 fn hex(bytes: &[u8]) -> String {
-    bytes.iter().map(|b| format!("{b:02x}")).collect()
+    let mut out = String::with_capacity(2 * bytes.len());
+    push_hex(&mut out, bytes);
+    out
+}
+
+/// Appends the lowercase hex of `bytes` to `out` (a trigger carries one: no formatting
+/// machinery, no string per byte).
+fn push_hex(out: &mut String, bytes: &[u8]) {
+    const DIGITS: &[u8; 16] = b"0123456789abcdef";
+    for b in bytes {
+        out.push(char::from(DIGITS[usize::from(b >> 4)]));
+        out.push(char::from(DIGITS[usize::from(b & 0xf)]));
+    }
 }
 
 /// The trace of one execution: its own span and, when it continues a caller's trace, the
@@ -124,12 +136,14 @@ impl TraceContext {
 
     /// The W3C `traceparent` of this execution's span: what a worker's handler span is a child of.
     pub fn traceparent(&self) -> String {
-        format!(
-            "00-{}-{}-{}",
-            hex(&self.trace_id),
-            hex(&self.span_id),
-            if self.sampled { "01" } else { "00" }
-        )
+        // "00-" trace id "-" span id "-" flags: 55 characters.
+        let mut out = String::with_capacity(55);
+        out.push_str("00-");
+        push_hex(&mut out, &self.trace_id);
+        out.push('-');
+        push_hex(&mut out, &self.span_id);
+        out.push_str(if self.sampled { "-01" } else { "-00" });
+        out
     }
 
     pub fn trace_id_hex(&self) -> String {
@@ -188,6 +202,30 @@ mod tests {
             .traceparent()
             .starts_with("00-4bf92f3577b34da6a3ce929d0e0e4736-"));
         assert_ne!(t.span_id, parent.span_id);
+    }
+
+    #[test]
+    fn a_traceparent_spells_every_byte_in_two_lowercase_digits() {
+        let t = TraceContext {
+            trace_id: [
+                0x00, 0x01, 0x0a, 0x0f, 0x10, 0x7f, 0x80, 0x9a, 0xa9, 0xb0, 0xc3, 0xd4, 0xe5, 0xf6,
+                0xfe, 0xff,
+            ],
+            span_id: [0x00, 0xf0, 0x67, 0xaa, 0x0b, 0xa9, 0x02, 0xb7],
+            parent_span_id: None,
+            sampled: false,
+            tracestate: String::new(),
+        };
+        assert_eq!(
+            t.traceparent(),
+            "00-00010a0f107f809aa9b0c3d4e5f6feff-00f067aa0ba902b7-00"
+        );
+        assert_eq!(t.trace_id_hex(), "00010a0f107f809aa9b0c3d4e5f6feff");
+        assert_eq!(t.span_id_hex(), "00f067aa0ba902b7");
+        let read = TraceParent::parse(&t.traceparent(), None).expect("what it writes, it reads");
+        assert_eq!((read.trace_id, read.span_id), (t.trace_id, t.span_id));
+        let sampled = TraceContext { sampled: true, ..t };
+        assert!(sampled.traceparent().ends_with("-01"));
     }
 
     #[test]
