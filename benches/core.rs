@@ -34,6 +34,8 @@
 //!
 //! `SHARDCAR_BENCH_CLAIM_AHEAD=<duration>` runs the trigger and scale sidecars with that
 //! `--claim-ahead` (its default, 100ms, otherwise; `0s` claims each run at its instant).
+//! `SHARDCAR_BENCH_TRANSPORT=unix` has their workers connect over a Unix socket instead of TCP
+//! on 127.0.0.1.
 
 #[path = "../tests/failure/child.rs"]
 mod child;
@@ -669,9 +671,11 @@ async fn bench_triggers(zk: Option<&ZooKeeper>, jobs: usize, items: i32, window:
         None => SidecarOptions::standalone(),
     };
     let claim_ahead = std::env::var("SHARDCAR_BENCH_CLAIM_AHEAD").ok();
+    let unix_socket = unix_socket_from_env();
     let options = SidecarOptions {
         namespace: ns.clone(),
         log_level: "warn".into(),
+        unix_socket,
         // The default session timeout (the harness's is 4 s): ZooKeeper calls may take 2.5 s.
         session_timeout: Duration::from_secs(10),
         extra_args: claim_ahead
@@ -681,9 +685,14 @@ async fn bench_triggers(zk: Option<&ZooKeeper>, jobs: usize, items: i32, window:
         ..registry
     };
     let on = format!(
-        "{}, claim_ahead {}",
+        "{}, claim_ahead {}, workers over {}",
         if zk.is_some() { "" } else { ", standalone" },
-        claim_ahead.as_deref().unwrap_or("100ms (default)")
+        claim_ahead.as_deref().unwrap_or("100ms (default)"),
+        if unix_socket {
+            "a Unix socket"
+        } else {
+            "TCP loopback"
+        }
     );
     let car = Sidecar::start(options).await;
     let rss_idle = rss_parts(car.pid());
@@ -884,8 +893,9 @@ async fn stage_breakdown(
     use shardcar::proto::admin_service_client::AdminServiceClient;
     let secs = |t: &prost_types::Timestamp| t.seconds as f64 + t.nanos as f64 / 1e9;
     // The whole history (1000 executions of 64 items each pass gRPC's default 4 MB limit).
-    let mut admin = AdminServiceClient::connect(car.endpoint())
+    let mut admin = common::grpc_channel(&car.endpoint())
         .await
+        .map(AdminServiceClient::new)
         .unwrap()
         .max_decoding_message_size(256 << 20);
     let executions = admin
@@ -1137,6 +1147,21 @@ fn scale_shapes_from_env() -> Option<Vec<(usize, i32)>> {
     }
 }
 
+/// `SHARDCAR_BENCH_TRANSPORT=unix`: the trigger and scale figures' workers reach their sidecar
+/// over a Unix socket (`--listen unix:///…`, as workers on its own host may) instead of TCP on
+/// 127.0.0.1 (`tcp`, the default). Exits with a message on any other value.
+fn unix_socket_from_env() -> bool {
+    match std::env::var("SHARDCAR_BENCH_TRANSPORT") {
+        Err(_) => false,
+        Ok(t) if t == "tcp" => false,
+        Ok(t) if t == "unix" => true,
+        Ok(t) => {
+            eprintln!("SHARDCAR_BENCH_TRANSPORT={t:?}: expected tcp (the default) or unix");
+            std::process::exit(64);
+        }
+    }
+}
+
 fn main() {
     // The failover benchmark re-executes this program as a worker process.
     child::main_if_child();
@@ -1149,6 +1174,7 @@ fn main() {
         |name: &str| chosen.is_empty() || chosen.iter().any(|c| name.starts_with(c.as_str()));
     // Checked before anything starts (a bad value exits at once).
     let scale_shapes = scale_shapes_from_env();
+    unix_socket_from_env();
     let runtime = tokio::runtime::Runtime::new().expect("a tokio runtime");
     runtime.block_on(async {
         // ZooKeeper's JVM as a production server runs it (the tests' is tuned to start fast).

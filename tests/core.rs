@@ -332,6 +332,54 @@ async fn triggers_reach_the_owners_and_complete_clears_running() {
         .unwrap();
 }
 
+/// A sidecar listening on a Unix socket (`--listen unix:///…`) serves its workers as one on TCP
+/// does: assignments shared with a TCP sidecar's worker, triggers answered, and a worker whose
+/// connection closes leaves at once.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_sidecar_on_a_unix_socket_serves_its_workers_as_over_tcp() {
+    let zk = ZooKeeper::start().await;
+    let ns = "core-unix";
+    let on_socket = Sidecar::start(SidecarOptions {
+        namespace: ns.into(),
+        unix_socket: true,
+        ..SidecarOptions::zk(zk.connect_string(), "127.0.0.2")
+    })
+    .await;
+    let on_tcp = Sidecar::start(SidecarOptions {
+        namespace: ns.into(),
+        ..SidecarOptions::zk(zk.connect_string(), "127.0.0.3")
+    })
+    .await;
+    assert!(on_socket.endpoint().starts_with("unix:///"));
+    let config = job_config("post", EVERY_SECOND, 4);
+    let mut a = TestWorker::subscribe(&on_socket.endpoint(), subscribe_request(config.clone()))
+        .await
+        .unwrap();
+    let b = TestWorker::subscribe(&on_tcp.endpoint(), subscribe_request(config.clone()))
+        .await
+        .unwrap();
+    wait_partition(&[&a, &b], 4).await;
+    // A trigger for exactly the items it holds (an earlier one may predate the last reshard).
+    let trigger = loop {
+        let t = a.next_trigger(WAIT).await.unwrap();
+        let items: Vec<i32> = t.items.iter().map(|i| i.item).collect();
+        a.complete(&t.execution_id, &items).await.unwrap();
+        if items == a.current_items() {
+            break t;
+        }
+    };
+    assert!(trigger.execution_id.len() == 32, "{trigger:?}");
+    // Closed over the socket: its items go to the worker on the other sidecar.
+    let gone = a.instance_id().to_string();
+    a.close().await;
+    wait_partition(&[&b], 4).await;
+    let tree = zk_tree(&zk.connect_string(), ns).await;
+    assert!(
+        !tree.contains_key(&format!("/{ns}/post/instances/{gone}")),
+        "the instance node of the worker that left is removed"
+    );
+}
+
 #[tokio::test(flavor = "multi_thread")]
 async fn invalid_subscribe_is_refused_naming_the_field_and_leaves_zookeeper_untouched() {
     let zk = ZooKeeper::start().await;

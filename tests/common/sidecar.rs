@@ -41,6 +41,9 @@ pub struct SidecarOptions {
     pub extra_args: Vec<String>,
     /// Extra environment variables. Inherited `SHARDCAR_*` variables are always removed.
     pub env: Vec<(String, String)>,
+    /// Listen on a Unix socket in the sidecar's temp dir (`unix:///…/grpc.sock`) instead of
+    /// `127.0.0.1:{free port}`: the transport of workers on the sidecar's own host.
+    pub unix_socket: bool,
 }
 
 impl Default for SidecarOptions {
@@ -53,6 +56,7 @@ impl Default for SidecarOptions {
             log_level: "info,shardcar=debug".into(),
             extra_args: Vec::new(),
             env: Vec::new(),
+            unix_socket: false,
         }
     }
 }
@@ -77,6 +81,8 @@ impl SidecarOptions {
 pub struct Sidecar {
     options: SidecarOptions,
     port: u16,
+    /// The socket's path when `options.unix_socket`.
+    socket: PathBuf,
     log: PathBuf,
     process: Option<Process>,
     // Dropped after the process (field order): holds the log file.
@@ -95,6 +101,7 @@ impl Sidecar {
             .expect("cannot create a temp dir for a sidecar");
         let mut sidecar = Sidecar {
             log: dir.path().join("shardcar.log"),
+            socket: dir.path().join("grpc.sock"),
             port: free_port(),
             options,
             process: None,
@@ -111,7 +118,7 @@ impl Sidecar {
         let mut args = vec![
             "run".to_string(),
             "--listen".into(),
-            format!("127.0.0.1:{}", self.port),
+            self.listen(),
             "--advertise-ip".into(),
             o.advertise_ip.clone(),
             "--namespace".into(),
@@ -154,8 +161,16 @@ impl Sidecar {
     async fn wait_ready(&mut self, timeout: Duration) {
         let deadline = tokio::time::Instant::now() + timeout;
         loop {
-            let connect = tokio::net::TcpStream::connect(self.addr());
-            if let Ok(Ok(_)) = tokio::time::timeout(Duration::from_millis(500), connect).await {
+            let connect = async {
+                if self.options.unix_socket {
+                    tokio::net::UnixStream::connect(&self.socket)
+                        .await
+                        .map(drop)
+                } else {
+                    tokio::net::TcpStream::connect(self.addr()).await.map(drop)
+                }
+            };
+            if let Ok(Ok(())) = tokio::time::timeout(Duration::from_millis(500), connect).await {
                 return;
             }
             let exited = self.process.as_mut().and_then(Process::try_status);
@@ -163,7 +178,7 @@ impl Sidecar {
                 panic!(
                     "shardcar exited with {status} before accepting connections on {}\n\
                      command: shardcar {}\n--- last lines of {} ---\n{}",
-                    self.addr(),
+                    self.listen(),
                     self.args().join(" "),
                     self.log.display(),
                     log_tail(&self.log, 60)
@@ -176,7 +191,7 @@ impl Sidecar {
                 panic!(
                     "shardcar did not accept connections on {} within {timeout:?}\n\
                      command: shardcar {}\n--- last lines of {} ---\n{}",
-                    self.addr(),
+                    self.listen(),
                     self.args().join(" "),
                     self.log.display(),
                     log_tail(&self.log, 60)
@@ -190,14 +205,36 @@ impl Sidecar {
         &self.options
     }
 
+    /// Its `--listen`: `127.0.0.1:{port}`, or `unix://{socket}` with `unix_socket`.
+    pub fn listen(&self) -> String {
+        if self.options.unix_socket {
+            format!("unix://{}", self.socket.display())
+        } else {
+            format!("127.0.0.1:{}", self.port)
+        }
+    }
+
     /// The gRPC listen address, `127.0.0.1:{port}`.
+    ///
+    /// # Panics
+    /// On a sidecar listening on a Unix socket (`unix_socket`): use [`Sidecar::endpoint`].
     pub fn addr(&self) -> SocketAddr {
+        assert!(
+            !self.options.unix_socket,
+            "this sidecar listens on {}, not on TCP",
+            self.listen()
+        );
         SocketAddr::from(([127, 0, 0, 1], self.port))
     }
 
-    /// `http://127.0.0.1:{port}`, for gRPC clients.
+    /// For gRPC clients ([`super::grpc_channel`]): `http://127.0.0.1:{port}`, or
+    /// `unix://{socket}` with `unix_socket`.
     pub fn endpoint(&self) -> String {
-        format!("http://{}", self.addr())
+        if self.options.unix_socket {
+            self.listen()
+        } else {
+            format!("http://{}", self.addr())
+        }
     }
 
     /// The advertised IP (the `{ip}` of its instance ids and `servers/{ip}`).
@@ -226,8 +263,9 @@ impl Sidecar {
     /// # Panics
     /// When it cannot connect.
     pub async fn client(&self) -> WorkerServiceClient<Channel> {
-        WorkerServiceClient::connect(self.endpoint())
+        super::grpc_channel(&self.endpoint())
             .await
+            .map(WorkerServiceClient::new)
             .unwrap_or_else(|e| panic!("cannot connect to the sidecar at {}: {e}", self.endpoint()))
     }
 

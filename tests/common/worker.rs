@@ -171,8 +171,9 @@ impl TestWorker {
         request: SubscribeRequest,
         strict_work: Option<Duration>,
     ) -> Result<TestWorker, Status> {
-        let mut client = WorkerServiceClient::connect(endpoint.to_string())
+        let mut client = super::grpc_channel(endpoint)
             .await
+            .map(WorkerServiceClient::new)
             .map_err(|e| Status::unavailable(format!("cannot connect to {endpoint}: {e}")))?;
         let stream = client.subscribe(request).await?.into_inner();
         let (changed_tx, _) = watch::channel(0u64);
