@@ -420,10 +420,70 @@ async fn ctl_over_a_unix_socket_and_an_unreachable_target() {
         "{}",
         put.stderr
     );
+    // A second sidecar on the same socket is refused and the first one keeps it.
+    let second = shardcar(
+        &["run", "--listen", &listen, "--advertise-ip", "127.0.0.3"],
+        &[],
+    )
+    .await;
+    assert_ne!(second.code, 0, "{}", second.stderr);
+    assert!(
+        second.stderr.contains(&format!(
+            "cannot listen on {listen}: a running process accepts connections on {}; stop it or choose another path",
+            socket.display()
+        )),
+        "{}",
+        second.stderr
+    );
     let jobs = shardcar(&["ctl", "--json", "jobs"], &[("SHARDCAR_TARGET", &listen)]).await;
     assert_eq!(jobs.json()["jobs"][0]["jobName"], "once");
     assert_eq!(jobs.json()["jobs"][0]["cron"], Value::Null);
     child.kill().await.unwrap();
+    child.wait().await.unwrap();
+    // Killed, it leaves its socket file behind; the next sidecar clears it and listens there.
+    assert!(socket.exists());
+    let mut next = tokio::process::Command::new(env!("CARGO_BIN_EXE_shardcar"))
+        .args(["run", "--listen", &listen, "--advertise-ip", "127.0.0.2"])
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .kill_on_drop(true)
+        .spawn()
+        .unwrap();
+    let ready = common::eventually(WAIT, || async {
+        tokio::net::UnixStream::connect(&socket)
+            .await
+            .ok()
+            .map(|_| ())
+    })
+    .await;
+    assert!(
+        ready.is_some(),
+        "a sidecar never listened on {listen} after a killed one"
+    );
+    next.kill().await.unwrap();
+
+    // Nor is a file that is not a socket ever removed to make room for one.
+    let file = write_file(&dir, "notes.txt", "keep me");
+    let refused = shardcar(
+        &[
+            "run",
+            "--listen",
+            &format!("unix://{file}"),
+            "--advertise-ip",
+            "127.0.0.2",
+        ],
+        &[],
+    )
+    .await;
+    assert_ne!(refused.code, 0, "{}", refused.stderr);
+    assert!(
+        refused
+            .stderr
+            .contains("exists and is not a socket; remove it or choose another path"),
+        "{}",
+        refused.stderr
+    );
+    assert_eq!(std::fs::read_to_string(&file).unwrap(), "keep me");
 
     let port = free_port();
     let target = format!("127.0.0.1:{port}");
