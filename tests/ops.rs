@@ -383,12 +383,11 @@ async fn ctl_and_metrics_against_a_standalone_sidecar() {
     assert_eq!(ctl_json(&target, &["jobs"]).await, serde_json::json!({}));
 }
 
-#[tokio::test(flavor = "multi_thread")]
-async fn ctl_over_a_unix_socket_and_an_unreachable_target() {
-    let dir = tempfile::tempdir().unwrap();
-    let socket = dir.path().join("shardcar.sock");
+/// A standalone `shardcar run` listening on the Unix socket `socket`, once it accepts
+/// connections there (killed when dropped).
+async fn run_on_socket(socket: &std::path::Path) -> tokio::process::Child {
     let listen = format!("unix://{}", socket.display());
-    let mut child = tokio::process::Command::new(env!("CARGO_BIN_EXE_shardcar"))
+    let child = tokio::process::Command::new(env!("CARGO_BIN_EXE_shardcar"))
         .args(["run", "--listen", &listen, "--advertise-ip", "127.0.0.2"])
         .env_remove("SHARDCAR_TARGET")
         .stdout(Stdio::null())
@@ -397,13 +396,22 @@ async fn ctl_over_a_unix_socket_and_an_unreachable_target() {
         .spawn()
         .unwrap();
     let ready = common::eventually(WAIT, || async {
-        tokio::net::UnixStream::connect(&socket)
+        tokio::net::UnixStream::connect(socket)
             .await
             .ok()
             .map(|_| ())
     })
     .await;
     assert!(ready.is_some(), "the sidecar never listened on {listen}");
+    child
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn ctl_over_a_unix_socket_and_an_unreachable_target() {
+    let dir = tempfile::tempdir().unwrap();
+    let socket = dir.path().join("shardcar.sock");
+    let listen = format!("unix://{}", socket.display());
+    let mut child = run_on_socket(&socket).await;
     let job_file = write_file(
         &dir,
         "j.json",
@@ -442,25 +450,7 @@ async fn ctl_over_a_unix_socket_and_an_unreachable_target() {
     child.wait().await.unwrap();
     // Killed, it leaves its socket file behind; the next sidecar clears it and listens there.
     assert!(socket.exists());
-    let mut next = tokio::process::Command::new(env!("CARGO_BIN_EXE_shardcar"))
-        .args(["run", "--listen", &listen, "--advertise-ip", "127.0.0.2"])
-        .stdout(Stdio::null())
-        .stderr(Stdio::null())
-        .kill_on_drop(true)
-        .spawn()
-        .unwrap();
-    let ready = common::eventually(WAIT, || async {
-        tokio::net::UnixStream::connect(&socket)
-            .await
-            .ok()
-            .map(|_| ())
-    })
-    .await;
-    assert!(
-        ready.is_some(),
-        "a sidecar never listened on {listen} after a killed one"
-    );
-    next.kill().await.unwrap();
+    run_on_socket(&socket).await.kill().await.unwrap();
 
     // Nor is a file that is not a socket ever removed to make room for one.
     let file = write_file(&dir, "notes.txt", "keep me");
