@@ -1,7 +1,8 @@
-//! A real `shardcar run` process for tests. It listens on `127.0.0.1:{free port}` and advertises
-//! its own loopback IP (127.0.0.2, 127.0.0.3, …), so several sidecars of one test look like
-//! several hosts to ZooKeeper. Ready = its gRPC port accepts TCP connections (it binds only after
-//! connecting to ZooKeeper). Its stderr goes to a log file; drop kills and reaps it.
+//! A real `shardcar run` process for tests. It listens on `127.0.0.1:{free port}` (or, with
+//! `unix_socket`, on a Unix socket in its temp dir) and advertises its own loopback IP
+//! (127.0.0.2, 127.0.0.3, …), so several sidecars of one test look like several hosts to
+//! ZooKeeper. Ready = its gRPC address accepts connections (it binds only after connecting to
+//! ZooKeeper). Its stderr goes to a log file; drop kills and reaps it.
 //! `SHARDCAR_TEST_BIN` overrides the binary (see [`binary`]); `SHARDCAR_TEST_LOG_DIR` keeps every
 //! sidecar's log there when it is dropped.
 use super::free_port;
