@@ -36,6 +36,8 @@
 //! `--claim-ahead` (its default, 100ms, otherwise; `0s` claims each run at its instant).
 //! `SHARDCAR_BENCH_TRANSPORT=unix` has their workers connect over a Unix socket instead of TCP
 //! on 127.0.0.1.
+//! `SHARDCAR_BENCH_JOBS_PER_CONNECTION=K` has the workers of K jobs share each connection (one
+//! worker process running K jobs), instead of one connection per worker.
 
 #[path = "../tests/failure/child.rs"]
 mod child;
@@ -672,6 +674,7 @@ async fn bench_triggers(zk: Option<&ZooKeeper>, jobs: usize, items: i32, window:
     };
     let claim_ahead = std::env::var("SHARDCAR_BENCH_CLAIM_AHEAD").ok();
     let unix_socket = unix_socket_from_env();
+    let per_connection = jobs_per_connection_from_env();
     let options = SidecarOptions {
         namespace: ns.clone(),
         log_level: "warn".into(),
@@ -685,13 +688,18 @@ async fn bench_triggers(zk: Option<&ZooKeeper>, jobs: usize, items: i32, window:
         ..registry
     };
     let on = format!(
-        "{}, claim_ahead {}, workers over {}",
+        "{}, claim_ahead {}, workers over {}{}",
         if zk.is_some() { "" } else { ", standalone" },
         claim_ahead.as_deref().unwrap_or("100ms (default)"),
         if unix_socket {
             "a Unix socket"
         } else {
             "TCP loopback"
+        },
+        if per_connection > 1 {
+            format!(", the workers of {per_connection} jobs on each connection")
+        } else {
+            String::new()
         }
     );
     let car = Sidecar::start(options).await;
@@ -703,11 +711,28 @@ async fn bench_triggers(zk: Option<&ZooKeeper>, jobs: usize, items: i32, window:
     // Standalone, the jobs fire every second from the start: setting them up takes no
     // ZooKeeper round trips, so firing jobs hardly slow it.
     let cron = if zk.is_some() { NEVER } else { "* * * * * ?" };
+    let mut channel = None;
     for j in 0..jobs {
         let request = subscribe_request(job_config(&format!("job{j}"), cron, items));
+        if j % per_connection == 0 {
+            channel = None;
+        }
         // UNAVAILABLE ("subscribe again shortly") is retried as the clients do.
         let w = loop {
-            match TestWorker::subscribe(&car.endpoint(), request.clone()).await {
+            let subscribed = if per_connection > 1 {
+                let channel = match &channel {
+                    Some(channel) => channel,
+                    None => channel.insert(
+                        common::grpc_channel(&car.endpoint())
+                            .await
+                            .expect("a connection to the sidecar"),
+                    ),
+                };
+                TestWorker::subscribe_on(&car.endpoint(), channel.clone(), request.clone()).await
+            } else {
+                TestWorker::subscribe(&car.endpoint(), request.clone()).await
+            };
+            match subscribed {
                 Ok(w) => break Some(w),
                 Err(e) if e.code() == tonic::Code::Unavailable && refusals < 100 => {
                     refusals += 1;
@@ -1162,6 +1187,20 @@ fn unix_socket_from_env() -> bool {
     }
 }
 
+/// `SHARDCAR_BENCH_JOBS_PER_CONNECTION=K`: the trigger and scale figures' workers of K jobs
+/// share one connection, as the jobs of one worker process do with either client (1, the
+/// default: each worker on a connection of its own, as 1000 processes of one job each would be).
+/// Exits with a message on a value that is not a whole number above 0.
+fn jobs_per_connection_from_env() -> usize {
+    match std::env::var("SHARDCAR_BENCH_JOBS_PER_CONNECTION") {
+        Err(_) => 1,
+        Ok(v) => v.parse().ok().filter(|k| *k > 0).unwrap_or_else(|| {
+            eprintln!("SHARDCAR_BENCH_JOBS_PER_CONNECTION={v:?}: expected a whole number above 0");
+            std::process::exit(64);
+        }),
+    }
+}
+
 fn main() {
     // The failover benchmark re-executes this program as a worker process.
     child::main_if_child();
@@ -1175,6 +1214,7 @@ fn main() {
     // Checked before anything starts (a bad value exits at once).
     let scale_shapes = scale_shapes_from_env();
     unix_socket_from_env();
+    jobs_per_connection_from_env();
     let runtime = tokio::runtime::Runtime::new().expect("a tokio runtime");
     runtime.block_on(async {
         // ZooKeeper's JVM as a production server runs it (the tests' is tuned to start fast).

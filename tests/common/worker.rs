@@ -166,15 +166,34 @@ impl TestWorker {
         Self::subscribe_with(endpoint, request, Some(work)).await
     }
 
+    /// [`TestWorker::subscribe`] over `channel`, a connection to `endpoint` that other workers
+    /// may share, as the jobs of one worker process do with either client.
+    pub async fn subscribe_on(
+        endpoint: &str,
+        channel: Channel,
+        request: SubscribeRequest,
+    ) -> Result<TestWorker, Status> {
+        Self::subscribe_over(endpoint, channel, request, None).await
+    }
+
     async fn subscribe_with(
         endpoint: &str,
         request: SubscribeRequest,
         strict_work: Option<Duration>,
     ) -> Result<TestWorker, Status> {
-        let mut client = super::grpc_channel(endpoint)
+        let channel = super::grpc_channel(endpoint)
             .await
-            .map(WorkerServiceClient::new)
             .map_err(|e| Status::unavailable(format!("cannot connect to {endpoint}: {e}")))?;
+        Self::subscribe_over(endpoint, channel, request, strict_work).await
+    }
+
+    async fn subscribe_over(
+        endpoint: &str,
+        channel: Channel,
+        request: SubscribeRequest,
+        strict_work: Option<Duration>,
+    ) -> Result<TestWorker, Status> {
+        let mut client = WorkerServiceClient::new(channel);
         let stream = client.subscribe(request).await?.into_inner();
         let (changed_tx, _) = watch::channel(0u64);
         let shared = Arc::new(Shared {
