@@ -723,7 +723,7 @@ async fn bench_triggers(zk: Option<&ZooKeeper>, jobs: usize, items: i32, window:
                 let channel = match &channel {
                     Some(channel) => channel,
                     None => channel.insert(
-                        common::grpc_channel(&car.endpoint())
+                        shardcar::ctl::connect(&car.endpoint())
                             .await
                             .expect("a connection to the sidecar"),
                     ),
@@ -918,7 +918,7 @@ async fn stage_breakdown(
     use shardcar::proto::admin_service_client::AdminServiceClient;
     let secs = |t: &prost_types::Timestamp| t.seconds as f64 + t.nanos as f64 / 1e9;
     // The whole history (1000 executions of 64 items each pass gRPC's default 4 MB limit).
-    let mut admin = common::grpc_channel(&car.endpoint())
+    let mut admin = shardcar::ctl::connect(&car.endpoint())
         .await
         .map(AdminServiceClient::new)
         .unwrap()

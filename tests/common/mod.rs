@@ -43,33 +43,6 @@ const PORT_RANGE: std::ops::Range<u32> = 20_000..32_000;
 static HANDED_OUT: Mutex<Option<HashSet<u16>>> = Mutex::new(None);
 static PORT_CURSOR: AtomicU32 = AtomicU32::new(u32::MAX);
 
-/// A gRPC channel to `endpoint`: `http://host:port`, or `unix:///path` for a sidecar listening
-/// on a Unix socket (tonic's `connect` takes only URIs it can resolve to a TCP address).
-///
-/// # Errors
-/// When the connection cannot be made.
-pub async fn grpc_channel(
-    endpoint: &str,
-) -> Result<tonic::transport::Channel, tonic::transport::Error> {
-    let Some(path) = endpoint.strip_prefix("unix://") else {
-        return tonic::transport::Endpoint::from_shared(endpoint.to_string())?
-            .connect()
-            .await;
-    };
-    let path = std::path::PathBuf::from(path);
-    // The URI is not used to connect; HTTP/2 needs one for its `:authority`.
-    tonic::transport::Endpoint::from_static("http://localhost")
-        .connect_with_connector(tower::service_fn(move |_: tonic::transport::Uri| {
-            let path = path.clone();
-            async move {
-                tokio::net::UnixStream::connect(path)
-                    .await
-                    .map(hyper_util::rt::TokioIo::new)
-            }
-        }))
-        .await
-}
-
 /// A TCP port on 127.0.0.1 that nothing listens on now and that this process has not handed out
 /// before, so parallel tests in one binary never collide. Each process starts at a different
 /// (pid- and time-derived) point of the range, which keeps concurrently running test binaries

@@ -228,7 +228,7 @@ impl Sidecar {
         SocketAddr::from(([127, 0, 0, 1], self.port))
     }
 
-    /// For gRPC clients ([`super::grpc_channel`]): `http://127.0.0.1:{port}`, or
+    /// For gRPC clients ([`shardcar::ctl::connect`]): `http://127.0.0.1:{port}`, or
     /// `unix://{socket}` with `unix_socket`.
     pub fn endpoint(&self) -> String {
         if self.options.unix_socket {
@@ -264,7 +264,7 @@ impl Sidecar {
     /// # Panics
     /// When it cannot connect.
     pub async fn client(&self) -> WorkerServiceClient<Channel> {
-        super::grpc_channel(&self.endpoint())
+        shardcar::ctl::connect(&self.endpoint())
             .await
             .map(WorkerServiceClient::new)
             .unwrap_or_else(|e| panic!("cannot connect to the sidecar at {}: {e}", self.endpoint()))

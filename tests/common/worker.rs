@@ -181,7 +181,7 @@ impl TestWorker {
         request: SubscribeRequest,
         strict_work: Option<Duration>,
     ) -> Result<TestWorker, Status> {
-        let channel = super::grpc_channel(endpoint)
+        let channel = shardcar::ctl::connect(endpoint)
             .await
             .map_err(|e| Status::unavailable(format!("cannot connect to {endpoint}: {e}")))?;
         Self::subscribe_over(endpoint, channel, request, strict_work).await
