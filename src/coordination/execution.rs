@@ -250,7 +250,8 @@ mod tests {
     use super::*;
     use crate::coordination::view::ItemView;
     use crate::elasticjob::config::JobConfiguration;
-    use crate::registry::Stat;
+    use crate::registry::CachedStat;
+    use std::sync::Arc;
 
     const ME: &str = "10.0.0.1@-@1";
     const OTHER: &str = "10.0.0.2@-@1";
@@ -259,7 +260,7 @@ mod tests {
         let mut config = JobConfiguration::new("j", 4);
         config.failover = failover;
         let mut v = JobView {
-            config: Some(config),
+            config: Some(Arc::new(config)),
             ..JobView::default()
         };
         for i in 0..4 {
@@ -267,7 +268,7 @@ mod tests {
             v.items.insert(
                 i,
                 Box::new(ItemView {
-                    owner: Some((owner.into(), Stat::default())),
+                    owner: Some((owner.into(), CachedStat::default())),
                     ..ItemView::default()
                 }),
             );
@@ -279,7 +280,7 @@ mod tests {
     fn runs_own_items_minus_disabled_and_running() {
         let mut v = view(false);
         v.items.get_mut(&1).unwrap().disabled = true;
-        v.items.get_mut(&2).unwrap().running = Some((OTHER.into(), Stat::default()));
+        v.items.get_mut(&2).unwrap().running = Some((OTHER.into(), CachedStat::default()));
         assert_eq!(
             plan_fire(&v, ME, "10.0.0.1", false),
             FirePlan {
@@ -287,7 +288,7 @@ mod tests {
                 misfire: vec![]
             }
         );
-        v.config.as_mut().unwrap().monitor_execution = false;
+        Arc::make_mut(v.config.as_mut().unwrap()).monitor_execution = false;
         assert_eq!(
             plan_fire(&v, ME, "10.0.0.1", false).run,
             vec![0, 2],
@@ -313,10 +314,10 @@ mod tests {
                 misfire: vec![1, 2]
             }
         );
-        v.config.as_mut().unwrap().misfire = false;
+        Arc::make_mut(v.config.as_mut().unwrap()).misfire = false;
         assert_eq!(plan_fire(&v, ME, "10.0.0.1", true), FirePlan::default());
         let items: BTreeSet<i32> = [0, 1].into();
-        v.config.as_mut().unwrap().misfire = true;
+        Arc::make_mut(v.config.as_mut().unwrap()).misfire = true;
         assert_eq!(catch_up(&v, &items), vec![0]);
         v.necessary = true;
         assert!(

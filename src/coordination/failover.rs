@@ -431,7 +431,8 @@ mod tests {
     use super::*;
     use crate::coordination::view::ItemView;
     use crate::elasticjob::config::JobConfiguration;
-    use crate::registry::Stat;
+    use crate::registry::CachedStat;
+    use std::sync::Arc;
 
     const A: &str = "10.0.0.1@-@1";
     const B: &str = "10.0.0.2@-@1";
@@ -440,7 +441,7 @@ mod tests {
         let mut config = JobConfiguration::new("j", 3);
         config.failover = true;
         let mut v = JobView {
-            config: Some(config),
+            config: Some(Arc::new(config)),
             ..JobView::default()
         };
         v.instances.insert(A.into(), "10.0.0.1".into());
@@ -449,7 +450,7 @@ mod tests {
                 i,
                 Box::new(ItemView {
                     version: Some(4),
-                    owner: Some((A.into(), Stat::default())),
+                    owner: Some((A.into(), CachedStat::default())),
                     ..ItemView::default()
                 }),
             );
@@ -505,7 +506,7 @@ mod tests {
     #[test]
     fn ending_uses_the_epoch_the_execution_left_and_only_our_running_node() {
         let mut v = view();
-        v.items.get_mut(&0).unwrap().running = Some((A.into(), Stat::default()));
+        v.items.get_mut(&0).unwrap().running = Some((A.into(), CachedStat::default()));
         let versions = [(0, 5)].into();
         let ops = finish_ops(&v, &JobPaths::new("j"), A, &[0], &versions, true);
         assert_eq!(
@@ -551,7 +552,7 @@ mod tests {
     #[test]
     fn stale_nodes_are_left_to_a_live_runners_sidecar() {
         let mut v = view();
-        v.items.get_mut(&1).unwrap().running = Some((B.into(), Stat::default()));
+        v.items.get_mut(&1).unwrap().running = Some((B.into(), CachedStat::default()));
         let Stale {
             ops,
             touched: items,
@@ -578,7 +579,7 @@ mod tests {
         let mut config = JobConfiguration::new("j", 12);
         config.failover = true;
         let mut v = JobView {
-            config: Some(config),
+            config: Some(Arc::new(config)),
             failover_items: vec![2, 9, 10],
             ..JobView::default()
         };

@@ -146,7 +146,8 @@ mod tests {
     use super::*;
     use crate::coordination::view::ItemView;
     use crate::elasticjob::config::JobConfiguration;
-    use crate::registry::Stat;
+    use crate::registry::CachedStat;
+    use std::sync::Arc;
 
     const A: &str = "10.0.0.1@-@1";
     const B: &str = "10.0.0.2@-@1";
@@ -154,7 +155,7 @@ mod tests {
 
     fn view(total: i32, instances: &[&str], owners: &[(i32, &str)]) -> JobView {
         let mut v = JobView {
-            config: Some(JobConfiguration::new("demoJob", total)),
+            config: Some(Arc::new(JobConfiguration::new("demoJob", total))),
             has_sharding_root: !owners.is_empty(),
             ..JobView::default()
         };
@@ -166,7 +167,7 @@ mod tests {
             v.items.insert(
                 *i,
                 Box::new(ItemView {
-                    owner: Some((owner.to_string(), Stat::default())),
+                    owner: Some((owner.to_string(), CachedStat::default())),
                     ..ItemView::default()
                 }),
             );
@@ -209,7 +210,7 @@ mod tests {
         v.processing = true;
         assert_eq!(plan(&v, "demoJob"), None, "another leader is resharding");
         let mut v = view(2, &[A, B], &[(0, C), (1, B)]);
-        v.config.as_mut().unwrap().static_sharding = true;
+        Arc::make_mut(v.config.as_mut().unwrap()).static_sharding = true;
         assert_eq!(plan(&v, "demoJob"), None, "static sharding keeps owners");
         v.necessary = true;
         assert!(

@@ -5,12 +5,13 @@
 //! tables and no registry at all.
 
 use std::collections::BTreeMap;
+use std::sync::Arc;
 
 use crate::elasticjob::config::{JobConfiguration, MAX_SHARDING_TOTAL_COUNT};
 use crate::elasticjob::extras::JobExtras;
 use crate::elasticjob::instance::{ip_of, parse_instance_yaml};
 use crate::elasticjob::paths::{server_enabled, sort_descending, JobPaths};
-use crate::registry::{Stat, TreeCache};
+use crate::registry::{CachedStat, TreeCache};
 
 /// What the job's subtree says about one sharding item (`sharding/{i}/*`).
 #[derive(Debug, Clone, Default, PartialEq)]
@@ -18,9 +19,9 @@ pub struct ItemView {
     /// The data version of `sharding/{i}`: the item's execution epoch (see `failover.rs`).
     pub version: Option<i32>,
     /// `sharding/{i}/instance`: the owner's instance id and the node's stat.
-    pub owner: Option<(String, Stat)>,
+    pub owner: Option<(String, CachedStat)>,
     /// `sharding/{i}/running`: the running instance's id (empty for ElasticJob < 3.0.2).
-    pub running: Option<(String, Stat)>,
+    pub running: Option<(String, CachedStat)>,
     pub misfire: bool,
     pub disabled: bool,
     /// `sharding/{i}/failover`: the instance that took the item over.
@@ -32,8 +33,10 @@ pub struct ItemView {
 /// The job's state as last seen in the registry.
 #[derive(Debug, Clone, Default)]
 pub struct JobView {
-    /// `None` when `config` is absent or unreadable (see `config_error`).
-    pub config: Option<JobConfiguration>,
+    /// `None` when `config` is absent or unreadable (see `config_error`). Shared with the
+    /// parse memo (a view is rebuilt after every change of the subtree; the config seldom
+    /// changes).
+    pub config: Option<Arc<JobConfiguration>>,
     pub config_error: Option<String>,
     /// `/{job}/shardcar`: settings beyond ElasticJob's (defaults when absent or unreadable).
     pub extras: JobExtras,
@@ -62,23 +65,28 @@ fn text(data: &[u8]) -> String {
     String::from_utf8_lossy(data).into_owned()
 }
 
+/// A config node's YAML parsed: the config, or why it cannot be used.
+type ParsedConfig = Result<Arc<JobConfiguration>, String>;
+
 /// What parsing the job's YAML nodes gave last time, keyed by the exact bytes parsed, so a
 /// view rebuilt after a change elsewhere in the subtree (every run writes several nodes)
 /// parses nothing again. Owned by whoever rebuilds a job's view again and again.
 #[derive(Debug, Default)]
 pub struct ParseMemo {
-    config: Option<(Vec<u8>, Result<JobConfiguration, String>)>,
+    config: Option<(Vec<u8>, ParsedConfig)>,
     extras: Option<(Vec<u8>, JobExtras)>,
     /// Instance id → its node's data and the server IP read from it.
     instance_ips: BTreeMap<String, (Vec<u8>, String)>,
 }
 
 impl ParseMemo {
-    fn config(&mut self, data: &[u8]) -> Result<JobConfiguration, String> {
+    fn config(&mut self, data: &[u8]) -> ParsedConfig {
         match &self.config {
             Some((seen, parsed)) if seen.as_slice() == data => parsed.clone(),
             _ => {
-                let parsed = JobConfiguration::from_yaml(data).map_err(|e| e.to_string());
+                let parsed = JobConfiguration::from_yaml(data)
+                    .map(Arc::new)
+                    .map_err(|e| e.to_string());
                 self.config = Some((data.to_vec(), parsed.clone()));
                 parsed
             }
@@ -313,7 +321,7 @@ impl JobView {
 mod tests {
     use super::*;
     use crate::elasticjob::instance::instance_yaml;
-    use crate::registry::Node;
+    use crate::registry::{Node, Stat};
 
     fn node(data: &str, version: i32) -> Node {
         Node {

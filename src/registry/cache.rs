@@ -9,7 +9,53 @@ use std::collections::BTreeMap;
 use std::ops::Bound;
 
 use super::path::{is_within, validate};
-use super::{Node, Registry, Result, WatchEvent};
+use super::{Node, Registry, Result, Stat, WatchEvent};
+
+/// What a mirror keeps of a node's [`Stat`]: the fields its readers decide on (the version a
+/// conditional write names, the zxids that order and fence executions, the time a running
+/// node was written, the session owning an ephemeral). A thousand jobs mirror some forty nodes
+/// each: the rest of the stat would be a third of every entry.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct CachedStat {
+    /// Transaction that created the node.
+    pub czxid: i64,
+    /// Transaction that last changed the data.
+    pub mzxid: i64,
+    /// Last data change (ms since the Unix epoch).
+    pub mtime: i64,
+    /// Owning session id for an ephemeral node, else 0.
+    pub ephemeral_owner: i64,
+    /// Number of data changes.
+    pub version: i32,
+}
+
+impl From<Stat> for CachedStat {
+    fn from(stat: Stat) -> CachedStat {
+        CachedStat {
+            czxid: stat.czxid,
+            mzxid: stat.mzxid,
+            mtime: stat.mtime,
+            ephemeral_owner: stat.ephemeral_owner,
+            version: stat.version,
+        }
+    }
+}
+
+/// A mirrored node: its data (boxed: exactly its length) and [`CachedStat`].
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct CachedNode {
+    pub data: Box<[u8]>,
+    pub stat: CachedStat,
+}
+
+impl From<Node> for CachedNode {
+    fn from(node: Node) -> CachedNode {
+        CachedNode {
+            data: node.data.into_boxed_slice(),
+            stat: node.stat.into(),
+        }
+    }
+}
 
 /// A local copy of the subtree at `root`.
 ///
@@ -19,7 +65,7 @@ use super::{Node, Registry, Result, WatchEvent};
 #[derive(Debug, Clone)]
 pub struct TreeCache {
     root: String,
-    nodes: BTreeMap<Box<str>, Node>,
+    nodes: BTreeMap<Box<str>, CachedNode>,
 }
 
 impl TreeCache {
@@ -39,7 +85,7 @@ impl TreeCache {
         let root = &self.root;
         self.nodes = nodes
             .into_iter()
-            .filter_map(|(path, node)| Some((Box::from(relative(root, &path)?), node)))
+            .filter_map(|(path, node)| Some((Box::from(relative(root, &path)?), node.into())))
             .collect();
     }
 
@@ -59,7 +105,7 @@ impl TreeCache {
     }
 
     /// The cached nodes whose keys start with `prefix`, in key order.
-    fn with_prefix(&self, prefix: String) -> impl Iterator<Item = (&str, &Node)> {
+    fn with_prefix(&self, prefix: String) -> impl Iterator<Item = (&str, &CachedNode)> {
         self.nodes
             .range::<str, _>((Bound::Included(prefix.as_str()), Bound::Unbounded))
             .map(|(k, n)| (&**k, n))
@@ -74,7 +120,7 @@ impl TreeCache {
         };
         match node {
             Some(node) => {
-                self.nodes.insert(key.into(), node);
+                self.nodes.insert(key.into(), node.into());
             }
             None => self.remove_subtree(path),
         }
@@ -141,13 +187,13 @@ impl TreeCache {
     }
 
     /// The cached node.
-    pub fn get(&self, path: &str) -> Option<&Node> {
+    pub fn get(&self, path: &str) -> Option<&CachedNode> {
         self.nodes.get(self.key(path)?)
     }
 
     /// The cached node's data.
     pub fn data(&self, path: &str) -> Option<&[u8]> {
-        self.get(path).map(|n| n.data.as_slice())
+        self.get(path).map(|n| &*n.data)
     }
 
     /// Whether the node is cached.
@@ -171,7 +217,10 @@ impl TreeCache {
 
     /// Every cached node below `path` (not `path` itself), in path order, with its path
     /// relative to `path` (`"3"`, `"3/instance"`).
-    pub fn descendants<'a>(&'a self, path: &str) -> impl Iterator<Item = (&'a str, &'a Node)> {
+    pub fn descendants<'a>(
+        &'a self,
+        path: &str,
+    ) -> impl Iterator<Item = (&'a str, &'a CachedNode)> {
         // Outside the root there is no prefix, and nothing below.
         let prefix = self.prefix_below(path);
         let len = prefix.as_ref().map_or(0, String::len);

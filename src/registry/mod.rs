@@ -31,7 +31,7 @@ mod zk_server;
 #[cfg(test)]
 mod zk_tests;
 
-pub use cache::TreeCache;
+pub use cache::{CachedNode, CachedStat, TreeCache};
 pub use latch::Latch;
 pub use memory::MemoryStore;
 pub(crate) use watch::WatchSender;

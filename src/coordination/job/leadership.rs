@@ -225,7 +225,7 @@ impl JobState {
         // A strategy this sidecar does not know would make its plan differ from the leader's.
         let known_strategy = |c: &JobConfiguration| c.strategy().is_ok();
         if !self.is_elasticjob_member(leader)
-            || !self.view.config.as_ref().is_some_and(known_strategy)
+            || !self.view.config.as_deref().is_some_and(known_strategy)
             || self.resharding_pending()
             || self.in_flight(|p| matches!(p, Pending::ReshardFlag))
         {

@@ -864,7 +864,7 @@ impl JobState {
     /// The effective config, or the error a joining worker gets when there is none.
     pub(super) fn effective_config(&self) -> Result<(JobConfiguration, JobExtras), CoordError> {
         match &self.view.config {
-            Some(c) => Ok((c.clone(), self.view.extras)),
+            Some(c) => Ok((JobConfiguration::clone(c), self.view.extras)),
             None => Err(CoordError::FailedPrecondition(format!(
                 "the config of job {} in the registry is unusable: {}",
                 self.name,

@@ -213,10 +213,16 @@ impl Script {
                         .strip_prefix(&self.paths.instances())
                         .is_some_and(|rest| rest.starts_with('/')) =>
                 {
-                    let node = self.state.cache.get(path).cloned().map(|mut node| {
-                        node.stat.czxid = self.zxid;
-                        node.stat.mzxid = self.zxid;
-                        node
+                    let node = self.state.cache.get(path).map(|node| Node {
+                        data: node.data.to_vec(),
+                        stat: Stat {
+                            czxid: self.zxid,
+                            mzxid: self.zxid,
+                            mtime: node.stat.mtime,
+                            ephemeral_owner: node.stat.ephemeral_owner,
+                            version: node.stat.version,
+                            ..Stat::default()
+                        },
                     });
                     self.step(Input::Done {
                         op: *op,
