@@ -263,6 +263,45 @@ mod tests {
     }
 
     #[test]
+    fn a_cached_node_keeps_its_data_and_the_stat_fields_decisions_read() {
+        let stat = Stat {
+            czxid: 11,
+            mzxid: 12,
+            pzxid: 13,
+            ctime: 14,
+            mtime: 15,
+            version: 16,
+            cversion: 17,
+            ephemeral_owner: 18,
+            num_children: 19,
+        };
+        let mut c = cache("/j", &["/j"]);
+        c.put(
+            "/j/sharding/0/running",
+            Some(Node {
+                data: b"10.0.0.1@-@1".to_vec(),
+                stat,
+            }),
+        );
+        let kept = c.get("/j/sharding/0/running").expect("the node is cached");
+        assert_eq!(&*kept.data, b"10.0.0.1@-@1");
+        assert_eq!(
+            kept.stat,
+            CachedStat {
+                czxid: 11,
+                mzxid: 12,
+                mtime: 15,
+                ephemeral_owner: 18,
+                version: 16,
+            }
+        );
+        // A fresh read replaces it whole.
+        c.replace_all(BTreeMap::from([("/j".to_string(), node("again"))]));
+        assert!(!c.contains("/j/sharding/0/running"));
+        assert_eq!(c.get("/j").map(|n| n.stat), Some(CachedStat::default()));
+    }
+
+    #[test]
     fn keeps_only_the_subtree_and_answers_by_absolute_path() {
         let c = cache(
             "/ns/job",
