@@ -100,11 +100,14 @@ struct Sink {
     stop: CancellationToken,
 }
 
-/// What a child task reports.
-enum TaskResult {
+/// What the driver's own futures report (`Driver::children`): a request that is not in the
+/// ordered queue (a setup, a watch, a latch), or the end of a worker stream.
+enum Child {
     SetUp(OpId, Result<(Watch, BTreeMap<String, Node>), CoordError>),
     Latched(OpId, Result<Latch, RegError>),
     Watching(OpId, Result<Watch, RegError>),
+    /// A worker stream ended (`None`: the driver ended it itself).
+    Ended(Option<(StreamKey, StreamEnd)>),
 }
 
 /// One entry of the ordered queue.
@@ -126,7 +129,6 @@ impl From<Queued> for Input {
 pub(crate) fn spawn(name: &str, shared: Arc<Shared>) -> JobSender {
     let (cmd_tx, cmd_rx) = mpsc::channel(1024);
     let (fire_tx, fire_rx) = mpsc::channel(FIRE_QUEUE);
-    let (tasks_tx, tasks_rx) = mpsc::unbounded_channel();
     let settings = shared.job_settings();
     let driver = Driver {
         timer_key: format!("{name}#{}", shared.next_key()),
@@ -138,11 +140,9 @@ pub(crate) fn spawn(name: &str, shared: Arc<Shared>) -> JobSender {
         cmd_rx,
         fire_tx,
         fire_rx,
-        tasks_tx,
-        tasks_rx,
         watch: None,
         io: FuturesOrdered::new(),
-        ends: FuturesUnordered::new(),
+        children: FuturesUnordered::new(),
         sinks: HashMap::new(),
         replies: HashMap::new(),
         latches: HashMap::new(),
@@ -168,15 +168,15 @@ struct Driver {
     fire_rx: mpsc::Receiver<Box<Fire>>,
     timer_key: String,
     session_rx: watch::Receiver<SessionState>,
-    /// Boxed, as the ordered queue's entries: a tokio queue allocates its slots 32 at a time,
-    /// and both are empty most of the time.
-    tasks_tx: mpsc::UnboundedSender<Box<TaskResult>>,
-    tasks_rx: mpsc::UnboundedReceiver<Box<TaskResult>>,
     watch: Option<Watch>,
     /// Entries boxed: an output that is ready before an earlier one waits in a heap, which
     /// keeps its capacity.
     io: FuturesOrdered<BoxFuture<'static, Box<Queued>>>,
-    ends: FuturesUnordered<BoxFuture<'static, Option<(StreamKey, StreamEnd)>>>,
+    /// Polled by the driver's own loop, not spawned: a queue to hear back from spawned tasks
+    /// would cost every job its slots and its channel (~1 KB), and the driver is in its loop
+    /// whenever it is not stepping. Dropped with the driver, which retires only when nothing
+    /// is in flight (a latch being acquired deletes its contender node when dropped).
+    children: FuturesUnordered<BoxFuture<'static, Child>>,
     sinks: HashMap<StreamKey, Sink>,
     replies: HashMap<ReplyId, ReplyTx>,
     latches: HashMap<LatchKey, Latch>,
@@ -266,7 +266,12 @@ impl Driver {
                     }
                     continue;
                 }
-                Some(task) = self.tasks_rx.recv() => self.on_task(*task),
+                Some(child) = self.children.next(), if !self.children.is_empty() => {
+                    match self.on_child(child) {
+                        Some(input) => input,
+                        None => continue,
+                    }
+                }
                 ev = next_event(&mut self.watch) => match ev {
                     // Through the ordered queue, behind the reads and writes already issued.
                     Some(ev) => {
@@ -279,10 +284,6 @@ impl Driver {
                         warn!(job = %self.state.name(), "registry watch ended");
                         Input::WatchLost
                     }
-                },
-                Some(end) = self.ends.next(), if !self.ends.is_empty() => match end {
-                    Some((stream, end)) => Input::StreamEnded { stream, end },
-                    None => continue,
                 },
                 cmd = self.cmd_rx.recv() => match cmd {
                     Some(cmd) => match self.on_cmd(*cmd) {
@@ -421,12 +422,12 @@ impl Driver {
                 );
                 // The driver itself watches for the end of the stream, from the moment it
                 // knows of it: a Subscribe cancelled at any point ends as if its stream ended.
-                self.ends.push(
+                self.children.push(
                     async move {
-                        tokio::select! {
+                        Child::Ended(tokio::select! {
                             _ = sink.closed() => Some((stream, connection.end())),
                             _ = stop.cancelled() => None,
-                        }
+                        })
                     }
                     .boxed(),
                 );
@@ -504,9 +505,13 @@ impl Driver {
         self.next_reply
     }
 
-    fn on_task(&mut self, task: TaskResult) -> Input {
-        match task {
-            TaskResult::SetUp(op, result) => {
+    fn on_child(&mut self, child: Child) -> Option<Input> {
+        Some(match child {
+            Child::Ended(end) => {
+                let (stream, end) = end?;
+                Input::StreamEnded { stream, end }
+            }
+            Child::SetUp(op, result) => {
                 let result = result.map(|(watch, nodes)| {
                     self.watch = Some(watch);
                     nodes
@@ -516,7 +521,7 @@ impl Driver {
                     result: IoResult::SetUp(result),
                 }
             }
-            TaskResult::Latched(op, result) => {
+            Child::Latched(op, result) => {
                 let result = result.map(|latch| {
                     self.next_latch += 1;
                     self.latches.insert(self.next_latch, latch);
@@ -527,7 +532,7 @@ impl Driver {
                     result: IoResult::Latched(result),
                 }
             }
-            TaskResult::Watching(op, result) => {
+            Child::Watching(op, result) => {
                 let result = result.map(|watch| {
                     self.watch = Some(watch);
                 });
@@ -536,7 +541,7 @@ impl Driver {
                     result: IoResult::Watching(result),
                 }
             }
-        }
+        })
     }
 
     fn perform(&mut self, action: Action) {
@@ -576,15 +581,13 @@ impl Driver {
                 config,
                 overwrite,
             } => {
-                let (paths, ip, tasks) = (
-                    self.paths.clone(),
-                    self.shared.ip.clone(),
-                    self.tasks_tx.clone(),
+                let (paths, ip) = (self.paths.clone(), self.shared.ip.clone());
+                self.children.push(
+                    async move {
+                        Child::SetUp(op, set_up(&registry, &paths, &ip, config, overwrite).await)
+                    }
+                    .boxed(),
                 );
-                self.shared.tracker.spawn(async move {
-                    let result = set_up(&registry, &paths, &ip, config, overwrite).await;
-                    let _ = tasks.send(Box::new(TaskResult::SetUp(op, result)));
-                });
             }
             Action::Commit {
                 op,
@@ -613,20 +616,23 @@ impl Driver {
                 })
             }
             Action::Watch { op } => {
-                let (root, tasks) = (self.paths.root(), self.tasks_tx.clone());
-                self.shared.tracker.spawn(async move {
-                    let result = registry.watch_recursive(&root).await;
-                    let _ = tasks.send(Box::new(TaskResult::Watching(op, result)));
-                });
+                let root = self.paths.root();
+                self.children.push(
+                    async move { Child::Watching(op, registry.watch_recursive(&root).await) }
+                        .boxed(),
+                );
             }
             Action::AcquireLatch { op, dir } => {
-                let tasks = self.tasks_tx.clone();
-                self.shared.tracker.spawn(async move {
-                    let result = tokio::time::timeout(LATCH_DEADLINE, registry.acquire_latch(&dir))
-                        .await
-                        .unwrap_or(Err(RegError::Timeout(LATCH_DEADLINE)));
-                    let _ = tasks.send(Box::new(TaskResult::Latched(op, result)));
-                });
+                self.children.push(
+                    async move {
+                        let result =
+                            tokio::time::timeout(LATCH_DEADLINE, registry.acquire_latch(&dir))
+                                .await
+                                .unwrap_or(Err(RegError::Timeout(LATCH_DEADLINE)));
+                        Child::Latched(op, result)
+                    }
+                    .boxed(),
+                );
             }
             Action::ReleaseLatch { latch } => {
                 if let Some(latch) = self.latches.remove(&latch) {
