@@ -338,7 +338,7 @@ pub struct Burst {
 }
 
 /// The longest an answer waits for a burst of fires to settle: a job that cannot take its fire
-/// up (a stall, a fire queue dropped with the job) holds no answer back for longer.
+/// up (a stall, a fire dropped with its retired job) holds no answer back for longer.
 pub const ANSWER_WAIT_MAX: Duration = Duration::from_millis(100);
 
 impl Burst {
@@ -398,9 +398,40 @@ impl PartialEq for Taken {
 
 impl Eq for Taken {}
 
-/// Where a schedule's fires go. Boxed: a tokio queue allocates its slots 32 at a time, and a
-/// job's fire queue is empty nearly always.
-pub type FireSender = mpsc::Sender<Box<Fire>>;
+/// Why a fire was not queued; the fire comes back with it.
+#[derive(Debug)]
+pub enum FireRefused {
+    /// Too many fires of the schedule wait already: this one is dropped.
+    Full(Box<Fire>),
+    /// Nothing takes fires any more: the schedule is cancelled.
+    Closed(Box<Fire>),
+}
+
+/// Where a schedule's fires go: its job's queue. [`FireSink::try_fire`] never waits (the timer
+/// sends under its lock). Boxed fires: a queue holds pointers, and is empty nearly always.
+pub trait FireSink: Send + Sync {
+    /// Queues `fire`, or gives it back with the reason.
+    fn try_fire(&self, fire: Box<Fire>) -> Result<(), FireRefused>;
+    /// Whether nothing takes fires any more.
+    fn is_closed(&self) -> bool;
+}
+
+/// A schedule's [`FireSink`], shared by the timer and its owner.
+pub type FireSender = Arc<dyn FireSink>;
+
+/// A queue of fires alone: a fire that does not fit is dropped.
+impl FireSink for mpsc::Sender<Box<Fire>> {
+    fn try_fire(&self, fire: Box<Fire>) -> Result<(), FireRefused> {
+        self.try_send(fire).map_err(|e| match e {
+            mpsc::error::TrySendError::Full(fire) => FireRefused::Full(fire),
+            mpsc::error::TrySendError::Closed(fire) => FireRefused::Closed(fire),
+        })
+    }
+
+    fn is_closed(&self) -> bool {
+        mpsc::Sender::is_closed(self)
+    }
+}
 
 struct Entry {
     generation: u64,
@@ -669,12 +700,12 @@ fn run(shared: &Shared) {
             if !fire.ahead {
                 fire.taken = Some(shared.burst.count());
             }
-            match tx.try_send(fire) {
+            match tx.try_fire(fire) {
                 Ok(()) => {}
-                Err(mpsc::error::TrySendError::Full(fire)) => {
+                Err(FireRefused::Full(fire)) => {
                     tracing::warn!(key = %fire.key, fire_time = %fire.fire_time, "fire dropped: the job's fire queue is full");
                 }
-                Err(mpsc::error::TrySendError::Closed(fire)) => gone.push(fire.key),
+                Err(FireRefused::Closed(fire)) => gone.push(fire.key),
             }
         }
         for key in gone {

@@ -197,11 +197,11 @@ fn invalid_expressions_are_named() {
     }
 }
 
-fn every_second(key: &str, timer: &Timer, tx: &FireSender) {
+fn every_second(key: &str, timer: &Timer, tx: &mpsc::Sender<Box<Fire>>) {
     timer.schedule(
         key.to_owned(),
         CronSchedule::parse("* * * * * ?", "UTC").unwrap(),
-        tx.clone(),
+        Arc::new(tx.clone()),
     );
 }
 
@@ -212,7 +212,7 @@ fn every_five_seconds(state: &mut State) -> DateTime<Utc> {
     state.schedule(
         "j".into(),
         CronSchedule::parse("0/5 * * * * ?", "UTC").unwrap(),
-        tx,
+        Arc::new(tx),
         t0,
     );
     t0
@@ -242,7 +242,7 @@ fn stalled_schedule_fires_once_then_continues_from_now() {
     state.schedule(
         "j".into(),
         CronSchedule::parse("0 0 * * * ?", "UTC").unwrap(),
-        tx2,
+        Arc::new(tx2),
         t0,
     );
     assert_eq!(state.next_deadline(), Some(utc("2026-02-01T01:00:00Z")));

@@ -10,6 +10,7 @@
 //! ZooKeeper: an answer never waits behind an election.
 
 use std::collections::{BTreeMap, HashMap};
+use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -30,7 +31,7 @@ use crate::elasticjob::config::JobConfiguration;
 use crate::elasticjob::extras::JobExtras;
 use crate::elasticjob::paths::JobPaths;
 use crate::registry::{Error as RegError, Latch, Node, Registry, SessionState, Stat, Watch};
-use crate::schedule::{CronSchedule, Fire, ANSWER_WAIT_MAX};
+use crate::schedule::{CronSchedule, Fire, FireRefused, FireSink, Taken, ANSWER_WAIT_MAX};
 
 /// How long a latch may take to acquire before the attempt is given up (and retried).
 const LATCH_DEADLINE: Duration = Duration::from_secs(10);
@@ -38,7 +39,7 @@ const LATCH_DEADLINE: Duration = Duration::from_secs(10);
 /// enough for every event of a run of the largest jobs, few enough that a batch never holds
 /// the loop for long.
 const MAX_BATCH: usize = 1024;
-/// How many cron fires may wait for the driver.
+/// How many cron fires may wait for the driver (in its command queue).
 const FIRE_QUEUE: usize = 4;
 
 /// A worker stream's sending end. Boxed events: a tokio queue allocates its slots 32 at a time,
@@ -86,6 +87,55 @@ pub(crate) enum JobCmd {
         /// Answered as the input is fed, before anything else is handled.
         reply: oneshot::Sender<()>,
     },
+    /// A fire of the job's schedule (sent by the timer through [`FireQueue`]).
+    Fire(Box<Fire>),
+}
+
+/// The timer's way into a job's command queue: fires take their place among the commands, in
+/// order, at most [`FIRE_QUEUE`] waiting at a time (the timer drops a fire beyond that). A
+/// queue of their own would cost every job a channel and its first block of slots (~1 KB).
+struct FireQueue {
+    tx: JobSender,
+    /// Fires queued and not yet taken up by the driver.
+    waiting: AtomicUsize,
+}
+
+impl FireQueue {
+    /// The driver took a fire out of the queue.
+    fn taken_out(&self) {
+        self.waiting.fetch_sub(1, Ordering::AcqRel);
+    }
+}
+
+impl FireSink for FireQueue {
+    fn try_fire(&self, fire: Box<Fire>) -> Result<(), FireRefused> {
+        // Closed first, whatever is waiting: a driver that is gone takes nothing out, and the
+        // timer cancels a schedule only on `Closed`.
+        if self.tx.is_closed() {
+            return Err(FireRefused::Closed(fire));
+        }
+        if self.waiting.fetch_add(1, Ordering::AcqRel) >= FIRE_QUEUE {
+            self.waiting.fetch_sub(1, Ordering::AcqRel);
+            return Err(FireRefused::Full(fire));
+        }
+        match self.tx.try_reserve() {
+            Ok(permit) => {
+                permit.send(Box::new(JobCmd::Fire(fire)));
+                Ok(())
+            }
+            Err(e) => {
+                self.waiting.fetch_sub(1, Ordering::AcqRel);
+                Err(match e {
+                    mpsc::error::TrySendError::Full(()) => FireRefused::Full(fire),
+                    mpsc::error::TrySendError::Closed(()) => FireRefused::Closed(fire),
+                })
+            }
+        }
+    }
+
+    fn is_closed(&self) -> bool {
+        self.tx.is_closed()
+    }
 }
 
 enum ReplyTx {
@@ -128,7 +178,6 @@ impl From<Queued> for Input {
 /// Starts the driver of job `name` and returns its command sender.
 pub(crate) fn spawn(name: &str, shared: Arc<Shared>) -> JobSender {
     let (cmd_tx, cmd_rx) = mpsc::channel(1024);
-    let (fire_tx, fire_rx) = mpsc::channel(FIRE_QUEUE);
     let settings = shared.job_settings();
     let driver = Driver {
         timer_key: format!("{name}#{}", shared.next_key()),
@@ -138,8 +187,11 @@ pub(crate) fn spawn(name: &str, shared: Arc<Shared>) -> JobSender {
         shared: shared.clone(),
         cmd_tx: cmd_tx.clone(),
         cmd_rx,
-        fire_tx,
-        fire_rx,
+        fires: Arc::new(FireQueue {
+            tx: cmd_tx.clone(),
+            waiting: AtomicUsize::new(0),
+        }),
+        taken: None,
         watch: None,
         io: FuturesOrdered::new(),
         children: FuturesUnordered::new(),
@@ -164,8 +216,9 @@ struct Driver {
     state: JobState,
     cmd_tx: JobSender,
     cmd_rx: mpsc::Receiver<Box<JobCmd>>,
-    fire_tx: crate::schedule::FireSender,
-    fire_rx: mpsc::Receiver<Box<Fire>>,
+    fires: Arc<FireQueue>,
+    /// The burst's count of the fire being stepped, dropped once the step is done.
+    taken: Option<Taken>,
     timer_key: String,
     session_rx: watch::Receiver<SessionState>,
     watch: Option<Watch>,
@@ -255,7 +308,6 @@ impl Driver {
             // The rest of a fire's reconcile, owed until the instant's fires are all taken up
             // (at most `ANSWER_WAIT_MAX`, as answers wait).
             let owed = self.state.reconcile_owed().then(|| self.shared.clone());
-            let mut taken = None;
             let input = tokio::select! {
                 biased;
                 Some(queued) = self.io.next(), if !self.io.is_empty() => {
@@ -292,13 +344,6 @@ impl Driver {
                     },
                     None => return,
                 },
-                Some(mut fire) = self.fire_rx.recv() => {
-                    taken = fire.taken.take();
-                    match fire.ahead {
-                        true => Input::FireAhead { fire_time: fire.fire_time },
-                        false => Input::Fire { fire_time: fire.fire_time },
-                    }
-                }
                 changed = self.session_rx.changed() => match changed {
                     Ok(()) => Input::Session(self.session_rx.borrow_and_update().clone()),
                     Err(_) => return,
@@ -312,7 +357,7 @@ impl Driver {
             };
             self.feed(input);
             // The fire is taken up: its trigger is queued (or its claim sent).
-            drop(taken);
+            self.taken = None;
             if self.state.idle() && self.try_retire() {
                 return;
             }
@@ -495,6 +540,19 @@ impl Driver {
                 // The input is stepped right after this returns, in this same turn of the loop.
                 let _ = reply.send(());
                 Some(Input::ContinueTrace { parent, until })
+            }
+            JobCmd::Fire(mut fire) => {
+                self.fires.taken_out();
+                // Held until the fire's step is done (`run`).
+                self.taken = fire.taken.take();
+                Some(match fire.ahead {
+                    true => Input::FireAhead {
+                        fire_time: fire.fire_time,
+                    },
+                    false => Input::Fire {
+                        fire_time: fire.fire_time,
+                    },
+                })
             }
         }
     }
@@ -682,7 +740,7 @@ impl Driver {
                     self.shared.timer.schedule(
                         self.timer_key.clone(),
                         schedule,
-                        self.fire_tx.clone(),
+                        self.fires.clone(),
                     );
                 }
                 Err(e) => {
@@ -736,7 +794,10 @@ impl Driver {
         self.cmd_rx.close();
         let mut leftover = Vec::new();
         while let Ok(cmd) = self.cmd_rx.try_recv() {
-            leftover.push(cmd);
+            // A fire is the retired schedule's (cancelled below): a new driver has none.
+            if !matches!(*cmd, JobCmd::Fire(_)) {
+                leftover.push(cmd);
+            }
         }
         self.shared.timer.cancel(&self.timer_key);
         for (_, latch) in self.latches.drain() {
@@ -767,5 +828,69 @@ async fn touch(registry: &Registry, path: &str) -> Result<Stat, RegError> {
                 .ok_or_else(|| RegError::NoNode(path.to_string()))
         }
         other => other,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn fire(second: u32) -> Box<Fire> {
+        Box::new(Fire {
+            key: "j#1".into(),
+            fire_time: chrono::DateTime::from_timestamp(1_700_000_000 + i64::from(second), 0)
+                .expect("a valid instant"),
+            ahead: false,
+            taken: None,
+        })
+    }
+
+    fn second_of(cmd: &JobCmd) -> Option<i64> {
+        match cmd {
+            JobCmd::Fire(f) => Some(f.fire_time.timestamp() - 1_700_000_000),
+            _ => None,
+        }
+    }
+
+    #[tokio::test]
+    async fn fires_wait_among_the_commands_in_order_a_few_at_a_time() {
+        let (tx, mut rx) = mpsc::channel(1024);
+        let fires = FireQueue {
+            tx: tx.clone(),
+            waiting: AtomicUsize::new(0),
+        };
+        for s in 0..FIRE_QUEUE as u32 {
+            assert!(fires.try_fire(fire(s)).is_ok(), "fire {s} is queued");
+        }
+        // One more than FIRE_QUEUE waiting: dropped, and given back.
+        match fires.try_fire(fire(9)) {
+            Err(FireRefused::Full(f)) => assert_eq!(f.fire_time.timestamp(), 1_700_000_009),
+            other => panic!("expected Full, got {other:?}"),
+        }
+        // A command queued now comes after the fires queued before it.
+        let (reply, _) = oneshot::channel();
+        tx.try_send(Box::new(JobCmd::Drain {
+            deadline: Instant::now(),
+            reply,
+        }))
+        .expect("room for a command");
+        // The driver takes one out: another fire fits, behind the command.
+        let first = rx.recv().await.expect("a queued fire");
+        assert_eq!(second_of(&first), Some(0));
+        fires.taken_out();
+        assert!(fires.try_fire(fire(4)).is_ok());
+        let mut order = Vec::new();
+        while let Ok(cmd) = rx.try_recv() {
+            order.push(second_of(&cmd));
+        }
+        assert_eq!(order, [Some(1), Some(2), Some(3), None, Some(4)]);
+        // The command queue closed (the driver retired) with fires never taken out: refused
+        // as closed, not as full, so that the timer cancels the schedule.
+        rx.close();
+        assert!(fires.is_closed());
+        assert!(matches!(
+            fires.try_fire(fire(5)),
+            Err(FireRefused::Closed(_))
+        ));
     }
 }
