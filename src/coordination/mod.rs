@@ -14,6 +14,7 @@ mod job;
 pub mod lease;
 pub mod observer;
 pub mod sharding;
+pub mod small_map;
 pub mod trace;
 pub mod view;
 

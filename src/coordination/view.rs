@@ -7,6 +7,7 @@
 use std::collections::BTreeMap;
 use std::sync::Arc;
 
+use crate::coordination::small_map::SmallMap;
 use crate::elasticjob::config::{JobConfiguration, MAX_SHARDING_TOTAL_COUNT};
 use crate::elasticjob::extras::JobExtras;
 use crate::elasticjob::instance::{ip_of, parse_instance_yaml};
@@ -41,9 +42,9 @@ pub struct JobView {
     /// `/{job}/shardcar`: settings beyond ElasticJob's (defaults when absent or unreadable).
     pub extras: JobExtras,
     /// Live instances: id → the server IP from its YAML (or from the id).
-    pub instances: BTreeMap<String, String>,
+    pub instances: SmallMap<String, String>,
     /// `servers/{ip}` → enabled.
-    pub servers: BTreeMap<String, bool>,
+    pub servers: SmallMap<String, bool>,
     /// `leader/election/instance`: the leader's id and the node's data version.
     pub leader: Option<(String, i32)>,
     pub necessary: bool,
@@ -58,7 +59,7 @@ pub struct JobView {
     pub triggers: Vec<String>,
     /// IPs of the shardcar sidecars looking after instances of this job
     /// (`shardcar/sidecars/{ip}`), with the session that owns each node.
-    pub sidecars: BTreeMap<String, i64>,
+    pub sidecars: SmallMap<String, i64>,
 }
 
 fn text(data: &[u8]) -> String {
@@ -76,7 +77,7 @@ pub struct ParseMemo {
     config: Option<(Vec<u8>, ParsedConfig)>,
     extras: Option<(Vec<u8>, JobExtras)>,
     /// Instance id → its node's data and the server IP read from it.
-    instance_ips: BTreeMap<String, (Vec<u8>, String)>,
+    instance_ips: SmallMap<String, (Vec<u8>, String)>,
 }
 
 impl ParseMemo {

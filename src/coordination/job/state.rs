@@ -21,6 +21,7 @@ use super::{Action, Env, Input, LatchKey, OpId, Reply, ReplyId, Settings, Stream
 use crate::coordination::events::Source;
 use crate::coordination::execution::{Execution, ItemOutcome};
 use crate::coordination::lease::WorkerLease;
+use crate::coordination::small_map::SmallMap;
 use crate::coordination::view::{JobView, ParseMemo};
 use crate::coordination::CoordError;
 use crate::elasticjob::config::JobConfiguration;
@@ -321,8 +322,8 @@ pub(crate) struct JobState {
     pub(super) view_stale: bool,
     /// The job's YAML nodes as last parsed, so a rebuilt view parses only what changed.
     pub(super) parse_memo: ParseMemo,
-    /// Boxed, as `executions`: most jobs have one local instance, in a node of eleven.
-    pub(super) locals: BTreeMap<String, Box<Local>>,
+    /// Most jobs have one local instance: a B-tree would hold it in a node of eleven.
+    pub(super) locals: SmallMap<String, Box<Local>>,
     pub(super) streams: HashMap<StreamKey, String>,
     /// Boxed: a B-tree node holds eleven values, so unboxed even one execution would take a
     /// node of eleven.
@@ -418,7 +419,7 @@ impl JobState {
             view: JobView::default(),
             view_stale: false,
             parse_memo: ParseMemo::default(),
-            locals: BTreeMap::new(),
+            locals: SmallMap::new(),
             streams: HashMap::new(),
             executions: BTreeMap::new(),
             generation: 0,
