@@ -94,7 +94,7 @@ impl<K: Ord, V> SmallMap<K, V> {
     }
 
     /// The entries in key order.
-    pub fn iter(&self) -> impl DoubleEndedIterator<Item = (&K, &V)> + ExactSizeIterator {
+    pub fn iter(&self) -> impl DoubleEndedIterator<Item = (&K, &V)> + ExactSizeIterator + Clone {
         self.entries.iter().map(|(k, v)| (k, v))
     }
 
@@ -106,12 +106,12 @@ impl<K: Ord, V> SmallMap<K, V> {
     }
 
     /// The keys in order.
-    pub fn keys(&self) -> impl DoubleEndedIterator<Item = &K> + ExactSizeIterator {
+    pub fn keys(&self) -> impl DoubleEndedIterator<Item = &K> + ExactSizeIterator + Clone {
         self.entries.iter().map(|(k, _)| k)
     }
 
     /// The values in their keys' order.
-    pub fn values(&self) -> impl DoubleEndedIterator<Item = &V> + ExactSizeIterator {
+    pub fn values(&self) -> impl DoubleEndedIterator<Item = &V> + ExactSizeIterator + Clone {
         self.entries.iter().map(|(_, v)| v)
     }
 

@@ -26,6 +26,7 @@ use super::state::JobState;
 use super::{Action, Env, Input, IoResult, LatchKey, Observation, OpId, Reply, ReplyId, StreamKey};
 use crate::coordination::events::{Connection, StreamEnd, WorkerEvent};
 use crate::coordination::execution::ItemOutcome;
+use crate::coordination::small_map::SmallMap;
 use crate::coordination::{CoordError, Shared};
 use crate::elasticjob::config::JobConfiguration;
 use crate::elasticjob::extras::JobExtras;
@@ -195,7 +196,7 @@ pub(crate) fn spawn(name: &str, shared: Arc<Shared>) -> JobSender {
         watch: None,
         io: FuturesOrdered::new(),
         children: FuturesUnordered::new(),
-        sinks: HashMap::new(),
+        sinks: SmallMap::new(),
         replies: HashMap::new(),
         latches: HashMap::new(),
         next_reply: 0,
@@ -230,7 +231,8 @@ struct Driver {
     /// whenever it is not stepping. Dropped with the driver, which retires only when nothing
     /// is in flight (a latch being acquired deletes its contender node when dropped).
     children: FuturesUnordered<BoxFuture<'static, Child>>,
-    sinks: HashMap<StreamKey, Sink>,
+    /// Most jobs have one worker stream here (a hash table would allocate room for three).
+    sinks: SmallMap<StreamKey, Sink>,
     replies: HashMap<ReplyId, ReplyTx>,
     latches: HashMap<LatchKey, Latch>,
     next_reply: ReplyId,

@@ -324,10 +324,12 @@ pub(crate) struct JobState {
     pub(super) parse_memo: ParseMemo,
     /// Most jobs have one local instance: a B-tree would hold it in a node of eleven.
     pub(super) locals: SmallMap<String, Box<Local>>,
-    pub(super) streams: HashMap<StreamKey, String>,
-    /// Boxed: a B-tree node holds eleven values, so unboxed even one execution would take a
-    /// node of eleven.
-    pub(super) executions: BTreeMap<String, Box<Execution>>,
+    /// Each worker stream's local instance (most jobs have one).
+    pub(super) streams: SmallMap<StreamKey, String>,
+    /// A job has one execution in flight or two (a run claimed ahead of its instant is one
+    /// between its runs): a B-tree would hold it in a node of eleven. Boxed, as the entries
+    /// move when one is inserted before them.
+    pub(super) executions: SmallMap<String, Box<Execution>>,
     /// The session generation the local instances are registered in (0 before setup).
     pub(super) generation: u64,
     /// Actions in flight, oldest first (ids only grow). A job has a few at most: a vector
@@ -420,8 +422,8 @@ impl JobState {
             view_stale: false,
             parse_memo: ParseMemo::default(),
             locals: SmallMap::new(),
-            streams: HashMap::new(),
-            executions: BTreeMap::new(),
+            streams: SmallMap::new(),
+            executions: SmallMap::new(),
             generation: 0,
             pending: Vec::new(),
             commit_ops: BTreeMap::new(),
