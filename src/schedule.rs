@@ -703,7 +703,7 @@ fn run(shared: &Shared) {
             match tx.try_fire(fire) {
                 Ok(()) => {}
                 Err(FireRefused::Full(fire)) => {
-                    tracing::warn!(key = %fire.key, fire_time = %fire.fire_time, "fire dropped: the job's fire queue is full");
+                    tracing::warn!(key = %fire.key, fire_time = %fire.fire_time, "fire dropped: too many of the job's fires wait for it already (its driver is behind)");
                 }
                 Err(FireRefused::Closed(fire)) => gone.push(fire.key),
             }
