@@ -96,6 +96,7 @@ pub(crate) enum JobCmd {
 /// order, at most [`FIRE_QUEUE`] waiting at a time (the timer drops a fire beyond that). A
 /// queue of their own would cost every job a channel and its first block of slots (~1 KB).
 struct FireQueue {
+    /// The job's command queue (also what the driver compares the job table's entry with).
     tx: JobSender,
     /// Fires queued and not yet taken up by the driver.
     waiting: AtomicUsize,
@@ -186,7 +187,6 @@ pub(crate) fn spawn(name: &str, shared: Arc<Shared>) -> JobSender {
         state: JobState::new(name, settings),
         session_rx: shared.registry.session(),
         shared: shared.clone(),
-        cmd_tx: cmd_tx.clone(),
         cmd_rx,
         fires: Arc::new(FireQueue {
             tx: cmd_tx.clone(),
@@ -215,7 +215,6 @@ struct Driver {
     shared: Arc<Shared>,
     paths: JobPaths,
     state: JobState,
-    cmd_tx: JobSender,
     cmd_rx: mpsc::Receiver<Box<JobCmd>>,
     fires: Arc<FireQueue>,
     /// The burst's count of the fire being stepped, dropped once the step is done.
@@ -788,7 +787,7 @@ impl Driver {
             }
             if jobs
                 .get(&name)
-                .is_some_and(|tx| tx.same_channel(&self.cmd_tx))
+                .is_some_and(|tx| tx.same_channel(&self.fires.tx))
             {
                 jobs.remove(&name);
             }
