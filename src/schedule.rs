@@ -16,7 +16,6 @@ use std::time::Duration;
 use chrono::{DateTime, FixedOffset, Local, TimeZone, Utc};
 use croner::parser::{CronParser, Seconds};
 use croner::Cron;
-use tokio::sync::mpsc;
 use tokio_util::task::TaskTracker;
 
 const FIELDS: [&str; 7] = [
@@ -418,20 +417,6 @@ pub trait FireSink: Send + Sync {
 
 /// A schedule's [`FireSink`], shared by the timer and its owner.
 pub type FireSender = Arc<dyn FireSink>;
-
-/// A queue of fires alone: a fire that does not fit is dropped.
-impl FireSink for mpsc::Sender<Box<Fire>> {
-    fn try_fire(&self, fire: Box<Fire>) -> Result<(), FireRefused> {
-        self.try_send(fire).map_err(|e| match e {
-            mpsc::error::TrySendError::Full(fire) => FireRefused::Full(fire),
-            mpsc::error::TrySendError::Closed(fire) => FireRefused::Closed(fire),
-        })
-    }
-
-    fn is_closed(&self) -> bool {
-        mpsc::Sender::is_closed(self)
-    }
-}
 
 struct Entry {
     generation: u64,

@@ -2,6 +2,22 @@
 
 use super::*;
 use chrono::Timelike;
+use tokio::sync::mpsc;
+
+/// A queue of fires alone, for these tests (a job's fires go into its command queue): a fire
+/// that does not fit is dropped.
+impl FireSink for mpsc::Sender<Box<Fire>> {
+    fn try_fire(&self, fire: Box<Fire>) -> Result<(), FireRefused> {
+        self.try_send(fire).map_err(|e| match e {
+            mpsc::error::TrySendError::Full(fire) => FireRefused::Full(fire),
+            mpsc::error::TrySendError::Closed(fire) => FireRefused::Closed(fire),
+        })
+    }
+
+    fn is_closed(&self) -> bool {
+        mpsc::Sender::is_closed(self)
+    }
+}
 
 fn utc(s: &str) -> DateTime<Utc> {
     s.parse().unwrap()
