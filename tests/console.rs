@@ -200,14 +200,25 @@ async fn a_job_is_browsed_and_operated_live_in_a_real_browser() {
 
     // Another operator triggers it (the Admin API): the run shows up, running, then done,
     // without a reload of the page.
+    // Each update is merged into the page: the item's buttons stay the same elements while
+    // its row changes around them (a button replaced as it is clicked swallows the click).
     browser.execute("window.__notReloaded = 42;").await;
+    let a_item = wa.current_items()[0];
+    let disable_button = serde_json::to_string(&format!(
+        r#"#items tr[data-item="{a_item}"] form[action$="/disable"] button"#
+    ))
+    .unwrap();
+    browser
+        .execute(&format!(
+            "document.querySelector({disable_button}).__kept = 42;"
+        ))
+        .await;
     admin
         .trigger_job(TriggerJobRequest {
             job_name: "orders".into(),
         })
         .await
         .unwrap();
-    let a_item = wa.current_items()[0];
     let running = format!(r#"#items tr[data-item="{a_item}"] .running"#);
     browser
         .wait_text(&running, WAIT, |t| t.is_some_and(|t| t.contains("running")))
@@ -228,6 +239,15 @@ async fn a_job_is_browsed_and_operated_live_in_a_real_browser() {
         browser.execute("return window.__notReloaded;").await,
         serde_json::json!(42),
         "the page was reloaded"
+    );
+    assert_eq!(
+        browser
+            .execute(&format!(
+                "return document.querySelector({disable_button}).__kept;"
+            ))
+            .await,
+        serde_json::json!(42),
+        "an update replaced item {a_item}'s disable button instead of merging into it"
     );
     assert_eq!(
         browser

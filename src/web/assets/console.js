@@ -14,10 +14,46 @@ document.addEventListener("submit", (event) => {
   if (confirmed) confirmed.value = "yes";
 });
 
+// An update is merged into the page, not pasted over it: every node whose place and kind are
+// unchanged stays the same node, only its text and attributes brought up to date. A button
+// being clicked while an update arrives is still there to receive the click (a replaced one
+// would swallow it), and an update equal to what is shown changes nothing.
 function replaceLive(live, html) {
   if (live.dataset.last === html) return;
   live.dataset.last = html;
-  live.innerHTML = html;
+  const fresh = document.createElement("template");
+  fresh.innerHTML = html;
+  mergeChildren(live, fresh.content);
+}
+
+function mergeChildren(target, source) {
+  const wanted = Array.from(source.childNodes);
+  const present = Array.from(target.childNodes);
+  wanted.forEach((node, i) => {
+    const old = present[i];
+    if (!old) {
+      target.appendChild(node);
+    } else if (old.nodeType === node.nodeType && old.nodeName === node.nodeName) {
+      mergeNode(old, node);
+    } else {
+      target.replaceChild(node, old);
+    }
+  });
+  present.slice(wanted.length).forEach((old) => old.remove());
+}
+
+function mergeNode(old, node) {
+  if (old.nodeType !== Node.ELEMENT_NODE) {
+    if (old.nodeValue !== node.nodeValue) old.nodeValue = node.nodeValue;
+    return;
+  }
+  for (const { name } of Array.from(old.attributes)) {
+    if (!node.hasAttribute(name)) old.removeAttribute(name);
+  }
+  for (const { name, value } of Array.from(node.attributes)) {
+    if (old.getAttribute(name) !== value) old.setAttribute(name, value);
+  }
+  mergeChildren(old, node);
 }
 
 // A job's page: its live part comes by server-sent events.
