@@ -88,6 +88,9 @@ impl Browser {
         command
             .arg(format!("--port={port}"))
             .arg("--allowed-ips=127.0.0.1")
+            // Chromium's own scratch (its singleton socket's directory, left behind when it is
+            // killed) goes into the dir removed with this browser, not the machine's /tmp.
+            .env("TMPDIR", dir.path())
             // Its own process group: everything it starts is killed with it.
             .process_group(0);
         let driver = Process::spawn("chromedriver", command, &log);
