@@ -116,7 +116,8 @@ struct Shared {
     // Locked only for short sections without `.await`: pushes and snapshots.
     log: Mutex<Log>,
     changed_tx: watch::Sender<u64>,
-    auto_complete: std::sync::atomic::AtomicBool,
+    /// Auto-complete, and how long each trigger is worked on before its answer (`None`: off).
+    auto_complete: Mutex<Option<Duration>>,
     strict: Mutex<StrictState>,
     started: Instant,
 }
@@ -124,6 +125,10 @@ struct Shared {
 impl Shared {
     fn lock(&self) -> MutexGuard<'_, Log> {
         self.log.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    fn auto_complete(&self) -> MutexGuard<'_, Option<Duration>> {
+        self.auto_complete.lock().unwrap_or_else(|e| e.into_inner())
     }
 
     fn bump(&self) {
@@ -199,7 +204,7 @@ impl TestWorker {
         let shared = Arc::new(Shared {
             log: Mutex::new(Log::default()),
             changed_tx,
-            auto_complete: false.into(),
+            auto_complete: Mutex::new(None),
             strict: Mutex::new(StrictState {
                 work: strict_work,
                 ..StrictState::default()
@@ -418,7 +423,13 @@ impl TestWorker {
     /// Answers every trigger from now on with `Complete` for all its items (outcomes in
     /// [`TestWorker::auto_completed`]).
     pub fn set_auto_complete(&self, on: bool) {
-        self.shared.auto_complete.store(on, Ordering::SeqCst);
+        *self.shared.auto_complete() = on.then_some(Duration::ZERO);
+    }
+
+    /// [`TestWorker::set_auto_complete`], each trigger worked on for `work` before its answer,
+    /// as a job that takes that long would be.
+    pub fn set_auto_complete_after(&self, work: Duration) {
+        *self.shared.auto_complete() = Some(work);
     }
 
     /// Follows the contract on its own from now on (see the module docs): each trigger under a
@@ -572,6 +583,7 @@ async fn read_events(
             Err(status) => break StreamEnd::Failed(status),
         };
         let now = Instant::now();
+        let auto_work = *shared.auto_complete();
         match &event.event {
             Some(Event::Registered(r)) => instance_id = r.instance_id.clone(),
             Some(Event::Lease(l)) => {
@@ -628,12 +640,14 @@ async fn read_events(
                     now,
                 ));
             }
-            Some(Event::Trigger(t)) if shared.auto_complete.load(Ordering::SeqCst) => {
+            Some(Event::Trigger(t)) if auto_work.is_some() => {
+                let work = auto_work.unwrap_or_default();
                 tokio::spawn(auto_complete(
                     client.clone(),
                     shared.clone(),
                     instance_id.clone(),
                     t.clone(),
+                    work,
                 ));
             }
             _ => {}
@@ -755,7 +769,11 @@ async fn auto_complete(
     shared: Arc<Shared>,
     instance_id: String,
     trigger: Trigger,
+    work: Duration,
 ) {
+    if !work.is_zero() {
+        tokio::time::sleep(work).await;
+    }
     let request = CompleteRequest {
         instance_id,
         execution_id: trigger.execution_id.clone(),
