@@ -38,6 +38,13 @@
 //! on 127.0.0.1.
 //! `SHARDCAR_BENCH_JOBS_PER_CONNECTION=K` has the workers of K jobs share each connection (one
 //! worker process running K jobs), instead of one connection per worker.
+//! `SHARDCAR_BENCH_WORK=<duration>` has the trigger and scale workers work on each trigger for
+//! that long before they answer, as a job that takes that long would (they answer at once
+//! otherwise).
+//!
+//! With many jobs, the trigger figures also print the CPU each process used in the 50 ms around
+//! each instant (from 5 ms before it): the sidecar, the workers (this program) and ZooKeeper
+//! share the machine's cores, and an instant's last triggers wait for all three.
 
 #[path = "../tests/failure/child.rs"]
 mod child;
@@ -624,6 +631,43 @@ fn jit_seconds(pid: u32) -> f64 {
         .sum()
 }
 
+/// From 5 ms before each whole second (the instants every job here fires at) to 45 ms after
+/// it, until `until`: how long each window was as read, and the CPU (ms) each of `pids` used
+/// in it. Runs on a thread of its own, so that a busy runtime does not delay the reads.
+fn cpu_at_instants(pids: Vec<u32>, until: Instant) -> (Vec<f64>, Vec<Vec<f64>>) {
+    let mut lengths = Vec::new();
+    let mut used = vec![Vec::new(); pids.len()];
+    loop {
+        let now = SystemTime::now().duration_since(UNIX_EPOCH).unwrap();
+        let to_start = Duration::from_secs(now.as_secs() + 1) - Duration::from_millis(5) - now;
+        if Instant::now() + to_start + Duration::from_millis(50) > until {
+            return (lengths, used);
+        }
+        std::thread::sleep(to_start);
+        let started = Instant::now();
+        let before: Vec<u64> = pids.iter().map(|pid| cpu_ns(*pid)).collect();
+        std::thread::sleep(Duration::from_millis(50));
+        let after: Vec<u64> = pids.iter().map(|pid| cpu_ns(*pid)).collect();
+        lengths.push(started.elapsed().as_secs_f64() * 1000.0);
+        for (i, (b, a)) in before.iter().zip(after).enumerate() {
+            used[i].push(a.saturating_sub(*b) as f64 / 1e6);
+        }
+    }
+}
+
+/// CPU time (ns) the threads of `pid` alive now have used (`/proc/<pid>/task/*/schedstat`:
+/// nanoseconds, where `stat` counts ticks of 10 ms, too coarse for a 50 ms window).
+fn cpu_ns(pid: u32) -> u64 {
+    let Ok(tasks) = std::fs::read_dir(format!("/proc/{pid}/task")) else {
+        return 0;
+    };
+    tasks
+        .flatten()
+        .filter_map(|t| std::fs::read_to_string(t.path().join("schedstat")).ok())
+        .filter_map(|s| s.split_whitespace().next()?.parse::<u64>().ok())
+        .sum()
+}
+
 /// CPU time (user + system) the process has used, in seconds.
 fn cpu_seconds(pid: u32) -> f64 {
     cpu_seconds_of(&format!("/proc/{pid}/stat"))
@@ -675,6 +719,7 @@ async fn bench_triggers(zk: Option<&ZooKeeper>, jobs: usize, items: i32, window:
     let claim_ahead = std::env::var("SHARDCAR_BENCH_CLAIM_AHEAD").ok();
     let unix_socket = unix_socket_from_env();
     let per_connection = jobs_per_connection_from_env();
+    let work = work_from_env();
     let options = SidecarOptions {
         namespace: ns.clone(),
         log_level: "warn".into(),
@@ -688,7 +733,7 @@ async fn bench_triggers(zk: Option<&ZooKeeper>, jobs: usize, items: i32, window:
         ..registry
     };
     let on = format!(
-        "{}, claim_ahead {}, workers over {}{}",
+        "{}, claim_ahead {}, workers over {}{}{}",
         if zk.is_some() { "" } else { ", standalone" },
         claim_ahead.as_deref().unwrap_or("100ms (default)"),
         if unix_socket {
@@ -700,6 +745,11 @@ async fn bench_triggers(zk: Option<&ZooKeeper>, jobs: usize, items: i32, window:
             format!(", the workers of {per_connection} jobs on each connection")
         } else {
             String::new()
+        },
+        if work.is_zero() {
+            String::new()
+        } else {
+            format!(", each trigger worked on for {work:?} before its answer")
         }
     );
     let car = Sidecar::start(options).await;
@@ -749,7 +799,7 @@ async fn bench_triggers(zk: Option<&ZooKeeper>, jobs: usize, items: i32, window:
             }
         };
         let Some(w) = w else { break };
-        w.set_auto_complete(true);
+        w.set_auto_complete_after(work);
         workers.push(w);
     }
     let jobs = workers.len();
@@ -795,6 +845,15 @@ async fn bench_triggers(zk: Option<&ZooKeeper>, jobs: usize, items: i32, window:
         .unwrap()
         .as_secs_f64();
     let window_start = workers.iter().map(|w| w.events().len()).collect::<Vec<_>>();
+    let mut at_instants_of = vec![
+        ("the sidecar", car.pid()),
+        ("the workers", std::process::id()),
+    ];
+    at_instants_of.extend(zk_pid.map(|pid| ("ZooKeeper", pid)));
+    let at_instants = (jobs > 1).then(|| {
+        let pids = at_instants_of.iter().map(|(_, pid)| *pid).collect();
+        tokio::task::spawn_blocking(move || cpu_at_instants(pids, measured_from + window))
+    });
     tokio::time::sleep(window).await;
     let measured_to = Instant::now();
     let elapsed = measured_to.duration_since(measured_from).as_secs_f64();
@@ -856,6 +915,22 @@ async fn bench_triggers(zk: Option<&ZooKeeper>, jobs: usize, items: i32, window:
         samples,
     );
     instant_spread(jobs, &per_instant);
+    if let Some(at_instants) = at_instants {
+        let (lengths, used) = at_instants.await.expect("the CPU sampler ends");
+        let cores = std::thread::available_parallelism().map_or(0, usize::from);
+        for ((name, _), used) in at_instants_of.iter().zip(used) {
+            report(
+                &format!("  cpu at the instants ({jobs} jobs): {name}, ms of CPU in the 50 ms from 5 ms before each instant ({cores} cores)"),
+                "ms",
+                used,
+            );
+        }
+        report(
+            &format!("  cpu at the instants ({jobs} jobs): the length of each window as read"),
+            "ms",
+            lengths,
+        );
+    }
     stage_breakdown(&car, jobs, &received).await;
     println!(
         "throughput ({jobs} jobs x {items} items{on}): {items_triggered} items triggered, {items_answered} answered and recorded in {elapsed:.1} s = {:.0} items/s; sidecar CPU {:.0}% of one core ({}the workers {:.0}%)",
@@ -1201,6 +1276,19 @@ fn jobs_per_connection_from_env() -> usize {
     }
 }
 
+/// `SHARDCAR_BENCH_WORK=<duration>` (e.g. `200ms`): how long the trigger and scale figures'
+/// workers work on each trigger before they answer (0, the default: at once). Exits with a
+/// message on a value that is not a duration.
+fn work_from_env() -> Duration {
+    match std::env::var("SHARDCAR_BENCH_WORK") {
+        Err(_) => Duration::ZERO,
+        Ok(v) => shardcar::config::parse_duration(&v).unwrap_or_else(|e| {
+            eprintln!("SHARDCAR_BENCH_WORK={v:?}: {e}; expected a duration like 200ms");
+            std::process::exit(64);
+        }),
+    }
+}
+
 fn main() {
     // The failover benchmark re-executes this program as a worker process.
     child::main_if_child();
@@ -1215,6 +1303,7 @@ fn main() {
     let scale_shapes = scale_shapes_from_env();
     unix_socket_from_env();
     jobs_per_connection_from_env();
+    work_from_env();
     let runtime = tokio::runtime::Runtime::new().expect("a tokio runtime");
     runtime.block_on(async {
         // ZooKeeper's JVM as a production server runs it (the tests' is tuned to start fast).
