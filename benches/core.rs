@@ -633,7 +633,10 @@ fn jit_seconds(pid: u32) -> f64 {
 
 /// From 5 ms before each whole second (the instants every job here fires at) to 45 ms after
 /// it, until `until`: how long each window was as read, and the CPU (ms) each of `pids` used
-/// in it. Runs on a thread of its own, so that a busy runtime does not delay the reads.
+/// in it. Runs on a thread of its own, so that a busy runtime does not delay the reads. The
+/// windows are read in the order of `pids` before and in reverse after, so that the last
+/// process's window holds none of the reading of the others (the caller's own process goes
+/// last).
 fn cpu_at_instants(pids: Vec<u32>, until: Instant) -> (Vec<f64>, Vec<Vec<f64>>) {
     let mut lengths = Vec::new();
     let mut used = vec![Vec::new(); pids.len()];
@@ -647,7 +650,8 @@ fn cpu_at_instants(pids: Vec<u32>, until: Instant) -> (Vec<f64>, Vec<Vec<f64>>) 
         let started = Instant::now();
         let before: Vec<u64> = pids.iter().map(|pid| cpu_ns(*pid)).collect();
         std::thread::sleep(Duration::from_millis(50));
-        let after: Vec<u64> = pids.iter().map(|pid| cpu_ns(*pid)).collect();
+        let mut after: Vec<u64> = pids.iter().rev().map(|pid| cpu_ns(*pid)).collect();
+        after.reverse();
         lengths.push(started.elapsed().as_secs_f64() * 1000.0);
         for (i, (b, a)) in before.iter().zip(after).enumerate() {
             used[i].push(a.saturating_sub(*b) as f64 / 1e6);
@@ -845,11 +849,11 @@ async fn bench_triggers(zk: Option<&ZooKeeper>, jobs: usize, items: i32, window:
         .unwrap()
         .as_secs_f64();
     let window_start = workers.iter().map(|w| w.events().len()).collect::<Vec<_>>();
-    let mut at_instants_of = vec![
-        ("the sidecar", car.pid()),
-        ("the workers", std::process::id()),
-    ];
+    // This process last: its window is read last before it and first after it, so that the
+    // sampler's reads of the others are not counted as the workers' CPU.
+    let mut at_instants_of = vec![("the sidecar", car.pid())];
     at_instants_of.extend(zk_pid.map(|pid| ("ZooKeeper", pid)));
+    at_instants_of.push(("the workers", std::process::id()));
     let at_instants = (jobs > 1).then(|| {
         let pids = at_instants_of.iter().map(|(_, pid)| *pid).collect();
         tokio::task::spawn_blocking(move || cpu_at_instants(pids, measured_from + window))
