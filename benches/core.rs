@@ -642,7 +642,13 @@ fn cpu_at_instants(pids: Vec<u32>, until: Instant) -> (Vec<f64>, Vec<Vec<f64>>) 
     let mut used = vec![Vec::new(); pids.len()];
     loop {
         let now = SystemTime::now().duration_since(UNIX_EPOCH).unwrap();
-        let to_start = Duration::from_secs(now.as_secs() + 1) - Duration::from_millis(5) - now;
+        // The next window's start: 5 ms before the next whole second, or the one after it if
+        // that is already past (in the last 5 ms of a second).
+        let mut start = Duration::from_secs(now.as_secs() + 1) - Duration::from_millis(5);
+        if start <= now {
+            start += Duration::from_secs(1);
+        }
+        let to_start = start - now;
         if Instant::now() + to_start + Duration::from_millis(50) > until {
             return (lengths, used);
         }
