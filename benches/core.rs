@@ -617,18 +617,23 @@ async fn until_jit_quiet(pid: u32) -> (Duration, f64) {
 /// CPU seconds of a JVM's JIT compiler threads (HotSpot names them `C1 CompilerThread<n>`
 /// and `C2 CompilerThread<n>`; the kernel keeps the first 15 bytes of a thread's name).
 fn jit_seconds(pid: u32) -> f64 {
-    let Ok(tasks) = std::fs::read_dir(format!("/proc/{pid}/task")) else {
-        return 0.0;
-    };
-    tasks
-        .flatten()
+    threads_of(pid)
         .filter(|t| {
-            std::fs::read_to_string(t.path().join("comm"))
+            std::fs::read_to_string(t.join("comm"))
                 .is_ok_and(|c| c.starts_with("C1 Compiler") || c.starts_with("C2 Compiler"))
         })
-        .filter_map(|t| t.file_name().to_str()?.parse::<u32>().ok())
-        .map(|tid| cpu_seconds_of(&format!("/proc/{pid}/task/{tid}/stat")))
+        .map(|t| cpu_seconds_of(t.join("stat")))
         .sum()
+}
+
+/// The directories (`/proc/<pid>/task/<tid>`) of the threads of `pid` alive now; none if the
+/// process is gone.
+fn threads_of(pid: u32) -> impl Iterator<Item = std::path::PathBuf> {
+    std::fs::read_dir(format!("/proc/{pid}/task"))
+        .into_iter()
+        .flatten()
+        .flatten()
+        .map(|t| t.path())
 }
 
 /// From 5 ms before each whole second (the instants every job here fires at) to 45 ms after
@@ -668,23 +673,19 @@ fn cpu_at_instants(pids: Vec<u32>, until: Instant) -> (Vec<f64>, Vec<Vec<f64>>) 
 /// CPU time (ns) the threads of `pid` alive now have used (`/proc/<pid>/task/*/schedstat`:
 /// nanoseconds, where `stat` counts ticks of 10 ms, too coarse for a 50 ms window).
 fn cpu_ns(pid: u32) -> u64 {
-    let Ok(tasks) = std::fs::read_dir(format!("/proc/{pid}/task")) else {
-        return 0;
-    };
-    tasks
-        .flatten()
-        .filter_map(|t| std::fs::read_to_string(t.path().join("schedstat")).ok())
+    threads_of(pid)
+        .filter_map(|t| std::fs::read_to_string(t.join("schedstat")).ok())
         .filter_map(|s| s.split_whitespace().next()?.parse::<u64>().ok())
         .sum()
 }
 
 /// CPU time (user + system) the process has used, in seconds.
 fn cpu_seconds(pid: u32) -> f64 {
-    cpu_seconds_of(&format!("/proc/{pid}/stat"))
+    cpu_seconds_of(format!("/proc/{pid}/stat"))
 }
 
 /// CPU seconds of a process's or a thread's `stat` file.
-fn cpu_seconds_of(stat_path: &str) -> f64 {
+fn cpu_seconds_of(stat_path: impl AsRef<std::path::Path>) -> f64 {
     let stat = std::fs::read_to_string(stat_path).unwrap_or_default();
     // The fields after the command (which may hold spaces) start after its closing paren.
     let rest = stat.rsplit_once(')').map_or("", |(_, r)| r);
