@@ -371,7 +371,12 @@ async fn ctl_and_metrics_against_a_standalone_sidecar() {
         format!("instance {} shut down in reports\n", worker.instance_id())
     );
     worker.wait_stream_end(WAIT).await.unwrap();
-    assert!(worker.shutdown().is_some(), "{}", worker.summary());
+    assert_eq!(
+        worker.shutdown().map(|s| s.kind),
+        Some(shardcar::proto::ShutdownKind::Remote as i32),
+        "{}",
+        worker.summary()
+    );
     let m = scrape(&metrics_addr).await;
     assert_eq!(metric(&m, "shardcar_workers{job_name=\"reports\"}"), 0.0);
 

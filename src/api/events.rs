@@ -3,7 +3,7 @@
 use std::time::UNIX_EPOCH;
 
 use crate::api::convert::to_proto;
-use crate::coordination::{ExecutionRecord, Source, Trigger, WorkerEvent};
+use crate::coordination::{ExecutionRecord, ShutdownKind, Source, Trigger, WorkerEvent};
 use crate::ops::history::item_outcome;
 use crate::proto::{self, subscribe_response::Event};
 
@@ -79,7 +79,13 @@ pub fn to_wire(event: WorkerEvent) -> proto::SubscribeResponse {
         }),
         WorkerEvent::Trigger(t) => Event::Trigger(trigger(*t)),
         WorkerEvent::Revoke { items, reason } => Event::Revoke(proto::Revoke { items, reason }),
-        WorkerEvent::Shutdown { reason } => Event::Shutdown(proto::Shutdown { reason }),
+        WorkerEvent::Shutdown { reason, kind } => Event::Shutdown(proto::Shutdown {
+            reason,
+            kind: match kind {
+                ShutdownKind::Drain => proto::ShutdownKind::Drain,
+                ShutdownKind::Remote => proto::ShutdownKind::Remote,
+            } as i32,
+        }),
     };
     proto::SubscribeResponse { event: Some(event) }
 }

@@ -81,7 +81,16 @@ pub enum WorkerEvent {
     /// Stop these items and decline them once stopped.
     Revoke { items: Vec<i32>, reason: String },
     /// The stream is ending: no new work.
-    Shutdown { reason: String },
+    Shutdown { reason: String, kind: ShutdownKind },
+}
+
+/// Why a worker's stream is ending, which tells the worker whether to subscribe again.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ShutdownKind {
+    /// The sidecar is stopping: the worker may come back once it is up again.
+    Drain,
+    /// An operator shut the instance down: it does not come back to the job.
+    Remote,
 }
 
 /// Who ended a worker's stream, as its transport saw it.

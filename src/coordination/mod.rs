@@ -33,7 +33,7 @@ use crate::elasticjob::config::JobConfiguration;
 use crate::elasticjob::extras::JobExtras;
 use crate::registry::{self, Registry};
 use crate::schedule::{Timer, ANSWER_WAIT_MAX};
-pub use events::{Connection, InProcess, Source, StreamEnd, Trigger, WorkerEvent};
+pub use events::{Connection, InProcess, ShutdownKind, Source, StreamEnd, Trigger, WorkerEvent};
 use execution::FinishedExecutions;
 pub use execution::ItemOutcome;
 use job::JobCmd;

@@ -828,7 +828,9 @@ fn summarize(log: &Log, started: Instant) -> String {
                 Some(Event::Revoke(r)) => {
                     format!("Revoke items={:?} reason={:?}", r.items, r.reason)
                 }
-                Some(Event::Shutdown(s)) => format!("Shutdown reason={:?}", s.reason),
+                Some(Event::Shutdown(s)) => {
+                    format!("Shutdown reason={:?} kind={}", s.reason, s.kind)
+                }
                 Some(Event::Lease(l)) => {
                     format!("Lease #{} valid_for={:?}", l.sequence, l.valid_for)
                 }

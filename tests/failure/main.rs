@@ -23,7 +23,9 @@ use common::{
     ZooKeeper,
 };
 use shardcar::proto::subscribe_response::Event;
-use shardcar::proto::{CompleteRequest, JobConfig, SubscribeRequest, Trigger, TriggerSource};
+use shardcar::proto::{
+    CompleteRequest, JobConfig, ShutdownKind, SubscribeRequest, Trigger, TriggerSource,
+};
 use tonic::Code;
 use zookeeper_client::{Acls, AddWatchMode, Client, CreateMode, EventType};
 
@@ -613,9 +615,10 @@ async fn remote_operations_through_zookeeper() {
     wb.wait_stream_end(WAIT)
         .await
         .unwrap_or_else(|e| panic!("{e}"));
-    assert!(
-        wb.shutdown().is_some(),
-        "Shutdown event before the end: {}",
+    assert_eq!(
+        wb.shutdown().map(|s| s.kind),
+        Some(ShutdownKind::Remote as i32),
+        "a REMOTE Shutdown event before the end: {}",
         wb.summary()
     );
     wait_n_items(&wa, 2).await;
@@ -641,7 +644,12 @@ async fn sigterm_drains_workers_and_peers_take_over_at_once() {
     wa.wait_stream_end(WAIT)
         .await
         .unwrap_or_else(|e| panic!("{e}"));
-    assert!(wa.shutdown().is_some(), "{}", wa.summary());
+    assert_eq!(
+        wa.shutdown().map(|s| s.kind),
+        Some(ShutdownKind::Drain as i32),
+        "a DRAIN Shutdown event: {}",
+        wa.summary()
+    );
     wait_n_items(&wb, 2).await;
     let moved = started.elapsed();
     assert!(

@@ -9,7 +9,7 @@ use tracing::warn;
 
 use super::state::JobState;
 use super::{Action, Env, Input, Reply, ReplyId};
-use crate::coordination::events::{StreamEnd, WorkerEvent};
+use crate::coordination::events::{ShutdownKind, StreamEnd, WorkerEvent};
 use crate::coordination::failover::Release;
 use crate::coordination::CoordError;
 
@@ -43,6 +43,7 @@ impl JobState {
                     stream: local.stream,
                     event: WorkerEvent::Shutdown {
                         reason: reason.into(),
+                        kind: ShutdownKind::Drain,
                     },
                 });
             }

@@ -12,7 +12,7 @@ use tracing::{debug, info};
 
 use super::state::{create_empty, Gone, Handed, JobState, Local, Pending, Phase};
 use super::{Action, Env, Input, Observation, Reply, StreamKey};
-use crate::coordination::events::{StreamEnd, WorkerEvent};
+use crate::coordination::events::{ShutdownKind, StreamEnd, WorkerEvent};
 use crate::coordination::failover;
 use crate::coordination::CoordError;
 use crate::elasticjob::instance::{instance_yaml, ip_of};
@@ -416,6 +416,7 @@ impl JobState {
                 stream: local.stream,
                 event: WorkerEvent::Shutdown {
                     reason: reason.into(),
+                    kind: ShutdownKind::Remote,
                 },
             });
             for exec in local.executions.clone() {

@@ -29,6 +29,12 @@ class TriggerSource(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
     TRIGGER_SOURCE_FAILOVER: _ClassVar[TriggerSource]
     TRIGGER_SOURCE_MANUAL: _ClassVar[TriggerSource]
 
+class ShutdownKind(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
+    __slots__ = ()
+    SHUTDOWN_KIND_UNSPECIFIED: _ClassVar[ShutdownKind]
+    SHUTDOWN_KIND_DRAIN: _ClassVar[ShutdownKind]
+    SHUTDOWN_KIND_REMOTE: _ClassVar[ShutdownKind]
+
 class JobState(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
     __slots__ = ()
     JOB_STATE_UNSPECIFIED: _ClassVar[JobState]
@@ -55,6 +61,9 @@ TRIGGER_SOURCE_CRON: TriggerSource
 TRIGGER_SOURCE_MISFIRE: TriggerSource
 TRIGGER_SOURCE_FAILOVER: TriggerSource
 TRIGGER_SOURCE_MANUAL: TriggerSource
+SHUTDOWN_KIND_UNSPECIFIED: ShutdownKind
+SHUTDOWN_KIND_DRAIN: ShutdownKind
+SHUTDOWN_KIND_REMOTE: ShutdownKind
 JOB_STATE_UNSPECIFIED: JobState
 JOB_STATE_OK: JobState
 JOB_STATE_CRASHED: JobState
@@ -236,10 +245,12 @@ class Revoke(_message.Message):
     def __init__(self, items: _Optional[_Iterable[int]] = ..., reason: _Optional[str] = ...) -> None: ...
 
 class Shutdown(_message.Message):
-    __slots__ = ("reason",)
+    __slots__ = ("reason", "kind")
     REASON_FIELD_NUMBER: _ClassVar[int]
+    KIND_FIELD_NUMBER: _ClassVar[int]
     reason: str
-    def __init__(self, reason: _Optional[str] = ...) -> None: ...
+    kind: ShutdownKind
+    def __init__(self, reason: _Optional[str] = ..., kind: _Optional[_Union[ShutdownKind, str]] = ...) -> None: ...
 
 class CompleteRequest(_message.Message):
     __slots__ = ("instance_id", "execution_id", "items")
