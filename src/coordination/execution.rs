@@ -148,11 +148,8 @@ pub struct Execution {
     pub versions: BTreeMap<i32, i32>,
     /// Items answered (or released), with how.
     pub outcomes: BTreeMap<i32, ItemOutcome>,
-    /// Items whose answer is being written.
-    pub committing: BTreeSet<i32>,
-    /// Items whose answer was written with an unknown outcome (no reply from the registry):
-    /// resolved by the next read of the job.
-    pub uncertain: BTreeMap<i32, ItemOutcome>,
+    /// Answers received and not recorded yet, and the calls waiting to hear of them.
+    pub held: HeldAnswers,
     /// Items whose release is being written.
     pub releasing: BTreeSet<i32>,
     /// Set once the execution no longer holds its items.
@@ -196,8 +193,7 @@ impl Execution {
             fencing_tokens: BTreeMap::new(),
             versions: BTreeMap::new(),
             outcomes: BTreeMap::new(),
-            committing: BTreeSet::new(),
-            uncertain: BTreeMap::new(),
+            held: HeldAnswers::default(),
             releasing: BTreeSet::new(),
             void: None,
             trace,
@@ -213,8 +209,7 @@ impl Execution {
             .copied()
             .filter(|i| {
                 !self.outcomes.contains_key(i)
-                    && !self.committing.contains(i)
-                    && !self.uncertain.contains_key(i)
+                    && !self.held.contains(*i)
                     && !self.releasing.contains(i)
             })
             .collect()
@@ -237,6 +232,137 @@ impl Execution {
             name,
             attributes,
         });
+    }
+}
+
+/// How a waiting answer call ends: `Ok`, or the item taken back and why.
+pub type AnswerSettled = Result<(), (i32, String)>;
+
+/// Answers the sidecar received for an execution and has not recorded yet.
+///
+/// Once the sidecar holds an answer it records it itself: a write whose outcome is unknown is
+/// resolved by a fresh read, and written again if it did not land, until it lands, the fence
+/// refuses it, or the session it was decided in is gone. Nothing waits for the worker to send
+/// it again (`docs/guarantees.md`, "Every wait on a worker").
+#[derive(Debug, Clone, Default)]
+pub struct HeldAnswers {
+    items: BTreeMap<i32, HeldAnswer>,
+    /// Answer calls waiting to hear how their items ended, with those items.
+    waiting: Vec<(crate::coordination::job::ReplyId, BTreeSet<i32>)>,
+}
+
+/// One held answer.
+#[derive(Debug, Clone)]
+struct HeldAnswer {
+    outcome: ItemOutcome,
+    write: HeldWrite,
+    /// An earlier write of it went unanswered: a refusal may then mean it landed after all,
+    /// and is resolved by a read like an unanswered write.
+    once_unknown: bool,
+}
+
+/// Where the write of a held answer is.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum HeldWrite {
+    /// To be written: not tried yet (the session was not connected), or read back as not
+    /// landed.
+    Due,
+    /// A write is in flight.
+    InFlight,
+    /// A write got no reply: a fresh read tells whether it landed.
+    Unknown,
+}
+
+impl HeldAnswers {
+    /// Whether item `i`'s answer is held.
+    pub fn contains(&self, i: i32) -> bool {
+        self.items.contains_key(&i)
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.items.is_empty()
+    }
+
+    /// Holds `outcome` for item `i`, to be written (a held item keeps its first answer).
+    pub fn hold(&mut self, i: i32, outcome: ItemOutcome) {
+        self.items.entry(i).or_insert(HeldAnswer {
+            outcome,
+            write: HeldWrite::Due,
+            once_unknown: false,
+        });
+    }
+
+    /// The held items whose write is at `write`.
+    pub fn at(&self, write: HeldWrite) -> Vec<i32> {
+        self.items
+            .iter()
+            .filter(|(_, a)| a.write == write)
+            .map(|(i, _)| *i)
+            .collect()
+    }
+
+    /// Moves the writes of `items` to `write`.
+    pub fn set(&mut self, items: &[i32], write: HeldWrite) {
+        for i in items {
+            if let Some(a) = self.items.get_mut(i) {
+                a.write = write;
+                a.once_unknown |= write == HeldWrite::Unknown;
+            }
+        }
+    }
+
+    /// Whether a write of any of `items` once went unanswered.
+    pub fn once_unknown(&self, items: &[i32]) -> bool {
+        items
+            .iter()
+            .any(|i| self.items.get(i).is_some_and(|a| a.once_unknown))
+    }
+
+    /// The held outcome of item `i`.
+    pub fn outcome(&self, i: i32) -> Option<&ItemOutcome> {
+        self.items.get(&i).map(|a| &a.outcome)
+    }
+
+    /// Lets go of `items` (recorded, or no longer recordable), with their outcomes.
+    pub fn release(&mut self, items: &[i32]) -> Vec<(i32, ItemOutcome)> {
+        items
+            .iter()
+            .filter_map(|i| self.items.remove(i).map(|a| (*i, a.outcome)))
+            .collect()
+    }
+
+    /// Lets go of every held answer.
+    pub fn release_all(&mut self) -> Vec<(i32, ItemOutcome)> {
+        std::mem::take(&mut self.items)
+            .into_iter()
+            .map(|(i, a)| (i, a.outcome))
+            .collect()
+    }
+
+    /// An answer call waits to hear how `items` end.
+    pub fn wait(&mut self, reply: crate::coordination::job::ReplyId, items: BTreeSet<i32>) {
+        self.waiting.push((reply, items));
+    }
+
+    /// The waiting calls whose items all have an outcome now: each with `Ok` when every item
+    /// was answered, or the reason one was taken back instead.
+    pub fn settled(
+        &mut self,
+        outcomes: &BTreeMap<i32, ItemOutcome>,
+    ) -> Vec<(crate::coordination::job::ReplyId, AnswerSettled)> {
+        let mut settled = Vec::new();
+        self.waiting.retain(|(reply, items)| {
+            if !items.iter().all(|i| outcomes.contains_key(i)) {
+                return true;
+            }
+            let refused = items.iter().find_map(|i| match &outcomes[i] {
+                ItemOutcome::Revoked(reason) => Some((*i, reason.clone())),
+                _ => None,
+            });
+            settled.push((*reply, refused.map_or(Ok(()), Err)));
+            false
+        });
+        settled
     }
 }
 

@@ -104,6 +104,13 @@ impl Shared {
         self.keys.fetch_add(1, Ordering::Relaxed) + 1
     }
 
+    /// How long an answer call waits for its answer to be recorded before it returns
+    /// UNAVAILABLE (the answer stays held and is recorded later): half the session timeout,
+    /// within which a connection that was lost is back or the session is on its way out.
+    pub(crate) fn answer_wait(&self) -> Duration {
+        self.session_timeout / 2
+    }
+
     /// What a job's state machine needs to know about this sidecar.
     pub(crate) fn job_settings(&self) -> job::Settings {
         job::Settings {
@@ -278,12 +285,15 @@ impl Coordinator {
         self.shared.timer.burst().settled(ANSWER_WAIT_MAX).await;
     }
 
-    /// Records answers for items of an execution.
+    /// Records answers for items of an execution: returns once they are recorded in
+    /// ZooKeeper, or refused, or after [`Shared::answer_wait`] without either. The sidecar holds
+    /// every answer it has accepted and records it itself, whatever the call returns.
     ///
     /// # Errors
     /// `NotFound` for an unknown execution, `PermissionDenied` for another instance's,
     /// `FailedPrecondition` for a revoked (fenced) one, `InvalidArgument` for foreign items,
-    /// `Unavailable` when ZooKeeper did not confirm it (send it again).
+    /// `Unavailable` when ZooKeeper has not confirmed it in time (the sidecar goes on recording
+    /// it; sending it again is harmless and never needed).
     pub async fn answer(
         &self,
         instance_id: &str,
@@ -304,9 +314,16 @@ impl Coordinator {
         if driver.send(Box::new(cmd)).await.is_err() {
             return self.shared.remembered(execution_id, instance_id);
         }
-        reply_rx
-            .await
-            .unwrap_or_else(|_| self.shared.remembered(execution_id, instance_id))
+        match tokio::time::timeout(self.shared.answer_wait(), reply_rx).await {
+            Ok(reply) => {
+                reply.unwrap_or_else(|_| self.shared.remembered(execution_id, instance_id))
+            }
+            Err(_) => Err(CoordError::Unavailable(format!(
+                "ZooKeeper has not confirmed the answer for execution {execution_id} within {} ms; \
+                 the sidecar holds it and goes on recording it (sending it again is harmless)",
+                self.shared.answer_wait().as_millis()
+            ))),
+        }
     }
 
     /// Gives items of an execution back without an outcome (empty `items`: all of them).

@@ -10,6 +10,9 @@
 //! - [`Mode::Partition`]: like `Freeze`, but on leaving it every held connection is closed
 //!   instead of delivered (a network partition long enough for both ends to give up), and new
 //!   connections are accepted and held silent meanwhile.
+//! - [`Mode::DropFromClient`]: what clients send is read and thrown away, never delivered;
+//!   upstream's bytes still flow. A request sent meanwhile never reaches upstream (and what the
+//!   client sends after it, cut mid-stream, makes upstream close the connection).
 //!
 //! The proxy counts what it holds, so a test can wait for "the sidecar has closed its side" or
 //! "the worker has sent its request" before it lets anything through: races are arranged, not
@@ -30,6 +33,7 @@ pub enum Mode {
     Forward,
     Freeze,
     Partition,
+    DropFromClient,
 }
 
 #[derive(Default)]
@@ -44,6 +48,8 @@ struct Counters {
     upstream_closes_held: AtomicU64,
     /// Client closes seen while not forwarding (held).
     client_closes_held: AtomicU64,
+    /// Bytes from clients thrown away by [`Mode::DropFromClient`].
+    dropped_from_client: AtomicU64,
 }
 
 /// A running proxy; dropping it closes every connection.
@@ -108,6 +114,11 @@ impl Proxy {
     /// Back to forwarding (delivering what a freeze held, dropping what a partition held).
     pub fn heal(&self) {
         self.set_mode(Mode::Forward);
+    }
+
+    /// Bytes from clients thrown away by [`Mode::DropFromClient`].
+    pub fn dropped_from_client(&self) -> u64 {
+        self.counters.dropped_from_client.load(Ordering::SeqCst)
     }
 
     pub fn accepted(&self) -> u64 {
@@ -214,9 +225,12 @@ async fn pump(
     let mut held: Vec<u8> = Vec::new();
     let mut closed = false;
     let mut buf = vec![0u8; 16 * 1024];
+    // Upstream's bytes flow while clients' are dropped.
+    let forwards =
+        |mode: Mode| mode == Mode::Forward || (mode == Mode::DropFromClient && !from_client);
     loop {
         let mode = *mode_rx.borrow_and_update();
-        if mode == Mode::Forward {
+        if forwards(mode) {
             if !held.is_empty() {
                 held_bytes.fetch_sub(held.len() as u64, Ordering::SeqCst);
                 if to.write_all(&held).await.is_err() {
@@ -246,15 +260,18 @@ async fn pump(
         tokio::select! {
             read = from.read(&mut buf) => match read {
                 Ok(0) | Err(_) => {
-                    if *mode_rx.borrow() == Mode::Forward && held.is_empty() {
+                    if forwards(*mode_rx.borrow()) && held.is_empty() {
                         let _ = to.shutdown().await;
                         return;
                     }
                     closed = true;
                     held_closes.fetch_add(1, Ordering::SeqCst);
                 }
+                Ok(n) if from_client && *mode_rx.borrow() == Mode::DropFromClient => {
+                    counters.dropped_from_client.fetch_add(n as u64, Ordering::SeqCst);
+                }
                 Ok(n) => {
-                    if *mode_rx.borrow() == Mode::Forward && held.is_empty() {
+                    if forwards(*mode_rx.borrow()) && held.is_empty() {
                         if to.write_all(&buf[..n]).await.is_err() {
                             return;
                         }

@@ -3,6 +3,7 @@
 //! by two workers at overlapping times, and every interrupted item runs again (FAILOVER).
 
 mod ahead;
+mod answers;
 mod child;
 #[path = "../common/mod.rs"]
 mod common;

@@ -6,7 +6,7 @@ use tracing::{debug, info, warn};
 
 use super::state::{JobState, Pending};
 use super::{Action, Env, Reply, ReplyId};
-use crate::coordination::execution::{Execution, ItemOutcome};
+use crate::coordination::execution::{Execution, HeldWrite, ItemOutcome};
 use crate::coordination::failover::{self, Release};
 use crate::coordination::CoordError;
 use crate::registry::{Error as RegError, OpResult};
@@ -48,7 +48,10 @@ impl JobState {
         Ok(exec)
     }
 
-    #[allow(clippy::too_many_arguments)]
+    /// An answer: checked against the execution and the view, then held and written. The
+    /// call is replied to once its items are recorded (or one is refused); the sidecar writes
+    /// a held answer again itself when a write goes unconfirmed, so no answer waits for the
+    /// worker to send it twice.
     pub(super) fn on_answer(
         &mut self,
         reply: ReplyId,
@@ -72,15 +75,6 @@ impl JobState {
             self.acknowledged(execution_id, env);
             return self.reply(reply, Reply::Answered(Err(refused)), out);
         }
-        if items
-            .iter()
-            .any(|i| exec.committing.contains(i) || exec.uncertain.contains_key(i))
-        {
-            let busy = CoordError::Unavailable(format!(
-                "an earlier answer for execution {execution_id} is still being recorded; send this one again"
-            ));
-            return self.reply(reply, Reply::Answered(Err(busy)), out);
-        }
         if let Some((item, _)) = outcomes
             .iter()
             .find(|(i, _)| matches!(exec.outcomes.get(i), Some(ItemOutcome::Revoked(_))))
@@ -90,13 +84,12 @@ impl JobState {
             ));
             return self.reply(reply, Reply::Answered(Err(refused)), out);
         }
+        // Items answered before (recorded or held) keep their first answer: this call waits
+        // with them, so a repeated answer is harmless.
         let fresh: Vec<(i32, ItemOutcome)> = outcomes
             .into_iter()
-            .filter(|(i, _)| !exec.outcomes.contains_key(i))
+            .filter(|(i, _)| !exec.outcomes.contains_key(i) && !exec.held.contains(*i))
             .collect();
-        if fresh.is_empty() {
-            return self.reply(reply, Reply::Answered(Ok(())), out); // a repeated answer
-        }
         if let Some(item) = items_taken_away(exec, &self.view, &fresh) {
             // Its `running` node is gone or another's: the item was handed over meanwhile.
             let reason = format!("item {item} was handed over while it ran");
@@ -106,40 +99,52 @@ impl JobState {
             ));
             return self.reply(reply, Reply::Answered(Err(refused)), out);
         }
-        if !self.connected(env) {
-            let unavailable = CoordError::Unavailable(
-                "ZooKeeper is not connected, so the answer cannot be recorded now; send it again"
-                    .into(),
-            );
-            return self.reply(reply, Reply::Answered(Err(unavailable)), out);
+        let exec = self.executions.get_mut(execution_id).expect("checked");
+        for (i, outcome) in fresh {
+            exec.held.hold(i, outcome);
         }
-        let items: Vec<i32> = fresh.iter().map(|(i, _)| *i).collect();
+        exec.held.wait(reply, items.into_iter().collect());
+        self.settle_answers(execution_id, out);
+        if self.connected(env) {
+            self.write_held(execution_id, out);
+        }
+        // Not connected: written by the reconcile once the session is back.
+    }
+
+    /// Writes the held answers of an execution that are due, fenced on the epochs it left.
+    fn write_held(&mut self, execution_id: &str, out: &mut Vec<Action>) {
+        let Some(exec) = self.executions.get(execution_id) else {
+            return;
+        };
+        let items: Vec<i32> = exec
+            .held
+            .at(HeldWrite::Due)
+            .into_iter()
+            .filter(|i| !self.locked.contains(i))
+            .collect();
+        if items.is_empty() || exec.generation != self.generation {
+            return;
+        }
         let ops = failover::finish_ops(
             &self.view,
             &self.paths,
-            instance_id,
+            &exec.instance_id,
             &items,
             &exec.versions,
             exec.monitored,
         );
-        let outcome = fresh
-            .iter()
-            .find(|(_, o)| !matches!(o, ItemOutcome::Completed))
-            .map_or(ItemOutcome::Completed, |(_, o)| o.clone());
-        let exec = self.executions.get_mut(execution_id).expect("checked");
-        exec.committing.extend(items.iter().copied());
         if ops.is_empty() {
             // Nothing to write (monitorExecution off): recorded at once.
             debug!(job = %self.name, execution = %execution_id, items = ?items, "answer accepted");
-            self.record_outcomes(execution_id, &items, &outcome, out);
-            return self.reply(reply, Reply::Answered(Ok(())), out);
+            self.record_held(execution_id, &items, out);
+            return;
         }
+        let exec = self.executions.get_mut(execution_id).expect("checked");
+        exec.held.set(&items, HeldWrite::InFlight);
         self.commit(
             Pending::Finish {
                 execution_id: execution_id.to_string(),
                 items: items.clone(),
-                outcome,
-                reply,
             },
             ops,
             &items,
@@ -147,13 +152,24 @@ impl JobState {
         );
     }
 
-    #[allow(clippy::too_many_arguments)]
+    /// Held answers not written yet (the session was down when they came, or a read showed
+    /// that a write did not land): written now.
+    pub(super) fn reconcile_answers(&mut self, out: &mut Vec<Action>) {
+        let due: Vec<String> = self
+            .executions
+            .iter()
+            .filter(|(_, e)| !e.held.at(HeldWrite::Due).is_empty())
+            .map(|(id, _)| id.clone())
+            .collect();
+        for id in due {
+            self.write_held(&id, out);
+        }
+    }
+
     pub(super) fn on_finished(
         &mut self,
         execution_id: &str,
         items: Vec<i32>,
-        outcome: ItemOutcome,
-        reply: ReplyId,
         result: Result<Vec<OpResult>, RegError>,
         env: &Env,
         out: &mut Vec<Action>,
@@ -162,78 +178,108 @@ impl JobState {
         let Some(exec) = self.executions.get_mut(execution_id) else {
             return;
         };
-        for i in &items {
-            exec.committing.remove(i);
-        }
         match result {
             Ok(_) => {
                 debug!(job = %self.name, execution = %execution_id, items = ?items, "answer accepted");
-                self.record_outcomes(execution_id, &items, &outcome, out);
-                self.reply(reply, Reply::Answered(Ok(())), out);
+                self.record_held(execution_id, &items, out);
             }
-            Err(e) if e.is_connection_problem() && !matches!(e, RegError::SessionExpired) => {
-                let exec = self.executions.get_mut(execution_id).expect("checked");
-                for i in &items {
-                    exec.uncertain.insert(*i, outcome.clone());
+            Err(RegError::SessionExpired) => {
+                // Decided in a session that is gone: it can no longer be recorded by this
+                // execution, which the new session voids.
+                exec.held.release(&items);
+                if exec.void.is_some() {
+                    self.release_done(execution_id, out);
                 }
+                self.write_failed("recording an answer", &RegError::SessionExpired, env);
+            }
+            Err(e) if e.is_connection_problem() || exec.held.once_unknown(&items) => {
+                // It may have landed (or, refused now, an earlier write of it may have): the
+                // fresh read that `write_failed` asks for tells (`resolve_held`).
+                exec.held.set(&items, HeldWrite::Unknown);
                 self.write_failed("recording an answer", &e, env);
-                let unknown = CoordError::Unavailable(format!(
-                    "ZooKeeper did not confirm the answer for execution {execution_id} ({e}); send it again"
-                ));
-                self.reply(reply, Reply::Answered(Err(unknown)), out);
             }
             Err(e) => {
-                // The fence refused it: the items were taken from this execution meanwhile
-                // (or its session is gone). The execution is void.
+                // The fence refused it: the items were taken from this execution meanwhile.
+                // The execution is void.
+                exec.held.release(&items);
                 self.write_failed("recording an answer", &e, env);
                 let reason = format!("its items were taken back while it ran ({e})");
                 self.void(execution_id, &reason, Release::None, true, out);
-                let refused = CoordError::FailedPrecondition(format!(
-                    "execution {execution_id} no longer holds its items: {reason}; the answer is refused"
-                ));
-                self.reply(reply, Reply::Answered(Err(refused)), out);
             }
         }
     }
 
-    /// Answers whose write had no reply: after a fresh read, an item whose `running` node is
-    /// gone was recorded (nobody else removes it while this instance is registered); one whose
-    /// node still carries this execution's token was not.
-    pub(super) fn resolve_uncertain(&mut self, out: &mut Vec<Action>) {
+    /// Held answers whose write had no reply, after a fresh read: an item whose `running`
+    /// node no longer carries this execution's token was recorded (nobody else removes it
+    /// while this instance is registered); one whose node still does, at the epoch the
+    /// execution left, was not, and is written again; one whose epoch moved under it was
+    /// taken from the execution meanwhile.
+    pub(super) fn resolve_held(&mut self, out: &mut Vec<Action>) {
         self.refresh_view();
         let ids: Vec<String> = self
             .executions
             .iter()
-            .filter(|(_, e)| !e.uncertain.is_empty())
+            .filter(|(_, e)| !e.held.at(HeldWrite::Unknown).is_empty())
             .map(|(id, _)| id.clone())
             .collect();
         for id in ids {
             let exec = &self.executions[&id];
             let mut recorded = Vec::new();
-            let mut not = Vec::new();
-            for (i, outcome) in &exec.uncertain {
-                let ours = self
-                    .view
-                    .items
-                    .get(i)
+            let mut again = Vec::new();
+            let mut taken = None;
+            for i in exec.held.at(HeldWrite::Unknown) {
+                let item = self.view.items.get(&i);
+                let ours = item
                     .and_then(|it| it.running.as_ref())
-                    .is_some_and(|(_, stat)| exec.fencing_tokens.get(i) == Some(&stat.czxid));
-                if ours {
-                    not.push(*i);
+                    .is_some_and(|(_, stat)| exec.fencing_tokens.get(&i) == Some(&stat.czxid));
+                if !ours || !exec.monitored {
+                    recorded.push(i);
+                } else if item.and_then(|it| it.version) == exec.versions.get(&i).copied() {
+                    again.push(i);
                 } else {
-                    recorded.push((*i, outcome.clone()));
+                    taken.get_or_insert(i);
                 }
             }
             let exec = self.executions.get_mut(&id).expect("listed");
-            for i in not {
-                exec.uncertain.remove(&i);
+            exec.held.set(&again, HeldWrite::Due);
+            if !again.is_empty() {
+                info!(job = %self.name, execution = %id, items = ?again,
+                      "an answer's write did not land: writing it again");
             }
-            for (i, _) in &recorded {
-                exec.uncertain.remove(i);
+            self.record_held(&id, &recorded, out);
+            if let Some(item) = taken {
+                let exec = self.executions.get_mut(&id).expect("listed");
+                exec.held.release(&[item]);
+                let reason =
+                    format!("item {item} was handed over while its answer was being recorded");
+                self.void(&id, &reason, Release::None, true, out);
             }
-            for (i, outcome) in recorded {
-                self.record_outcomes(&id, &[i], &outcome, out);
-            }
+        }
+    }
+
+    /// Held answers of `items` are recorded in the registry: they become the items' outcomes.
+    fn record_held(&mut self, execution_id: &str, items: &[i32], out: &mut Vec<Action>) {
+        let Some(exec) = self.executions.get_mut(execution_id) else {
+            return;
+        };
+        for (i, outcome) in exec.held.release(items) {
+            self.record_outcomes(execution_id, &[i], &outcome, out);
+        }
+    }
+
+    /// Replies to the answer calls whose items all have an outcome now.
+    pub(super) fn settle_answers(&mut self, execution_id: &str, out: &mut Vec<Action>) {
+        let Some(exec) = self.executions.get_mut(execution_id) else {
+            return;
+        };
+        let settled = exec.held.settled(&exec.outcomes);
+        for (reply, result) in settled {
+            let result = result.map_err(|(item, reason)| {
+                CoordError::FailedPrecondition(format!(
+                    "item {item} of execution {execution_id} was taken back ({reason}); the answer is refused"
+                ))
+            });
+            self.reply(reply, Reply::Answered(result), out);
         }
     }
 
@@ -249,7 +295,6 @@ impl JobState {
         };
         let now = std::time::SystemTime::now();
         for i in items {
-            exec.committing.remove(i);
             if let ItemOutcome::Failed(error) = outcome {
                 warn!(job = %self.name, execution = %execution_id, item = *i, error = %error, "item failed");
             }
@@ -263,6 +308,8 @@ impl JobState {
             exec.note(now, "answer", attributes);
             exec.outcomes.insert(*i, outcome.clone());
         }
+        self.settle_answers(execution_id, out);
+        let exec = &self.executions[execution_id];
         if exec.is_done() {
             self.finish_execution(execution_id, out);
         }
@@ -303,7 +350,7 @@ impl JobState {
         };
         info!(job = %self.name, execution = %execution_id, instance = %instance_id, items = ?open, reason = %reason, "items declined");
         let voided = exec.void.is_some();
-        let all_open = open.len() == exec.unreleased().len() && exec.committing.is_empty();
+        let all_open = open.len() == exec.unreleased().len() && exec.held.is_empty();
         if let Some(exec) = self.executions.get_mut(execution_id) {
             exec.note(
                 std::time::SystemTime::from(env.wall),

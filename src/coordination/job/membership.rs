@@ -444,8 +444,8 @@ impl JobState {
             .iter()
             .filter_map(|e| self.executions.get(e))
             .collect();
-        if execs.iter().any(|e| !e.committing.is_empty()) {
-            return; // answers being written: leave after them
+        if execs.iter().any(|e| !e.held.is_empty()) {
+            return; // answers being recorded: leave after them
         }
         let mut ops = Vec::new();
         let current = local.registered && local.generation == self.generation;

@@ -66,7 +66,7 @@ impl JobState {
                 ("reason", reason.to_string()),
             ],
         );
-        if notify && delivered {
+        if notify && delivered && !items.is_empty() {
             if let Some(local) = self.locals.get(&instance).filter(|l| l.gone.is_none()) {
                 out.push(Action::Send {
                     stream: local.stream,
@@ -105,7 +105,11 @@ impl JobState {
         }
         let (instance, delivered) = (exec.instance_id.clone(), exec.delivered);
         self.void(execution_id, reason, release, true, out);
-        if delivered && release != Release::None {
+        let unreleased = self
+            .executions
+            .get(execution_id)
+            .is_some_and(|e| !e.unreleased().is_empty());
+        if delivered && release != Release::None && unreleased {
             if let Some(void) = self
                 .executions
                 .get_mut(execution_id)
@@ -256,6 +260,7 @@ impl JobState {
 
     /// Every item has an outcome: free the instance and tell the observer.
     pub(super) fn finish_execution(&mut self, execution_id: &str, out: &mut Vec<Action>) {
+        self.settle_answers(execution_id, out);
         let Some(exec) = self.executions.remove(execution_id) else {
             return;
         };

@@ -42,7 +42,7 @@ impl JobState {
                     self.inexact.clear();
                     self.view_stale = true;
                     self.last_reload = Some(env.now);
-                    self.resolve_uncertain(out);
+                    self.resolve_held(out);
                 }
                 Err(e) => self.write_failed("reading the job", &e, env),
             },
@@ -96,9 +96,7 @@ impl JobState {
             Pending::Finish {
                 execution_id,
                 items,
-                outcome,
-                reply,
-            } => self.on_finished(&execution_id, items, outcome, reply, result, env, out),
+            } => self.on_finished(&execution_id, items, result, env, out),
             Pending::Release {
                 execution_id,
                 items,

@@ -32,6 +32,11 @@ impl JobState {
         self.reload_wanted = true;
         let executions: Vec<String> = self.executions.keys().cloned().collect();
         for exec in executions {
+            // Answers held but not recorded cannot be any more: the session they were to be
+            // written in is gone (and with it the execution).
+            if let Some(e) = self.executions.get_mut(&exec) {
+                e.held.release_all();
+            }
             self.void(
                 &exec,
                 "the registry session expired",

@@ -19,7 +19,7 @@ use tracing::{debug, info, warn};
 
 use super::{Action, Env, Input, LatchKey, OpId, Reply, ReplyId, Settings, StreamKey};
 use crate::coordination::events::Source;
-use crate::coordination::execution::{Execution, ItemOutcome};
+use crate::coordination::execution::Execution;
 use crate::coordination::lease::WorkerLease;
 use crate::coordination::small_map::SmallMap;
 use crate::coordination::view::{JobView, ParseMemo};
@@ -223,12 +223,10 @@ pub(super) enum Pending {
     Start {
         execution_id: String,
     },
-    /// Answers being written.
+    /// Held answers being written (their outcomes are in the execution's `held`).
     Finish {
         execution_id: String,
         items: Vec<i32>,
-        outcome: ItemOutcome,
-        reply: ReplyId,
     },
     /// Releasing the unanswered items of a void execution.
     Release {
@@ -822,6 +820,7 @@ impl JobState {
     /// The rest of the reconcile: membership, runs, failover, leadership, the items to work
     /// on, the workers' assignments.
     fn reconcile_rest(&mut self, env: &Env, out: &mut Vec<Action>) {
+        self.reconcile_answers(out);
         self.reconcile_membership(env, out);
         self.reconcile_executions(env, out);
         self.refresh_view();

@@ -518,6 +518,7 @@ pub(super) fn run(s: &mut Script, ms: u64) -> Trigger {
 }
 
 mod ahead;
+mod answers;
 mod drain;
 mod leases;
 mod membership;
