@@ -34,9 +34,10 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
 /// Lays the functions a running sidecar executes together at the start of the release binary's
 /// `.text`, hottest first (`scripts/text-order.txt`, written by `scripts/text-order.sh`). Code is
 /// resident in 64 KiB windows around each page run, and the ~1.6 MB a sidecar runs is spread
-/// over nearly every window of the ~6 MB otherwise: ~3.7 MB less resident at every size (README,
-/// "Benchmarks"). Symbols the file names that are gone are skipped, and functions it does not
-/// name follow the ones it does, so a stale file costs memory, not correctness.
+/// over nearly every window of the ~6 MB otherwise: ~3.7 MB less resident at every size
+/// (`docs/benchmarks.md`, "The release profile"). Symbols the file names that are gone are
+/// skipped, and functions it does not name follow the ones it does, so a stale file costs
+/// memory, not correctness.
 ///
 /// Only where the linker is rustc's own LLD, which reads the file: the default of rustc 1.90 and
 /// later on x86-64 Linux, unless a linker is chosen in Cargo's configuration or the flags.

@@ -190,7 +190,7 @@ if want clippy; then
         cargo clippy --all-targets -- -D warnings
 fi
 if want bench; then
-    # Built, not run: the figures come from running them by hand (README, "Benchmarks").
+    # Built, not run: the figures come from running them by hand (docs/benchmarks.md).
     run_step bench "cargo bench --no-run (benchmark programs, release binary)" \
         cargo bench --no-run
 fi

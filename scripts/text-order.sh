@@ -3,7 +3,8 @@
 # executes, hottest first, one symbol per line. build.rs hands the file to the linker, which lays
 # those functions out together at the start of .text. A process's code is resident in 64 KiB
 # windows around each page it runs, and the sidecar runs ~1.6 MB of its ~6 MB of code: scattered,
-# that touches nearly every window; together, about a quarter of them (README, "Benchmarks").
+# that touches nearly every window; together, about a quarter of them (docs/benchmarks.md,
+# "The release profile").
 #
 # Usage: scripts/text-order.sh
 #

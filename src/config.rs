@@ -5,8 +5,9 @@
 //!
 //! Each setting is declared once, in `settings!`: clap reads its flag and variable (and says
 //! which it was), serde reads the file through figment and refuses unknown keys, and the same
-//! list is the README's table and `shardcar config`. The standard variables (`RUST_LOG`,
-//! `OTEL_*`) are passed in as a map so tests never mutate the process environment.
+//! list is the settings table of `docs/operations.md` and `shardcar config`. The standard
+//! variables (`RUST_LOG`, `OTEL_*`) are passed in as a map so tests never mutate the process
+//! environment.
 
 use std::collections::{BTreeMap, HashMap};
 use std::net::Ipv4Addr;
@@ -111,7 +112,7 @@ pub const DEFAULT_HISTORY_SIZE: usize = 1000;
 /// The largest `history_size` accepted.
 pub const MAX_HISTORY_SIZE: usize = 1_000_000;
 
-/// One setting as the README's table, `--help` and the example file describe it.
+/// One setting as the table of `docs/operations.md`, `--help` and the example file describe it.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Setting {
     /// The TOML key; the flag is the key with `-` for `_`.
@@ -128,7 +129,7 @@ pub struct Setting {
 
 /// Declares every setting once. From the one list come the `run` flags and their
 /// `SHARDCAR_*` variables (clap, which reads both), the file's keys (serde, unknown keys
-/// refused), and [`SETTINGS`] (the README's table and `shardcar config`).
+/// refused), and [`SETTINGS`] (the table of `docs/operations.md` and `shardcar config`).
 macro_rules! settings {
     ($( $key:ident {
         env: $env:literal,
@@ -179,7 +180,7 @@ macro_rules! settings {
             }
         }
 
-        /// Every setting, in the order of `--help`, the README and the example file.
+        /// Every setting, in the order of `--help`, `docs/operations.md` and the example file.
         pub const SETTINGS: &[Setting] = &[
             $(
                 Setting {

@@ -468,14 +468,14 @@ fn the_tracing_db_is_a_postgresql_url_named_where_it_came_from() {
 }
 
 #[test]
-fn the_readme_table_has_a_row_per_setting() {
-    let readme = include_str!("../README.md");
+fn the_operations_guide_has_a_row_per_setting() {
+    let guide = include_str!("../docs/operations.md");
     for s in SETTINGS {
         let start = format!("| {} | `{}` | ", s.key, flag_of(s.key));
-        let row = readme
+        let row = guide
             .lines()
             .find(|l| l.starts_with(&start))
-            .unwrap_or_else(|| panic!("README.md has no row starting {start:?}"));
+            .unwrap_or_else(|| panic!("docs/operations.md has no row starting {start:?}"));
         assert!(row.contains(&format!("`{}`", s.env)), "{row}");
     }
 }

@@ -7,7 +7,7 @@
 //! `UNAUTHENTICATED`, and nothing changes.
 //!
 //! Screenshots go to `$CARGO_TARGET_TMPDIR/console-*.png`; with `SHARDCAR_UPDATE_SCREENSHOTS=1`
-//! they also replace `docs/console-*.png`, which the README shows.
+//! they also replace `docs/console-*.png`, which `docs/operations.md` shows.
 
 #[path = "common/browser.rs"]
 mod browser;
@@ -29,11 +29,11 @@ const NEVER: &str = "0 0 0 1 1 ? 2099";
 const WORK: Duration = Duration::from_millis(2500);
 const TOKEN: &str = "console-test-token-0123456789";
 
-/// The screenshots the README shows.
+/// The screenshots `docs/operations.md` shows.
 const DOCS_SCREENSHOTS: &[&str] = &["console-jobs.png", "console-job.png"];
 
-/// Saves a screenshot under the target dir, and over `docs/` when asked to (those the README
-/// shows).
+/// Saves a screenshot under the target dir, and over `docs/` when asked to (those
+/// `docs/operations.md` shows).
 async fn screenshot(browser: &Browser, name: &str) {
     let path = PathBuf::from(env!("CARGO_TARGET_TMPDIR")).join(name);
     browser.screenshot(&path).await;
