@@ -45,6 +45,10 @@
 //! With many jobs, the trigger figures also print the CPU each process used in the 50 ms around
 //! each instant (from 5 ms before it): the sidecar, the workers (this program) and ZooKeeper
 //! share the machine's cores, and an instant's last triggers wait for all three.
+#![allow(
+    clippy::disallowed_methods,
+    reason = "tests, benchmarks and examples run against real time and real processes"
+)]
 
 #[path = "../tests/failure/child.rs"]
 mod child;

@@ -35,6 +35,10 @@
 //! A member of shardcar is a sidecar and a worker: A's worker is a process of its own (a child
 //! worker, this program re-executed) that the program answers for after holding each item 3 s;
 //! B's worker is in this process (a strict `TestWorker` that works 3 s under its lease).
+#![allow(
+    clippy::disallowed_methods,
+    reason = "tests, benchmarks and examples run against real time and real processes"
+)]
 
 #[path = "../tests/failure/child.rs"]
 mod child;

@@ -7,6 +7,10 @@
 //! ```
 //! `ENDPOINT` defaults to `$SHARDCAR_ENDPOINT`, else `http://127.0.0.1:50061`; `NAME` labels the
 //! output (default `worker`). The job is `demoJob`: 4 items, every 3 seconds, failover on.
+#![allow(
+    clippy::disallowed_methods,
+    reason = "tests, benchmarks and examples run against real time and real processes"
+)]
 use shardcar::proto::subscribe_response::Event;
 use shardcar::proto::worker_service_client::WorkerServiceClient;
 use shardcar::proto::{CompleteRequest, JobConfig, SubscribeRequest, Trigger};

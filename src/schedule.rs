@@ -639,6 +639,10 @@ impl Timer {
     }
 
     /// Fires `schedule` for `key` on `tx` from now on, replacing any schedule `key` had.
+    #[allow(
+        clippy::disallowed_methods,
+        reason = "the timer is the I/O edge that turns the wall clock into fires"
+    )]
     pub fn schedule(&self, key: String, schedule: CronSchedule, tx: FireSender) {
         self.shared.lock().schedule(key, schedule, tx, Utc::now());
         self.shared.wake.notify_all();
@@ -670,6 +674,10 @@ impl Timer {
 ///
 /// With a warm-up, the thread also wakes its `lead` before each deadline and calls the hook once
 /// for that deadline, then sleeps again until the deadline itself.
+#[allow(
+    clippy::disallowed_methods,
+    reason = "the timer is the I/O edge that turns the wall clock into fires"
+)]
 fn run(shared: &Shared) {
     let mut state = shared.lock();
     // The deadline the warm-up hook was last called for.
@@ -735,4 +743,8 @@ fn run(shared: &Shared) {
 
 #[cfg(test)]
 #[path = "schedule_tests.rs"]
+#[allow(
+    clippy::disallowed_methods,
+    reason = "tests run against real time and real servers"
+)]
 mod tests;

@@ -79,6 +79,10 @@ impl RunError {
 ///
 /// # Errors
 /// When the registry cannot be reached or the listen address cannot be bound.
+#[allow(
+    clippy::disallowed_methods,
+    reason = "the process's shutdown is timed against its grace on the clock"
+)]
 pub async fn run(
     settings: Settings,
     shutdown: impl Future<Output = ()> + Send + 'static,

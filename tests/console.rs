@@ -8,6 +8,10 @@
 //!
 //! Screenshots go to `$CARGO_TARGET_TMPDIR/console-*.png`; with `SHARDCAR_UPDATE_SCREENSHOTS=1`
 //! they also replace `docs/console-*.png`, which `docs/operations.md` shows.
+#![allow(
+    clippy::disallowed_methods,
+    reason = "tests, benchmarks and examples run against real time and real processes"
+)]
 
 #[path = "common/browser.rs"]
 mod browser;

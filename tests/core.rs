@@ -1,6 +1,10 @@
 //! Core scenarios against a real ZooKeeper and real `shardcar` processes: sharing a job's
 //! items, eager resharding, leader failure, triggers and answers, invalid requests, the
 //! standalone mode, and ElasticJob's exact layout.
+#![allow(
+    clippy::disallowed_methods,
+    reason = "tests, benchmarks and examples run against real time and real processes"
+)]
 
 mod common;
 

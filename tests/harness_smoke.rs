@@ -1,6 +1,10 @@
 //! Tests of the integration-test harness itself (`tests/common`), most without a working sidecar:
 //! ZooKeeper single node and ensemble, process cleanup, the namespace dump, and `TestWorker`
 //! against an in-test fake of the `Worker` service.
+#![allow(
+    clippy::disallowed_methods,
+    reason = "tests, benchmarks and examples run against real time and real processes"
+)]
 mod common;
 
 use common::{free_port, job_config, subscribe_request, zk_tree, StreamEnd, TestWorker, ZooKeeper};

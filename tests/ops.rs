@@ -6,6 +6,10 @@
 //! exported by OTLP (`ops/telemetry.rs`), ElasticJob's tracing tables on a real PostgreSQL
 //! (`ops/tracing_db.rs`), and SCRIPT and HTTP jobs run by the sidecars themselves
 //! (`ops/typed_jobs.rs`).
+#![allow(
+    clippy::disallowed_methods,
+    reason = "tests, benchmarks and examples run against real time and real processes"
+)]
 
 mod common;
 

@@ -19,7 +19,10 @@
 //! `--recheck` runs the end-of-soak checks again over a soak's saved history (no cluster).
 //! The sidecar binary is `SHARDCAR_TEST_BIN`, else `shardcar` beside this example's directory.
 //! Internal modes: `--worker ...` and `--joiner ...` (the child processes).
-
+#![allow(
+    clippy::disallowed_methods,
+    reason = "tests, benchmarks and examples run against real time and real processes"
+)]
 #![forbid(unsafe_code)]
 
 // The harness names the sidecar binary with `env!("CARGO_BIN_EXE_shardcar")`, which Cargo sets

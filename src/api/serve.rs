@@ -172,6 +172,10 @@ pub(crate) fn grpc_timeout(value: &[u8]) -> Option<Duration> {
 }
 
 #[cfg(test)]
+#[allow(
+    clippy::disallowed_methods,
+    reason = "tests run against real time and real servers"
+)]
 mod tests {
     use super::*;
     use std::task::{Context, Poll};

@@ -2,12 +2,11 @@
 //!
 //! ElasticJob elects by taking the `leader/election/latch` mutex and creating the ephemeral
 //! `leader/election/instance` if it is absent. shardcar does the same, with the same
-//! Curator-compatible latch children, so it can share a job with Java processes. A sidecar
+//! Curator-compatible latch children, so it can share a job with Java processes: the job's
+//! state decides here and writes the node under the latch its driver takes. A sidecar
 //! takes part with one identity per job: one of its live local instances (`docs/elasticjob-compat.md` §4).
 
 use crate::coordination::view::JobView;
-use crate::elasticjob::paths::JobPaths;
-use crate::registry::{CreateMode, Error, Registry};
 
 /// What a sidecar should do about leadership of a job.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -43,46 +42,6 @@ pub fn decide<'a>(
             .map_or(Decision::Follow, |id| Decision::Elect(id.clone())),
         None => Decision::Follow,
     }
-}
-
-/// ElasticJob's `electLeader`: under the latch, create the leader node if it is absent.
-/// Returns whether `instance_id` became the leader.
-///
-/// # Errors
-/// Registry errors; the latch is released (or its node deleted in the background) either way.
-pub async fn elect(
-    registry: &Registry,
-    paths: &JobPaths,
-    instance_id: &str,
-) -> Result<bool, Error> {
-    let latch = registry
-        .acquire_latch(&paths.leader_election_latch())
-        .await?;
-    let result = async {
-        let leader = paths.leader_election_instance();
-        if registry.exists(&leader).await?.is_some() {
-            return Ok(false);
-        }
-        // The latch's parents are containers the server may reap: make sure the parent is there.
-        if let Some((parent, _)) = leader.rsplit_once('/') {
-            registry.ensure_path(parent).await?;
-        }
-        match registry
-            .create(
-                &paths.leader_election_instance(),
-                instance_id.as_bytes(),
-                CreateMode::Ephemeral,
-            )
-            .await
-        {
-            Ok(_) => Ok(true),
-            Err(Error::NodeExists(_)) => Ok(false),
-            Err(e) => Err(e),
-        }
-    }
-    .await;
-    latch.release().await?;
-    result
 }
 
 #[cfg(test)]

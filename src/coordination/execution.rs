@@ -172,6 +172,7 @@ impl Execution {
         items: BTreeSet<i32>,
         fire_time: chrono::DateTime<chrono::Utc>,
         started: Instant,
+        started_at: std::time::SystemTime,
         timeout: Option<std::time::Duration>,
         monitored: bool,
         generation: u64,
@@ -184,7 +185,7 @@ impl Execution {
             items,
             fire_time,
             started,
-            started_at: std::time::SystemTime::now(),
+            started_at,
             timeout,
             monitored,
             generation,
@@ -366,9 +367,12 @@ impl HeldAnswers {
     }
 }
 
-/// A fresh execution id: 128 random bits in hex.
-pub fn new_execution_id() -> String {
-    format!("{:032x}", rand::random::<u128>())
+/// The `n`th execution id drawn in a step whose random bits are `entropy`: 128 bits in hex,
+/// unique within the step (an odd multiplier is a bijection of `n`) and as random as
+/// `entropy` across steps.
+pub fn execution_id(entropy: u128, n: u64) -> String {
+    const ODD: u128 = 0x9e37_79b9_7f4a_7c15_f39c_c060_5ced_c835;
+    format!("{:032x}", entropy ^ u128::from(n).wrapping_mul(ODD))
 }
 
 #[cfg(test)]
@@ -492,7 +496,7 @@ pub struct FinishedExecutions {
     instances: std::collections::HashSet<std::sync::Arc<str>>,
 }
 
-/// An execution id as [`FinishedExecutions`] keys it: the bits of an id [`new_execution_id`]
+/// An execution id as [`FinishedExecutions`] keys it: the bits of an id [`execution_id`]
 /// made (32 lowercase hex digits, so each text has exactly one key), any other text as it is.
 #[derive(Debug, Clone, PartialEq, Eq, Hash)]
 enum IdKey {
@@ -671,7 +675,7 @@ mod finished_tests {
 
     #[test]
     fn own_ids_are_kept_as_bits_and_answer_only_to_their_exact_text() {
-        let id = new_execution_id();
+        let id = execution_id(0x5eed, 1);
         assert!(matches!(IdKey::of(&id), IdKey::Bits(_)));
         let mut f = FinishedExecutions::new(4);
         let finished = |revoked: Option<&str>| Finished {

@@ -86,6 +86,10 @@ impl WorkerLease {
 }
 
 #[cfg(test)]
+#[allow(
+    clippy::disallowed_methods,
+    reason = "tests run against real time and real servers"
+)]
 mod tests {
     use super::*;
 

@@ -19,6 +19,10 @@ pub mod trace;
 pub mod view;
 
 #[cfg(test)]
+#[allow(
+    clippy::disallowed_methods,
+    reason = "tests run against real time and real servers"
+)]
 mod tests;
 
 use std::collections::HashMap;
@@ -373,11 +377,10 @@ impl Coordinator {
         for_: Duration,
     ) {
         if let Some(driver) = self.driver_of_job(job) {
-            let until = Instant::now() + for_;
             let (reply, taken) = oneshot::channel();
             let cmd = JobCmd::ContinueTrace {
                 parent,
-                until,
+                for_,
                 reply,
             };
             if driver.send(Box::new(cmd)).await.is_ok() {

@@ -51,6 +51,10 @@ impl TypedJobs {
 
 /// Runs the typed jobs this sidecar should run until `cancel` fires. `target` is the sidecar's
 /// own Worker API (`host:port` or `unix:///path`), bound already.
+#[allow(
+    clippy::disallowed_methods,
+    reason = "the typed-job supervisor polls the namespace on the clock: an I/O edge"
+)]
 pub async fn supervise(
     registry: Registry,
     target: String,

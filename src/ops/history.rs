@@ -190,6 +190,10 @@ pub fn to_json(r: &ExecutionRecord) -> serde_json::Value {
 }
 
 #[cfg(test)]
+#[allow(
+    clippy::disallowed_methods,
+    reason = "tests run against real time and real servers"
+)]
 pub(crate) mod tests {
     use super::*;
     use crate::coordination::Source as TriggerSource;

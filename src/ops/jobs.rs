@@ -442,6 +442,10 @@ async fn delete_if_present(reg: &Registry, path: &str) -> Result<bool, AdminErro
 ///
 /// # Errors
 /// `JobNotFound` when the job root does not exist.
+#[allow(
+    clippy::disallowed_methods,
+    reason = "an Admin API call's own deadline: an I/O edge"
+)]
 pub async fn remove_job(reg: &Registry, job: &str) -> Result<Vec<String>, AdminError> {
     let paths = JobPaths::new(job);
     if reg.exists(&paths.root()).await?.is_none() {

@@ -390,6 +390,10 @@ pub async fn track_session(
 }
 
 #[cfg(test)]
+#[allow(
+    clippy::disallowed_methods,
+    reason = "tests run against real time and real servers"
+)]
 mod tests {
     use super::*;
     use std::time::Instant;

@@ -96,6 +96,10 @@ impl Telemetry {
     }
 }
 
+#[allow(
+    clippy::disallowed_methods,
+    reason = "the span exporter batches on the clock: an I/O edge"
+)]
 async fn export<E: SpanExporter>(
     exporter: E,
     mut rx: mpsc::Receiver<SpanData>,
@@ -235,6 +239,10 @@ pub fn span_of(r: &ExecutionRecord) -> SpanData {
 }
 
 #[cfg(test)]
+#[allow(
+    clippy::disallowed_methods,
+    reason = "tests run against real time and real servers"
+)]
 mod tests {
     use super::*;
     use crate::coordination::events::Source;

@@ -113,6 +113,10 @@ pub(crate) fn sequence(name: &str) -> Option<i64> {
     }
 }
 
+#[allow(
+    clippy::disallowed_methods,
+    reason = "a Curator latch node's random name prefix: an I/O edge of the registry"
+)]
 fn uuid_v4() -> String {
     let mut b: [u8; 16] = rand::random();
     b[6] = (b[6] & 0x0f) | 0x40; // version 4
@@ -206,6 +210,10 @@ pub(crate) async fn acquire(reg: &Registry, dir: &str) -> Result<Latch> {
 }
 
 #[cfg(test)]
+#[allow(
+    clippy::disallowed_methods,
+    reason = "tests run against real time and real servers"
+)]
 pub(crate) mod tests {
     use super::*;
     use std::sync::atomic::{AtomicUsize, Ordering};

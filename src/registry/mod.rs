@@ -27,8 +27,16 @@ mod zookeeper;
 #[cfg(test)]
 mod memory_tests;
 #[cfg(test)]
+#[allow(
+    clippy::disallowed_methods,
+    reason = "tests run against real time and real servers"
+)]
 mod zk_server;
 #[cfg(test)]
+#[allow(
+    clippy::disallowed_methods,
+    reason = "tests run against real time and real servers"
+)]
 mod zk_tests;
 
 pub use cache::{CachedNode, CachedStat, TreeCache};

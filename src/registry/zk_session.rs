@@ -218,6 +218,10 @@ pub(super) fn server_answered(e: &zk::Error) -> bool {
 /// Runs one call on the current session within `op_timeout`, mapping errors and recording the
 /// proof of liveness it gives. With `generation`, the call is made only on that session: a
 /// decision taken in a session that has since expired must not land in the next one.
+#[allow(
+    clippy::disallowed_methods,
+    reason = "the session times its requests: proofs of liveness are instants a request was sent"
+)]
 pub(super) async fn call<T, F, Fut>(
     shared: &Shared,
     path: &str,
@@ -300,6 +304,10 @@ fn publish_connected(shared: &Shared, client: &zk::Client, generation: u64) {
     });
 }
 
+#[allow(
+    clippy::disallowed_methods,
+    reason = "the session times its requests: proofs of liveness are instants a request was sent"
+)]
 async fn run(shared: Arc<Shared>, first: zk::Client, mut generation: u64) {
     let mut client = Some(first);
     loop {

@@ -88,6 +88,10 @@ pub fn outcome_badge(outcome: &str) -> String {
 }
 
 /// The ZooKeeper state as the header shows it: text and badge class.
+#[allow(
+    clippy::disallowed_methods,
+    reason = "a console page shows times relative to when it is drawn"
+)]
 pub fn zk_state(state: &SessionState, standalone: bool) -> (String, &'static str) {
     if standalone {
         return ("standalone (in memory)".into(), "warn");
@@ -135,6 +139,10 @@ pub fn zoned_time(t: DateTime<chrono::FixedOffset>) -> String {
 }
 
 /// How far `t` is from now: `in 3 s`, `in 2 h 5 m`.
+#[allow(
+    clippy::disallowed_methods,
+    reason = "a console page shows times relative to when it is drawn"
+)]
 pub fn from_now(t: DateTime<Utc>) -> String {
     let secs = (t - Utc::now()).num_seconds().max(0);
     let text = match secs {

@@ -83,6 +83,10 @@ pub fn error_page(web: &Web, viewer: &Viewer, e: &AdminError, back: &str) -> Res
 }
 
 /// The next fire time of a job, as the jobs list shows it.
+#[allow(
+    clippy::disallowed_methods,
+    reason = "a console page shows the next fire times from when it is drawn"
+)]
 fn next_fire(cron: Option<&str>, time_zone: Option<&str>) -> String {
     let Some(cron) = cron.filter(|c| !c.trim().is_empty()) else {
         return r#"<span class="muted">on demand</span>"#.into();
@@ -169,6 +173,10 @@ pub async fn jobs(
 }
 
 /// The next [`FIRE_TIMES`] fire times of a cron in its zone, or why there are none.
+#[allow(
+    clippy::disallowed_methods,
+    reason = "a console page shows the next fire times from when it is drawn"
+)]
 pub fn fire_times(cron: &str, time_zone: &str, id: &str) -> String {
     if cron.trim().is_empty() {
         return format!(

@@ -1,6 +1,10 @@
 //! Correct under failure: real ZooKeeper, real sidecars, workers that are killed, frozen or cut
 //! off at the worst moment. Every scenario checks the invariant that matters: no item is run
 //! by two workers at overlapping times, and every interrupted item runs again (FAILOVER).
+#![allow(
+    clippy::disallowed_methods,
+    reason = "tests, benchmarks and examples run against real time and real processes"
+)]
 
 mod ahead;
 mod answers;

@@ -93,7 +93,7 @@ impl JobState {
         if let Some(item) = items_taken_away(exec, &self.view, &fresh) {
             // Its `running` node is gone or another's: the item was handed over meanwhile.
             let reason = format!("item {item} was handed over while it ran");
-            self.void(execution_id, &reason, Release::None, true, out);
+            self.void(execution_id, &reason, Release::None, true, env, out);
             let refused = CoordError::FailedPrecondition(format!(
                 "execution {execution_id} no longer holds item {item} (it was handed over while it ran); the answer is refused"
             ));
@@ -106,13 +106,13 @@ impl JobState {
         exec.held.wait(reply, items.into_iter().collect());
         self.settle_answers(execution_id, out);
         if self.connected(env) {
-            self.write_held(execution_id, out);
+            self.write_held(execution_id, env, out);
         }
         // Not connected: written by the reconcile once the session is back.
     }
 
     /// Writes the held answers of an execution that are due, fenced on the epochs it left.
-    fn write_held(&mut self, execution_id: &str, out: &mut Vec<Action>) {
+    fn write_held(&mut self, execution_id: &str, env: &Env, out: &mut Vec<Action>) {
         let Some(exec) = self.executions.get(execution_id) else {
             return;
         };
@@ -136,7 +136,7 @@ impl JobState {
         if ops.is_empty() {
             // Nothing to write (monitorExecution off): recorded at once.
             debug!(job = %self.name, execution = %execution_id, items = ?items, "answer accepted");
-            self.record_held(execution_id, &items, out);
+            self.record_held(execution_id, &items, env, out);
             return;
         }
         let exec = self.executions.get_mut(execution_id).expect("checked");
@@ -154,7 +154,7 @@ impl JobState {
 
     /// Held answers not written yet (the session was down when they came, or a read showed
     /// that a write did not land): written now.
-    pub(super) fn reconcile_answers(&mut self, out: &mut Vec<Action>) {
+    pub(super) fn reconcile_answers(&mut self, env: &Env, out: &mut Vec<Action>) {
         let due: Vec<String> = self
             .executions
             .iter()
@@ -162,7 +162,7 @@ impl JobState {
             .map(|(id, _)| id.clone())
             .collect();
         for id in due {
-            self.write_held(&id, out);
+            self.write_held(&id, env, out);
         }
     }
 
@@ -181,14 +181,14 @@ impl JobState {
         match result {
             Ok(_) => {
                 debug!(job = %self.name, execution = %execution_id, items = ?items, "answer accepted");
-                self.record_held(execution_id, &items, out);
+                self.record_held(execution_id, &items, env, out);
             }
             Err(RegError::SessionExpired) => {
                 // Decided in a session that is gone: it can no longer be recorded by this
                 // execution, which the new session voids.
                 exec.held.release(&items);
                 if exec.void.is_some() {
-                    self.release_done(execution_id, out);
+                    self.release_done(execution_id, env, out);
                 }
                 self.write_failed("recording an answer", &RegError::SessionExpired, env);
             }
@@ -204,7 +204,7 @@ impl JobState {
                 exec.held.release(&items);
                 self.write_failed("recording an answer", &e, env);
                 let reason = format!("its items were taken back while it ran ({e})");
-                self.void(execution_id, &reason, Release::None, true, out);
+                self.void(execution_id, &reason, Release::None, true, env, out);
             }
         }
     }
@@ -214,7 +214,7 @@ impl JobState {
     /// while this instance is registered); one whose node still does, at the epoch the
     /// execution left, was not, and is written again; one whose epoch moved under it was
     /// taken from the execution meanwhile.
-    pub(super) fn resolve_held(&mut self, out: &mut Vec<Action>) {
+    pub(super) fn resolve_held(&mut self, env: &Env, out: &mut Vec<Action>) {
         self.refresh_view();
         let ids: Vec<String> = self
             .executions
@@ -246,24 +246,24 @@ impl JobState {
                 info!(job = %self.name, execution = %id, items = ?again,
                       "an answer's write did not land: writing it again");
             }
-            self.record_held(&id, &recorded, out);
+            self.record_held(&id, &recorded, env, out);
             if let Some(item) = taken {
                 let exec = self.executions.get_mut(&id).expect("listed");
                 exec.held.release(&[item]);
                 let reason =
                     format!("item {item} was handed over while its answer was being recorded");
-                self.void(&id, &reason, Release::None, true, out);
+                self.void(&id, &reason, Release::None, true, env, out);
             }
         }
     }
 
     /// Held answers of `items` are recorded in the registry: they become the items' outcomes.
-    fn record_held(&mut self, execution_id: &str, items: &[i32], out: &mut Vec<Action>) {
+    fn record_held(&mut self, execution_id: &str, items: &[i32], env: &Env, out: &mut Vec<Action>) {
         let Some(exec) = self.executions.get_mut(execution_id) else {
             return;
         };
         for (i, outcome) in exec.held.release(items) {
-            self.record_outcomes(execution_id, &[i], &outcome, out);
+            self.record_outcomes(execution_id, &[i], &outcome, env, out);
         }
     }
 
@@ -288,12 +288,13 @@ impl JobState {
         execution_id: &str,
         items: &[i32],
         outcome: &ItemOutcome,
+        env: &Env,
         out: &mut Vec<Action>,
     ) {
         let Some(exec) = self.executions.get_mut(execution_id) else {
             return;
         };
-        let now = std::time::SystemTime::now();
+        let now = std::time::SystemTime::from(env.wall);
         for i in items {
             if let ItemOutcome::Failed(error) = outcome {
                 warn!(job = %self.name, execution = %execution_id, item = *i, error = %error, "item failed");
@@ -311,7 +312,7 @@ impl JobState {
         self.settle_answers(execution_id, out);
         let exec = &self.executions[execution_id];
         if exec.is_done() {
-            self.finish_execution(execution_id, out);
+            self.finish_execution(execution_id, env, out);
         }
     }
 
@@ -361,9 +362,9 @@ impl JobState {
         if voided {
             self.acknowledged(execution_id, env);
         } else if all_open {
-            self.void(execution_id, &reason, Release::Abandoned, false, out);
+            self.void(execution_id, &reason, Release::Abandoned, false, env, out);
         } else if !open.is_empty() && self.connected(env) {
-            self.release_items(execution_id, &open, Release::Abandoned, &reason, out);
+            self.release_items(execution_id, &open, Release::Abandoned, &reason, env, out);
         }
         self.reply(reply, Reply::Answered(Ok(())), out);
     }

@@ -18,7 +18,7 @@ impl JobState {
         &mut self,
         reply: ReplyId,
         deadline: Instant,
-        _env: &Env,
+        env: &Env,
         out: &mut Vec<Action>,
     ) {
         self.drain = Some(super::state::Drain { reply, deadline });
@@ -51,7 +51,7 @@ impl JobState {
         }
         // Runs claimed ahead of an instant to come are new work: given up, their items freed.
         for execution_id in held {
-            self.void(&execution_id, reason, Release::Unrun, false, out);
+            self.void(&execution_id, reason, Release::Unrun, false, env, out);
         }
     }
 

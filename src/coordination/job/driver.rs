@@ -84,7 +84,7 @@ pub(crate) enum JobCmd {
     /// See [`Input::ContinueTrace`].
     ContinueTrace {
         parent: Option<crate::coordination::trace::TraceParent>,
-        until: Instant,
+        for_: Duration,
         /// Answered as the input is fed, before anything else is handled.
         reply: oneshot::Sender<()>,
     },
@@ -365,12 +365,19 @@ impl Driver {
         }
     }
 
+    /// The world as the next step sees it: the clocks, the session and fresh random bits. The
+    /// one place a job reads a clock or draws randomness; the state decides on this snapshot.
+    #[allow(
+        clippy::disallowed_methods,
+        reason = "the driver is the job's I/O edge: it reads the clocks and randomness for the step"
+    )]
     fn env(&self) -> Env {
         Env {
             now: Instant::now(),
             wall: chrono::Utc::now(),
             session: self.shared.registry.session().borrow().clone(),
             proof: self.shared.registry.last_proof(),
+            entropy: rand::random(),
         }
     }
 
@@ -535,12 +542,12 @@ impl Driver {
             }
             JobCmd::ContinueTrace {
                 parent,
-                until,
+                for_,
                 reply,
             } => {
                 // The input is stepped right after this returns, in this same turn of the loop.
                 let _ = reply.send(());
-                Some(Input::ContinueTrace { parent, until })
+                Some(Input::ContinueTrace { parent, for_ })
             }
             JobCmd::Fire(mut fire) => {
                 self.fires.taken_out();
@@ -833,6 +840,10 @@ async fn touch(registry: &Registry, path: &str) -> Result<Stat, RegError> {
 }
 
 #[cfg(test)]
+#[allow(
+    clippy::disallowed_methods,
+    reason = "tests run against real time and real servers"
+)]
 mod tests {
     use super::*;
 

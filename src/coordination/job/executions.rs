@@ -16,7 +16,7 @@ use tracing::{debug, info, warn};
 use super::state::{DeferredFire, JobState, Pending};
 use super::{Action, Env, Observation};
 use crate::coordination::events::{Source, Trigger, WorkerEvent};
-use crate::coordination::execution::{self, new_execution_id, Execution};
+use crate::coordination::execution::{self, Execution};
 use crate::coordination::failover::{self, Release};
 use crate::coordination::trace::TraceContext;
 use crate::elasticjob::instance::task_id;
@@ -268,6 +268,7 @@ impl JobState {
                     "its instance took other work before the fire instant",
                     Release::Unrun,
                     false,
+                    env,
                     out,
                 );
                 if let Some(local) = self.locals.get_mut(&id) {
@@ -453,7 +454,7 @@ impl JobState {
             0 => None,
             s => Some(Duration::from_secs(u64::from(s))),
         };
-        let execution_id = new_execution_id();
+        let execution_id = self.next_execution_id(env);
         let trace = self.trace_for(id, source, &execution_id, env);
         let exec = Execution::new(
             execution_id.clone(),
@@ -462,6 +463,7 @@ impl JobState {
             items.iter().copied().collect(),
             fire_time,
             env.now,
+            SystemTime::from(env.wall),
             timeout,
             monitored,
             self.generation,
@@ -633,6 +635,7 @@ impl JobState {
                 "the worker went away before its trigger was sent",
                 Release::Abandoned,
                 false,
+                env,
                 out,
             );
             return;
@@ -648,6 +651,7 @@ impl JobState {
                     "no lease could be granted to send the trigger under",
                     Release::Abandoned,
                     false,
+                    env,
                     out,
                 );
                 return;

@@ -40,6 +40,7 @@ impl JobState {
                     "the worker's lease ran out before the execution was answered",
                     Release::Abandoned,
                     true,
+                    env,
                     out,
                 );
                 if let Some(void) = self.executions.get_mut(&exec).and_then(|e| e.void.as_mut()) {

@@ -278,6 +278,7 @@ impl JobState {
                 "the worker's stream ended",
                 failover::Release::Abandoned,
                 false,
+                env,
                 out,
             );
         }
@@ -420,7 +421,7 @@ impl JobState {
                 },
             });
             for exec in local.executions.clone() {
-                self.revoke(&exec, reason, failover::Release::Abandoned, out);
+                self.revoke(&exec, reason, failover::Release::Abandoned, env, out);
             }
             self.end_local(&id, StreamEnd::BySidecar, env, out);
             if let Some(gone) = self.locals.get_mut(&id).and_then(|l| l.gone.as_mut()) {
@@ -561,7 +562,7 @@ impl JobState {
     }
 
     /// Drops a local instance that has left, and its execution.
-    pub(super) fn forget_local(&mut self, id: &str, _env: &Env, out: &mut Vec<Action>) {
+    pub(super) fn forget_local(&mut self, id: &str, env: &Env, out: &mut Vec<Action>) {
         let Some(local) = self.locals.remove(id) else {
             return;
         };
@@ -570,7 +571,7 @@ impl JobState {
             stream: local.stream,
         });
         for exec in local.executions {
-            self.drop_execution(&exec, out);
+            self.drop_execution(&exec, env, out);
         }
         info!(job = %self.name, instance = %id, "worker left");
     }

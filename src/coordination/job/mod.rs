@@ -34,6 +34,10 @@ mod state;
 mod work;
 
 #[cfg(test)]
+#[allow(
+    clippy::disallowed_methods,
+    reason = "tests run against real time and real servers"
+)]
 mod tests;
 
 use std::collections::BTreeMap;
@@ -87,6 +91,9 @@ pub(crate) struct Env {
     /// The registry's latest proof that the current session is alive (see
     /// [`crate::registry::Registry::last_proof`]).
     pub proof: Option<Instant>,
+    /// Random bits drawn for this step: the state draws none of its own (execution ids are
+    /// derived from these, [`crate::coordination::execution::execution_id`]).
+    pub entropy: u128,
 }
 
 impl Env {
@@ -132,11 +139,11 @@ pub(crate) enum Input {
     /// Graceful shutdown: finish what runs by `deadline`, then leave.
     Drain { reply: ReplyId, deadline: Instant },
     /// A `TriggerJob` call is about to write its trigger nodes: the next MANUAL execution of
-    /// each local instance (started before `until`) continues `parent`'s trace, or, with
-    /// `None` (an untraced call), starts a trace of its own.
+    /// each local instance (started within `for_` from now) continues `parent`'s trace, or,
+    /// with `None` (an untraced call), starts a trace of its own.
     ContinueTrace {
         parent: Option<crate::coordination::trace::TraceParent>,
-        until: Instant,
+        for_: Duration,
     },
     /// A cron fire of the job's schedule.
     Fire { fire_time: DateTime<Utc> },

@@ -26,6 +26,7 @@ impl JobState {
         reason: &str,
         release: Release,
         notify: bool,
+        env: &Env,
         out: &mut Vec<Action>,
     ) {
         let held = self.is_held(execution_id);
@@ -59,7 +60,7 @@ impl JobState {
         warn!(job = %self.name, execution = %execution_id, instance = %instance, items = ?items, reason,
               "execution taken back");
         exec.note(
-            std::time::SystemTime::now(),
+            std::time::SystemTime::from(env.wall),
             "revoke",
             vec![
                 ("items", format!("{items:?}")),
@@ -84,7 +85,7 @@ impl JobState {
             }));
         }
         if release == Release::None {
-            self.release_done(execution_id, out);
+            self.release_done(execution_id, env, out);
         }
     }
 
@@ -95,6 +96,7 @@ impl JobState {
         execution_id: &str,
         reason: &str,
         release: Release,
+        env: &Env,
         out: &mut Vec<Action>,
     ) {
         let Some(exec) = self.executions.get(execution_id) else {
@@ -104,7 +106,7 @@ impl JobState {
             return;
         }
         let (instance, delivered) = (exec.instance_id.clone(), exec.delivered);
-        self.void(execution_id, reason, release, true, out);
+        self.void(execution_id, reason, release, true, env, out);
         let unreleased = self
             .executions
             .get(execution_id)
@@ -143,7 +145,7 @@ impl JobState {
             if items.iter().any(|i| self.locked.contains(i)) || !self.connected(env) {
                 continue;
             }
-            self.release_items(&id, &items, release, &reason, out);
+            self.release_items(&id, &items, release, &reason, env, out);
         }
     }
 
@@ -154,6 +156,7 @@ impl JobState {
         items: &[i32],
         release: Release,
         reason: &str,
+        env: &Env,
         out: &mut Vec<Action>,
     ) {
         let Some(exec) = self.executions.get_mut(execution_id) else {
@@ -176,7 +179,7 @@ impl JobState {
                 exec.outcomes.insert(*i, outcome.clone());
             }
             if exec.is_done() {
-                self.finish_execution(execution_id, out);
+                self.finish_execution(execution_id, env, out);
             }
             return;
         }
@@ -218,7 +221,7 @@ impl JobState {
                         .insert(*i, ItemOutcome::Revoked(reason.clone()));
                 }
                 if exec.is_done() {
-                    self.finish_execution(execution_id, out);
+                    self.finish_execution(execution_id, env, out);
                 }
             }
             Err(e) if e.is_connection_problem() && !matches!(e, RegError::SessionExpired) => {
@@ -233,14 +236,14 @@ impl JobState {
                         .insert(*i, ItemOutcome::Revoked(reason.clone()));
                 }
                 if exec.is_done() {
-                    self.finish_execution(execution_id, out);
+                    self.finish_execution(execution_id, env, out);
                 }
             }
         }
     }
 
     /// A void execution with nothing to write: its open items are over.
-    pub(super) fn release_done(&mut self, execution_id: &str, out: &mut Vec<Action>) {
+    pub(super) fn release_done(&mut self, execution_id: &str, env: &Env, out: &mut Vec<Action>) {
         let Some(exec) = self.executions.get_mut(execution_id) else {
             return;
         };
@@ -254,12 +257,17 @@ impl JobState {
                 .insert(i, ItemOutcome::Revoked(reason.clone()));
         }
         if exec.is_done() {
-            self.finish_execution(execution_id, out);
+            self.finish_execution(execution_id, env, out);
         }
     }
 
     /// Every item has an outcome: free the instance and tell the observer.
-    pub(super) fn finish_execution(&mut self, execution_id: &str, out: &mut Vec<Action>) {
+    pub(super) fn finish_execution(
+        &mut self,
+        execution_id: &str,
+        env: &Env,
+        out: &mut Vec<Action>,
+    ) {
         self.settle_answers(execution_id, out);
         let Some(exec) = self.executions.remove(execution_id) else {
             return;
@@ -280,7 +288,7 @@ impl JobState {
             .filter(|o| matches!(o, ItemOutcome::Failed(_)))
             .count();
         info!(job = %self.name, execution = %execution_id, instance = %exec.instance_id, items = ?exec.items,
-              source = exec.source.as_str(), failed, elapsed_ms = exec.started.elapsed().as_millis() as u64,
+              source = exec.source.as_str(), failed, elapsed_ms = env.now.saturating_duration_since(exec.started).as_millis() as u64,
               "execution finished");
         let revoked = exec.outcomes.values().find_map(|o| match o {
             ItemOutcome::Revoked(reason) => Some(reason.clone()),
@@ -294,7 +302,7 @@ impl JobState {
                     instance_id: exec.instance_id.clone(),
                     source: exec.source,
                     started_at: exec.started_at,
-                    duration: exec.started.elapsed(),
+                    duration: env.now.saturating_duration_since(exec.started),
                     items: exec.outcomes.clone(),
                     task_id: exec.task_id.clone(),
                     fire_time: exec.fire_time.into(),
@@ -314,7 +322,7 @@ impl JobState {
     }
 
     /// Forgets an execution of an instance that has left (its items went with the leave).
-    pub(super) fn drop_execution(&mut self, execution_id: &str, out: &mut Vec<Action>) {
+    pub(super) fn drop_execution(&mut self, execution_id: &str, env: &Env, out: &mut Vec<Action>) {
         if let Some(exec) = self.executions.get_mut(execution_id) {
             if exec.void.is_none() {
                 exec.void = Some(Void {
@@ -333,7 +341,7 @@ impl JobState {
                     .entry(i)
                     .or_insert_with(|| ItemOutcome::Revoked(reason.clone()));
             }
-            self.finish_execution(execution_id, out);
+            self.finish_execution(execution_id, env, out);
         }
     }
 
@@ -354,7 +362,7 @@ impl JobState {
                 "execution timeout: not answered within {} s",
                 timeout.as_secs()
             );
-            self.revoke(&id, &reason, Release::Failed, out);
+            self.revoke(&id, &reason, Release::Failed, env, out);
         }
         self.release_due(env, out);
     }
@@ -381,7 +389,7 @@ impl JobState {
             silent.as_millis()
         );
         for id in live {
-            self.revoke(&id, &reason, Release::Abandoned, out);
+            self.revoke(&id, &reason, Release::Abandoned, env, out);
         }
     }
 }

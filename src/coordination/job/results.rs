@@ -42,7 +42,7 @@ impl JobState {
                     self.inexact.clear();
                     self.view_stale = true;
                     self.last_reload = Some(env.now);
-                    self.resolve_held(out);
+                    self.resolve_held(env, out);
                 }
                 Err(e) => self.write_failed("reading the job", &e, env),
             },

@@ -26,7 +26,7 @@ impl JobState {
     /// The workers' leases ran out before the old session could expire (they are never longer
     /// than a quarter of a session past its last proof of life), so their items may be given
     /// back at once; the instances are registered again (expiry is not shutdown).
-    fn new_session(&mut self, generation: u64, _env: &Env, out: &mut Vec<Action>) {
+    fn new_session(&mut self, generation: u64, env: &Env, out: &mut Vec<Action>) {
         info!(job = %self.name, generation, "new registry session: everything from the old one is void; registering local instances again");
         self.generation = generation;
         self.reload_wanted = true;
@@ -42,6 +42,7 @@ impl JobState {
                 "the registry session expired",
                 failover::Release::None,
                 true,
+                env,
                 out,
             );
         }
@@ -52,7 +53,7 @@ impl JobState {
             .map(|(id, _)| id.clone())
             .collect();
         for id in gone {
-            self.forget_local(&id, _env, out);
+            self.forget_local(&id, env, out);
         }
         for local in self.locals.values_mut() {
             local.registered = false;

@@ -386,6 +386,8 @@ pub(crate) struct JobState {
     /// [`JobState::step_fire`]); the rest of the reconcile is owed, and the driver asks for it
     /// once the instant's fires have all been taken up.
     pub(super) reconcile_owed: bool,
+    /// Execution ids drawn so far (each from the step's [`Env::entropy`] and this count).
+    ids_drawn: u64,
 }
 
 /// What a latch-free failover claim goes on (see [`Pending::Claim`]).
@@ -445,7 +447,14 @@ impl JobState {
             expected_wakeup: None,
             claims: FreeClaims::default(),
             reconcile_owed: false,
+            ids_drawn: 0,
         }
+    }
+
+    /// A fresh execution id, from the step's random bits.
+    pub(super) fn next_execution_id(&mut self, env: &Env) -> String {
+        self.ids_drawn += 1;
+        crate::coordination::execution::execution_id(env.entropy, self.ids_drawn)
     }
 
     /// The job's name.
@@ -606,7 +615,8 @@ impl JobState {
                 reason,
             } => self.on_decline(reply, &instance_id, &execution_id, items, &reason, env, out),
             Input::Drain { reply, deadline } => self.on_drain(reply, deadline, env, out),
-            Input::ContinueTrace { parent, until } => {
+            Input::ContinueTrace { parent, for_ } => {
+                let until = env.now + for_;
                 self.manual_parent = parent.map(|parent| {
                     debug!(job = %self.name, trace = %parent.trace_id_hex(),
                            "the trigger's manual executions continue the caller's trace");
@@ -820,7 +830,7 @@ impl JobState {
     /// The rest of the reconcile: membership, runs, failover, leadership, the items to work
     /// on, the workers' assignments.
     fn reconcile_rest(&mut self, env: &Env, out: &mut Vec<Action>) {
-        self.reconcile_answers(out);
+        self.reconcile_answers(env, out);
         self.reconcile_membership(env, out);
         self.reconcile_executions(env, out);
         self.refresh_view();

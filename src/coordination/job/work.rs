@@ -15,7 +15,7 @@ use tracing::{debug, info};
 use super::state::{FreeClaims, Handed, JobState, Pending, Taker};
 use super::{Action, Env, LatchKey, Observation};
 use crate::coordination::events::Source;
-use crate::coordination::execution::{new_execution_id, Execution};
+use crate::coordination::execution::Execution;
 use crate::coordination::failover::{self};
 use crate::coordination::trace::TraceContext;
 use crate::registry::{Error as RegError, Op, OpResult};
@@ -293,7 +293,7 @@ impl JobState {
         env: &Env,
     ) -> String {
         info!(job = %self.name, instance = %id, items = ?items, "taking over failed items");
-        let execution_id = new_execution_id();
+        let execution_id = self.next_execution_id(env);
         let timeout = match self.view.extras.execution_timeout_seconds {
             0 => None,
             s => Some(Duration::from_secs(u64::from(s))),
@@ -307,6 +307,7 @@ impl JobState {
                 items.iter().copied().collect(),
                 env.wall,
                 env.now,
+                std::time::SystemTime::from(env.wall),
                 timeout,
                 monitored,
                 self.generation,

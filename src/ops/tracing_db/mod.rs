@@ -312,6 +312,10 @@ fn hostname() -> String {
 }
 
 #[cfg(test)]
+#[allow(
+    clippy::disallowed_methods,
+    reason = "tests run against real time and real servers"
+)]
 mod tests {
     use super::*;
 

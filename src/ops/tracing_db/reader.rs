@@ -279,6 +279,10 @@ impl Reader {
 }
 
 #[cfg(test)]
+#[allow(
+    clippy::disallowed_methods,
+    reason = "tests run against real time and real servers"
+)]
 mod tests {
     use super::*;
 

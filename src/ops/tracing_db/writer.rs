@@ -283,6 +283,10 @@ impl Writer {
     }
 
     /// Writes until closed, then writes what is queued until the deadline it was given.
+    #[allow(
+        clippy::disallowed_methods,
+        reason = "the database writer's timeouts and backoff: an I/O edge"
+    )]
     pub(super) async fn run(mut self) {
         let mut batch: Vec<Row> = Vec::new();
         let mut backoff = Backoff(BACKOFF_FIRST);
@@ -450,6 +454,10 @@ fn retryable(code: &SqlState) -> bool {
 }
 
 /// Resolves with the deadline once the sidecar closes the sink (at once if it went away).
+#[allow(
+    clippy::disallowed_methods,
+    reason = "the database writer's timeouts and backoff: an I/O edge"
+)]
 async fn closed(close_rx: &mut watch::Receiver<Option<Instant>>) -> Instant {
     loop {
         if let Some(deadline) = *close_rx.borrow_and_update() {

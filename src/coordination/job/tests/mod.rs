@@ -80,6 +80,7 @@ impl Script {
                     session_id: 77,
                 },
                 proof: Some(t0),
+                entropy: 0x5eed,
             },
             t0,
             paths: JobPaths::new(job),
@@ -125,6 +126,7 @@ impl Script {
     }
 
     pub(super) fn step(&mut self, input: Input) -> Vec<Action> {
+        self.env.entropy = self.env.entropy.wrapping_add(1 << 64);
         let env = self.env.clone();
         self.state.step(input, &env)
     }
