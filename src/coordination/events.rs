@@ -121,3 +121,23 @@ impl Connection for InProcess {
         StreamEnd::ByWorker
     }
 }
+
+/// How an item of an execution ended.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum ItemOutcome {
+    Completed,
+    Failed(String),
+    /// The sidecar took the item back (revoke, timeout, fencing, decline); answers are refused.
+    Revoked(String),
+}
+
+impl ItemOutcome {
+    /// `completed`, `failed` or `revoked`.
+    pub fn kind(&self) -> &'static str {
+        match self {
+            ItemOutcome::Completed => "completed",
+            ItemOutcome::Failed(_) => "failed",
+            ItemOutcome::Revoked(_) => "revoked",
+        }
+    }
+}

@@ -1,22 +1,16 @@
 //! Coordination of jobs on this sidecar: one [`job`] state machine and driver per job with
-//! local instances, fed by worker commands and registry events, deciding through pure
-//! functions ([`view`], [`election`], [`sharding`], [`execution`], [`failover`], [`lease`]).
-//! It speaks in domain terms ([`events`]); the gRPC layer converts.
+//! local instances, fed by worker commands and registry events. It speaks in domain terms
+//! ([`events`]); the gRPC layer converts.
 //!
 //! [`Coordinator`] is the handle the services use: it routes a subscription to its job's
 //! driver (starting one when needed) and an answer to the driver that owns the execution.
 
-pub mod election;
 pub mod events;
-pub mod execution;
-pub mod failover;
-mod job;
-pub mod lease;
+mod finished;
+pub(crate) mod job;
 pub mod observer;
-pub mod sharding;
 pub mod small_map;
 pub mod trace;
-pub mod view;
 
 #[cfg(test)]
 #[allow(
@@ -37,9 +31,10 @@ use crate::elasticjob::config::JobConfiguration;
 use crate::elasticjob::extras::JobExtras;
 use crate::registry::{self, Registry};
 use crate::schedule::{Timer, ANSWER_WAIT_MAX};
-pub use events::{Connection, InProcess, ShutdownKind, Source, StreamEnd, Trigger, WorkerEvent};
-use execution::FinishedExecutions;
-pub use execution::ItemOutcome;
+pub use events::{
+    Connection, InProcess, ItemOutcome, ShutdownKind, Source, StreamEnd, Trigger, WorkerEvent,
+};
+use finished::FinishedExecutions;
 use job::JobCmd;
 pub use observer::{ExecutionRecord, NoObserver, Observer};
 

@@ -5,8 +5,8 @@
 use std::collections::BTreeMap;
 use std::time::{Duration, SystemTime};
 
+pub use crate::coordination::events::ItemOutcome;
 use crate::coordination::events::Source;
-pub use crate::coordination::execution::ItemOutcome;
 use crate::coordination::trace::{SpanEvent, TraceContext};
 
 /// A finished execution.

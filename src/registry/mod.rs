@@ -18,6 +18,7 @@ use std::time::{Duration, Instant};
 mod cache;
 mod latch;
 mod memory;
+mod order;
 mod path;
 mod watch;
 mod zk_batch;
@@ -42,6 +43,7 @@ mod zk_tests;
 pub use cache::{CachedNode, CachedStat, TreeCache};
 pub use latch::Latch;
 pub use memory::MemoryStore;
+pub use order::RequestOrder;
 pub(crate) use watch::WatchSender;
 pub use watch::{Watch, WATCH_QUEUE};
 

@@ -1,37 +1,42 @@
 //! One job on this sidecar: a state machine that decides ([`JobState`]) and a driver task that
-//! does ([`driver`]).
+//! performs ([`driver`]).
 //!
-//! [`JobState::step`] takes one [`Input`] — a worker command, a registry event, the result of
-//! an earlier action, a cron fire or the passing of time — together with an [`Env`] snapshot
-//! (clocks, session state) and returns the [`Action`]s to perform: write these nodes, send this
-//! event to that worker, take this latch, reply to that call. It never awaits and never reads a
-//! clock of its own, so every decision can be replayed in a test as a table of inputs and
-//! expected actions (`tests.rs`). The driver performs actions with deadlines and feeds their
-//! results back as inputs, in the order the registry answered them.
+//! [`JobState::step`] takes an [`Input`] (a worker command, a registry event, the result of an
+//! earlier action, a cron fire or the passing of time) together with an [`Env`] snapshot
+//! (clocks, session state, random bits) and returns the [`Action`]s to perform: write these
+//! nodes, send this event to that worker, take this latch, reply to that call. It never awaits
+//! and never reads a clock of its own (clippy's `disallowed-methods` says so), so every decision
+//! can be replayed in a test as a table of inputs and expected actions (`tests/`). The driver
+//! performs actions with deadlines and feeds their results back as inputs, in the order the
+//! registry answered them.
 //!
-//! The concerns of the state machine are split by file: [`state`] (the state, the dispatch of
-//! inputs and the level-triggered reconcile), [`results`] (each action's result to the concern
-//! that asked for it), [`mirror`] (the mirror of the job's subtree and the writes that change
-//! it), [`membership`] (joining, leaving, remote shutdown), [`sessions`] (a new session and
-//! re-registration), [`drain`], [`executions`] (fires, starts, triggers), [`answers`] (answers,
-//! declines), [`release`] (revokes, timeouts, self-fencing, releases), [`work`] (failover
-//! claims, trigger-once, misfire catch-up), [`leases`] (renewals and lapses) and [`leadership`]
-//! (election, resharding, clean-up). The driver's own I/O for a job's setup is in [`setup`].
+//! The state is made of parts, each owning its fields and its pure helpers:
+//! - [`mirror`]: the mirror of the job's subtree and the [`mirror::JobView`] parsed from it;
+//! - [`io`]: the actions in flight and the reads owed, and the [`io::Cx`] every part decides in;
+//! - [`instances`]: the local instances (joining, leaving, sessions, drain, leases, assignments);
+//! - [`runs`]: the executions (plans, fires, starts, answers, releases);
+//! - [`leadership`]: election, resharding and the leader's clean-up;
+//! - [`failover`]: claims of flagged items and hand-overs;
+//!
+//! and [`state`] steps them: it dispatches each input to its part ([`results`] for the results
+//! of actions, [`membership`] for what takes several parts) and reconciles them in order.
+//!
+//! The life of a cron fire: the timer's thread (`crate::schedule`) puts it in the job's command
+//! queue; the driver steps it; [`runs`] plans the instance's run ([`runs::plan`]) and writes its
+//! start ([`failover::ops::start_ops`], through [`io`]); the driver commits it; its result is
+//! mirrored ([`mirror`]) and handed back to [`runs`], which sends the `Trigger` under a fresh
+//! lease ([`instances`]); the driver queues it on the worker's stream (`crate::api`).
 
-mod answers;
-mod drain;
 mod driver;
-mod executions;
+pub(crate) mod failover;
+mod instances;
+mod io;
 mod leadership;
-mod leases;
 mod membership;
-mod mirror;
-mod release;
+pub(super) mod mirror;
 mod results;
-mod sessions;
-mod setup;
+pub(super) mod runs;
 mod state;
-mod work;
 
 #[cfg(test)]
 #[allow(
@@ -46,13 +51,14 @@ use std::time::{Duration, Instant};
 
 use chrono::{DateTime, Utc};
 
-use super::events::{Source, StreamEnd, WorkerEvent};
-use super::execution::{Finished, ItemOutcome};
+use super::events::{ItemOutcome, Source, StreamEnd, WorkerEvent};
+use super::finished::Finished;
 use super::observer::ExecutionRecord;
 use super::CoordError;
 use crate::elasticjob::config::JobConfiguration;
 use crate::elasticjob::extras::JobExtras;
 use crate::registry::{Error as RegError, Node, Op, OpResult, SessionState, WatchEvent};
+use crate::schedule::CronSchedule;
 
 pub(crate) use driver::{spawn, JobCmd, JobSender};
 
@@ -92,7 +98,7 @@ pub(crate) struct Env {
     /// [`crate::registry::Registry::last_proof`]).
     pub proof: Option<Instant>,
     /// Random bits drawn for this step: the state draws none of its own (execution ids are
-    /// derived from these, [`crate::coordination::execution::execution_id`]).
+    /// derived from these, [`execution_id`]).
     pub entropy: u128,
 }
 
@@ -217,6 +223,15 @@ pub(crate) enum Action {
     EndStream { stream: StreamKey },
     /// Answer a pending call.
     Reply { reply: ReplyId, result: Reply },
+    /// Answer a call about an execution this job does not hold (any more) from the sidecar's
+    /// memory of finished executions ([`remembered_reply`]).
+    Remembered {
+        reply: ReplyId,
+        execution_id: String,
+        instance_id: String,
+        /// A `Decline`, which is fine for any execution but another instance's.
+        decline: bool,
+    },
     /// First local instance: write the config if needed, the server node, watch the subtree
     /// and read it (one child task).
     SetUp {
@@ -251,8 +266,8 @@ pub(crate) enum Action {
     ReleaseLatch { latch: LatchKey },
     /// Touch `systemTime/current` and return its stat (maxTimeDiffSeconds).
     TouchClock { op: OpId },
-    /// Fire on this cron (expression, time zone), or stop firing.
-    Schedule(Option<(String, String)>),
+    /// Fire on this schedule (parsed by the state from the job's config), or stop firing.
+    Schedule(Option<CronSchedule>),
     /// Tell the observer (history, metrics).
     Observe(Observation),
     /// Route answers for this execution id to this job.
@@ -286,3 +301,17 @@ pub(crate) enum Observation {
 
 /// Item → parameter of the job's config.
 pub(crate) type Parameters = BTreeMap<i32, String>;
+
+/// The reply to an answer (or, with `decline`, a decline) for an execution no job holds, from
+/// what the sidecar remembers of it: giving back what is already given back is fine, another
+/// instance's is not.
+pub(crate) fn remembered_reply(
+    decline: bool,
+    remembered: Result<(), CoordError>,
+) -> Result<(), CoordError> {
+    match remembered {
+        Err(e @ CoordError::PermissionDenied(_)) => Err(e),
+        _ if decline => Ok(()),
+        other => other,
+    }
+}

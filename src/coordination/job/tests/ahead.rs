@@ -13,7 +13,7 @@ const AHEAD: Duration = Duration::from_millis(100);
 
 fn ready_ahead(total: i32, failover: bool) -> (Script, StreamKey) {
     let (mut s, stream) = ready(total, failover);
-    s.state.settings.claim_ahead = AHEAD;
+    s.state.job.settings.claim_ahead = AHEAD;
     (s, stream)
 }
 
@@ -56,7 +56,7 @@ fn a_run_claimed_ahead_is_triggered_at_its_instant_and_not_before() {
     );
     let wake = s.state.next_wakeup(&s.env.clone()).expect("a wakeup");
     assert!(
-        wake <= s.t0 + Duration::from_millis(INSTANT) + super::super::state::HELD_FALLBACK,
+        wake <= s.t0 + Duration::from_millis(INSTANT) + super::super::runs::HELD_FALLBACK,
         "the state looks again soon after the instant, should its fire not come"
     );
     let fired = s.fire(INSTANT);
@@ -82,7 +82,7 @@ fn a_run_claimed_ahead_is_triggered_at_its_instant_and_not_before() {
     let done = s.answer(&t[0].execution_id, &[0, 1]);
     let ended = s.commit_all(done.clone());
     assert_eq!(answered_ok(&done, &ended), 1);
-    assert!(s.state.executions.is_empty() && s.state.locked.is_empty());
+    assert!(s.state.runs.is_empty() && s.state.io.locked().is_empty());
 }
 
 #[test]
@@ -120,7 +120,7 @@ fn a_run_claimed_ahead_goes_out_at_its_instant_even_when_the_fire_never_comes() 
     // it then.
     let (mut s, _) = ready_ahead(2, false);
     claimed(&mut s);
-    let fallback = INSTANT + super::super::state::HELD_FALLBACK.as_millis() as u64;
+    let fallback = INSTANT + super::super::runs::HELD_FALLBACK.as_millis() as u64;
     assert!(triggers(&s.tick(INSTANT - 1)).is_empty());
     let wake = s.state.next_wakeup(&s.env.clone()).expect("a wakeup");
     assert!(wake <= s.t0 + Duration::from_millis(fallback));
@@ -171,7 +171,7 @@ fn a_claim_refused_leaves_the_fire_to_its_instant_with_no_catch_up() {
     });
     assert!(triggers(&refused).is_empty());
     assert!(
-        !s.state.locals[ME].missed,
+        !s.state.runs.missed(ME),
         "no catch-up: the fire itself decides"
     );
     let fired = s.fire(INSTANT);
@@ -239,7 +239,7 @@ fn a_failover_claim_before_the_instant_takes_the_instance_and_the_fire_is_a_misf
     // The run claimed ahead does not hold a crashed peer's items back; at the instant the
     // instance is busy, as it would have been without the claim.
     let mut s = Script::new("j");
-    s.state.settings.claim_ahead = AHEAD;
+    s.state.job.settings.claim_ahead = AHEAD;
     let tree = shared_with_peer(&s, true, PEER);
     s.join(Some(tree));
     claimed(&mut s);

@@ -34,10 +34,10 @@ fn as_read(s: &Script) -> BTreeMap<String, Node> {
             ..Stat::default()
         },
     };
-    if let Some(n) = s.state.cache.get(&root) {
+    if let Some(n) = s.state.mirror.cache().get(&root) {
         tree.insert(root.clone(), node_of(n));
     }
-    for (rest, n) in s.state.cache.descendants(&root) {
+    for (rest, n) in s.state.mirror.cache().descendants(&root) {
         tree.insert(format!("{root}/{rest}"), node_of(n));
     }
     tree
@@ -104,7 +104,7 @@ fn an_answer_whose_write_went_unconfirmed_is_written_again_until_it_lands() {
         [Ok(())],
         "the waiting call hears it landed"
     );
-    assert!(s.state.executions.is_empty(), "the execution is over");
+    assert!(s.state.runs.is_empty(), "the execution is over");
     let next = run(&mut s, 6000);
     assert_eq!(next.items.len(), 1, "and the item runs again");
 }
@@ -123,7 +123,7 @@ fn an_unconfirmed_write_that_landed_is_recorded_without_writing_it_again() {
     });
     assert!(writes(&after).is_empty(), "{:?}", writes(&after));
     assert_eq!(answered(&after), [Ok(())]);
-    assert!(s.state.executions.is_empty());
+    assert!(s.state.runs.is_empty());
 }
 
 #[test]
@@ -163,7 +163,7 @@ fn a_rewrite_refused_after_an_unconfirmed_write_is_read_again_not_refused() {
         },
     );
     assert_eq!(answered(&after), [Ok(())], "recorded, not refused");
-    assert!(s.state.executions.is_empty());
+    assert!(s.state.runs.is_empty());
 }
 
 #[test]
@@ -193,7 +193,7 @@ fn an_answer_that_comes_while_zookeeper_is_away_is_held_and_written_when_it_is_b
         writes(&all)
     );
     assert_eq!(answered(&all), [Ok(())]);
-    assert!(s.state.executions.is_empty());
+    assert!(s.state.runs.is_empty());
 }
 
 #[test]
@@ -240,5 +240,5 @@ fn a_held_answer_of_a_session_that_expired_is_refused_and_the_execution_ends() {
     assert_eq!(refused.len(), 1, "{:?}", kinds(&expired));
     let error = refused[0].clone().unwrap_err();
     assert!(error.contains("session expired"), "{error}");
-    assert!(s.state.executions.is_empty(), "nothing waits on the worker");
+    assert!(s.state.runs.is_empty(), "nothing waits on the worker");
 }

@@ -573,7 +573,7 @@ fn a_reshard_that_takes_items_from_a_live_elasticjob_member_sets_the_flag_and_wa
         "the flag is set first: {:?}",
         writes(&joined)
     );
-    assert!(s.state.view.necessary, "the flag is read back");
+    assert!(s.state.mirror.view().necessary, "the flag is read back");
     let wake = s.state.next_wakeup(&s.env.clone()).expect("a wakeup");
     assert_eq!(wake, s.env.now + ELASTICJOB_HOLD);
     let held_ms = wake.duration_since(s.t0).as_millis() as u64;

@@ -12,8 +12,8 @@ pub(super) use chrono::{DateTime, TimeZone, Utc};
 
 pub(super) use super::state::JobState;
 pub(super) use super::*;
+pub(super) use crate::coordination::events::ItemOutcome;
 pub(super) use crate::coordination::events::{Source, StreamEnd, Trigger, WorkerEvent};
-pub(super) use crate::coordination::execution::ItemOutcome;
 pub(super) use crate::elasticjob::config::JobConfiguration;
 pub(super) use crate::elasticjob::instance::instance_yaml;
 pub(super) use crate::elasticjob::paths::JobPaths;
@@ -215,7 +215,7 @@ impl Script {
                         .strip_prefix(&self.paths.instances())
                         .is_some_and(|rest| rest.starts_with('/')) =>
                 {
-                    let node = self.state.cache.get(path).map(|node| Node {
+                    let node = self.state.mirror.cache().get(path).map(|node| Node {
                         data: node.data.to_vec(),
                         stat: Stat {
                             czxid: self.zxid,
@@ -316,8 +316,7 @@ impl Script {
 
     /// The fire of the instant `fire_time`, now: its own step only, the rest left owed.
     pub(super) fn fire_step_only(&mut self, fire_time: DateTime<Utc>) -> Vec<Action> {
-        let env = self.env.clone();
-        self.state.step_fire(Input::Fire { fire_time }, &env)
+        self.step(Input::Fire { fire_time })
     }
 
     /// The timer's notice at `ms`, `claim_ahead` before the cron instant at `fire_ms`.
@@ -414,6 +413,7 @@ pub(super) fn kinds(actions: &[Action]) -> Vec<&'static str> {
             },
             Action::EndStream { .. } => "EndStream",
             Action::Reply { .. } => "Reply",
+            Action::Remembered { .. } => "Remembered",
             Action::SetUp { .. } => "SetUp",
             Action::Commit { .. } => "Commit",
             Action::Persist { .. } => "Persist",

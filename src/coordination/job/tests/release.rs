@@ -5,15 +5,13 @@ use super::*;
 /// A job of one item on this sidecar's worker, with an execution timeout of 1 s.
 fn ready_with_a_timeout_of_1s() -> Script {
     let (mut s, _) = ready(1, false);
-    s.state.view.extras.execution_timeout_seconds = 1;
     let mut tree = s.tree(&config(1, false), &[(0, ME)], ME);
     tree.insert(s.paths.instance(ME), node(&instance_yaml(ME, IP), 0, 11));
     tree.insert(
         s.paths.shardcar(),
         node("executionTimeoutSeconds: 1\n", 0, 12),
     );
-    s.state.cache.replace_all(tree);
-    s.state.view_stale = true;
+    s.state.mirror.arrange(tree);
     s
 }
 

@@ -545,8 +545,7 @@ fn a_peers_events_are_read_in_one_request_that_names_each_node_once() {
             ]),
         },
     });
-    s.state.refresh_view();
-    let item = &s.state.view.items[&0];
+    let item = &s.state.mirror.view().items[&0];
     assert_eq!(item.version, Some(7));
     assert_eq!(item.running.as_ref().map(|(id, _)| id.as_str()), Some(PEER));
     // A failed read leaves the view to a full read of the job, as a failed single read does.
@@ -565,7 +564,7 @@ fn a_peers_events_are_read_in_one_request_that_names_each_node_once() {
             nodes: Err(RegError::ConnectionLoss),
         },
     });
-    assert!(s.state.reload_wanted, "the job is read again");
+    assert!(s.state.io.reload_is_wanted(), "the job is read again");
 }
 
 #[test]
@@ -792,7 +791,8 @@ fn a_claim_refused_by_the_latch_is_decided_again_at_once_and_takes_the_latch_beh
     one_failover_of(&started, &[2, 3]);
     assert!(kinds(&started).contains(&"ReleaseLatch"));
     assert_eq!(
-        s.state.claims.refused, 0,
+        s.state.failover.claims().refused,
+        0,
         "the next claim needs no latch again"
     );
 }
@@ -836,9 +836,13 @@ fn a_claim_refused_at_the_items_reads_the_job_again_as_any_refused_write() {
             source: Box::new(RegError::BadVersion("/j/sharding/2".into())),
         })),
     });
-    assert!(s.state.reload_wanted, "a refused claim re-reads the job");
+    assert!(
+        s.state.io.reload_is_wanted(),
+        "a refused claim re-reads the job"
+    );
     assert_eq!(
-        s.state.claims.refused, 0,
+        s.state.failover.claims().refused,
+        0,
         "the latch had nothing to do with it"
     );
 }
@@ -1372,14 +1376,14 @@ fn a_finished_run_leaves_nothing_in_flight_locked_or_running() {
     for n in 1..=3 {
         let trigger = run(&mut s, 1000 * n);
         assert_eq!(trigger.items.len(), 8);
-        assert!(!s.state.locked.is_empty() || !s.state.executions.is_empty());
+        assert!(!s.state.io.locked().is_empty() || !s.state.runs.is_empty());
         let done = s.answer(&trigger.execution_id, &(0..8).collect::<Vec<_>>());
         s.commit_all(done);
-        assert!(s.state.pending.is_empty(), "{:?}", s.state.pending);
-        assert!(s.state.commit_ops.is_empty());
-        assert!(s.state.locked.is_empty(), "{:?}", s.state.locked);
-        assert!(s.state.executions.is_empty());
-        assert_eq!(s.state.joins_waiting.capacity(), 0);
+        assert_eq!(s.state.io.pending_count(), 0);
+        assert_eq!(s.state.io.commits_in_flight(), 0);
+        assert!(s.state.io.locked().is_empty(), "{:?}", s.state.io.locked());
+        assert!(s.state.runs.is_empty());
+        assert_eq!(s.state.instances.joins_waiting(), 0);
     }
 }
 
@@ -1395,12 +1399,13 @@ fn items_handed_to_an_earlier_registration_of_the_instance_are_released_not_run(
     s.join(Some(tree));
     let registered = s
         .state
-        .cache
+        .mirror
+        .cache()
         .get(&s.paths.instance(ME))
         .expect("registered")
         .stat
         .czxid;
-    assert!(registered > 70 && !s.state.inexact.contains(&s.paths.instance(ME)));
+    assert!(registered > 70 && !s.state.mirror.inexact().contains(&s.paths.instance(ME)));
     let decided = handed_here_at(&mut s, 70);
     assert!(triggers(&decided).is_empty(), "{:?}", kinds(&decided));
     let w = writes(&decided);

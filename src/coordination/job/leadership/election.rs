@@ -6,7 +6,7 @@
 //! state decides here and writes the node under the latch its driver takes. A sidecar
 //! takes part with one identity per job: one of its live local instances (`docs/elasticjob-compat.md` §4).
 
-use crate::coordination::view::JobView;
+use crate::coordination::job::mirror::JobView;
 
 /// What a sidecar should do about leadership of a job.
 #[derive(Debug, Clone, PartialEq, Eq)]

@@ -1,26 +1,30 @@
 //! Answers and declines: how a run ends. An answer is recorded only by a write fenced on the
 //! epoch its execution left, so an answer for an item that was handed over meanwhile is
 //! refused, never recorded; a decline gives items back without an outcome.
+//!
+//! Once the sidecar holds an answer it records it itself ([`super::execution::HeldAnswers`]):
+//! a write whose outcome is unknown is resolved by a fresh read and written again if it did
+//! not land. The call is replied to once its items are recorded, or one is refused.
 
-use tracing::{debug, info, warn};
+use std::time::SystemTime;
 
-use super::state::{JobState, Pending};
-use super::{Action, Env, Reply, ReplyId};
-use crate::coordination::execution::{Execution, HeldWrite, ItemOutcome};
-use crate::coordination::failover::{self, Release};
+use tracing::{debug, info};
+
+use super::execution::{Execution, HeldWrite};
+use super::Runs;
+use crate::coordination::events::ItemOutcome;
+use crate::coordination::job::failover::ops::{self, Release};
+use crate::coordination::job::instances::Instances;
+use crate::coordination::job::io::{Cx, Pending};
+use crate::coordination::job::mirror::JobView;
+use crate::coordination::job::{Action, Reply, ReplyId};
 use crate::coordination::CoordError;
 use crate::registry::{Error as RegError, OpResult};
 
-impl JobState {
-    // ----- answers ----------------------------------------------------------------------------
-
-    /// Whether the state holds `execution_id` (the driver answers for others from memory).
-    pub(crate) fn has_execution(&self, execution_id: &str) -> bool {
-        self.executions.contains_key(execution_id)
-    }
-
-    /// The checks every answer and decline passes first.
-    pub(super) fn answerable(
+impl Runs {
+    /// The checks every answer and decline passes first (an execution this job does not hold
+    /// is answered from the sidecar's memory of finished ones, [`Action::Remembered`]).
+    fn answerable(
         &self,
         instance_id: &str,
         execution_id: &str,
@@ -48,23 +52,24 @@ impl JobState {
         Ok(exec)
     }
 
-    /// An answer: checked against the execution and the view, then held and written. The
-    /// call is replied to once its items are recorded (or one is refused); the sidecar writes
-    /// a held answer again itself when a write goes unconfirmed, so no answer waits for the
-    /// worker to send it twice.
-    pub(super) fn on_answer(
+    /// An answer (`Complete`, `ReportFailure`): checked against the execution and the view,
+    /// then held and written.
+    pub(in crate::coordination::job) fn answer(
         &mut self,
+        cx: &mut Cx,
+        instances: &mut Instances,
         reply: ReplyId,
         instance_id: &str,
         execution_id: &str,
         outcomes: Vec<(i32, ItemOutcome)>,
-        env: &Env,
-        out: &mut Vec<Action>,
     ) {
+        if !self.contains(execution_id) {
+            return remembered(cx, reply, execution_id, instance_id, false);
+        }
         let items: Vec<i32> = outcomes.iter().map(|(i, _)| *i).collect();
         let exec = match self.answerable(instance_id, execution_id, &items) {
             Ok(exec) => exec,
-            Err(e) => return self.reply(reply, Reply::Answered(Err(e)), out),
+            Err(e) => return cx.reply(reply, Reply::Answered(Err(e))),
         };
         if let Some(void) = &exec.void {
             let refused = CoordError::FailedPrecondition(format!(
@@ -72,8 +77,8 @@ impl JobState {
                 void.reason
             ));
             // The worker answered, so it has stopped: that acknowledges a revoke.
-            self.acknowledged(execution_id, env);
-            return self.reply(reply, Reply::Answered(Err(refused)), out);
+            self.acknowledged(cx, instances, execution_id);
+            return cx.reply(reply, Reply::Answered(Err(refused)));
         }
         if let Some((item, _)) = outcomes
             .iter()
@@ -82,7 +87,7 @@ impl JobState {
             let refused = CoordError::FailedPrecondition(format!(
                 "item {item} of execution {execution_id} was taken back; its answer is refused"
             ));
-            return self.reply(reply, Reply::Answered(Err(refused)), out);
+            return cx.reply(reply, Reply::Answered(Err(refused)));
         }
         // Items answered before (recorded or held) keep their first answer: this call waits
         // with them, so a repeated answer is harmless.
@@ -90,29 +95,29 @@ impl JobState {
             .into_iter()
             .filter(|(i, _)| !exec.outcomes.contains_key(i) && !exec.held.contains(*i))
             .collect();
-        if let Some(item) = items_taken_away(exec, &self.view, &fresh) {
+        if let Some(item) = items_taken_away(exec, cx.view(), &fresh) {
             // Its `running` node is gone or another's: the item was handed over meanwhile.
             let reason = format!("item {item} was handed over while it ran");
-            self.void(execution_id, &reason, Release::None, true, env, out);
+            self.void(cx, instances, execution_id, &reason, Release::None, true);
             let refused = CoordError::FailedPrecondition(format!(
                 "execution {execution_id} no longer holds item {item} (it was handed over while it ran); the answer is refused"
             ));
-            return self.reply(reply, Reply::Answered(Err(refused)), out);
+            return cx.reply(reply, Reply::Answered(Err(refused)));
         }
         let exec = self.executions.get_mut(execution_id).expect("checked");
         for (i, outcome) in fresh {
             exec.held.hold(i, outcome);
         }
         exec.held.wait(reply, items.into_iter().collect());
-        self.settle_answers(execution_id, out);
-        if self.connected(env) {
-            self.write_held(execution_id, env, out);
+        self.settle_answers(cx, execution_id);
+        if cx.connected() {
+            self.write_held(cx, execution_id);
         }
         // Not connected: written by the reconcile once the session is back.
     }
 
     /// Writes the held answers of an execution that are due, fenced on the epochs it left.
-    fn write_held(&mut self, execution_id: &str, env: &Env, out: &mut Vec<Action>) {
+    fn write_held(&mut self, cx: &mut Cx, execution_id: &str) {
         let Some(exec) = self.executions.get(execution_id) else {
             return;
         };
@@ -120,14 +125,14 @@ impl JobState {
             .held
             .at(HeldWrite::Due)
             .into_iter()
-            .filter(|i| !self.locked.contains(i))
+            .filter(|i| !cx.io.is_locked(*i))
             .collect();
-        if items.is_empty() || exec.generation != self.generation {
+        if items.is_empty() || exec.generation != cx.io.generation() {
             return;
         }
-        let ops = failover::finish_ops(
-            &self.view,
-            &self.paths,
+        let ops = ops::finish_ops(
+            cx.view(),
+            cx.paths(),
             &exec.instance_id,
             &items,
             &exec.versions,
@@ -135,26 +140,22 @@ impl JobState {
         );
         if ops.is_empty() {
             // Nothing to write (monitorExecution off): recorded at once.
-            debug!(job = %self.name, execution = %execution_id, items = ?items, "answer accepted");
-            self.record_held(execution_id, &items, env, out);
+            debug!(job = %cx.name(), execution = %execution_id, items = ?items, "answer accepted");
+            self.record_held(cx, execution_id, &items);
             return;
         }
         let exec = self.executions.get_mut(execution_id).expect("checked");
         exec.held.set(&items, HeldWrite::InFlight);
-        self.commit(
-            Pending::Finish {
-                execution_id: execution_id.to_string(),
-                items: items.clone(),
-            },
-            ops,
-            &items,
-            out,
-        );
+        let pending = Pending::Finish {
+            execution_id: execution_id.to_string(),
+            items: items.clone(),
+        };
+        cx.commit(pending, ops, &items);
     }
 
     /// Held answers not written yet (the session was down when they came, or a read showed
     /// that a write did not land): written now.
-    pub(super) fn reconcile_answers(&mut self, env: &Env, out: &mut Vec<Action>) {
+    pub(in crate::coordination::job) fn reconcile_answers(&mut self, cx: &mut Cx) {
         let due: Vec<String> = self
             .executions
             .iter()
@@ -162,49 +163,50 @@ impl JobState {
             .map(|(id, _)| id.clone())
             .collect();
         for id in due {
-            self.write_held(&id, env, out);
+            self.write_held(cx, &id);
         }
     }
 
-    pub(super) fn on_finished(
+    /// The write of held answers was answered (or not).
+    pub(in crate::coordination::job) fn finished(
         &mut self,
+        cx: &mut Cx,
+        instances: &Instances,
         execution_id: &str,
         items: Vec<i32>,
         result: Result<Vec<OpResult>, RegError>,
-        env: &Env,
-        out: &mut Vec<Action>,
     ) {
-        self.unlock(&items);
+        cx.io.unlock(&items);
         let Some(exec) = self.executions.get_mut(execution_id) else {
             return;
         };
         match result {
             Ok(_) => {
-                debug!(job = %self.name, execution = %execution_id, items = ?items, "answer accepted");
-                self.record_held(execution_id, &items, env, out);
+                debug!(job = %cx.name(), execution = %execution_id, items = ?items, "answer accepted");
+                self.record_held(cx, execution_id, &items);
             }
             Err(RegError::SessionExpired) => {
                 // Decided in a session that is gone: it can no longer be recorded by this
                 // execution, which the new session voids.
                 exec.held.release(&items);
                 if exec.void.is_some() {
-                    self.release_done(execution_id, env, out);
+                    self.release_done(cx, execution_id);
                 }
-                self.write_failed("recording an answer", &RegError::SessionExpired, env);
+                cx.write_failed("recording an answer", &RegError::SessionExpired);
             }
             Err(e) if e.is_connection_problem() || exec.held.once_unknown(&items) => {
                 // It may have landed (or, refused now, an earlier write of it may have): the
                 // fresh read that `write_failed` asks for tells (`resolve_held`).
                 exec.held.set(&items, HeldWrite::Unknown);
-                self.write_failed("recording an answer", &e, env);
+                cx.write_failed("recording an answer", &e);
             }
             Err(e) => {
                 // The fence refused it: the items were taken from this execution meanwhile.
                 // The execution is void.
                 exec.held.release(&items);
-                self.write_failed("recording an answer", &e, env);
+                cx.write_failed("recording an answer", &e);
                 let reason = format!("its items were taken back while it ran ({e})");
-                self.void(execution_id, &reason, Release::None, true, env, out);
+                self.void(cx, instances, execution_id, &reason, Release::None, true);
             }
         }
     }
@@ -214,8 +216,11 @@ impl JobState {
     /// while this instance is registered); one whose node still does, at the epoch the
     /// execution left, was not, and is written again; one whose epoch moved under it was
     /// taken from the execution meanwhile.
-    pub(super) fn resolve_held(&mut self, env: &Env, out: &mut Vec<Action>) {
-        self.refresh_view();
+    pub(in crate::coordination::job) fn resolve_held(
+        &mut self,
+        cx: &mut Cx,
+        instances: &Instances,
+    ) {
         let ids: Vec<String> = self
             .executions
             .iter()
@@ -228,7 +233,7 @@ impl JobState {
             let mut again = Vec::new();
             let mut taken = None;
             for i in exec.held.at(HeldWrite::Unknown) {
-                let item = self.view.items.get(&i);
+                let item = cx.view().items.get(&i);
                 let ours = item
                     .and_then(|it| it.running.as_ref())
                     .is_some_and(|(_, stat)| exec.fencing_tokens.get(&i) == Some(&stat.czxid));
@@ -243,32 +248,33 @@ impl JobState {
             let exec = self.executions.get_mut(&id).expect("listed");
             exec.held.set(&again, HeldWrite::Due);
             if !again.is_empty() {
-                info!(job = %self.name, execution = %id, items = ?again,
+                info!(job = %cx.name(), execution = %id, items = ?again,
                       "an answer's write did not land: writing it again");
             }
-            self.record_held(&id, &recorded, env, out);
+            self.record_held(cx, &id, &recorded);
             if let Some(item) = taken {
-                let exec = self.executions.get_mut(&id).expect("listed");
-                exec.held.release(&[item]);
+                if let Some(exec) = self.executions.get_mut(&id) {
+                    exec.held.release(&[item]);
+                }
                 let reason =
                     format!("item {item} was handed over while its answer was being recorded");
-                self.void(&id, &reason, Release::None, true, env, out);
+                self.void(cx, instances, &id, &reason, Release::None, true);
             }
         }
     }
 
     /// Held answers of `items` are recorded in the registry: they become the items' outcomes.
-    fn record_held(&mut self, execution_id: &str, items: &[i32], env: &Env, out: &mut Vec<Action>) {
+    fn record_held(&mut self, cx: &mut Cx, execution_id: &str, items: &[i32]) {
         let Some(exec) = self.executions.get_mut(execution_id) else {
             return;
         };
         for (i, outcome) in exec.held.release(items) {
-            self.record_outcomes(execution_id, &[i], &outcome, env, out);
+            self.record_outcomes(cx, execution_id, &[i], &outcome);
         }
     }
 
     /// Replies to the answer calls whose items all have an outcome now.
-    pub(super) fn settle_answers(&mut self, execution_id: &str, out: &mut Vec<Action>) {
+    pub(super) fn settle_answers(&mut self, cx: &mut Cx, execution_id: &str) {
         let Some(exec) = self.executions.get_mut(execution_id) else {
             return;
         };
@@ -279,60 +285,30 @@ impl JobState {
                     "item {item} of execution {execution_id} was taken back ({reason}); the answer is refused"
                 ))
             });
-            self.reply(reply, Reply::Answered(result), out);
-        }
-    }
-
-    pub(super) fn record_outcomes(
-        &mut self,
-        execution_id: &str,
-        items: &[i32],
-        outcome: &ItemOutcome,
-        env: &Env,
-        out: &mut Vec<Action>,
-    ) {
-        let Some(exec) = self.executions.get_mut(execution_id) else {
-            return;
-        };
-        let now = std::time::SystemTime::from(env.wall);
-        for i in items {
-            if let ItemOutcome::Failed(error) = outcome {
-                warn!(job = %self.name, execution = %execution_id, item = *i, error = %error, "item failed");
-            }
-            let mut attributes = vec![
-                ("item", i.to_string()),
-                ("outcome", outcome.kind().to_string()),
-            ];
-            if let ItemOutcome::Failed(error) | ItemOutcome::Revoked(error) = outcome {
-                attributes.push(("error", error.clone()));
-            }
-            exec.note(now, "answer", attributes);
-            exec.outcomes.insert(*i, outcome.clone());
-        }
-        self.settle_answers(execution_id, out);
-        let exec = &self.executions[execution_id];
-        if exec.is_done() {
-            self.finish_execution(execution_id, env, out);
+            cx.reply(reply, Reply::Answered(result));
         }
     }
 
     // ----- declines ---------------------------------------------------------------------------
 
+    /// A `Decline`: items given back without an outcome (empty: all of them).
     #[allow(clippy::too_many_arguments)]
-    pub(super) fn on_decline(
+    pub(in crate::coordination::job) fn decline(
         &mut self,
+        cx: &mut Cx,
+        instances: &mut Instances,
         reply: ReplyId,
         instance_id: &str,
         execution_id: &str,
         items: Vec<i32>,
         reason: &str,
-        env: &Env,
-        out: &mut Vec<Action>,
     ) {
+        if !self.contains(execution_id) {
+            return remembered(cx, reply, execution_id, instance_id, true);
+        }
         let exec = match self.answerable(instance_id, execution_id, &items) {
             Ok(exec) => exec,
-            Err(CoordError::NotFound(_)) => return self.reply(reply, Reply::Answered(Ok(())), out),
-            Err(e) => return self.reply(reply, Reply::Answered(Err(e)), out),
+            Err(e) => return cx.reply(reply, Reply::Answered(Err(e))),
         };
         let items: Vec<i32> = if items.is_empty() {
             exec.items.iter().copied().collect()
@@ -349,47 +325,60 @@ impl JobState {
         } else {
             format!("declined by the worker: {reason}")
         };
-        info!(job = %self.name, execution = %execution_id, instance = %instance_id, items = ?open, reason = %reason, "items declined");
+        info!(job = %cx.name(), execution = %execution_id, instance = %instance_id, items = ?open, reason = %reason, "items declined");
         let voided = exec.void.is_some();
         let all_open = open.len() == exec.unreleased().len() && exec.held.is_empty();
         if let Some(exec) = self.executions.get_mut(execution_id) {
             exec.note(
-                std::time::SystemTime::from(env.wall),
+                SystemTime::from(cx.env.wall),
                 "decline",
                 vec![("items", format!("{open:?}")), ("reason", reason.clone())],
             );
         }
         if voided {
-            self.acknowledged(execution_id, env);
+            self.acknowledged(cx, instances, execution_id);
         } else if all_open {
-            self.void(execution_id, &reason, Release::Abandoned, false, env, out);
-        } else if !open.is_empty() && self.connected(env) {
-            self.release_items(execution_id, &open, Release::Abandoned, &reason, env, out);
+            self.void(
+                cx,
+                instances,
+                execution_id,
+                &reason,
+                Release::Abandoned,
+                false,
+            );
+        } else if !open.is_empty() && cx.connected() {
+            self.release_items(cx, execution_id, &open, Release::Abandoned, &reason);
         }
-        self.reply(reply, Reply::Answered(Ok(())), out);
+        cx.reply(reply, Reply::Answered(Ok(())));
     }
 
     /// The worker has stopped the items of a revoked execution: no need to wait for its lease.
-    pub(super) fn acknowledged(&mut self, execution_id: &str, env: &Env) {
+    fn acknowledged(&mut self, cx: &Cx, instances: &mut Instances, execution_id: &str) {
         let Some(exec) = self.executions.get_mut(execution_id) else {
             return;
         };
         if let Some(void) = exec.void.as_mut() {
             void.waiting_ack = false;
         }
-        let instance = exec.instance_id.clone();
-        if let Some(local) = self.locals.get_mut(&instance) {
-            if let Some(gone) = local.gone.as_mut() {
-                gone.release_at = gone.release_at.min(env.now);
-            }
-        }
+        instances.stopped(&exec.instance_id, cx.env.now);
     }
+}
+
+/// An answer or decline for an execution this job does not hold (any more): the sidecar's
+/// memory of finished executions answers it ([`Action::Remembered`]).
+fn remembered(cx: &mut Cx, reply: ReplyId, execution_id: &str, instance_id: &str, decline: bool) {
+    cx.out.push(Action::Remembered {
+        reply,
+        execution_id: execution_id.to_string(),
+        instance_id: instance_id.to_string(),
+        decline,
+    });
 }
 
 /// The first answered item whose `running` node no longer carries this execution's token.
 fn items_taken_away(
     exec: &Execution,
-    view: &crate::coordination::view::JobView,
+    view: &JobView,
     answered: &[(i32, ItemOutcome)],
 ) -> Option<i32> {
     if !exec.monitored {

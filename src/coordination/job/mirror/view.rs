@@ -138,11 +138,13 @@ fn canonical_number(name: &str) -> bool {
 
 impl JobView {
     /// Builds the view of the job `paths` from a cache of its subtree.
+    #[cfg(test)]
     pub fn from_cache(cache: &TreeCache, paths: &JobPaths) -> JobView {
         JobView::from_cache_memo(cache, paths, &mut ParseMemo::default())
     }
 
-    /// [`JobView::from_cache`], parsing only the YAML nodes whose bytes `memo` has not seen.
+    /// Builds the view of the job `paths` from a cache of its subtree, parsing only the YAML
+    /// nodes whose bytes `memo` has not seen.
     pub fn from_cache_memo(cache: &TreeCache, paths: &JobPaths, memo: &mut ParseMemo) -> JobView {
         let mut view = JobView::default();
         match cache.data(&paths.config()).map(|data| memo.config(data)) {
@@ -257,6 +259,14 @@ impl JobView {
     }
 
     /// The configured item count, 0 without a config.
+    /// Item → parameter, from the config's `shardingItemParameters` (none when unreadable).
+    pub fn item_parameters(&self) -> crate::coordination::job::Parameters {
+        self.config
+            .as_ref()
+            .and_then(|c| c.item_parameters().ok())
+            .unwrap_or_default()
+    }
+
     pub fn total(&self) -> i32 {
         self.config.as_ref().map_or(0, |c| c.sharding_total_count)
     }

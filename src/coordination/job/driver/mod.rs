@@ -14,25 +14,28 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use futures::future::{BoxFuture, Shared as SharedFuture};
+use futures::future::BoxFuture;
 use futures::stream::{FuturesOrdered, FuturesUnordered};
 use futures::{FutureExt, StreamExt};
 use tokio::sync::{mpsc, oneshot, watch};
 use tokio_util::sync::CancellationToken;
 use tracing::{debug, warn};
 
-use super::setup::{next_event, set_up, sleep_until};
+mod perform;
+mod setup;
+
 use super::state::JobState;
-use super::{Action, Env, Input, IoResult, LatchKey, Observation, OpId, Reply, ReplyId, StreamKey};
+use super::{Action, Env, Input, IoResult, LatchKey, OpId, ReplyId, StreamKey};
+use crate::coordination::events::ItemOutcome;
 use crate::coordination::events::{Connection, StreamEnd, WorkerEvent};
-use crate::coordination::execution::ItemOutcome;
 use crate::coordination::small_map::SmallMap;
 use crate::coordination::{CoordError, Shared};
 use crate::elasticjob::config::JobConfiguration;
 use crate::elasticjob::extras::JobExtras;
 use crate::elasticjob::paths::JobPaths;
-use crate::registry::{Error as RegError, Latch, Node, Registry, SessionState, Stat, Watch};
-use crate::schedule::{CronSchedule, Fire, FireRefused, FireSink, Taken, ANSWER_WAIT_MAX};
+use crate::registry::{Error as RegError, Latch, Node, RequestOrder, SessionState, Watch};
+use crate::schedule::{Fire, FireRefused, FireSink, Taken, ANSWER_WAIT_MAX};
+use setup::{next_event, sleep_until};
 
 /// How long a latch may take to acquire before the attempt is given up (and retried).
 const LATCH_DEADLINE: Duration = Duration::from_secs(10);
@@ -202,8 +205,7 @@ pub(crate) fn spawn(name: &str, shared: Arc<Shared>) -> JobSender {
         next_reply: 0,
         next_latch: 0,
         followups: Vec::new(),
-        last_commit: None,
-        since_commit: Vec::new(),
+        order: RequestOrder::default(),
     };
     // Boxed: the loop's future then holds a pointer, not the driver (which an `async fn`
     // taking `self` by value would hold twice: as its argument and as its local).
@@ -238,68 +240,22 @@ struct Driver {
     next_latch: LatchKey,
     /// Inputs that performing actions produced (a full stream), fed after them.
     followups: Vec<Input>,
-    /// Resolves when the latest commit is answered. Commits are group-committed
-    /// (`Registry::multi_at_batched`) and are not ordered with requests made meanwhile, so a
-    /// commit is sent only once every request before it is answered, and every request after it
-    /// waits for its answer: results stay in the order ZooKeeper applied them (`order`).
-    last_commit: Option<Answered>,
-    /// Resolve when the requests issued since the latest commit are answered.
-    since_commit: Vec<Answered>,
+    /// The order of the job's reads and writes: results come back in the order ZooKeeper
+    /// applied them, group-committed writes included.
+    order: RequestOrder,
 }
 
-/// Resolves when a request of the ordered queue is answered (or dropped).
-type Answered = SharedFuture<oneshot::Receiver<()>>;
-
 impl Driver {
-    /// Orders a request of the queue: returns what it waits for before it is sent, and what it
-    /// sends when it is answered. Requests sent directly reach ZooKeeper in the order they are
-    /// sent; a group-committed one does not, so it waits for every request before it, and every
-    /// request after it waits for it.
-    fn order(
-        &mut self,
-        commit: bool,
-    ) -> (impl std::future::Future<Output = ()>, oneshot::Sender<()>) {
-        let (answered, done) = oneshot::channel();
-        let done = done.shared();
-        self.forget_answered();
-        let mut before: Vec<Answered> = self.last_commit.iter().cloned().collect();
-        if commit {
-            before.append(&mut self.since_commit);
-            self.last_commit = Some(done);
-        } else {
-            self.since_commit.push(done);
-        }
-        (
-            async move {
-                futures::future::join_all(before).await;
-            },
-            answered,
-        )
-    }
-
-    /// Lets go of the requests already answered: nothing after them has to wait for them.
-    fn forget_answered(&mut self) {
-        let answered = |r: &Answered| r.clone().now_or_never().is_some();
-        self.last_commit.take_if(|c| answered(c));
-        self.since_commit.retain(|r| !answered(r));
-    }
-
-    /// Queues `request` in the ordered queue, sent in its turn (`order`).
+    /// Queues `request` in the ordered queue, sent in its turn ([`RequestOrder`]).
     fn push_request(
         &mut self,
         commit: bool,
         request: impl std::future::Future<Output = Queued> + Send + 'static,
     ) {
-        let (after, answered) = self.order(commit);
-        self.io.push_back(
-            async move {
-                after.await;
-                let queued = request.await;
-                let _ = answered.send(());
-                Box::new(queued)
-            }
-            .boxed(),
-        );
+        let request = self
+            .order
+            .in_turn(commit, async move { Box::new(request.await) });
+        self.io.push_back(request);
     }
 
     async fn run(mut self: Box<Self>) {
@@ -381,15 +337,10 @@ impl Driver {
         }
     }
 
-    /// Steps `input`: the fire of an instant decides only what the instant needs and leaves
-    /// the rest of the reconcile owed ([`JobState::step_fire`]); any other input is a full
-    /// step.
+    /// Steps `input`.
     fn feed(&mut self, input: Input) {
         let env = self.env();
-        let actions = match input {
-            Input::Fire { .. } => self.state.step_fire(input, &env),
-            input => self.state.step_all([input], &env),
-        };
+        let actions = self.state.step(input, &env);
         self.perform_all(actions);
     }
 
@@ -417,10 +368,7 @@ impl Driver {
     /// Frees what the steps emptied, as [`JobState`] does its own: between its runs a job
     /// holds no reply, latch or follow-up, and waits for no request.
     fn give_back_emptied(&mut self) {
-        self.forget_answered();
-        if self.since_commit.is_empty() {
-            self.since_commit = Vec::new();
-        }
+        self.order.forget_answered();
         if self.followups.is_empty() {
             self.followups = Vec::new();
         }
@@ -499,10 +447,6 @@ impl Driver {
                 outcomes,
                 reply,
             } => {
-                if !self.state.has_execution(&execution_id) {
-                    let _ = reply.send(self.shared.remembered(&execution_id, &instance_id));
-                    return None;
-                }
                 let reply = self.reply_id(ReplyTx::Answer(reply));
                 Some(Input::Answer {
                     reply,
@@ -518,15 +462,6 @@ impl Driver {
                 reason,
                 reply,
             } => {
-                if !self.state.has_execution(&execution_id) {
-                    // Giving back what is already given back is fine; another's is not.
-                    let result = match self.shared.remembered(&execution_id, &instance_id) {
-                        Err(e @ CoordError::PermissionDenied(_)) => Err(e),
-                        _ => Ok(()),
-                    };
-                    let _ = reply.send(result);
-                    return None;
-                }
                 let reply = self.reply_id(ReplyTx::Answer(reply));
                 Some(Input::Decline {
                     reply,
@@ -610,178 +545,6 @@ impl Driver {
         })
     }
 
-    fn perform(&mut self, action: Action) {
-        let registry = self.shared.registry.clone();
-        match action {
-            Action::Send { stream, event } => {
-                let Some(sink) = self.sinks.get(&stream) else {
-                    return;
-                };
-                if let Err(mpsc::error::TrySendError::Full(_)) = sink.tx.try_send(Box::new(event)) {
-                    warn!(job = %self.state.name(), stream, "worker stream full: the worker is not reading its events; ending it");
-                    self.followups.push(Input::StreamEnded {
-                        stream,
-                        end: StreamEnd::BySidecar,
-                    });
-                }
-            }
-            Action::EndStream { stream } => {
-                if let Some(sink) = self.sinks.remove(&stream) {
-                    sink.stop.cancel();
-                }
-            }
-            Action::Reply { reply, result } => match (self.replies.remove(&reply), result) {
-                (Some(ReplyTx::Join(tx)), Reply::Joined(r)) => {
-                    let _ = tx.send(r.map(|c| *c));
-                }
-                (Some(ReplyTx::Answer(tx)), Reply::Answered(r)) => {
-                    let _ = tx.send(r);
-                }
-                (Some(ReplyTx::Drain(tx)), Reply::Drained { released }) => {
-                    let _ = tx.send(released);
-                }
-                _ => {}
-            },
-            Action::SetUp {
-                op,
-                config,
-                overwrite,
-            } => {
-                let (paths, ip) = (self.paths.clone(), self.shared.ip.clone());
-                self.children.push(
-                    async move {
-                        Child::SetUp(op, set_up(&registry, &paths, &ip, config, overwrite).await)
-                    }
-                    .boxed(),
-                );
-            }
-            Action::Commit {
-                op,
-                generation,
-                ops,
-            } => self.push_request(true, async move {
-                let result = registry.multi_at_batched(generation, ops).await;
-                Queued::Done(op, IoResult::Committed(result))
-            }),
-            Action::Persist { op, path, data } => self.push_request(false, async move {
-                let result = registry.persist(&path, &data).await;
-                Queued::Done(op, IoResult::Persisted(result))
-            }),
-            Action::Read { op, path } => self.push_request(false, async move {
-                let node = registry.get(&path).await;
-                Queued::Done(op, IoResult::Read { path, node })
-            }),
-            Action::ReadMany { op, paths } => self.push_request(false, async move {
-                let nodes = registry.get_many(&paths).await;
-                Queued::Done(op, IoResult::ReadMany { paths, nodes })
-            }),
-            Action::Reload { op } => {
-                let root = self.paths.root();
-                self.push_request(false, async move {
-                    Queued::Done(op, IoResult::Loaded(registry.read_tree(&root).await))
-                })
-            }
-            Action::Watch { op } => {
-                let root = self.paths.root();
-                self.children.push(
-                    async move { Child::Watching(op, registry.watch_recursive(&root).await) }
-                        .boxed(),
-                );
-            }
-            Action::AcquireLatch { op, dir } => {
-                self.children.push(
-                    async move {
-                        let result =
-                            tokio::time::timeout(LATCH_DEADLINE, registry.acquire_latch(&dir))
-                                .await
-                                .unwrap_or(Err(RegError::Timeout(LATCH_DEADLINE)));
-                        Child::Latched(op, result)
-                    }
-                    .boxed(),
-                );
-            }
-            Action::ReleaseLatch { latch } => {
-                if let Some(latch) = self.latches.remove(&latch) {
-                    self.shared.tracker.spawn(async move {
-                        if let Err(e) = latch.release().await {
-                            debug!(error = %e, "latch release failed; its node goes with the session");
-                        }
-                    });
-                }
-            }
-            Action::TouchClock { op } => {
-                let path = self.paths.system_time();
-                self.push_request(false, async move {
-                    Queued::Done(op, IoResult::Clock(touch(&registry, &path).await))
-                })
-            }
-            Action::Schedule(wanted) => self.schedule(wanted),
-            Action::Observe(observation) => self.observe(observation),
-            Action::TrackExecution { id } => {
-                self.shared
-                    .executions
-                    .lock()
-                    .expect("execution table poisoned")
-                    .insert(id, self.state.name().to_string());
-            }
-            Action::ForgetExecution { id, finished } => {
-                self.shared
-                    .executions
-                    .lock()
-                    .expect("execution table poisoned")
-                    .remove(&id);
-                self.shared
-                    .finished
-                    .lock()
-                    .expect("finished table poisoned")
-                    .insert(&id, finished);
-            }
-        }
-    }
-
-    fn schedule(&mut self, wanted: Option<(String, String)>) {
-        let name = self.state.name().to_string();
-        match wanted {
-            Some((cron, tz)) => match CronSchedule::parse(&cron, &tz) {
-                Ok(schedule) => {
-                    tracing::info!(job = %name, cron = %cron, time_zone = %tz, "scheduled");
-                    self.shared.timer.schedule(
-                        self.timer_key.clone(),
-                        schedule,
-                        self.fires.clone(),
-                    );
-                }
-                Err(e) => {
-                    warn!(job = %name, cron = %cron, error = %e, "the job's cron cannot be used; the job will not fire");
-                    self.shared.timer.cancel(&self.timer_key);
-                }
-            },
-            None => self.shared.timer.cancel(&self.timer_key),
-        }
-    }
-
-    fn observe(&self, observation: Observation) {
-        let job = self.state.name();
-        let observer = &self.shared.observer;
-        match observation {
-            Observation::TriggerSent {
-                source,
-                items,
-                latency,
-            } => observer.trigger_sent(job, source, &items, latency),
-            Observation::Finished(record) => observer.execution_finished(&record),
-            Observation::Misfired(items) => observer.misfired(job, &items),
-            Observation::FailoverTaken(items) => {
-                for item in items {
-                    observer.failover_taken(job, item);
-                }
-            }
-            Observation::Revoked { items, reason } => observer.revoked(job, &items, &reason),
-            Observation::Worker { joined } => observer.worker(job, joined),
-            Observation::Leadership { leading } => observer.leadership(job, leading),
-        }
-    }
-
     /// Leaves the sidecar's job table when there is nothing left to do. Commands that raced
     /// in after the table entry was removed are handed to a new driver of the job.
     fn try_retire(&mut self) -> bool {
@@ -821,21 +584,6 @@ impl Driver {
         }
         debug!(job = %self.state.name(), "job driver retired: nothing left to do");
         true
-    }
-}
-
-/// Touches `path` (ElasticJob's `systemTime/current`), creating it when it is missing: its stat
-/// carries ZooKeeper's clock.
-async fn touch(registry: &Registry, path: &str) -> Result<Stat, RegError> {
-    match registry.set(path, b"", None).await {
-        Err(RegError::NoNode(_)) => {
-            registry.persist(path, b"").await?;
-            registry
-                .exists(path)
-                .await?
-                .ok_or_else(|| RegError::NoNode(path.to_string()))
-        }
-        other => other,
     }
 }
 

@@ -8,7 +8,7 @@
 
 use std::collections::BTreeMap;
 
-use crate::coordination::view::JobView;
+use crate::coordination::job::mirror::JobView;
 use crate::elasticjob::paths::JobPaths;
 use crate::elasticjob::strategy::{shard, StrategyType};
 use crate::registry::{CreateMode, Op};
@@ -144,7 +144,7 @@ pub fn commit_ops(
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::coordination::view::ItemView;
+    use crate::coordination::job::mirror::ItemView;
     use crate::elasticjob::config::JobConfiguration;
     use crate::registry::CachedStat;
     use std::sync::Arc;

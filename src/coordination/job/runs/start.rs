@@ -1,0 +1,397 @@
+//! How a run starts: its `running` nodes are written (fenced on each item's epoch, and for an
+//! owner's items on the owner node's version), then its `Trigger` is sent, with a fresh lease
+//! first when the current one is a third used up. A FAILOVER run's start is its claim's write.
+
+use std::collections::{BTreeMap, HashMap};
+use std::time::{Duration, SystemTime};
+
+use chrono::{DateTime, Utc};
+use tracing::{debug, info, warn};
+
+use super::execution::Execution;
+use super::Runs;
+use crate::coordination::events::{Source, Trigger, WorkerEvent};
+use crate::coordination::job::failover::ops::{self, Release};
+use crate::coordination::job::instances::Instances;
+use crate::coordination::job::io::{Cx, Pending};
+use crate::coordination::job::{Action, Observation};
+use crate::coordination::trace::TraceContext;
+use crate::elasticjob::instance::task_id;
+use crate::registry::{Error as RegError, Op, OpResult};
+
+impl Runs {
+    /// The trace of a new execution of `source` on local instance `id`: a MANUAL one continues
+    /// the trace of the traced `TriggerJob` call that asked for it, if one is waiting for `id`.
+    pub(super) fn trace_for(
+        &mut self,
+        cx: &Cx,
+        id: &str,
+        source: Source,
+        execution_id: &str,
+    ) -> TraceContext {
+        let now = cx.env.now;
+        let parent = match (source, self.manual.as_mut()) {
+            (Source::Manual, Some(m)) if now < m.until => {
+                m.instances.remove(id).then(|| m.parent.clone())
+            }
+            _ => None,
+        };
+        if self
+            .manual
+            .as_ref()
+            .is_some_and(|m| m.instances.is_empty() || now >= m.until)
+        {
+            self.manual = None;
+        }
+        TraceContext::for_execution(execution_id, parent.as_ref())
+    }
+
+    /// A new execution of `items` on local instance `id`, not started yet. A FAILOVER run
+    /// starts a trace of its own; others may continue a `TriggerJob` call's ([`Runs::trace_for`]).
+    fn new_execution(
+        &mut self,
+        cx: &Cx,
+        id: &str,
+        items: &[i32],
+        source: Source,
+        fire_time: DateTime<Utc>,
+        monitored: bool,
+    ) -> Execution {
+        let execution_id = self.next_id(cx);
+        let trace = match source {
+            Source::Failover => TraceContext::for_execution(&execution_id, None),
+            _ => self.trace_for(cx, id, source, &execution_id),
+        };
+        let timeout = match cx.view().extras.execution_timeout_seconds {
+            0 => None,
+            s => Some(Duration::from_secs(u64::from(s))),
+        };
+        Execution::new(
+            execution_id,
+            id.to_string(),
+            source,
+            items.iter().copied().collect(),
+            fire_time,
+            cx.env.now,
+            SystemTime::from(cx.env.wall),
+            timeout,
+            monitored,
+            cx.io.generation(),
+            trace,
+        )
+    }
+
+    /// Starts `items` on local instance `id`: writes their `running` nodes (with `extra` ops in
+    /// the same multi) when monitorExecution is on, then sends the `Trigger`. Returns the new
+    /// execution's id.
+    #[allow(clippy::too_many_arguments)]
+    pub(super) fn start(
+        &mut self,
+        cx: &mut Cx,
+        instances: &mut Instances,
+        id: &str,
+        items: Vec<i32>,
+        source: Source,
+        fire_time: DateTime<Utc>,
+        extra: Vec<Op>,
+    ) -> Option<String> {
+        let monitored = cx.view().config.as_ref()?.monitor_execution;
+        let mut exec = self.new_execution(cx, id, &items, source, fire_time, monitored);
+        let execution_id = exec.id.clone();
+        if !monitored {
+            // No `running` nodes (ElasticJob's monitorExecution off): the token is the owner
+            // node's mzxid, which grows with every change of hands.
+            for i in &items {
+                if let Some((_, stat)) = cx.view().items.get(i).and_then(|it| it.owner.as_ref()) {
+                    exec.fencing_tokens.insert(*i, stat.mzxid);
+                }
+            }
+            self.insert(exec);
+            if extra.is_empty() {
+                self.deliver(cx, instances, &execution_id);
+            } else {
+                let pending = Pending::Start {
+                    execution_id: execution_id.clone(),
+                };
+                cx.commit(pending, extra, &items);
+            }
+            return Some(execution_id);
+        }
+        let Some(mut ops) = ops::start_ops(cx.view(), cx.paths(), id, &items) else {
+            warn!(job = %cx.name(), items = ?items, "an item has no sharding node yet; not started");
+            return None;
+        };
+        ops.extend(extra);
+        self.insert(exec);
+        let pending = Pending::Start {
+            execution_id: execution_id.clone(),
+        };
+        cx.commit(pending, ops, &items);
+        Some(execution_id)
+    }
+
+    /// Whether the start of `execution_id` is still being written.
+    pub(super) fn starting(cx: &Cx, execution_id: &str) -> bool {
+        cx.io
+            .in_flight(|p| matches!(p, Pending::Start { execution_id: e } if e == execution_id))
+    }
+
+    /// The start's write was answered (or not).
+    pub(in crate::coordination::job) fn started(
+        &mut self,
+        cx: &mut Cx,
+        instances: &mut Instances,
+        execution_id: &str,
+        ops: &[Op],
+        result: Result<Vec<OpResult>, RegError>,
+    ) {
+        let Some(exec) = self.executions.get(execution_id) else {
+            return;
+        };
+        let items: Vec<i32> = exec.items.iter().copied().collect();
+        let instance = exec.instance_id.clone();
+        let held = self.is_held(execution_id);
+        cx.io.unlock(&items);
+        match result {
+            Ok(results) => {
+                let (tokens, versions) = tokens_of(cx, &items, ops, &results);
+                let exec = self.executions.get_mut(execution_id).expect("checked");
+                if exec.monitored {
+                    exec.fencing_tokens = tokens;
+                    exec.note(
+                        SystemTime::from(cx.env.wall),
+                        "running nodes written",
+                        vec![("items", format!("{items:?}"))],
+                    );
+                }
+                exec.versions = versions;
+                if held {
+                    return; // sent at its instant (`reconcile_held`)
+                }
+                self.deliver(cx, instances, execution_id);
+            }
+            Err(e) => {
+                self.executions.remove(execution_id);
+                let slot = self.slot(&instance);
+                slot.executions.retain(|x| x != execution_id);
+                if held {
+                    // A claim ahead refused: the fire decides at its instant, on a fresh read,
+                    // as it would have without the claim.
+                    slot.held = None;
+                    slot.claimed_fire = None;
+                } else {
+                    // The view was stale (or the session in trouble): a catch-up decides
+                    // again on a fresh read.
+                    slot.missed = true;
+                }
+                cx.write_failed("starting an execution", &e);
+            }
+        }
+    }
+
+    /// Sends the `Trigger` of a started execution, with a fresh `Lease` first when the current
+    /// one is a third used up, so the trigger never reaches a worker whose lease runs out on
+    /// the way. If no lease may be granted, the execution is given back instead.
+    pub(super) fn deliver(&mut self, cx: &mut Cx, instances: &mut Instances, execution_id: &str) {
+        let valid_for = cx.settings().lease;
+        let Some(exec) = self.executions.get(execution_id) else {
+            return;
+        };
+        if exec.void.is_some() {
+            // Taken back while its start was in flight (self-fencing on waking from a pause, a
+            // lapse, an expiry): it is never sent. Its worker never had it, so its release goes
+            // on at once, with the epochs the start left; the items may be someone else's by now.
+            debug!(job = %cx.name(), execution = %execution_id,
+                   "started after it was taken back: trigger not sent");
+            return;
+        }
+        let instance = exec.instance_id.clone();
+        let live = instances.get(&instance).is_some_and(|l| l.live()) && !self.withholds(&instance);
+        if !live {
+            let reason = "the worker went away before its trigger was sent";
+            self.void(
+                cx,
+                instances,
+                execution_id,
+                reason,
+                Release::Abandoned,
+                false,
+            );
+            return;
+        }
+        let remaining = instances.get(&instance).map_or(Duration::ZERO, |l| {
+            l.lease().remaining(cx.env.now, valid_for)
+        });
+        if remaining <= valid_for * 2 / 3 {
+            if !cx.may_grant() {
+                self.slot(&instance).missed = true;
+                let reason = "no lease could be granted to send the trigger under";
+                self.void(
+                    cx,
+                    instances,
+                    execution_id,
+                    reason,
+                    Release::Abandoned,
+                    false,
+                );
+                return;
+            }
+            instances.grant(cx, &instance);
+        }
+        let Some(local) = instances.get(&instance) else {
+            return;
+        };
+        let (stream, epoch) = (local.stream(), local.lease().epoch());
+        let params = cx.view().item_parameters();
+        let (job_parameter, total) = cx.view().config.as_ref().map_or((String::new(), 0), |c| {
+            (c.job_parameter.clone(), c.sharding_total_count)
+        });
+        let exec = self
+            .executions
+            .get_mut(execution_id)
+            .expect("checked above");
+        exec.lease_epoch = epoch;
+        exec.delivered = true;
+        let items: Vec<i32> = exec.items.iter().copied().collect();
+        exec.task_id = task_id(cx.name(), &items, &instance);
+        exec.note(
+            SystemTime::from(cx.env.wall),
+            "trigger sent",
+            vec![("instance", instance.clone())],
+        );
+        let trigger = Trigger {
+            execution_id: execution_id.to_string(),
+            task_id: exec.task_id.clone(),
+            items: items
+                .iter()
+                .map(|i| (*i, params.get(i).cloned().unwrap_or_default()))
+                .collect(),
+            job_parameter,
+            sharding_total_count: total,
+            source: exec.source,
+            fire_time: exec.fire_time,
+            fencing_tokens: exec.fencing_tokens.clone(),
+            traceparent: exec.trace.traceparent(),
+            tracestate: exec.trace.tracestate.clone(),
+        };
+        let latency = (cx.env.wall - exec.fire_time).to_std().unwrap_or_default();
+        let source = exec.source;
+        info!(job = %cx.name(), execution = %execution_id, instance = %instance, items = ?items,
+              source = source.as_str(), "execution started");
+        cx.out.push(Action::TrackExecution {
+            id: execution_id.to_string(),
+        });
+        cx.send(stream, WorkerEvent::Trigger(Box::new(trigger)));
+        cx.observe(Observation::TriggerSent {
+            source,
+            items,
+            latency,
+        });
+    }
+
+    // ----- FAILOVER runs ----------------------------------------------------------------------
+
+    /// A FAILOVER execution of `items` for local instance `id`, about to be claimed or handed
+    /// over: listed, not yet sent (the write that takes the items gives its fencing tokens).
+    /// Returns its id.
+    pub(in crate::coordination::job) fn list_failover(
+        &mut self,
+        cx: &Cx,
+        id: &str,
+        items: &[i32],
+        monitored: bool,
+    ) -> String {
+        info!(job = %cx.name(), instance = %id, items = ?items, "taking over failed items");
+        let exec = self.new_execution(cx, id, items, Source::Failover, cx.env.wall, monitored);
+        let execution_id = exec.id.clone();
+        self.insert(exec);
+        execution_id
+    }
+
+    /// Starts FAILOVER execution `execution_id`, whose claim (`ops`) landed with `results`:
+    /// its fencing tokens and epochs from the results, then the trigger.
+    pub(in crate::coordination::job) fn deliver_claimed(
+        &mut self,
+        cx: &mut Cx,
+        instances: &mut Instances,
+        execution_id: &str,
+        ops: &[Op],
+        results: &[OpResult],
+    ) {
+        let Some(exec) = self.executions.get(execution_id) else {
+            return;
+        };
+        let exec_items: Vec<i32> = exec.items.iter().copied().collect();
+        let (tokens, versions) = tokens_of(cx, &exec_items, ops, results);
+        let exec = self.executions.get_mut(execution_id).expect("listed");
+        exec.fencing_tokens = tokens;
+        exec.versions = versions;
+        self.deliver(cx, instances, execution_id);
+    }
+
+    /// Starts, as FAILOVER, items a peer's sidecar handed to local instance `id` in a write
+    /// already read: the tokens and epochs are the ones read.
+    pub(in crate::coordination::job) fn adopt(
+        &mut self,
+        cx: &mut Cx,
+        instances: &mut Instances,
+        id: &str,
+        items: &[i32],
+        tokens: BTreeMap<i32, i64>,
+        versions: BTreeMap<i32, i32>,
+    ) {
+        let execution_id = self.list_failover(cx, id, items, true);
+        let exec = self.executions.get_mut(&execution_id).expect("just listed");
+        exec.fencing_tokens = tokens;
+        exec.versions = versions;
+        cx.observe(Observation::FailoverTaken(items.to_vec()));
+        self.deliver(cx, instances, &execution_id);
+    }
+
+    /// Forgets FAILOVER executions whose claim failed: they were never sent.
+    pub(in crate::coordination::job) fn forget_unclaimed(
+        &mut self,
+        executions: impl IntoIterator<Item = String>,
+    ) {
+        for execution_id in executions {
+            if let Some(exec) = self.executions.remove(&execution_id) {
+                if let Some(slot) = self.slots.get_mut(&exec.instance_id) {
+                    slot.executions.retain(|e| *e != execution_id);
+                    if slot.held.as_deref() == Some(execution_id.as_str()) {
+                        slot.held = None;
+                    }
+                }
+            }
+        }
+    }
+}
+
+/// The fencing tokens and item epochs a start (or claim) left, from its results.
+fn tokens_of(
+    cx: &Cx,
+    items: &[i32],
+    ops: &[Op],
+    results: &[OpResult],
+) -> (BTreeMap<i32, i64>, BTreeMap<i32, i32>) {
+    let mut tokens = BTreeMap::new();
+    let mut versions = BTreeMap::new();
+    // Each item's two paths, formatted once (not once per write of the multi-op).
+    let mut running = HashMap::with_capacity(items.len());
+    let mut fence = HashMap::with_capacity(items.len());
+    for i in items {
+        running.entry(cx.paths().item_running(*i)).or_insert(*i);
+        fence.entry(cx.paths().item(*i)).or_insert(*i);
+    }
+    for (op, result) in ops.iter().zip(results) {
+        let (Op::SetData { path, .. }, OpResult::DataSet { stat }) = (op, result) else {
+            continue;
+        };
+        if let Some(i) = running.get(path) {
+            tokens.insert(*i, stat.czxid);
+        } else if let Some(i) = fence.get(path) {
+            versions.insert(*i, stat.version);
+            tokens.entry(*i).or_insert(stat.mzxid);
+        }
+    }
+    (tokens, versions)
+}
