@@ -545,9 +545,9 @@ async fn memory_latch_excludes_and_is_cancel_safe() {
 /// only while no one holds or waits for the latch, and nothing of a refused claim is applied.
 /// `holder` takes the latch as any contender does (Curator's `LeaderLatch` children).
 ///
-/// [`latch_free_ops`]: crate::coordination::job::failover::ops::latch_free_ops
+/// [`latch_free_ops`]: crate::coordination::job::writes::latch_free_ops
 pub(crate) async fn check_latch_free_claims(reg: &Registry, holder: &Registry) {
-    use crate::coordination::job::failover::ops::latch_free_ops;
+    use crate::coordination::job::writes::latch_free_ops;
     use crate::elasticjob::paths::JobPaths;
     use CreateMode::Persistent;
     let paths = JobPaths::new("claims");

@@ -4,11 +4,11 @@
 
 use std::time::Instant;
 
-use super::failover::ops::{self, Release};
 use super::instances::{DRAINING, REMOTE_SHUTDOWN};
 use super::io::{Handed, Pending};
 use super::results::handed_execution;
 use super::state::{cx, JobState};
+use super::writes::{self, Release};
 use super::{Action, Env, ReplyId, StreamKey};
 use crate::coordination::events::StreamEnd;
 use crate::registry::{Error as RegError, Op, OpResult, SessionState};
@@ -159,7 +159,7 @@ impl JobState {
                 .as_ref()
                 .is_some_and(|v| v.release == Release::Unrun);
             let handover = taker.as_ref().filter(|_| !unrun).and_then(|taker| {
-                ops::handover_ops(
+                writes::handover_ops(
                     view,
                     paths,
                     id,
@@ -174,7 +174,7 @@ impl JobState {
                     ops.extend(handover);
                     handed.extend(unreleased.iter().copied());
                 }
-                None => ops.extend(ops::release_ops(
+                None => ops.extend(writes::release_ops(
                     view,
                     paths,
                     id,

@@ -23,7 +23,7 @@
 //!
 //! The life of a cron fire: the timer's thread (`crate::schedule`) puts it in the job's command
 //! queue; the driver steps it; [`runs`] plans the instance's run ([`runs::plan`]) and writes its
-//! start ([`failover::ops::start_ops`], through [`io`]); the driver commits it; its result is
+//! start ([`writes::start_ops`], through [`io`]); the driver commits it; its result is
 //! mirrored ([`mirror`]) and handed back to [`runs`], which sends the `Trigger` under a fresh
 //! lease ([`instances`]); the driver queues it on the worker's stream (`crate::api`).
 
@@ -37,6 +37,7 @@ pub(super) mod mirror;
 mod results;
 pub(super) mod runs;
 mod state;
+pub(crate) mod writes;
 
 #[cfg(test)]
 #[allow(

@@ -4,11 +4,7 @@
 //! releases them to a local instance with room, else to an idle worker of a peer sidecar, whose
 //! sidecar runs them when it reads that write ([`Failover::reconcile_adoptions`]).
 //!
-//! [`ops`] holds the writes themselves, as pure functions of the view.
-
-pub(crate) mod ops;
-#[cfg(test)]
-mod tests;
+//! The writes themselves are in [`super::writes`], as pure functions of the view.
 
 use std::collections::{BTreeMap, BTreeSet};
 
@@ -17,6 +13,7 @@ use tracing::{debug, info};
 use super::instances::Instances;
 use super::io::{Cx, Handed, Pending, Taker};
 use super::runs::Runs;
+use super::writes;
 use super::{Action, LatchKey, Observation};
 use crate::registry::{Error as RegError, Op, OpResult};
 
@@ -55,7 +52,7 @@ impl Failover {
 
     /// ElasticJob's `failoverIfNecessary`, for every local instance with room at once: flagged
     /// items are shared among them and started in one write. That write asserts that nobody
-    /// holds or waits for ElasticJob's failover latch ([`ops::latch_free_ops`]), so it needs no
+    /// holds or waits for ElasticJob's failover latch ([`writes::latch_free_ops`]), so it needs no
     /// latch of its own: one round trip instead of three. Only when such claims were refused by
     /// the latch's state ([`FreeClaims::LIMIT`] times in a row, or once because a contender is
     /// in it) does the claim take the latch, behind the contenders.
@@ -119,11 +116,11 @@ impl Failover {
         }
         let mut ops = match latch {
             Some(_) => Vec::new(),
-            None => ops::latch_free_ops(cx.paths(), self.claims.latch_dir),
+            None => writes::latch_free_ops(cx.paths(), self.claims.latch_dir),
         };
         let mut starts = Vec::new();
         for (id, items) in &shares {
-            match ops::claim_ops(cx.view(), cx.paths(), id, items, monitored) {
+            match writes::claim_ops(cx.view(), cx.paths(), id, items, monitored) {
                 Some(claim) => {
                     ops.extend(claim);
                     starts.push((id.clone(), items.clone()));
@@ -265,7 +262,7 @@ impl Failover {
         taker: Option<Taker>,
     ) -> Option<Handed> {
         let taker = taker.filter(|_| !handed.is_empty())?;
-        let mut all = ops::latch_free_ops(cx.paths(), self.claims.latch_dir);
+        let mut all = writes::latch_free_ops(cx.paths(), self.claims.latch_dir);
         all.append(ops);
         *ops = all;
         handed.sort_unstable();
@@ -347,7 +344,7 @@ impl Failover {
             };
             if cx.io.is_locked(*i)
                 || view.failover_items.contains(i)
-                || stat.version != ops::RUNNING_VERSION
+                || stat.version != writes::RUNNING_VERSION
                 || item.failover.as_ref() != Some(runner)
                 || item.failovering.as_ref() != Some(runner)
                 || item.version.is_none()
@@ -394,7 +391,7 @@ impl Failover {
 /// one of its own executions.
 fn claimable(cx: &Cx, runs: &Runs) -> Vec<i32> {
     let executing = runs.executing();
-    ops::flagged(cx.view(), |i| cx.io.is_locked(i) || executing.contains(&i))
+    writes::flagged(cx.view(), |i| cx.io.is_locked(i) || executing.contains(&i))
 }
 
 /// Whether instance `id`'s node, as read exactly, was created before transaction `zxid`.

@@ -17,10 +17,11 @@ use std::time::{Duration, Instant};
 
 use tracing::info;
 
-use super::failover::{ops, Failover};
+use super::failover::Failover;
 use super::instances::Instances;
 use super::io::{Cx, Handed, Pending};
 use super::runs::Runs;
+use super::writes;
 use super::{Action, LatchKey, Observation};
 use crate::elasticjob::instance::ip_of;
 use crate::registry::{CreateMode, Error as RegError, Op, OpResult};
@@ -148,7 +149,7 @@ impl Leadership {
         }
         let stale = |cx: &Cx, taker: Option<&str>| {
             let view = cx.view();
-            ops::stale_ops(
+            writes::stale_ops(
                 view,
                 cx.paths(),
                 |id, _| !view.instances.contains_key(id) && !view.sidecars.contains_key(ip_of(id)),
@@ -166,7 +167,7 @@ impl Leadership {
         if let Some(taker) = &taker {
             cleanup = stale(cx, Some(taker.id()));
         }
-        let ops::Stale {
+        let writes::Stale {
             mut ops,
             touched: items,
             mut handed,
@@ -307,11 +308,11 @@ fn release_stale(cx: &mut Cx, runs: &Runs, instances: &Instances) {
         .flat_map(|e| e.items.iter().map(|i| (e.instance_id.as_str(), *i)))
         .collect();
     let view = cx.view();
-    let ops::Stale {
+    let writes::Stale {
         ops,
         touched: items,
         ..
-    } = ops::stale_ops(
+    } = writes::stale_ops(
         view,
         cx.paths(),
         |id, i| {

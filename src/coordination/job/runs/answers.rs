@@ -13,10 +13,10 @@ use tracing::{debug, info};
 use super::execution::{Execution, HeldWrite};
 use super::Runs;
 use crate::coordination::events::ItemOutcome;
-use crate::coordination::job::failover::ops::{self, Release};
 use crate::coordination::job::instances::Instances;
 use crate::coordination::job::io::{Cx, Pending};
 use crate::coordination::job::mirror::JobView;
+use crate::coordination::job::writes::{self, Release};
 use crate::coordination::job::{Action, Reply, ReplyId};
 use crate::coordination::CoordError;
 use crate::registry::{Error as RegError, OpResult};
@@ -130,7 +130,7 @@ impl Runs {
         if items.is_empty() || exec.generation != cx.io.generation() {
             return;
         }
-        let ops = ops::finish_ops(
+        let ops = writes::finish_ops(
             cx.view(),
             cx.paths(),
             &exec.instance_id,

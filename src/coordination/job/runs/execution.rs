@@ -5,7 +5,7 @@ use std::collections::{BTreeMap, BTreeSet};
 use std::time::Instant;
 
 use crate::coordination::events::{ItemOutcome, Source};
-use crate::coordination::job::failover::ops::Release;
+use crate::coordination::job::writes::Release;
 
 /// Why an execution no longer holds its items, and what becomes of their nodes.
 #[derive(Debug, Clone, PartialEq, Eq)]

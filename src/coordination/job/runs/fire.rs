@@ -1,26 +1,28 @@
-//! When runs start: a cron fire on every idle local instance (a busy one flags `misfire`), a
-//! run claimed ahead of its instant and sent at it, a fire held while a resharding is pending,
-//! a trigger-once request, and the one misfire catch-up for the fires an instance missed.
+//! The life of a cron fire on this sidecar, from the timer's fire to the worker's `Trigger`:
+//! what it runs on each local instance ([`plan_fire`]: ElasticJob's execution set, a busy
+//! instance flags `misfire` instead), the write that starts the run (its `running` nodes,
+//! fenced on each item's epoch, [`writes::start_ops`]), and once that write is answered the
+//! `Trigger`, with a fresh lease first when the current one is a third used up.
 //!
-//! Work order for local instances with room, once flagged failover items are claimed (the
-//! reconcile does that first: a crashed peer's work must not wait behind catch-ups): trigger-once
-//! requests (idle instances only), held fires, then one misfire catch-up. An instance has room
-//! while it runs fewer executions than its worker's `max_concurrent_executions` (1 unless the
-//! worker asks for more, which is ElasticJob's one execution at a time): only FAILOVER and
-//! MISFIRE runs go to a busy instance with room.
+//! Like an ElasticJob instance, which has one Quartz thread per job, a shardcar instance runs
+//! one cron or manual execution of its job at a time (`docs/elasticjob-compat.md` §6).
 
-use std::collections::BTreeSet;
-use std::time::SystemTime;
+use std::collections::{BTreeMap, BTreeSet, HashMap};
+use std::time::{Duration, SystemTime};
 
 use chrono::{DateTime, Utc};
 use tracing::{debug, info, warn};
 
-use super::{plan, DeferredFire, Runs};
-use crate::coordination::events::Source;
-use crate::coordination::job::failover::ops::Release;
+use super::execution::Execution;
+use super::Runs;
+use crate::coordination::events::{Source, Trigger, WorkerEvent};
 use crate::coordination::job::instances::Instances;
 use crate::coordination::job::io::{Cx, Pending};
+use crate::coordination::job::mirror::JobView;
+use crate::coordination::job::writes::{self, Release};
 use crate::coordination::job::{Action, Observation};
+use crate::coordination::trace::TraceContext;
+use crate::elasticjob::instance::task_id;
 use crate::registry::{CreateMode, Error as RegError, Op, OpResult, Stat};
 
 impl Runs {
@@ -104,7 +106,7 @@ impl Runs {
             // A cron fire runs only on an instance that runs nothing, whatever it may run at
             // once: ElasticJob's rule (a busy instance flags misfire).
             if !self.idle(&id) {
-                misfire.extend(plan::plan_fire(cx.view(), &id, &cx.settings().ip, true).misfire);
+                misfire.extend(plan_fire(cx.view(), &id, &cx.settings().ip, true).misfire);
                 continue;
             }
             if !healthy {
@@ -125,7 +127,7 @@ impl Runs {
 
     /// Flags `misfire` on `items`: a fire found their instance busy (ElasticJob's rule), and a
     /// catch-up runs them once it is idle.
-    fn flag_misfire(&mut self, cx: &mut Cx, items: BTreeSet<i32>) {
+    pub(super) fn flag_misfire(&mut self, cx: &mut Cx, items: BTreeSet<i32>) {
         if items.is_empty()
             || !cx.connected()
             || cx.io.in_flight(|p| matches!(p, Pending::MisfireFlags))
@@ -148,382 +150,380 @@ impl Runs {
         cx.commit(Pending::MisfireFlags, ops, &[]);
     }
 
-    // ----- claiming ahead ---------------------------------------------------------------------
-
-    /// The timer's notice, `claim_ahead` before cron instant `fire_time`: each local instance
-    /// the fire would start a run on claims the run's items now (its `running` nodes written),
-    /// and its `Trigger` goes out at the instant itself (`reconcile_held`), instead of a
-    /// ZooKeeper write after it.
-    ///
-    /// Only the plain case is claimed ahead: an idle instance that may be given work, whose
-    /// fire would run its own items, with nothing else due. A fire that waits for ZooKeeper's
-    /// clock (maxTimeDiffSeconds), a resharding pending, failover items to run first, a
-    /// catch-up or a held fire to run, an unhealthy session: the fire decides at its instant, as
-    /// it always has. The claim is the run's decision, taken the lead earlier; a change that
-    /// lands between the claim and the instant finds the run under way, as one landing just
-    /// after the instant would. Until the instant the run can still be given up (its worker
-    /// gone or shutting down, no lease to send it under, its instance taken by a failover
-    /// claim), and its items are then freed as if never claimed: a run never starts before its
-    /// fire time.
-    pub(in crate::coordination::job) fn on_fire_ahead(
-        &mut self,
-        cx: &mut Cx,
-        instances: &mut Instances,
-        fire_time: DateTime<Utc>,
-    ) {
-        if !instances.ready() || instances.is_empty() || fire_time <= cx.env.wall {
-            return; // late: the fire itself comes at once
-        }
-        let Some(config) = cx.view().config.as_ref() else {
-            return;
-        };
-        if config.max_time_diff_seconds >= 0 || !config.monitor_execution {
-            // The clock check belongs to the instant; without `running` nodes there is nothing
-            // to claim.
-            return;
-        }
-        let failover = config.failover;
-        if cx.resharding_pending() || cx.io.reloading() {
-            // A claim decided on a view about to be replaced would likely be refused.
-            return;
-        }
-        for id in self.idle_locals(cx, instances) {
-            let slot = self.slots.get(&id);
-            let busy = slot.is_some_and(|s| {
-                s.missed || s.deferred.is_some() || s.claimed_fire == Some(fire_time)
-            });
-            if busy || (failover && !cx.view().failover_items_of(&id).is_empty()) {
-                continue;
-            }
-            let run = self.runnable_now(cx, &id);
-            if run.is_empty() {
-                continue;
-            }
-            debug!(job = %cx.name(), instance = %id, items = ?run, %fire_time, "claiming the fire's run ahead of its instant");
-            let started = self.start(cx, instances, &id, run, Source::Cron, fire_time, Vec::new());
-            let Some(execution_id) = started else {
-                continue;
-            };
-            if let Some(exec) = self.executions.get_mut(&execution_id) {
-                exec.note(
-                    SystemTime::from(cx.env.wall),
-                    "claimed ahead",
-                    vec![("fire_time", fire_time.to_rfc3339())],
-                );
-            }
-            let slot = self.slot(&id);
-            slot.held = Some(execution_id);
-            slot.claimed_fire = Some(fire_time);
-        }
-    }
-
-    /// Runs claimed ahead whose instant has come go out, started now. The fire finds the
-    /// instance as it would have found it: one that took other work meanwhile (a failover
-    /// claim) is busy, so the claimed run is given up, its items freed, and the fire is a
-    /// misfire; items the instance came to own since the claim wait for a catch-up, as on any
-    /// instance whose run is under way.
-    pub(in crate::coordination::job) fn reconcile_held(
-        &mut self,
-        cx: &mut Cx,
-        instances: &mut Instances,
-    ) {
-        let due: Vec<(String, String)> = self
-            .slots
-            .iter()
-            .filter_map(|(id, s)| {
-                let execution_id = s.held.as_ref()?;
-                let exec = self.executions.get(execution_id)?;
-                (exec.fire_time <= cx.env.wall
-                    && exec.void.is_none()
-                    && !Runs::starting(cx, execution_id))
-                .then(|| (id.clone(), execution_id.clone()))
-            })
-            .collect();
-        if due.is_empty() {
-            return;
-        }
-        let misfire_on = cx.view().config.as_ref().is_some_and(|c| c.misfire);
-        let mut misfire = BTreeSet::new();
-        for (id, execution_id) in due {
-            if !instances.contains(&id) {
-                continue;
-            }
-            let busy = self.of_instance(&id).iter().any(|e| *e != execution_id);
-            if busy {
-                misfire.extend(plan::plan_fire(cx.view(), &id, &cx.settings().ip, true).misfire);
-                // Freed as never run; the fire of its instant is this misfire.
-                let reason = "its instance took other work before the fire instant";
-                self.void(cx, instances, &execution_id, reason, Release::Unrun, false);
-                let fire_time = self.executions.get(&execution_id).map(|e| e.fire_time);
-                self.slot(&id).claimed_fire = fire_time;
-                continue;
-            }
-            if misfire_on {
-                misfire.extend(self.runnable_now(cx, &id));
-            }
-            self.slot(&id).held = None;
-            let exec = self.executions.get_mut(&execution_id).expect("a held run");
-            exec.started = cx.env.now;
-            exec.started_at = SystemTime::from(cx.env.wall);
-            self.deliver(cx, instances, &execution_id);
-        }
-        self.flag_misfire(cx, misfire);
-    }
-
-    /// Gives up runs claimed ahead of an instant to come: new work, which a drain takes none of.
-    pub(in crate::coordination::job) fn give_up_held(
-        &mut self,
-        cx: &mut Cx,
-        instances: &Instances,
-        reason: &str,
-    ) {
-        let held: Vec<String> = self.slots.values().filter_map(|s| s.held.clone()).collect();
-        for execution_id in held {
-            self.void(cx, instances, &execution_id, reason, Release::Unrun, false);
-        }
-    }
-
-    // ----- fires held for a reshard -----------------------------------------------------------
-
-    /// Holds a fire for idle instance `id` while a resharding is pending, unless `id` has
-    /// failover items to run (ElasticJob runs those without waiting for the sharding). An
-    /// ElasticJob non-leader blocks the same way before it runs: the fire then runs the items
-    /// the new sharding gives it, so an item moved by that sharding is neither run by its old
-    /// owner nor skipped by its new one. One fire is held per instance; later ones while it
-    /// waits are the same run (ElasticJob's blocked thread skips them too). Returns whether
-    /// the fire is held (or merged into the one held).
-    fn defer_if_resharding(
-        &mut self,
-        cx: &Cx,
-        id: &str,
-        source: Source,
-        fire_time: DateTime<Utc>,
-    ) -> bool {
-        let failover = cx.view().config.as_ref().is_some_and(|c| c.failover);
-        if !cx.resharding_pending() || (failover && !cx.view().failover_items_of(id).is_empty()) {
-            return false;
-        }
-        let since = cx.env.now;
-        let slot = self.slot(id);
-        if slot.deferred.is_none() {
-            info!(job = %cx.name(), instance = %id, source = ?source,
-                  "fire held until the pending resharding is written");
-            slot.deferred = Some(DeferredFire {
-                source,
-                fire_time,
-                since,
-            });
-        } else {
-            debug!(job = %cx.name(), instance = %id, source = ?source,
-                   "fire merged into the one held for the pending resharding");
-        }
-        true
-    }
-
-    /// Once the pending resharding is written and read, each held fire runs on its instance's
-    /// new items. An instance busy by then (a failover claim took it) keeps its fire until it
-    /// is idle; one that may not be given work now notes a miss (a catch-up follows, as for a
-    /// fire at such a moment); one gone, shutting down or on a disabled server drops it.
-    fn reconcile_deferred_fires(&mut self, cx: &mut Cx, instances: &mut Instances) {
-        if cx.resharding_pending() {
-            return;
-        }
-        let held: Vec<String> = self
-            .slots
-            .iter()
-            .filter(|(_, s)| s.deferred.is_some())
-            .map(|(id, _)| id.clone())
-            .collect();
-        if held.is_empty() {
-            return;
-        }
-        let ready = self.idle_locals(cx, instances);
-        let enabled = cx.view().server_enabled(&cx.settings().ip);
-        for id in held {
-            let wanted = instances
-                .get(&id)
-                .is_some_and(|l| l.live() && !l.shutting_down())
-                && enabled;
-            if wanted && !self.idle(&id) {
-                continue;
-            }
-            let Some(fire) = self.slot(&id).deferred.take() else {
-                continue;
-            };
-            let waited_ms = cx.env.now.saturating_duration_since(fire.since).as_millis() as u64;
-            if !wanted {
-                info!(job = %cx.name(), instance = %id, waited_ms,
-                      "held fire dropped: the instance may no longer run (gone, shutting down or its server disabled)");
-                continue;
-            }
-            if !ready.contains(&id) {
-                self.slot(&id).missed = true;
-                warn!(job = %cx.name(), instance = %id, waited_ms,
-                      "held fire missed: no lease may be granted now; a catch-up follows once it can");
-                continue;
-            }
-            let run = self.runnable_now(cx, &id);
-            info!(job = %cx.name(), instance = %id, source = ?fire.source, items = ?run, waited_ms,
-                  "held fire runs on the resharded items");
-            if !run.is_empty() {
-                self.start(
-                    cx,
-                    instances,
-                    &id,
-                    run,
-                    fire.source,
-                    fire.fire_time,
-                    Vec::new(),
-                );
-            }
-        }
-    }
-
     /// What a fire would run on `id` now: ElasticJob's execution set, minus items an action
     /// in flight touches and items of this sidecar's executions.
-    fn runnable_now(&self, cx: &Cx, id: &str) -> Vec<i32> {
+    pub(super) fn runnable_now(&self, cx: &Cx, id: &str) -> Vec<i32> {
         let executing = self.executing();
-        plan::plan_fire(cx.view(), id, &cx.settings().ip, false)
+        plan_fire(cx.view(), id, &cx.settings().ip, false)
             .run
             .into_iter()
             .filter(|i| !cx.io.is_locked(*i) && !executing.contains(i))
             .collect()
     }
 
-    // ----- what local instances with room do next ---------------------------------------------
-
-    /// Trigger-once requests, held fires, then one misfire catch-up, for local instances with
-    /// room (flagged failover items are claimed before this, in the reconcile).
-    pub(in crate::coordination::job) fn reconcile_work(
+    /// The trace of a new execution of `source` on local instance `id`: a MANUAL one continues
+    /// the trace of the traced `TriggerJob` call that asked for it, if one is waiting for `id`.
+    pub(super) fn trace_for(
         &mut self,
-        cx: &mut Cx,
-        instances: &mut Instances,
-    ) {
-        if cx
-            .io
-            .in_flight(|p| matches!(p, Pending::ClaimLatch | Pending::Claim { .. }))
-        {
-            // Idle instances are about to take flagged items: nothing else until then.
-            return;
-        }
-        take_trigger_requests(cx, instances);
-        self.reconcile_deferred_fires(cx, instances);
-        let Some(misfire_on) = cx.view().config.as_ref().map(|c| c.misfire) else {
-            return;
+        cx: &Cx,
+        id: &str,
+        source: Source,
+        execution_id: &str,
+    ) -> TraceContext {
+        let now = cx.env.now;
+        let parent = match (source, self.manual.as_mut()) {
+            (Source::Manual, Some(m)) if now < m.until => {
+                m.instances.remove(id).then(|| m.parent.clone())
+            }
+            _ => None,
         };
-        for id in self.spare_locals(cx, instances) {
-            if !misfire_on {
-                self.slot(&id).missed = false;
-                continue;
-            }
-            let flagged = cx
-                .view()
-                .items_of(&id, &cx.settings().ip)
-                .iter()
-                .any(|i| cx.view().items.get(i).is_some_and(|it| it.misfire));
-            let missed = self.slots.get(&id).is_some_and(|s| s.missed);
-            if (!flagged && !missed) || cx.view().necessary {
-                continue;
-            }
-            let run = self.runnable_now(cx, &id);
-            if run.is_empty() {
-                continue;
-            }
-            // One catch-up for every fire missed so far: clear the flags of the items it runs
-            // (ElasticJob clears those of its whole execution), in the same write that starts it.
-            let clear: Vec<Op> = run
-                .iter()
-                .filter(|i| cx.view().items.get(i).is_some_and(|it| it.misfire))
-                .map(|i| Op::delete(cx.paths().item_misfire(*i)))
-                .collect();
-            self.slot(&id).missed = false;
-            info!(job = %cx.name(), instance = %id, items = ?run, "misfire catch-up");
-            let now = cx.env.wall;
-            self.start(cx, instances, &id, run, Source::Misfire, now, clear);
+        if self
+            .manual
+            .as_ref()
+            .is_some_and(|m| m.instances.is_empty() || now >= m.until)
+        {
+            self.manual = None;
         }
+        TraceContext::for_execution(execution_id, parent.as_ref())
     }
 
-    /// ElasticJob's trigger-once: the `trigger/{id}` node of local instance `id` was taken
-    /// (deleted, and mirrored so): it runs now (a busy instance drops the request, as in Java).
-    pub(in crate::coordination::job) fn trigger_taken(
+    /// A new execution of `items` on local instance `id`, not started yet. A FAILOVER run
+    /// starts a trace of its own; others may continue a `TriggerJob` call's ([`Runs::trace_for`]).
+    pub(super) fn new_execution(
+        &mut self,
+        cx: &Cx,
+        id: &str,
+        items: &[i32],
+        source: Source,
+        fire_time: DateTime<Utc>,
+        monitored: bool,
+    ) -> Execution {
+        let execution_id = self.next_id(cx);
+        let trace = match source {
+            Source::Failover => TraceContext::for_execution(&execution_id, None),
+            _ => self.trace_for(cx, id, source, &execution_id),
+        };
+        let timeout = match cx.view().extras.execution_timeout_seconds {
+            0 => None,
+            s => Some(Duration::from_secs(u64::from(s))),
+        };
+        Execution::new(
+            execution_id,
+            id.to_string(),
+            source,
+            items.iter().copied().collect(),
+            fire_time,
+            cx.env.now,
+            SystemTime::from(cx.env.wall),
+            timeout,
+            monitored,
+            cx.io.generation(),
+            trace,
+        )
+    }
+
+    /// Starts `items` on local instance `id`: writes their `running` nodes (with `extra` ops in
+    /// the same multi) when monitorExecution is on, then sends the `Trigger`. Returns the new
+    /// execution's id.
+    #[allow(clippy::too_many_arguments)]
+    pub(super) fn start(
         &mut self,
         cx: &mut Cx,
         instances: &mut Instances,
         id: &str,
+        items: Vec<i32>,
+        source: Source,
+        fire_time: DateTime<Utc>,
+        extra: Vec<Op>,
+    ) -> Option<String> {
+        let monitored = cx.view().config.as_ref()?.monitor_execution;
+        let mut exec = self.new_execution(cx, id, &items, source, fire_time, monitored);
+        let execution_id = exec.id.clone();
+        if !monitored {
+            // No `running` nodes (ElasticJob's monitorExecution off): the token is the owner
+            // node's mzxid, which grows with every change of hands.
+            for i in &items {
+                if let Some((_, stat)) = cx.view().items.get(i).and_then(|it| it.owner.as_ref()) {
+                    exec.fencing_tokens.insert(*i, stat.mzxid);
+                }
+            }
+            self.insert(exec);
+            if extra.is_empty() {
+                self.deliver(cx, instances, &execution_id);
+            } else {
+                let pending = Pending::Start {
+                    execution_id: execution_id.clone(),
+                };
+                cx.commit(pending, extra, &items);
+            }
+            return Some(execution_id);
+        }
+        let Some(mut ops) = writes::start_ops(cx.view(), cx.paths(), id, &items) else {
+            warn!(job = %cx.name(), items = ?items, "an item has no sharding node yet; not started");
+            return None;
+        };
+        ops.extend(extra);
+        self.insert(exec);
+        let pending = Pending::Start {
+            execution_id: execution_id.clone(),
+        };
+        cx.commit(pending, ops, &items);
+        Some(execution_id)
+    }
+
+    /// Whether the start of `execution_id` is still being written.
+    pub(super) fn starting(cx: &Cx, execution_id: &str) -> bool {
+        cx.io
+            .in_flight(|p| matches!(p, Pending::Start { execution_id: e } if e == execution_id))
+    }
+
+    /// The start's write was answered (or not).
+    pub(in crate::coordination::job) fn started(
+        &mut self,
+        cx: &mut Cx,
+        instances: &mut Instances,
+        execution_id: &str,
+        ops: &[Op],
         result: Result<Vec<OpResult>, RegError>,
     ) {
-        if let Err(e) = result {
-            return cx.write_failed("taking a trigger request", &e);
-        }
-        if !self.idle_locals(cx, instances).iter().any(|l| l == id) {
-            if self.promote_held(cx, instances, id) {
-                return;
+        let Some(exec) = self.executions.get(execution_id) else {
+            return;
+        };
+        let items: Vec<i32> = exec.items.iter().copied().collect();
+        let instance = exec.instance_id.clone();
+        let held = self.is_held(execution_id);
+        cx.io.unlock(&items);
+        match result {
+            Ok(results) => {
+                let (tokens, versions) = tokens_of(cx, &items, ops, &results);
+                let exec = self.executions.get_mut(execution_id).expect("checked");
+                if exec.monitored {
+                    exec.fencing_tokens = tokens;
+                    exec.note(
+                        SystemTime::from(cx.env.wall),
+                        "running nodes written",
+                        vec![("items", format!("{items:?}"))],
+                    );
+                }
+                exec.versions = versions;
+                if held {
+                    return; // sent at its instant (`reconcile_held`)
+                }
+                self.deliver(cx, instances, execution_id);
             }
-            info!(job = %cx.name(), instance = %id, "trigger request dropped: the instance is busy or cannot be given work now");
-            return;
-        }
-        let now = cx.env.wall;
-        if self.defer_if_resharding(cx, id, Source::Manual, now) {
-            return;
-        }
-        let run = self.runnable_now(cx, id);
-        if !run.is_empty() {
-            self.start(cx, instances, id, run, Source::Manual, now, Vec::new());
+            Err(e) => {
+                self.executions.remove(execution_id);
+                let slot = self.slot(&instance);
+                slot.executions.retain(|x| x != execution_id);
+                if held {
+                    // A claim ahead refused: the fire decides at its instant, on a fresh read,
+                    // as it would have without the claim.
+                    slot.held = None;
+                    slot.claimed_fire = None;
+                } else {
+                    // The view was stale (or the session in trouble): a catch-up decides
+                    // again on a fresh read.
+                    slot.missed = true;
+                }
+                cx.write_failed("starting an execution", &e);
+            }
         }
     }
 
-    /// A trigger-once request for an instance whose only run is one claimed ahead of a cron
-    /// instant to come: that run goes out now as the MANUAL run the request asks for (its items
-    /// are the ones a MANUAL run would take, and they are claimed already), and the cron fire
-    /// then finds the instance busy, as it would have had nothing been claimed ahead. Returns
-    /// whether the request was taken so.
-    fn promote_held(&mut self, cx: &mut Cx, instances: &mut Instances, id: &str) -> bool {
-        let ready = self.ready(cx, instances, |runs, id, _| {
-            runs.of_instance(id).len() == 1 && runs.slots.get(id).is_some_and(|s| s.held.is_some())
+    /// Sends the `Trigger` of a started execution, with a fresh `Lease` first when the current
+    /// one is a third used up, so the trigger never reaches a worker whose lease runs out on
+    /// the way. If no lease may be granted, the execution is given back instead.
+    pub(super) fn deliver(&mut self, cx: &mut Cx, instances: &mut Instances, execution_id: &str) {
+        let valid_for = cx.settings().lease;
+        let Some(exec) = self.executions.get(execution_id) else {
+            return;
+        };
+        if exec.void.is_some() {
+            // Taken back while its start was in flight (self-fencing on waking from a pause, a
+            // lapse, an expiry): it is never sent. Its worker never had it, so its release goes
+            // on at once, with the epochs the start left; the items may be someone else's by now.
+            debug!(job = %cx.name(), execution = %execution_id,
+                   "started after it was taken back: trigger not sent");
+            return;
+        }
+        let instance = exec.instance_id.clone();
+        let live = instances.get(&instance).is_some_and(|l| l.live()) && !self.withholds(&instance);
+        if !live {
+            let reason = "the worker went away before its trigger was sent";
+            self.void(
+                cx,
+                instances,
+                execution_id,
+                reason,
+                Release::Abandoned,
+                false,
+            );
+            return;
+        }
+        let remaining = instances.get(&instance).map_or(Duration::ZERO, |l| {
+            l.lease().remaining(cx.env.now, valid_for)
         });
-        if !ready.iter().any(|l| l == id) {
-            return false;
+        if remaining <= valid_for * 2 / 3 {
+            if !cx.may_grant() {
+                self.slot(&instance).missed = true;
+                let reason = "no lease could be granted to send the trigger under";
+                self.void(
+                    cx,
+                    instances,
+                    execution_id,
+                    reason,
+                    Release::Abandoned,
+                    false,
+                );
+                return;
+            }
+            instances.grant(cx, &instance);
         }
-        let slot = self.slot(id);
-        slot.claimed_fire = None;
-        let Some(execution_id) = slot.held.take() else {
-            return false;
+        let Some(local) = instances.get(&instance) else {
+            return;
         };
-        let trace = self.trace_for(cx, id, Source::Manual, &execution_id);
-        let Some(exec) = self.executions.get_mut(&execution_id) else {
-            return false;
+        let (stream, epoch) = (local.stream(), local.lease().epoch());
+        let params = cx.view().item_parameters();
+        let (job_parameter, total) = cx.view().config.as_ref().map_or((String::new(), 0), |c| {
+            (c.job_parameter.clone(), c.sharding_total_count)
+        });
+        let exec = self
+            .executions
+            .get_mut(execution_id)
+            .expect("checked above");
+        exec.lease_epoch = epoch;
+        exec.delivered = true;
+        let items: Vec<i32> = exec.items.iter().copied().collect();
+        exec.task_id = task_id(cx.name(), &items, &instance);
+        exec.note(
+            SystemTime::from(cx.env.wall),
+            "trigger sent",
+            vec![("instance", instance.clone())],
+        );
+        let trigger = Trigger {
+            execution_id: execution_id.to_string(),
+            task_id: exec.task_id.clone(),
+            items: items
+                .iter()
+                .map(|i| (*i, params.get(i).cloned().unwrap_or_default()))
+                .collect(),
+            job_parameter,
+            sharding_total_count: total,
+            source: exec.source,
+            fire_time: exec.fire_time,
+            fencing_tokens: exec.fencing_tokens.clone(),
+            traceparent: exec.trace.traceparent(),
+            tracestate: exec.trace.tracestate.clone(),
         };
-        info!(job = %cx.name(), instance = %id, execution = %execution_id, items = ?exec.items,
-              "trigger request runs the run claimed ahead of the next fire, now");
-        exec.source = Source::Manual;
-        exec.fire_time = cx.env.wall;
-        exec.started = cx.env.now;
-        exec.started_at = SystemTime::from(cx.env.wall);
-        exec.trace = trace;
-        if !Runs::starting(cx, &execution_id) {
-            self.deliver(cx, instances, &execution_id);
-        }
-        true
+        let latency = (cx.env.wall - exec.fire_time).to_std().unwrap_or_default();
+        let source = exec.source;
+        info!(job = %cx.name(), execution = %execution_id, instance = %instance, items = ?items,
+              source = source.as_str(), "execution started");
+        cx.out.push(Action::TrackExecution {
+            id: execution_id.to_string(),
+        });
+        cx.send(stream, WorkerEvent::Trigger(Box::new(trigger)));
+        cx.observe(Observation::TriggerSent {
+            source,
+            items,
+            latency,
+        });
     }
 }
 
-/// Takes every trigger-once request (`trigger/{id}`) of a live local instance: the node is
-/// deleted first, and the run follows ([`Runs::trigger_taken`]).
-fn take_trigger_requests(cx: &mut Cx, instances: &Instances) {
-    let requests: Vec<String> = cx
-        .view()
-        .triggers
-        .iter()
-        .filter(|id| instances.get(id).is_some_and(|l| l.live()))
-        .filter(|id| {
-            !cx.io.in_flight(
-                |p| matches!(p, Pending::TakeTrigger { instance_id } if instance_id == *id),
-            )
-        })
-        .cloned()
-        .collect();
-    for id in requests {
-        let ops = vec![Op::delete(cx.paths().trigger(&id))];
-        cx.commit(Pending::TakeTrigger { instance_id: id }, ops, &[]);
+/// What one fire does for one local instance.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub(in crate::coordination::job) struct FirePlan {
+    /// Items to run now.
+    pub run: Vec<i32>,
+    /// Items to flag `misfire` (the instance is still busy with an earlier execution).
+    pub misfire: Vec<i32>,
+}
+
+/// Decides what a fire does for `instance_id` (whose server is `server_ip`).
+///
+/// `busy` tells whether the instance still has an execution in flight.
+pub(in crate::coordination::job) fn plan_fire(
+    view: &JobView,
+    instance_id: &str,
+    server_ip: &str,
+    busy: bool,
+) -> FirePlan {
+    let Some(config) = view.config.as_ref() else {
+        return FirePlan::default();
+    };
+    let local = view.items_of(instance_id, server_ip);
+    if busy {
+        let misfire = if config.misfire {
+            local
+                .into_iter()
+                .filter(|i| !view.items.get(i).is_some_and(|it| it.misfire))
+                .collect()
+        } else {
+            Vec::new()
+        };
+        return FirePlan {
+            run: Vec::new(),
+            misfire,
+        };
     }
+    if config.failover {
+        let taken = view.failover_items_of(instance_id);
+        if !taken.is_empty() {
+            return FirePlan {
+                run: runnable(view, taken, false, config.monitor_execution),
+                misfire: Vec::new(),
+            };
+        }
+    }
+    FirePlan {
+        run: runnable(view, local, config.failover, config.monitor_execution),
+        misfire: Vec::new(),
+    }
+}
+
+/// Removes disabled items, items taken over by failover (when `failover`) and items still
+/// running anywhere (when `monitor`): an item is never started while its `running` node exists.
+fn runnable(view: &JobView, items: Vec<i32>, failover: bool, monitor: bool) -> Vec<i32> {
+    items
+        .into_iter()
+        .filter(|i| {
+            let Some(item) = view.items.get(i) else {
+                return true;
+            };
+            let taken = failover && item.failover.is_some();
+            let running = monitor && item.running.is_some();
+            !(item.disabled || taken || running)
+        })
+        .collect()
+}
+
+/// The fencing tokens and item epochs a start (or claim) left, from its results.
+pub(super) fn tokens_of(
+    cx: &Cx,
+    items: &[i32],
+    ops: &[Op],
+    results: &[OpResult],
+) -> (BTreeMap<i32, i64>, BTreeMap<i32, i32>) {
+    let mut tokens = BTreeMap::new();
+    let mut versions = BTreeMap::new();
+    // Each item's two paths, formatted once (not once per write of the multi-op).
+    let mut running = HashMap::with_capacity(items.len());
+    let mut fence = HashMap::with_capacity(items.len());
+    for i in items {
+        running.entry(cx.paths().item_running(*i)).or_insert(*i);
+        fence.entry(cx.paths().item(*i)).or_insert(*i);
+    }
+    for (op, result) in ops.iter().zip(results) {
+        let (Op::SetData { path, .. }, OpResult::DataSet { stat }) = (op, result) else {
+            continue;
+        };
+        if let Some(i) = running.get(path) {
+            tokens.insert(*i, stat.czxid);
+        } else if let Some(i) = fence.get(path) {
+            versions.insert(*i, stat.version);
+            tokens.entry(*i).or_insert(stat.mzxid);
+        }
+    }
+    (tokens, versions)
 }

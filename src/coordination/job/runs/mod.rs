@@ -1,21 +1,22 @@
 //! Runs: the executions of the job's local instances, from the fire that plans one to the
-//! outcome of its last item. [`plan`] decides what a fire runs, [`fire`] when (cron fires,
-//! runs claimed ahead of their instant, fires held for a reshard, catch-ups, trigger-once),
-//! [`start`] writes a run's start and sends its trigger, [`answers`] records how it ended, and
-//! [`release`] takes items back (revoke, timeout, lease lapse, self-fencing) without ever
-//! letting two workers run one item at once.
+//! outcome of its last item. [`fire`] is a cron fire's path to the worker's trigger (what it
+//! runs, the start's write, the trigger), [`ahead`] runs claimed ahead of their instant,
+//! [`work`] everything else that starts runs (fires held for a reshard, trigger-once,
+//! catch-ups, FAILOVER runs), [`answers`] records how a run ended, and [`release`] takes items
+//! back (revoke, timeout, lease lapse, self-fencing) without ever letting two workers run one
+//! item at once.
 //!
 //! An item is started only by a conditional write that proves nobody runs it; it is given
 //! back only once its worker has certainly stopped: it answered or declined it, or its lease
 //! ran out. A worker that was told `Revoke` gets no lease renewal until it acknowledges, so
 //! that moment always comes.
 
+mod ahead;
 mod answers;
 pub(super) mod execution;
 mod fire;
-pub(super) mod plan;
 mod release;
-mod start;
+mod work;
 
 use std::collections::BTreeSet;
 use std::time::{Instant, SystemTime};
@@ -24,6 +25,8 @@ use chrono::{DateTime, Utc};
 use tracing::{info, warn};
 
 pub(crate) use execution::{execution_id, Execution, Void};
+#[cfg(test)]
+pub(super) use fire::{plan_fire, FirePlan};
 
 use super::instances::{Instances, Local};
 use super::io::Cx;
@@ -359,7 +362,7 @@ impl Runs {
                 .void
                 .get_or_insert_with(|| Void {
                     reason: "the worker left".into(),
-                    release: super::failover::ops::Release::None,
+                    release: super::writes::Release::None,
                     waiting_ack: false,
                 })
                 .reason

@@ -9,9 +9,9 @@ use tracing::warn;
 use super::execution::Void;
 use super::Runs;
 use crate::coordination::events::{ItemOutcome, WorkerEvent};
-use crate::coordination::job::failover::ops::{self, Release};
 use crate::coordination::job::instances::Instances;
 use crate::coordination::job::io::{Cx, Pending};
+use crate::coordination::job::writes::{self, Release};
 use crate::coordination::job::Observation;
 use crate::registry::{Error as RegError, OpResult};
 
@@ -244,7 +244,7 @@ impl Runs {
         let Some(exec) = self.executions.get_mut(execution_id) else {
             return;
         };
-        let ops = ops::release_ops(
+        let ops = writes::release_ops(
             cx.view(),
             cx.paths(),
             &exec.instance_id,

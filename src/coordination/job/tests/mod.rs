@@ -524,6 +524,8 @@ mod answers;
 mod drain;
 mod leases;
 mod membership;
+mod plan;
 mod release;
 mod sessions;
 mod work;
+mod writes;

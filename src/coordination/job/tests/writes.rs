@@ -1,8 +1,8 @@
 //! Table tests of the writes that start, end and hand over items.
 
-use super::ops::*;
 use crate::coordination::job::mirror::ItemView;
 use crate::coordination::job::mirror::JobView;
+use crate::coordination::job::writes::*;
 use crate::elasticjob::config::JobConfiguration;
 use crate::elasticjob::paths::JobPaths;
 use crate::registry::CachedStat;
