@@ -524,6 +524,7 @@ mod answers;
 mod drain;
 mod leases;
 mod membership;
+mod parts;
 mod plan;
 mod release;
 mod sessions;
