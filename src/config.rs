@@ -45,7 +45,7 @@ pub struct Settings {
     pub http_listen: Option<std::net::SocketAddr>,
     /// Who may operate the namespace: the admin token, and whether the console's read-only
     /// pages are open without it.
-    pub access: crate::ops::access::Access,
+    pub access: crate::access::Access,
     /// Finished executions kept in memory for `ListExecutions`.
     pub history_size: usize,
     /// Where finished executions are appended as JSON lines, if anywhere.

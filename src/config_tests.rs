@@ -576,7 +576,7 @@ fn an_address_other_hosts_reach_needs_the_admin_token() {
     let token = "0123456789abcdef-token";
     // Loopback: open unless a token is given.
     let s = resolve(&[], &[]).unwrap();
-    assert_eq!(s.access, crate::ops::access::Access::default());
+    assert_eq!(s.access, crate::access::Access::default());
     for (flags, vars, setting, what) in [
         (
             vec!["--listen", "0.0.0.0:50061"],
@@ -675,7 +675,7 @@ fn a_unix_socket_others_can_use_needs_the_admin_token() {
     let dir = tempfile::tempdir().unwrap();
     let socket = dir.path().join("s.sock");
     let _listener = std::os::unix::net::UnixListener::bind(&socket).unwrap();
-    let open = crate::ops::access::Access::default();
+    let open = crate::access::Access::default();
     let chmod = |p: &std::path::Path, mode: u32| {
         std::fs::set_permissions(p, std::fs::Permissions::from_mode(mode)).unwrap()
     };
@@ -689,8 +689,8 @@ fn a_unix_socket_others_can_use_needs_the_admin_token() {
     let e = check_unix_socket(&listen, &socket, &open).unwrap_err();
     assert_eq!(e.setting, "listen");
     assert!(e.message.contains("world-accessible"), "{e}");
-    let token = crate::ops::access::Access {
-        token: Some(crate::ops::access::AdminToken::new("0123456789abcdef-token").unwrap()),
+    let token = crate::access::Access {
+        token: Some(crate::access::AdminToken::new("0123456789abcdef-token").unwrap()),
         read_only_open: false,
     };
     assert!(check_unix_socket(&listen, &socket, &token).is_ok());
