@@ -8,6 +8,12 @@
 //! list is the settings table of `docs/operations.md` and `shardcar config`. The standard
 //! variables (`RUST_LOG`, `OTEL_*`) are passed in as a map so tests never mutate the process
 //! environment.
+//!
+//! The settings are plain values (text, numbers, durations, paths, enums of this module's own,
+//! the file's `[[jobs]]` tables as written), each with where it came from when a subsystem may
+//! still refuse it: this layer knows none of the subsystems it configures. Each of them builds
+//! its own config from these values (`sidecar::Config::prepare`), still before anything binds,
+//! and a value it refuses is named the same way, as a [`SettingsError`].
 
 use std::collections::{BTreeMap, HashMap};
 use std::net::Ipv4Addr;
@@ -51,13 +57,51 @@ pub struct Settings {
     /// Where finished executions are appended as JSON lines, if anywhere.
     pub history_file: Option<std::path::PathBuf>,
     /// Where execution spans are exported (OTLP/gRPC), if anywhere.
-    pub telemetry: Option<crate::ops::telemetry::TelemetrySettings>,
-    /// ElasticJob's tracing tables on PostgreSQL, if configured.
-    pub tracing_db: Option<crate::ops::tracing_db::TracingDbSettings>,
+    pub telemetry: Option<Otlp>,
+    /// ElasticJob's tracing tables on PostgreSQL, if configured: the URL as given.
+    pub tracing_db: Option<TracingDbUrl>,
     /// Which SCRIPT and HTTP jobs this sidecar runs itself.
-    pub typed_jobs: crate::exec::TypedJobs,
-    /// Jobs the settings file declares, created at start.
-    pub jobs: Vec<DeclaredJob>,
+    pub typed_jobs: TypedJobsSetting,
+    /// Jobs the settings file declares, created at start: its `[[jobs]]` tables as written.
+    pub jobs: Vec<JobTable>,
+}
+
+/// Where execution spans go: the OTLP endpoint as given (its form is checked by
+/// `ops::telemetry`), and the service name (`OTEL_SERVICE_NAME`, else `shardcar`).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Otlp {
+    pub endpoint: String,
+    /// Where the endpoint came from: `--otlp-endpoint`, `OTEL_EXPORTER_OTLP_ENDPOINT`, ...
+    pub origin: String,
+    pub service_name: String,
+}
+
+/// The `tracing_db` setting: a PostgreSQL URL as given (read by `ops::tracing_db`). Its `Debug`
+/// never shows the URL, which may hold a password.
+#[derive(Clone, PartialEq, Eq)]
+pub struct TracingDbUrl {
+    pub url: String,
+    /// Where it came from: `--tracing-db`, `SHARDCAR_TRACING_DB` or `tracing_db in FILE`.
+    pub origin: String,
+}
+
+impl std::fmt::Debug for TracingDbUrl {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("TracingDbUrl")
+            .field("url", &"<hidden>")
+            .field("origin", &self.origin)
+            .finish()
+    }
+}
+
+/// Which SCRIPT and HTTP jobs this sidecar runs itself (`typed_jobs`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum TypedJobsSetting {
+    /// Every one in the namespace.
+    All,
+    /// Those the settings file declares under `[[jobs]]`.
+    Declared,
+    None,
 }
 
 /// How log lines are written.
@@ -75,11 +119,19 @@ pub struct SettingsError {
     pub message: String,
 }
 
-fn bad(setting: &str, message: impl Into<String>) -> SettingsError {
-    SettingsError {
-        setting: setting.to_string(),
-        message: message.into(),
+impl SettingsError {
+    /// `setting` (as it is named where it came from: `--listen`, `tracing_db in FILE`) cannot be
+    /// used, for the reason `message` gives.
+    pub fn new(setting: &str, message: impl Into<String>) -> SettingsError {
+        SettingsError {
+            setting: setting.to_string(),
+            message: message.into(),
+        }
     }
+}
+
+fn bad(setting: &str, message: impl Into<String>) -> SettingsError {
+    SettingsError::new(setting, message)
 }
 
 /// The default listen address.
@@ -502,14 +554,18 @@ impl Given {
 pub struct FileSettings {
     path: String,
     values: BTreeMap<String, String>,
-    jobs: Vec<DeclaredJob>,
+    jobs: Vec<JobTable>,
 }
 
-/// A job the settings file declares (`[[jobs]]`): created at start when absent, its config
-/// replaced when `overwrite = true` (ElasticJob's rule).
+/// A job the settings file declares (`[[jobs]]`), as written: created at start when absent, its
+/// config replaced when `overwrite = true` (ElasticJob's rule). Its keys are a job file's, read
+/// and checked as `PutJob` would by the gRPC layer (`api::jobfile::declared`).
 #[derive(Debug, Clone, PartialEq)]
-pub struct DeclaredJob {
-    pub config: crate::proto::JobConfig,
+pub struct JobTable {
+    /// Where it is, as errors name it: `jobs[0] (clean) in /etc/shardcar.toml`.
+    pub place: String,
+    /// The table without `overwrite`.
+    pub table: serde_yaml_ng::Value,
     pub overwrite: bool,
 }
 
@@ -539,7 +595,7 @@ impl FileSettings {
         let jobs = std::mem::take(&mut layer.jobs)
             .into_iter()
             .enumerate()
-            .map(|(i, job)| declared_job(path, i, job))
+            .map(|(i, job)| job_table(path, i, job))
             .collect::<Result<Vec<_>, _>>()?;
         Ok(FileSettings {
             path: path.to_string(),
@@ -569,16 +625,15 @@ impl FileSettings {
     }
 }
 
-/// Reads the `index`th `[[jobs]]` table of the file at `path` with a job file's keys, and
-/// validates it as `PutJob` would.
-fn declared_job(
+/// The `index`th `[[jobs]]` table of the file at `path`, named, its `overwrite` taken out.
+fn job_table(
     path: &str,
     index: usize,
-    mut job: serde_yaml_ng::Value,
-) -> Result<DeclaredJob, SettingsError> {
+    mut table: serde_yaml_ng::Value,
+) -> Result<JobTable, SettingsError> {
     let mut place = format!("jobs[{index}] in {path}");
     let mut overwrite = false;
-    if let serde_yaml_ng::Value::Mapping(table) = &mut job {
+    if let serde_yaml_ng::Value::Mapping(table) = &mut table {
         if let Some(name) = table.get("job_name").or_else(|| table.get("jobName")) {
             if let Some(name) = name.as_str() {
                 place = format!("jobs[{index}] ({name}) in {path}");
@@ -590,21 +645,11 @@ fn declared_job(
             Some(_) => return Err(bad(&place, "overwrite must be true or false")),
         }
     }
-    let config = crate::api::jobfile::from_value(&place, job).map_err(|e| {
-        let message = e.to_string();
-        let message = message
-            .strip_prefix(&format!("{place}: "))
-            .unwrap_or(&message)
-            .to_string();
-        bad(&place, message)
-    })?;
-    crate::api::convert::from_proto(&config.job_name, &config, overwrite)
-        .and_then(|_| crate::api::convert::job_type_from_proto(&config))
-        .map_err(|e| {
-            let message = e.to_string();
-            bad(&place, message.trim_start_matches("invalid ").to_string())
-        })?;
-    Ok(DeclaredJob { config, overwrite })
+    Ok(JobTable {
+        place,
+        table,
+        overwrite,
+    })
 }
 
 /// A file the serde layer refused, named as `key in path` where a key is to blame.
@@ -866,53 +911,29 @@ impl Settings {
                     .map(|v| (v.clone(), Origin::from(var.to_string())))
             })
         });
-        let telemetry = match endpoint {
-            Some((v, origin)) => {
-                let v = v.trim().to_string();
-                let host = v
-                    .strip_prefix("http://")
-                    .or_else(|| v.strip_prefix("https://"))
-                    .map(|rest| rest.split(['/', ':']).next().unwrap_or_default());
-                if host.is_none_or(str::is_empty) {
-                    return Err(bad(
-                        &origin,
-                        format!(
-                            "{v:?} must be an http:// or https:// URL, e.g. http://127.0.0.1:4317"
-                        ),
-                    ));
-                }
-                let service_name = env
-                    .get("OTEL_SERVICE_NAME")
-                    .map(|s| s.trim().to_string())
-                    .filter(|s| !s.is_empty())
-                    .unwrap_or_else(|| "shardcar".to_string());
-                Some(crate::ops::telemetry::TelemetrySettings {
-                    endpoint: v,
-                    service_name,
-                })
-            }
-            None => None,
-        };
-        let tracing_db = match layers.pick("tracing_db") {
-            Some((v, origin)) => Some(
-                crate::ops::tracing_db::TracingDbSettings::parse(&v, &origin)
-                    .map_err(|m| bad(&origin, m))?,
-            ),
-            None => None,
-        };
+        let telemetry = endpoint.map(|(v, origin)| Otlp {
+            endpoint: v.trim().to_string(),
+            origin,
+            service_name: env
+                .get("OTEL_SERVICE_NAME")
+                .map(|s| s.trim().to_string())
+                .filter(|s| !s.is_empty())
+                .unwrap_or_else(|| "shardcar".to_string()),
+        });
+        let tracing_db = layers
+            .pick("tracing_db")
+            .map(|(url, origin)| TracingDbUrl { url, origin });
         let jobs = layers
             .file
             .as_ref()
             .map(|f| f.jobs.clone())
             .unwrap_or_default();
         let typed_jobs = match layers.pick("typed_jobs") {
-            None => crate::exec::TypedJobs::All,
+            None => TypedJobsSetting::All,
             Some((v, origin)) => match v.trim() {
-                "all" => crate::exec::TypedJobs::All,
-                "none" => crate::exec::TypedJobs::None,
-                "declared" => crate::exec::TypedJobs::Declared(
-                    jobs.iter().map(|j| j.config.job_name.clone()).collect(),
-                ),
+                "all" => TypedJobsSetting::All,
+                "none" => TypedJobsSetting::None,
+                "declared" => TypedJobsSetting::Declared,
                 _ => return Err(bad(&origin, format!("{v:?} must be all, declared or none"))),
             },
         };
@@ -966,4 +987,4 @@ pub use access::{check_unix_socket, world_accessible};
 
 #[cfg(test)]
 #[path = "config_tests.rs"]
-mod tests;
+pub(crate) mod tests;
