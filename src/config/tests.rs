@@ -381,7 +381,7 @@ pub(crate) fn example_uncommented() -> String {
 
 #[test]
 fn the_packaged_settings_file_is_the_example_file() {
-    let packaged = include_str!("../scripts/deb/shardcar.toml");
+    let packaged = include_str!("../../scripts/deb/shardcar.toml");
     assert!(
         packaged == example_file(),
         "scripts/deb/shardcar.toml differs from `shardcar config`: regenerate it with\n  cargo run -q -- config > scripts/deb/shardcar.toml"
@@ -462,7 +462,7 @@ fn the_tracing_db_is_a_url_named_where_it_came_from_and_never_shown() {
 
 #[test]
 fn the_operations_guide_has_a_row_per_setting() {
-    let guide = include_str!("../docs/operations.md");
+    let guide = include_str!("../../docs/operations.md");
     for s in SETTINGS {
         let start = format!("| {} | `{}` | ", s.key, flag_of(s.key));
         let row = guide
