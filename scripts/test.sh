@@ -1,21 +1,23 @@
 #!/usr/bin/env bash
 # shellcheck disable=SC2317 # the step functions are run indirectly, through run_step
 # THE test command of shardcar (also run by CI through .ci/run):
-#   dependencies → cargo fmt --check → buf lint + breaking (proto/) → the Python stubs regenerated and compared with the committed
-#   ones → cargo clippy (all targets, -D warnings) → cargo bench --no-run (the benchmark programs
-#   and the release binary, linked as shipped: one unit, its code in the order of
-#   scripts/text-order.txt) → cargo test (all
-#   targets; the integration tests start real ZooKeeper and sidecar processes) → the Python
-#   client's pytest suite and package smoke test (sdist, wheel) → the Java client's `mvn verify`, each client suite against the
-#   sidecar binary that `cargo test` built → the ElasticJob mixed-cluster suite (real ElasticJob
-#   3.0.4 JVMs next to sidecars, tests/interop/run.sh) → the Debian package built from that binary,
-#   installed with dpkg, checked and removed (scripts/package.sh --dev --check; as root) → the
-#   nemesis fault soak, short profile (2 seeds ×
-#   60 s, scripts/nemesis.sh). Every step runs even after a failure; a summary
-#   comes last and the exit status is non-zero if any step failed.
+#   dependencies → cargo fmt --check → the sizes of the sources (no non-test .rs file under src/
+#   over 600 lines, no #[path] module) → buf lint + breaking (proto/) → the Python stubs
+#   regenerated and compared with the committed ones → cargo clippy (all targets, -D warnings) →
+#   cargo bench --no-run (the benchmark programs and the release binary, linked as shipped: one
+#   unit, its code in the order of scripts/text-order.txt) → cargo test (all targets; the
+#   integration tests start real ZooKeeper and sidecar processes) → the Python client's pytest
+#   suite and package smoke test (sdist, wheel) → the Java client's `mvn verify`, each client
+#   suite against the sidecar binary that `cargo test` built → the ElasticJob mixed-cluster suite
+#   (real ElasticJob 3.0.4 JVMs next to sidecars, tests/interop/run.sh) → the Debian package
+#   built from that binary, installed with dpkg, checked and removed (scripts/package.sh --dev
+#   --check; as root) → the nemesis fault soak, short profile (2 seeds × 60 s,
+#   scripts/nemesis.sh). Every step runs even after a failure; a summary comes last and the exit
+#   status is non-zero if any step failed.
 #
 # Usage: scripts/test.sh [--no-deps] [--fail-fast] [STEP...]
-#   STEP: deps fmt proto stubs clippy bench rust python java interop package nemesis (default: all of them; `--no-deps` drops `deps`)
+#   STEP: deps fmt sizes proto stubs clippy bench rust python java interop package nemesis
+#   (default: all of them; `--no-deps` drops `deps`)
 # Environment: CARGO_TARGET_DIR is honoured; CARGO_TEST_ARGS are passed to `cargo test`
 # (e.g. CARGO_TEST_ARGS="-- --test-threads=1"), PYTEST_ARGS to pytest, MVN_ARGS to Maven;
 # NEMESIS_SEEDS (default "1 2") and NEMESIS_DURATION (default 60s) choose the fault soak's profile.
@@ -24,7 +26,7 @@ set -euo pipefail
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 cd "$ROOT"
 
-ALL_STEPS=(deps fmt proto stubs clippy bench rust python java interop package nemesis)
+ALL_STEPS=(deps fmt sizes proto stubs clippy bench rust python java interop package nemesis)
 STEPS=()
 FAIL_FAST=0
 NO_DEPS=0
@@ -32,8 +34,9 @@ for arg in "$@"; do
     case "$arg" in
         --no-deps) NO_DEPS=1 ;;
         --fail-fast) FAIL_FAST=1 ;;
-        -h|--help) sed -n '3,16p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
-        deps|fmt|proto|stubs|clippy|bench|rust|python|java|interop|package|nemesis) STEPS+=("$arg") ;;
+        # The help is the comment at the top, from its third line to the first line of code.
+        -h|--help) awk 'NR < 3 { next } /^#/ { sub(/^# ?/, ""); print; next } { exit }' "$0"; exit 0 ;;
+        deps|fmt|sizes|proto|stubs|clippy|bench|rust|python|java|interop|package|nemesis) STEPS+=("$arg") ;;
         *) echo "test.sh: unknown argument: $arg (try --help)" >&2; exit 64 ;;
     esac
 done
@@ -113,6 +116,29 @@ python_tests() {
     clients/python/scripts/package_smoke.sh
 }
 
+# The sources keep their shape (#48): no non-test .rs file under src/ over 600 lines (split it by
+# concept, a type and its helpers or one concern, before it grows), and no #[path] module, which
+# hides a submodule as a flat file. Test files are exempt: tests.rs, *_tests.rs and anything
+# under a tests/ directory. Each offending file is named.
+sizes_check() {
+    local limit=600 rc=0 file lines
+    while IFS= read -r -d '' file; do
+        case "$file" in */tests/*|*/tests.rs|*_tests.rs) continue ;; esac
+        lines=$(wc -l <"$file")
+        if [ "$lines" -gt "$limit" ]; then
+            echo "$file: $lines lines, over $limit: split it by concept" >&2
+            rc=1
+        fi
+    done < <(find src -name '*.rs' -print0 | sort -z)
+    local found
+    while IFS= read -r found; do
+        echo "$found: a #[path] module; make it an ordinary submodule (foo.rs and foo/bar.rs)" >&2
+        rc=1
+    done < <(grep -rn --include='*.rs' '#\[path' src || true)
+    [ "$rc" -eq 0 ] && echo "every non-test source under src/ is at most $limit lines; no #[path] module"
+    return "$rc"
+}
+
 # The contract: `buf lint` (STANDARD, proto/buf.yaml), and no breaking change against the v1
 # baseline image proto/v1-baseline.binpb (rebuild it with `buf build proto -o
 # proto/v1-baseline.binpb` only when a break is intended, i.e. for a new major version).
@@ -174,6 +200,9 @@ if want deps; then
 fi
 if want fmt; then
     run_step fmt "cargo fmt --check" cargo fmt --all -- --check
+fi
+if want sizes; then
+    run_step sizes "source sizes: no non-test .rs file under src/ over 600 lines, no #[path]" sizes_check
 fi
 if want proto; then
     run_step proto "buf lint and buf breaking against the v1 baseline (proto/)" proto_check

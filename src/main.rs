@@ -1,10 +1,12 @@
-//! `shardcar`: parse and validate settings, then call [`shardcar::sidecar::run`].
+//! `shardcar`: parse and validate settings, build each subsystem's config from them, then call
+//! [`shardcar::sidecar::run`].
 
 use std::collections::HashMap;
 use std::process::ExitCode;
 
 use clap::{CommandFactory, FromArgMatches, Parser, Subcommand};
 use shardcar::config::{Given, LogFormat, RunArgs, Settings};
+use shardcar::sidecar::Config;
 
 /// Exit code for bad settings (EX_USAGE).
 const EXIT_USAGE: u8 = 64;
@@ -54,14 +56,16 @@ fn main() -> ExitCode {
         None => Given::default(),
     };
     let env: HashMap<String, String> = std::env::vars().collect();
-    let settings = match Settings::resolve(given, &env) {
-        Ok(s) => s,
+    // Every setting is checked before anything binds, by the settings and then by the
+    // subsystem it configures.
+    let config = match Settings::resolve(given, &env).and_then(Config::prepare) {
+        Ok(config) => config,
         Err(e) => {
             eprintln!("shardcar: {e}");
             return ExitCode::from(EXIT_USAGE);
         }
     };
-    init_logging(&settings);
+    init_logging(&config.settings);
     let runtime = match tokio::runtime::Builder::new_multi_thread()
         .enable_all()
         .build()
@@ -72,7 +76,7 @@ fn main() -> ExitCode {
             return ExitCode::FAILURE;
         }
     };
-    let result = runtime.block_on(shardcar::sidecar::run(settings, shutdown_signal()));
+    let result = runtime.block_on(shardcar::sidecar::run(config, shutdown_signal()));
     // Tasks still running (a ZooKeeper client's, a stream's) are not waited for: the drain
     // already gave back what matters.
     runtime.shutdown_timeout(std::time::Duration::from_millis(20));

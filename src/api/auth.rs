@@ -1,13 +1,13 @@
 //! The admin token on the gRPC side: an interceptor in front of the Admin service that refuses a
 //! call without the token (or with another) as `UNAUTHENTICATED`, before the call reaches the
 //! service, so nothing is read or changed. The Worker API, health and reflection are not behind
-//! it. The policy itself is [`crate::ops::access`].
+//! it. The policy itself is [`crate::access`].
 
 use std::sync::Arc;
 
 use tonic::{Request, Status};
 
-use crate::ops::access::Access;
+use crate::access::Access;
 
 /// The interceptor of the Admin service for `access`.
 pub fn admin_interceptor(
@@ -31,7 +31,7 @@ pub fn admin_interceptor(
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::ops::access::AdminToken;
+    use crate::access::AdminToken;
 
     #[test]
     fn calls_without_the_token_are_unauthenticated() {

@@ -9,7 +9,11 @@ use std::collections::BTreeMap;
 
 use serde::Deserialize;
 
+use crate::api::convert;
+use crate::elasticjob::config::JobConfiguration;
+use crate::elasticjob::extras::JobExtras;
 use crate::elasticjob::strategy::StrategyType;
+use crate::elasticjob::typed::JobType;
 use crate::proto;
 
 /// ElasticJob `config` keys that shardcar accepts in a job file but does not set: `PutJob`
@@ -117,6 +121,47 @@ pub fn from_value(
     from_raw(place, raw)
 }
 
+/// A job the sidecar's settings file declares (`[[jobs]]`), read and validated as `PutJob`
+/// would: created at start when absent, its config replaced when `config.overwrite` is set
+/// (`overwrite = true` in its table; ElasticJob's rule).
+#[derive(Debug, Clone)]
+pub struct DeclaredJob {
+    pub config: JobConfiguration,
+    pub extras: JobExtras,
+    /// SCRIPT or HTTP: a job the sidecars run themselves; `None`: one run by workers.
+    pub job_type: Option<JobType>,
+}
+
+/// Reads a `[[jobs]]` table of the sidecar's settings file (its `overwrite` taken out) with a
+/// job file's keys, and validates it as `PutJob` would; `place` names it in messages.
+///
+/// # Errors
+/// What is wrong with it, for the settings to name at `place` (the message does not repeat it).
+pub fn declared(
+    place: &str,
+    table: serde_yaml_ng::Value,
+    overwrite: bool,
+) -> Result<DeclaredJob, String> {
+    let wire = from_value(place, table).map_err(|e| {
+        let message = e.to_string();
+        message
+            .strip_prefix(&format!("{place}: "))
+            .unwrap_or(&message)
+            .to_string()
+    })?;
+    let invalid = |e: crate::coordination::CoordError| {
+        e.to_string().trim_start_matches("invalid ").to_string()
+    };
+    let (config, extras) =
+        convert::from_proto(&wire.job_name, &wire, overwrite).map_err(invalid)?;
+    let job_type = convert::job_type_from_proto(&wire).map_err(invalid)?;
+    Ok(DeclaredJob {
+        config,
+        extras,
+        job_type,
+    })
+}
+
 fn from_raw(file: &str, raw: RawJob) -> Result<proto::JobConfig, JobFileError> {
     if let Some(key) = raw
         .other
@@ -185,7 +230,7 @@ fn from_raw(file: &str, raw: RawJob) -> Result<proto::JobConfig, JobFileError> {
                     format!("{name:?} is not AVG_ALLOCATION, ODEVITY or ROUND_ROBIN"),
                 )
             })?;
-            crate::api::convert::strategy_to_proto(strategy)
+            convert::strategy_to_proto(strategy)
         }
     };
     let props = raw

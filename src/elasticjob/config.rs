@@ -572,5 +572,4 @@ fn concurrent_hash_map_order<'a>(keys: &[&'a str]) -> Vec<&'a str> {
 }
 
 #[cfg(test)]
-#[path = "config_tests.rs"]
 mod tests;

@@ -16,7 +16,6 @@ pub mod typed;
 #[cfg(test)]
 pub(crate) mod vectors;
 mod yaml;
-mod yaml_resolve;
 
 pub use config::{format_item_parameters, ExecutorHandler, ExecutorHandlerKey, JobConfiguration};
 pub use hash::java_string_hash;

@@ -12,10 +12,12 @@
 //! vectors of real ElasticJob 3.0.4 (tests) hold it to them. Reading goes through
 //! `serde_yaml_ng` (the maintained fork of `serde_yaml`).
 
-use super::yaml_resolve::resolves_to_str;
-
-#[path = "yaml_scan.rs"]
+mod resolve;
 mod scan;
+#[cfg(test)]
+mod tests;
+
+use resolve::resolves_to_str;
 use scan::{analyze, char_count, code_point_at, is_linebr, is_printable};
 
 /// One value of a top-level key.
@@ -518,7 +520,3 @@ impl<'de> serde::Deserialize<'de> for Text {
         d.deserialize_str(V)
     }
 }
-
-#[cfg(test)]
-#[path = "yaml_tests.rs"]
-mod tests;

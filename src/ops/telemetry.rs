@@ -38,6 +38,30 @@ pub struct TelemetrySettings {
     pub service_name: String,
 }
 
+impl TelemetrySettings {
+    /// Where spans go, from the `otlp_endpoint` setting (or the standard variables) as given.
+    ///
+    /// # Errors
+    /// A message for the setting when the endpoint is not an `http://` or `https://` URL with a
+    /// host.
+    pub fn new(endpoint: &str, service_name: &str) -> Result<TelemetrySettings, String> {
+        let endpoint = endpoint.trim().to_string();
+        let host = endpoint
+            .strip_prefix("http://")
+            .or_else(|| endpoint.strip_prefix("https://"))
+            .map(|rest| rest.split(['/', ':']).next().unwrap_or_default());
+        if host.is_none_or(str::is_empty) {
+            return Err(format!(
+                "{endpoint:?} must be an http:// or https:// URL, e.g. http://127.0.0.1:4317"
+            ));
+        }
+        Ok(TelemetrySettings {
+            endpoint,
+            service_name: service_name.to_string(),
+        })
+    }
+}
+
 /// The exporting end: hands finished executions to the export task.
 #[derive(Debug)]
 pub struct Telemetry {

@@ -36,7 +36,7 @@ use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
 use tracing::debug;
 
-use crate::ops::access::Access;
+use crate::access::Access;
 use crate::ops::history::History;
 use crate::ops::metrics::Metrics;
 use crate::registry::{Registry, SessionState};

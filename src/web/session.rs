@@ -1,6 +1,6 @@
 //! Who is looking at the console, and whether they may act.
 //!
-//! With an admin token ([`crate::ops::access`]) a browser logs in once by typing it: the
+//! With an admin token ([`crate::access`]) a browser logs in once by typing it: the
 //! sidecar keeps a random session id (in memory, for [`SESSION_TTL`]) in an `HttpOnly`,
 //! `SameSite=Strict` cookie, never the token. Scripts may send `Authorization: Bearer` instead.
 //! Every action is a POST that carries the session's CSRF token (a page of another site cannot
@@ -18,7 +18,7 @@ use axum::http::{header, HeaderMap, HeaderValue, StatusCode};
 use axum::response::{IntoResponse, Redirect, Response};
 use rand::Rng;
 
-use crate::ops::access::{constant_time_eq, Denied};
+use crate::access::{constant_time_eq, Denied};
 
 use super::html::{esc, layout, Nav};
 use super::Web;

@@ -2,7 +2,7 @@
 //! pages, and who may read and act.
 
 use super::*;
-use crate::ops::access::AdminToken;
+use crate::access::AdminToken;
 use axum::body::Body;
 use axum::http::Request;
 use tower::ServiceExt;

@@ -43,8 +43,8 @@ pub(super) fn access(
     layers: &Layers,
     listen: &str,
     http_listen: Option<&(std::net::SocketAddr, Origin)>,
-) -> Result<crate::ops::access::Access, SettingsError> {
-    use crate::ops::access::{Access, AdminToken};
+) -> Result<crate::access::Access, SettingsError> {
+    use crate::access::{Access, AdminToken};
     let inline = layers.pick("admin_token");
     let file = layers.pick("admin_token_file");
     let token =
@@ -130,7 +130,7 @@ pub fn world_accessible(socket: &std::path::Path) -> bool {
 pub fn check_unix_socket(
     listen: &str,
     socket: &std::path::Path,
-    access: &crate::ops::access::Access,
+    access: &crate::access::Access,
 ) -> Result<(), SettingsError> {
     if access.token.is_some() || !world_accessible(socket) {
         return Ok(());

@@ -1,4 +1,4 @@
-//! The scalar analysis of the SnakeYAML-exact writer (`yaml.rs`): which styles a string may be
+//! The scalar analysis of the SnakeYAML-exact writer (`yaml`): which styles a string may be
 //! written in, decided over its UTF-16 code units as Java sees them.
 
 pub(super) fn is_linebr(c: u16) -> bool {

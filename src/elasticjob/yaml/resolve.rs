@@ -3,7 +3,7 @@
 //! read back as something else must be quoted when written.
 
 /// True if SnakeYAML would read `s`, written plain, back as a string.
-pub(crate) fn resolves_to_str(s: &str) -> bool {
+pub(super) fn resolves_to_str(s: &str) -> bool {
     let Some(first) = s.chars().next() else {
         return false; // empty = null
     };

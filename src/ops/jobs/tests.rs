@@ -1,8 +1,14 @@
 //! Admin operations against the in-memory registry, checked node by node against ElasticJob's
 //! layout (`docs/elasticjob-compat.md` §1, §8).
 
+use std::collections::BTreeMap;
+
 use super::*;
-use crate::registry::MemoryStore;
+use crate::elasticjob::config::JobConfiguration;
+use crate::elasticjob::extras::JobExtras;
+use crate::elasticjob::paths::ServerStatus;
+use crate::elasticjob::typed::JobType;
+use crate::registry::{CreateMode, MemoryStore};
 
 fn config(name: &str, cron: &str, total: i32) -> JobConfiguration {
     let mut c = JobConfiguration::new(name, total);

@@ -22,9 +22,9 @@ use tracing::{info, warn};
 
 use crate::api::admin::AdminApi;
 use crate::api::connection::TrackedIo;
+use crate::api::jobfile::DeclaredJob;
 use crate::api::serve::Http2Settings;
 use crate::api::worker::WorkerApi;
-use crate::config::Settings;
 use crate::coordination::{Coordinator, CoordinatorSettings};
 use crate::ops::history::{History, HistoryFileError};
 use crate::ops::metrics::Metrics;
@@ -33,6 +33,12 @@ use crate::proto::admin_service_server::AdminServiceServer;
 use crate::proto::worker_service_server::WorkerServiceServer;
 use crate::registry::{Registry, SessionState, ZkSettings};
 use crate::schedule::{Timer, WarmUp};
+
+mod config;
+mod socket;
+
+pub use config::Config;
+use socket::clear_stale_socket;
 
 /// Errors that stop the sidecar from starting.
 #[derive(Debug, thiserror::Error)]
@@ -84,13 +90,20 @@ impl RunError {
     reason = "the process's shutdown is timed against its grace on the clock"
 )]
 pub async fn run(
-    settings: Settings,
+    config: Config,
     shutdown: impl Future<Output = ()> + Send + 'static,
 ) -> Result<(), RunError> {
+    let Config {
+        settings,
+        telemetry: telemetry_settings,
+        tracing_db: tracing_db_settings,
+        typed_jobs,
+        jobs,
+    } = config;
     let cancel = CancellationToken::new();
     let tracker = TaskTracker::new();
     // The tracing database first: a login it refuses stops the sidecar before it joins anything.
-    let tracing_db_started = match &settings.tracing_db {
+    let tracing_db_started = match &tracing_db_settings {
         Some(db) => Some((
             db,
             crate::ops::tracing_db::connect_at_start(db, &tracker).await?,
@@ -125,7 +138,7 @@ pub async fn run(
             Registry::standalone()
         }
     };
-    put_declared_jobs(&registry, &settings.jobs).await?;
+    put_declared_jobs(&registry, jobs).await?;
     let history = Arc::new(match &settings.history_file {
         Some(path) => History::with_file(settings.history_size, path)?,
         None => History::new(settings.history_size),
@@ -149,7 +162,7 @@ pub async fn run(
         cancel.clone(),
     ));
     // Execution spans go out until the drain is over (the export task flushes on `cancel`).
-    let telemetry = match &settings.telemetry {
+    let telemetry = match &telemetry_settings {
         Some(t) => Some(
             crate::ops::telemetry::Telemetry::start(t, &tracker, cancel.clone())
                 .map_err(RunError::Telemetry)?,
@@ -205,8 +218,7 @@ pub async fn run(
         let web = Arc::new(crate::web::Web {
             registry: registry.clone(),
             history: history.clone(),
-            tracing_db: settings
-                .tracing_db
+            tracing_db: tracing_db_settings
                 .as_ref()
                 .map(|db| Arc::new(crate::ops::tracing_db::reader::Reader::new(db.clone()))),
             metrics: metrics.clone(),
@@ -254,7 +266,7 @@ pub async fn run(
                     tracker.clone(),
                     coordinator.clone(),
                 );
-                match &settings.tracing_db {
+                match &tracing_db_settings {
                     Some(db) => admin.with_tracing_db(Arc::new(
                         crate::ops::tracing_db::reader::Reader::new(db.clone()),
                     )),
@@ -305,7 +317,7 @@ pub async fn run(
     {
         let (registry, which, cancel, tasks) = (
             registry.clone(),
-            settings.typed_jobs.clone(),
+            typed_jobs,
             cancel.clone(),
             tracker.clone(),
         );
@@ -457,10 +469,7 @@ async fn track_health(
 
 /// Creates the jobs the settings file declares, or replaces their config when they say
 /// `overwrite = true`; an existing job otherwise keeps the registry's config (ElasticJob's rule).
-async fn put_declared_jobs(
-    registry: &Registry,
-    jobs: &[crate::config::DeclaredJob],
-) -> Result<(), RunError> {
+async fn put_declared_jobs(registry: &Registry, jobs: Vec<DeclaredJob>) -> Result<(), RunError> {
     for job in jobs {
         let name = job.config.job_name.clone();
         let failed = |message: String| RunError::DeclaredJob {
@@ -473,94 +482,14 @@ async fn put_declared_jobs(
             .await
             .map_err(|e| failed(e.to_string()))?
             .is_some();
-        if exists && !job.overwrite {
+        if exists && !job.config.overwrite {
             info!(job = %name, "declared job exists: the registry's config stands (overwrite = true replaces it)");
             continue;
         }
-        let (config, extras) = crate::api::convert::from_proto(&name, &job.config, job.overwrite)
-            .map_err(|e| failed(e.to_string()))?;
-        let job_type = crate::api::convert::job_type_from_proto(&job.config)
-            .map_err(|e| failed(e.to_string()))?;
-        crate::ops::jobs::put_job(registry, config, extras, job_type)
+        crate::ops::jobs::put_job(registry, job.config, job.extras, job.job_type)
             .await
             .map_err(|e| failed(e.to_string()))?;
         info!(job = %name, "declared job written");
     }
     Ok(())
-}
-
-/// Makes room for a Unix socket at `path`: removes a socket left by a process that is gone
-/// (nothing accepts on it). Anything else there is left alone and refused: a file that is not a
-/// socket, and a socket some running process still accepts on (another sidecar's).
-fn clear_stale_socket(path: &std::path::Path) -> std::io::Result<()> {
-    use std::io::{Error, ErrorKind};
-    use std::os::unix::fs::FileTypeExt;
-    let meta = match std::fs::symlink_metadata(path) {
-        Ok(meta) => meta,
-        Err(e) if e.kind() == ErrorKind::NotFound => return Ok(()),
-        Err(e) => return Err(e),
-    };
-    if !meta.file_type().is_socket() {
-        return Err(Error::new(
-            ErrorKind::AlreadyExists,
-            format!(
-                "{} exists and is not a socket; remove it or choose another path",
-                path.display()
-            ),
-        ));
-    }
-    match std::os::unix::net::UnixStream::connect(path) {
-        Ok(_) => Err(Error::new(
-            ErrorKind::AddrInUse,
-            format!(
-                "a running process accepts connections on {}; stop it or choose another path",
-                path.display()
-            ),
-        )),
-        Err(e) if e.kind() == ErrorKind::ConnectionRefused => std::fs::remove_file(path),
-        Err(e) => Err(e),
-    }
-}
-
-#[cfg(test)]
-mod socket_tests {
-    use super::clear_stale_socket;
-    use std::io::ErrorKind;
-
-    #[test]
-    fn a_socket_nothing_accepts_on_is_removed_and_a_missing_one_is_fine() {
-        let dir = tempfile::tempdir().unwrap();
-        let path = dir.path().join("grpc.sock");
-        clear_stale_socket(&path).expect("nothing there");
-        drop(std::os::unix::net::UnixListener::bind(&path).unwrap());
-        assert!(path.exists(), "a closed listener leaves its file");
-        clear_stale_socket(&path).expect("a stale socket is cleared");
-        assert!(!path.exists());
-        std::os::unix::net::UnixListener::bind(&path).expect("the path is free again");
-    }
-
-    #[test]
-    fn a_live_socket_and_a_file_that_is_no_socket_are_left_alone() {
-        let dir = tempfile::tempdir().unwrap();
-        let live = dir.path().join("live.sock");
-        let _listener = std::os::unix::net::UnixListener::bind(&live).unwrap();
-        let err = clear_stale_socket(&live).unwrap_err();
-        assert_eq!(err.kind(), ErrorKind::AddrInUse);
-        assert!(
-            err.to_string()
-                .contains("a running process accepts connections on"),
-            "{err}"
-        );
-        assert!(live.exists());
-
-        let file = dir.path().join("notes.txt");
-        std::fs::write(&file, "keep me").unwrap();
-        let err = clear_stale_socket(&file).unwrap_err();
-        assert_eq!(err.kind(), ErrorKind::AlreadyExists);
-        assert!(
-            err.to_string().contains("exists and is not a socket"),
-            "{err}"
-        );
-        assert_eq!(std::fs::read_to_string(&file).unwrap(), "keep me");
-    }
 }

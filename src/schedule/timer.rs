@@ -1,0 +1,208 @@
+//! The one timer thread of every job's schedule, and its handle [`Timer`].
+
+use std::sync::{Arc, Condvar, Mutex, MutexGuard};
+use std::time::Duration;
+
+use chrono::{DateTime, Utc};
+use tokio_util::task::TaskTracker;
+
+use super::burst::Burst;
+use super::cron::CronSchedule;
+use super::deadlines::Deadlines;
+use super::fire::{FireRefused, FireSender};
+
+struct Shared {
+    state: Mutex<Deadlines>,
+    /// Wakes the timer's thread when a schedule changes or the timer closes.
+    wake: Condvar,
+    warm_up: Option<WarmUp>,
+    burst: Arc<Burst>,
+}
+
+/// A hook the timer calls `lead` before every deadline (see [`Timer::spawn_with`]): once per
+/// deadline, however many schedules share it; at once for a deadline already less than `lead`
+/// away when it becomes the next. The hook runs on the timer's thread with its lock held: it must
+/// return at once (wake a task, never wait). The sidecar sends ZooKeeper its heartbeat then, so
+/// that the first write of a fire (or of a claim ahead of it) meets a server already awake.
+pub struct WarmUp {
+    pub lead: Duration,
+    pub hook: Box<dyn Fn() + Send + Sync>,
+}
+
+impl Shared {
+    fn lock(&self) -> MutexGuard<'_, Deadlines> {
+        // A panic while holding this lock cannot leave the state inconsistent in a way that
+        // matters (at worst a deadline is lost), so a poisoned lock is used as is.
+        self.state.lock().unwrap_or_else(|p| p.into_inner())
+    }
+}
+
+/// Closes the timer thread when the last [`Timer`] handle is dropped.
+struct CloseOnDrop(Arc<Shared>);
+
+impl Drop for CloseOnDrop {
+    fn drop(&mut self) {
+        self.0.lock().close();
+        self.0.wake.notify_all();
+    }
+}
+
+/// A handle to the one thread that fires all schedules. Cheap to clone; the thread ends when the
+/// last handle is dropped.
+#[derive(Clone)]
+pub struct Timer {
+    shared: Arc<Shared>,
+    _close: Arc<CloseOnDrop>,
+}
+
+/// The longest single sleep, so a step of the wall clock is noticed within this time.
+const MAX_SLEEP: Duration = Duration::from_secs(1);
+
+impl Timer {
+    /// Starts the timer's thread (on the current tokio runtime's blocking pool).
+    ///
+    /// # Panics
+    /// Outside a tokio runtime.
+    pub fn spawn() -> Timer {
+        Timer::spawn_on(&TaskTracker::new())
+    }
+
+    /// [`Timer::spawn`], the thread tracked by `tracker`.
+    ///
+    /// # Panics
+    /// Outside a tokio runtime.
+    pub fn spawn_on(tracker: &TaskTracker) -> Timer {
+        Timer::spawn_with(tracker, Duration::ZERO, None)
+    }
+
+    /// [`Timer::spawn_on`], with a claim lead and, optionally, a [`WarmUp`]. With a non-zero
+    /// `ahead`, each instant of a schedule is announced `ahead` before it by a [`Fire`] whose
+    /// `ahead` is set (a job claims the run's items then, so that its trigger goes out at the
+    /// instant itself), and then fired at the instant as usual. The warm-up comes before each
+    /// deadline, notices included: a claim's write is what it is for.
+    ///
+    /// # Panics
+    /// Outside a tokio runtime.
+    pub fn spawn_with(tracker: &TaskTracker, ahead: Duration, warm_up: Option<WarmUp>) -> Timer {
+        let shared = Arc::new(Shared {
+            state: Mutex::new(Deadlines::new(ahead)),
+            wake: Condvar::new(),
+            warm_up,
+            burst: Arc::default(),
+        });
+        let thread = shared.clone();
+        tracker.spawn_blocking(move || run(&thread));
+        Timer {
+            _close: Arc::new(CloseOnDrop(shared.clone())),
+            shared,
+        }
+    }
+
+    /// Fires `schedule` for `key` on `tx` from now on, replacing any schedule `key` had.
+    #[allow(
+        clippy::disallowed_methods,
+        reason = "the timer is the I/O edge that turns the wall clock into fires"
+    )]
+    pub fn schedule(&self, key: String, schedule: CronSchedule, tx: FireSender) {
+        self.shared.lock().schedule(key, schedule, tx, Utc::now());
+        self.shared.wake.notify_all();
+    }
+
+    /// The fires sent at their instants and not yet taken up by their jobs.
+    pub fn burst(&self) -> &Burst {
+        &self.shared.burst
+    }
+
+    /// Stops `key`'s schedule; it never fires again (a no-op for an unknown key).
+    pub fn cancel(&self, key: &str) {
+        self.shared.lock().cancel(key);
+        self.shared.wake.notify_all();
+    }
+
+    /// Stops every schedule for good and ends the timer's thread (which `spawn_on`'s tracker
+    /// then sees end), whatever handles are still held.
+    pub fn close(&self) {
+        self.shared.lock().close();
+        self.shared.wake.notify_all();
+    }
+}
+
+/// The timer's thread: sends every due fire, then waits on the condition variable until the
+/// next deadline. A thread rather than a task, so that a fire goes out within the operating
+/// system's timer slack (tens of microseconds) of its instant, not at the next millisecond
+/// tick of the runtime's timer wheel.
+///
+/// With a warm-up, the thread also wakes its `lead` before each deadline and calls the hook once
+/// for that deadline, then sleeps again until the deadline itself.
+#[allow(
+    clippy::disallowed_methods,
+    reason = "the timer is the I/O edge that turns the wall clock into fires"
+)]
+fn run(shared: &Shared) {
+    let mut state = shared.lock();
+    // The deadline the warm-up hook was last called for.
+    let mut warmed: Option<DateTime<Utc>> = None;
+    loop {
+        if state.is_closed() {
+            return;
+        }
+        // Sending under the lock (`try_send` never waits) means that once `cancel` returns,
+        // nothing more is sent for that key.
+        let mut gone = Vec::new();
+        for (tx, mut fire) in state.take_due(Utc::now()) {
+            if !fire.ahead {
+                fire.taken = Some(shared.burst.count());
+            }
+            match tx.try_fire(fire) {
+                Ok(()) => {}
+                Err(FireRefused::Full(fire)) => {
+                    tracing::warn!(key = %fire.key, fire_time = %fire.fire_time, "fire dropped: too many of the job's fires wait for it already (its driver is behind)");
+                }
+                Err(FireRefused::Closed(fire)) => gone.push(fire.key),
+            }
+        }
+        for key in gone {
+            if state.cancel_if_gone(&key) {
+                tracing::debug!(%key, "fire receiver gone; cancelling its schedule");
+            }
+        }
+        state = match state.next_deadline() {
+            None => shared.wake.wait(state).unwrap_or_else(|p| p.into_inner()),
+            Some(at) => {
+                // Wall-clock deadline, recomputed at every wake (and at least every second,
+                // so that a step of the wall clock is noticed).
+                let mut wait = (at - Utc::now())
+                    .to_std()
+                    .unwrap_or(Duration::ZERO)
+                    .min(MAX_SLEEP);
+                if wait.is_zero() {
+                    continue;
+                }
+                if let Some(w) = shared.warm_up.as_ref().filter(|_| warmed != Some(at)) {
+                    match wait.checked_sub(w.lead) {
+                        // Not yet: wake at the warm-up instant instead.
+                        Some(before) if !before.is_zero() => wait = before,
+                        // Within the lead: warm up now, once.
+                        _ => {
+                            warmed = Some(at);
+                            (w.hook)();
+                            continue;
+                        }
+                    }
+                }
+                shared
+                    .wake
+                    .wait_timeout(state, wait)
+                    .unwrap_or_else(|p| p.into_inner())
+                    .0
+            }
+        };
+    }
+}
+
+#[cfg(test)]
+#[allow(
+    clippy::disallowed_methods,
+    reason = "tests run against real time and real servers"
+)]
+mod tests;
