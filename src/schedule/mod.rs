@@ -8,15 +8,18 @@
 //! the operating system's timer slack of it (a task would wake at the runtime's next
 //! millisecond tick): no task or thread per job (ElasticJob runs a Quartz scheduler and a thread
 //! per job, issue #510). The fires of an instant that their jobs have not taken up yet are its
-//! [`Burst`] (`burst`), which answers wait behind.
+//! [`Burst`] (`burst`), which answers wait behind. A schedule's fires wait in its owner's command
+//! queue, a few at most ([`FireQueue`], `queue`).
 
 mod burst;
 mod cron;
 mod deadlines;
 mod fire;
+mod queue;
 mod timer;
 
 pub use burst::{Burst, Taken, ANSWER_WAIT_MAX};
 pub use cron::{validate_time_zone, CronError, CronSchedule};
 pub use fire::{Fire, FireRefused, FireSender, FireSink};
+pub use queue::{FireQueue, FIRE_QUEUE};
 pub use timer::{Timer, WarmUp};

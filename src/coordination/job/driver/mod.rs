@@ -10,7 +10,6 @@
 //! ZooKeeper: an answer never waits behind an election.
 
 use std::collections::{BTreeMap, HashMap};
-use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -34,7 +33,7 @@ use crate::elasticjob::config::JobConfiguration;
 use crate::elasticjob::extras::JobExtras;
 use crate::elasticjob::paths::JobPaths;
 use crate::registry::{Error as RegError, Latch, Node, RequestOrder, SessionState, Watch};
-use crate::schedule::{Fire, FireRefused, FireSink, Taken, ANSWER_WAIT_MAX};
+use crate::schedule::{Fire, FireQueue, Taken, ANSWER_WAIT_MAX};
 use setup::{next_event, sleep_until};
 
 /// How long a latch may take to acquire before the attempt is given up (and retried).
@@ -43,8 +42,6 @@ const LATCH_DEADLINE: Duration = Duration::from_secs(10);
 /// enough for every event of a run of the largest jobs, few enough that a batch never holds
 /// the loop for long.
 const MAX_BATCH: usize = 1024;
-/// How many cron fires may wait for the driver (in its command queue).
-const FIRE_QUEUE: usize = 4;
 
 /// A worker stream's sending end. Boxed events: a tokio queue allocates its slots 32 at a time,
 /// and a worker's queue is empty most of the time.
@@ -91,55 +88,13 @@ pub(crate) enum JobCmd {
         /// Answered as the input is fed, before anything else is handled.
         reply: oneshot::Sender<()>,
     },
-    /// A fire of the job's schedule (sent by the timer through [`FireQueue`]).
+    /// A fire of the job's schedule (sent by the timer through its [`FireQueue`]).
     Fire(Box<Fire>),
 }
 
-/// The timer's way into a job's command queue: fires take their place among the commands, in
-/// order, at most [`FIRE_QUEUE`] waiting at a time (the timer drops a fire beyond that). A
-/// queue of their own would cost every job a channel and its first block of slots (~1 KB).
-struct FireQueue {
-    /// The job's command queue (also what the driver compares the job table's entry with).
-    tx: JobSender,
-    /// Fires queued and not yet taken up by the driver.
-    waiting: AtomicUsize,
-}
-
-impl FireQueue {
-    /// The driver took a fire out of the queue.
-    fn taken_out(&self) {
-        self.waiting.fetch_sub(1, Ordering::AcqRel);
-    }
-}
-
-impl FireSink for FireQueue {
-    fn try_fire(&self, fire: Box<Fire>) -> Result<(), FireRefused> {
-        // Closed first, whatever is waiting: a driver that is gone takes nothing out, and the
-        // timer cancels a schedule only on `Closed`.
-        if self.tx.is_closed() {
-            return Err(FireRefused::Closed(fire));
-        }
-        if self.waiting.fetch_add(1, Ordering::AcqRel) >= FIRE_QUEUE {
-            self.waiting.fetch_sub(1, Ordering::AcqRel);
-            return Err(FireRefused::Full(fire));
-        }
-        match self.tx.try_reserve() {
-            Ok(permit) => {
-                permit.send(Box::new(JobCmd::Fire(fire)));
-                Ok(())
-            }
-            Err(e) => {
-                self.waiting.fetch_sub(1, Ordering::AcqRel);
-                Err(match e {
-                    mpsc::error::TrySendError::Full(()) => FireRefused::Full(fire),
-                    mpsc::error::TrySendError::Closed(()) => FireRefused::Closed(fire),
-                })
-            }
-        }
-    }
-
-    fn is_closed(&self) -> bool {
-        self.tx.is_closed()
+impl From<Box<Fire>> for JobCmd {
+    fn from(fire: Box<Fire>) -> JobCmd {
+        JobCmd::Fire(fire)
     }
 }
 
@@ -191,10 +146,7 @@ pub(crate) fn spawn(name: &str, shared: Arc<Shared>) -> JobSender {
         session_rx: shared.registry.session(),
         shared: shared.clone(),
         cmd_rx,
-        fires: Arc::new(FireQueue {
-            tx: cmd_tx.clone(),
-            waiting: AtomicUsize::new(0),
-        }),
+        fires: Arc::new(FireQueue::new(cmd_tx.clone())),
         taken: None,
         watch: None,
         io: FuturesOrdered::new(),
@@ -218,7 +170,7 @@ struct Driver {
     paths: JobPaths,
     state: JobState,
     cmd_rx: mpsc::Receiver<Box<JobCmd>>,
-    fires: Arc<FireQueue>,
+    fires: Arc<FireQueue<JobCmd>>,
     /// The burst's count of the fire being stepped, dropped once the step is done.
     taken: Option<Taken>,
     timer_key: String,
@@ -557,7 +509,7 @@ impl Driver {
             }
             if jobs
                 .get(&name)
-                .is_some_and(|tx| tx.same_channel(&self.fires.tx))
+                .is_some_and(|tx| tx.same_channel(self.fires.sender()))
             {
                 jobs.remove(&name);
             }
@@ -584,73 +536,5 @@ impl Driver {
         }
         debug!(job = %self.state.name(), "job driver retired: nothing left to do");
         true
-    }
-}
-
-#[cfg(test)]
-#[allow(
-    clippy::disallowed_methods,
-    reason = "tests run against real time and real servers"
-)]
-mod tests {
-    use super::*;
-
-    fn fire(second: u32) -> Box<Fire> {
-        Box::new(Fire {
-            key: "j#1".into(),
-            fire_time: chrono::DateTime::from_timestamp(1_700_000_000 + i64::from(second), 0)
-                .expect("a valid instant"),
-            ahead: false,
-            taken: None,
-        })
-    }
-
-    fn second_of(cmd: &JobCmd) -> Option<i64> {
-        match cmd {
-            JobCmd::Fire(f) => Some(f.fire_time.timestamp() - 1_700_000_000),
-            _ => None,
-        }
-    }
-
-    #[tokio::test]
-    async fn fires_wait_among_the_commands_in_order_a_few_at_a_time() {
-        let (tx, mut rx) = mpsc::channel(1024);
-        let fires = FireQueue {
-            tx: tx.clone(),
-            waiting: AtomicUsize::new(0),
-        };
-        for s in 0..FIRE_QUEUE as u32 {
-            assert!(fires.try_fire(fire(s)).is_ok(), "fire {s} is queued");
-        }
-        // One more than FIRE_QUEUE waiting: dropped, and given back.
-        match fires.try_fire(fire(9)) {
-            Err(FireRefused::Full(f)) => assert_eq!(f.fire_time.timestamp(), 1_700_000_009),
-            other => panic!("expected Full, got {other:?}"),
-        }
-        // A command queued now comes after the fires queued before it.
-        let (reply, _) = oneshot::channel();
-        tx.try_send(Box::new(JobCmd::Drain {
-            deadline: Instant::now(),
-            reply,
-        }))
-        .expect("room for a command");
-        // The driver takes one out: another fire fits, behind the command.
-        let first = rx.recv().await.expect("a queued fire");
-        assert_eq!(second_of(&first), Some(0));
-        fires.taken_out();
-        assert!(fires.try_fire(fire(4)).is_ok());
-        let mut order = Vec::new();
-        while let Ok(cmd) = rx.try_recv() {
-            order.push(second_of(&cmd));
-        }
-        assert_eq!(order, [Some(1), Some(2), Some(3), None, Some(4)]);
-        // The command queue closed (the driver retired) with fires never taken out: refused
-        // as closed, not as full, so that the timer cancels the schedule.
-        rx.close();
-        assert!(fires.is_closed());
-        assert!(matches!(
-            fires.try_fire(fire(5)),
-            Err(FireRefused::Closed(_))
-        ));
     }
 }
