@@ -2,7 +2,8 @@
 //! sidecars that reach every ZooKeeper node through a harness [`Proxy`] each (so a sidecar can
 //! be partitioned from ZooKeeper, or ZooKeeper made silent, without root), one worker process
 //! per (sidecar, job) slot kept alive by a supervisor, the fencing store, and a ZooKeeper client
-//! of the nemesis's own for ElasticJob operations and the liveness checks.
+//! of the nemesis's own for ElasticJob operations, the liveness checks and the probe of every
+//! execution a worker let go of ([`World::probe_holds`]).
 
 use crate::common::process::open_log;
 use crate::common::proxy::{Mode, Proxy};
@@ -21,6 +22,8 @@ use std::time::{Duration, Instant};
 use tokio::io::{AsyncBufReadExt, AsyncWriteExt, BufReader};
 use tokio::sync::mpsc;
 use zookeeper_client::{Acls, CreateMode};
+
+mod probe;
 
 /// How the soak was started.
 #[derive(Clone, Debug)]

@@ -131,6 +131,13 @@ pub struct Run {
     pub answer_code: Option<Option<i32>>,
     /// The worker's first Revoke naming the item, after the start.
     pub revoked: Option<u64>,
+    /// The latest instant at which the nemesis's probe found the item's `running` node still
+    /// carrying this run's token (the probe's send time: the node was there at or after it).
+    #[serde(default)]
+    pub held_seen: Option<u64>,
+    /// When the probe first found the node gone or another's (its reply's receipt).
+    #[serde(default)]
+    pub gone_seen: Option<u64>,
 }
 
 impl Run {
@@ -555,8 +562,20 @@ impl History {
             .get(&(r.pid, r.gen))
             .map(|s| self.rel(s.lease_cover_end(r.start)))
             .unwrap_or_default();
+        let probe = match (r.held_seen, r.gone_seen) {
+            (None, None) => String::new(),
+            (held, gone) => format!(
+                "; running node seen {}{}",
+                held.map_or(String::new(), |t| format!("held at {}", self.rel(t))),
+                gone.map_or(String::new(), |t| format!(
+                    "{}gone at {}",
+                    if held.is_some() { ", " } else { "" },
+                    self.rel(t)
+                ))
+            ),
+        };
         format!(
-            "{} {} item {} exec {} token {} by {}: {} .. {} ({how}; lease cover to {lease_end})",
+            "{} {} item {} exec {} token {} by {}: {} .. {} ({how}; lease cover to {lease_end}{probe})",
             JOBS[r.job].name,
             source_name(r.source),
             r.item,

@@ -39,6 +39,7 @@ mod common;
 
 mod check;
 mod cluster;
+mod ends;
 mod history;
 mod schedule;
 mod spec;
@@ -374,6 +375,7 @@ async fn soak(args: &Args, seed: u64, full: &[Fault], schedule: Vec<Fault>) -> u
         spec::SLOTS
     ));
     tokio::spawn(world.clone().supervise());
+    tokio::spawn(world.clone().probe_holds());
     if let Err(problem) = world.wait_warm(Duration::from_secs(90)).await {
         world.say(&format!(
             "the cluster never settled before the soak: {problem}"
@@ -411,6 +413,7 @@ async fn soak(args: &Args, seed: u64, full: &[Fault], schedule: Vec<Fault>) -> u
                         eventually: false,
                     };
                     found.extend(check::lost_fires(&copy, &params, &mut fig));
+                    found.extend(ends::executions_end(&copy, &params, &mut fig));
                 }
                 for v in found {
                     if seen.lock().unwrap().insert(v.key.clone()) {
@@ -692,6 +695,24 @@ fn figures(
             if *fair { "" } else { " (bound not applicable)" }
         ));
     }
+    let worst = |w: &Option<(u64, String)>| {
+        w.as_ref().map_or("none".to_string(), |(took, text)| {
+            format!("{:.3}s ({text})", *took as f64 / 1e6)
+        })
+    };
+    lines.push(format!(
+        "executions let go by their worker: {} seen to leave ZooKeeper, {} still there at the end (within their bound); bounds: {:.2}s after an answer, {:.2}s after a fault on the way to ZooKeeper, {:.2}s after a silent worker",
+        fig.ends_seen,
+        fig.ends_pending,
+        ends::CALM.as_secs_f64(),
+        ends::AFTER_FAULT.as_secs_f64(),
+        ends::AFTER_WORKER.as_secs_f64()
+    ));
+    lines.push(format!(
+        "  slowest after an answer with no fault near: {}",
+        worst(&fig.end_worst_calm)
+    ));
+    lines.push(format!("  slowest of all: {}", worst(&fig.end_worst)));
     if !h.subscribe_failures.is_empty() {
         lines.push(format!(
             "subscribe failures (retried): {:?}",

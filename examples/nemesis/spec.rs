@@ -13,6 +13,27 @@ pub const LEASE: Duration = Duration::from_secs(2);
 /// The ZooKeeper namespace of the soak.
 pub const NAMESPACE: &str = "nemesis";
 
+// The sidecar's and the harness's timing settings the execution bound is derived from
+// (`ends::executions_end`). They are the defaults the harness runs the sidecars with; a unit
+// test below ties them to `SESSION` where the sidecar derives them from it.
+
+/// The sidecar's deadline for one ZooKeeper call: a quarter of the session timeout
+/// (`op_timeout` in `src/sidecar.rs`). A write with no reply by then is "unconfirmed".
+pub const ZK_OP: Duration = Duration::from_millis(1_000);
+/// How long the sidecar waits before it reads a job again after a failed or unconfirmed write
+/// (`RETRY` in `src/coordination/job/state.rs`).
+pub const ZK_RETRY: Duration = Duration::from_millis(200);
+/// The ZooKeeper ensemble's tick (`ZK_TICK` in the harness): sessions expire on tick
+/// boundaries, so up to a tick after their timeout.
+pub const ZK_TICK: Duration = Duration::from_millis(500);
+/// The sidecar's HTTP/2 keepalive on worker connections, interval + timeout (the defaults,
+/// 1 s + 3 s): how long a worker that stopped reading (frozen) keeps its stream, and with it
+/// lease renewals the worker never reads.
+pub const KEEPALIVE: Duration = Duration::from_secs(4);
+/// How often the nemesis reads the `running` node of every execution a worker has let go of
+/// (`cluster::World::probe_holds`).
+pub const PROBE: Duration = Duration::from_millis(250);
+
 /// One job of the soak.
 #[derive(Clone, Copy, Debug)]
 pub struct JobSpec {
@@ -120,4 +141,20 @@ pub fn mix(mut x: u64) -> u64 {
     x = (x ^ (x >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
     x = (x ^ (x >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
     x ^ (x >> 31)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_timing_settings_match_the_sidecar_s_derivations() {
+        assert_eq!(
+            ZK_OP,
+            SESSION / 4,
+            "the sidecar's op timeout is a quarter of the session"
+        );
+        assert_eq!(LEASE, SESSION / 2, "the lease is half the session");
+        assert!(PROBE < ZK_OP);
+    }
 }
