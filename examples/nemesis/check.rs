@@ -84,6 +84,8 @@ pub struct Figures {
     pub end_worst_calm: Option<(u64, String)>,
     /// The longest time from a worker letting go to its node's removal seen, any bound.
     pub end_worst: Option<(u64, String)>,
+    /// Minimal workers' answers and declines, by the reply to their one call.
+    pub minimal_replies: BTreeMap<String, usize>,
 }
 
 /// What the end-of-soak checks need besides the history.

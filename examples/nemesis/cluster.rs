@@ -1,9 +1,10 @@
 //! The cluster under test and the hands that hurt it: a real ZooKeeper ensemble, three real
 //! sidecars that reach every ZooKeeper node through a harness [`Proxy`] each (so a sidecar can
 //! be partitioned from ZooKeeper, or ZooKeeper made silent, without root), one worker process
-//! per (sidecar, job) slot kept alive by a supervisor, the fencing store, and a ZooKeeper client
-//! of the nemesis's own for ElasticJob operations, the liveness checks and the probe of every
-//! execution a worker let go of ([`World::probe_holds`]).
+//! per (sidecar, job) slot kept alive by a supervisor (strict or minimal, see
+//! [`crate::worker`]), the fencing store, and a ZooKeeper client of the nemesis's own for
+//! ElasticJob operations, the liveness checks and the probe of every execution a worker let go
+//! of ([`World::probe_holds`]).
 
 use crate::common::process::open_log;
 use crate::common::proxy::{Mode, Proxy};
@@ -218,7 +219,8 @@ impl World {
 
     fn spawn_worker(&self, index: usize, slot: &mut Slot) {
         let (car, job) = (spec::car_of_slot(index), spec::job_of_slot(index));
-        let args = vec![
+        let minimal = spec::is_minimal(index);
+        let mut args = vec![
             "--worker".to_string(),
             "--endpoint".into(),
             self.car_endpoints[car].clone(),
@@ -229,10 +231,14 @@ impl World {
             "--seed".into(),
             self.opts.seed.to_string(),
         ];
+        if minimal {
+            args.push("--minimal".into());
+        }
         let proc_ = Proc {
             slot: Some(index),
             car,
             job,
+            minimal,
             ..Default::default()
         };
         if let Some((child, pid, cmd_tx)) =

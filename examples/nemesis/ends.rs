@@ -2,7 +2,7 @@
 //! declined it once, stopped it, or went away), the item's `running` node carrying the run's
 //! fencing token must leave ZooKeeper — the answer recorded or the item released — within a
 //! bound derived from the settings. Nothing obliges a worker to send an answer twice (rule 3
-//! of the contract), so no execution may wait for that.
+//! of the contract), so no execution may wait for that: the minimal workers never do.
 //!
 //! The nemesis probes the node of every run let go of (`cluster::World::probe_holds`) and
 //! records when it last saw it held and first saw it gone; this module turns those sightings
@@ -11,7 +11,7 @@
 //! sidecar's way to ZooKeeper.
 
 use crate::check::{rel_ms, Figures, Params, Violation, MS, SEC};
-use crate::history::{FaultRec, History, Run};
+use crate::history::{FaultRec, History, Run, UNAVAILABLE};
 use crate::schedule::{Kind, Scope};
 use crate::spec::{JOBS, KEEPALIVE, LEASE, PROBE, SESSION, ZK_OP, ZK_RETRY, ZK_TICK};
 use std::time::Duration;
@@ -180,7 +180,8 @@ fn end_bound(h: &History, r: &Run, t: u64, base: u64, now: u64) -> (u64, Vec<Str
 
 /// Every execution ends: a run its worker let go of must leave ZooKeeper (its `running` node
 /// with its token gone) by its bound ([`end_bound`]). Only sightings count: the probe's last
-/// sighting of the node after the bound is the violation.
+/// sighting of the node after the bound is the violation. Also gathers the figures of the
+/// minimal workers' answers.
 pub fn executions_end(h: &History, p: &Params, fig: &mut Figures) -> Vec<Violation> {
     let now = p.t_end;
     let mut out = Vec::new();
@@ -188,7 +189,24 @@ pub fn executions_end(h: &History, p: &Params, fig: &mut Figures) -> Vec<Violati
     fig.ends_pending = 0;
     fig.end_worst = None;
     fig.end_worst_calm = None;
+    fig.minimal_replies.clear();
     for r in &h.runs {
+        if h.procs.get(&r.pid).is_some_and(|p| p.minimal) {
+            if let Some((_, kind)) = &r.answer {
+                let reply = match r.answer_code {
+                    None => "no reply yet".to_string(),
+                    Some(None) => "void (stream ended)".to_string(),
+                    Some(Some(0)) => "OK".to_string(),
+                    Some(Some(UNAVAILABLE)) if r.answer_held => {
+                        "UNAVAILABLE, held by the sidecar".to_string()
+                    }
+                    Some(Some(c)) => format!("{:?}", tonic::Code::from(c)),
+                };
+                *fig.minimal_replies
+                    .entry(format!("{kind}: {reply}"))
+                    .or_default() += 1;
+            }
+        }
         let Some((t, how, base)) = let_go(h, r, now) else {
             continue;
         };
@@ -243,18 +261,20 @@ pub fn executions_end(h: &History, p: &Params, fig: &mut Figures) -> Vec<Violati
 /// makes the self-check's clean history (job 2, worker 100 on sidecar 0, every fire run).
 pub fn self_check(p: &Params, clean: &dyn Fn() -> History) -> Result<String, String> {
     use crate::check::synth::T0;
-    // Every execution ends: item 0's run of the fire at T0 + 10 s, answered once (UNAVAILABLE),
-    // its running node probed after the answer.
+    // Every execution ends: item 0's run of the fire at T0 + 10 s, answered once by a minimal
+    // worker (UNAVAILABLE: held by the sidecar), its running node probed after the answer.
     let a_fire = T0 + 10 * SEC;
     let stalled = |held_for: u64, gone_after: Option<u64>, faults: Vec<FaultRec>| {
         let mut h = clean();
+        h.procs.get_mut(&100).expect("worker 100").minimal = true;
         let r = h
             .runs
             .iter_mut()
             .find(|r| r.item == 0 && r.fire_us == a_fire)
             .expect("the run of item 0 at T0 + 10 s");
         let answered = r.answer.as_ref().expect("answered").0;
-        r.answer_code = Some(Some(tonic::Code::Unavailable as i32));
+        r.answer_code = Some(Some(UNAVAILABLE));
+        r.answer_held = true;
         r.held_seen = Some(answered + held_for);
         r.gone_seen = gone_after.map(|g| answered + g);
         h.faults.extend(faults);

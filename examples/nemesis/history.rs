@@ -22,6 +22,9 @@ pub struct Proc {
     pub exited: Option<u64>,
     /// SIGSTOP .. SIGCONT intervals (`None`: still stopped).
     pub pauses: Vec<(u64, Option<u64>)>,
+    /// A minimal worker (`crate::worker`, [`crate::spec::MINIMAL_JOBS`]).
+    #[serde(default)]
+    pub minimal: bool,
 }
 
 impl Proc {
@@ -131,6 +134,13 @@ pub struct Run {
     pub answer_code: Option<Option<i32>>,
     /// The worker's first Revoke naming the item, after the start.
     pub revoked: Option<u64>,
+    /// A minimal worker's answer got UNAVAILABLE with the sidecar's details: accepted, not yet
+    /// recorded (the sidecar goes on recording it).
+    #[serde(default)]
+    pub answer_held: bool,
+    /// How long a minimal worker's answer call took, in ms.
+    #[serde(default)]
+    pub answer_ms: Option<u64>,
     /// The latest instant at which the nemesis's probe found the item's `running` node still
     /// carrying this run's token (the probe's send time: the node was there at or after it).
     #[serde(default)]
@@ -141,10 +151,19 @@ pub struct Run {
 }
 
 impl Run {
+    /// Completed: a `Complete` the sidecar accepted, recorded (OK) or, for a minimal worker's
+    /// one call, held for recording (UNAVAILABLE with the sidecar's details). Whether a held
+    /// answer lands or its execution is released otherwise is the execution-end invariant's
+    /// business.
     pub fn completed(&self) -> bool {
-        matches!(&self.answer, Some((_, k)) if k == "complete") && self.answer_code == Some(Some(0))
+        matches!(&self.answer, Some((_, k)) if k == "complete")
+            && (self.answer_code == Some(Some(0))
+                || (self.answer_held && self.answer_code == Some(Some(UNAVAILABLE))))
     }
 }
+
+/// gRPC's UNAVAILABLE.
+pub const UNAVAILABLE: i32 = tonic::Code::Unavailable as i32;
 
 pub fn source_name(source: i32) -> &'static str {
     match shardcar::proto::TriggerSource::try_from(source) {
@@ -374,11 +393,15 @@ impl History {
                 let exec = s(&v, "exec");
                 let code = v.get("code").and_then(Value::as_i64).map(|c| c as i32);
                 let kind = s(&v, "kind");
+                let held = v.get("held").and_then(Value::as_bool).unwrap_or(false);
+                let ms = v.get("ms").and_then(Value::as_u64);
                 for item in items(&v, "items") {
                     if let Some(&i) = self.run_index.get(&(pid, gen, exec.clone(), item)) {
                         let run = &mut self.runs[i];
                         if run.answer.as_ref().is_some_and(|(_, k)| *k == kind) {
                             run.answer_code = Some(code);
+                            run.answer_held = held;
+                            run.answer_ms = ms;
                         }
                     }
                 }

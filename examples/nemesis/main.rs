@@ -183,6 +183,7 @@ fn child_main(argv: &[String]) -> ExitCode {
             job,
             store: get("--store"),
             seed: get("--seed").parse().unwrap_or(0),
+            minimal: argv.iter().any(|a| a == "--minimal"),
         }));
     }
     ExitCode::SUCCESS
@@ -713,6 +714,14 @@ fn figures(
         worst(&fig.end_worst_calm)
     ));
     lines.push(format!("  slowest of all: {}", worst(&fig.end_worst)));
+    lines.push(format!(
+        "minimal workers' answers and declines, by the reply to their one call: {}",
+        fig.minimal_replies
+            .iter()
+            .map(|(k, v)| format!("{k} {v}"))
+            .collect::<Vec<_>>()
+            .join(", ")
+    ));
     if !h.subscribe_failures.is_empty() {
         lines.push(format!(
             "subscribe failures (retried): {:?}",

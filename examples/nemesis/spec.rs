@@ -83,6 +83,27 @@ pub const JOBS: [JobSpec; 4] = [
     },
 ];
 
+/// The jobs whose workers are all minimal ([`crate::worker`]): they keep every MUST of the
+/// contract and none of its MAYs (one call per answer or decline, whatever its reply; no
+/// acknowledgement of a revoke for an item they do not run; no new stream before the last
+/// lease has run out). nem-fo-2s (failover on, 4 items) and nem-nofo-1s (failover off, 3 items):
+/// - a job with no strict member has no peer whose resent answers or extra declines could end
+///   an execution for it: if the sidecar waited on a worker, the item would stall and show;
+/// - one job of each failover setting: both kinds of `running` node (persistent with failover
+///   on, ephemeral without) and both ways of giving an item back (flagged or handed over, and
+///   left for the next fire);
+/// - at least as many items as sidecars, so each minimal worker normally owns an item and
+///   answers every 1–2 s.
+///
+/// The other two jobs keep the strict workers (resends, acknowledgement declines), so both
+/// kinds share every sidecar.
+pub const MINIMAL_JOBS: [usize; 2] = [1, 2];
+
+/// Whether the worker of `slot` is minimal (see [`MINIMAL_JOBS`]).
+pub fn is_minimal(slot: usize) -> bool {
+    MINIMAL_JOBS.contains(&job_of_slot(slot))
+}
+
 /// Worker slots: one worker process per (sidecar, job). A slot keeps its number when its
 /// process is killed and started again (with a new pid, so a new instance id).
 pub const SLOTS: usize = SIDECARS * JOBS.len();
@@ -156,5 +177,21 @@ mod tests {
         );
         assert_eq!(LEASE, SESSION / 2, "the lease is half the session");
         assert!(PROBE < ZK_OP);
+    }
+
+    #[test]
+    fn every_sidecar_has_minimal_workers_of_jobs_with_an_item_each() {
+        for car in 0..SIDECARS {
+            let slots: Vec<usize> = (0..SLOTS)
+                .filter(|s| car_of_slot(*s) == car && is_minimal(*s))
+                .collect();
+            assert_eq!(slots.len(), MINIMAL_JOBS.len());
+            for slot in slots {
+                assert!(is_minimal(slot));
+                assert_eq!(car_of_slot(slot), car);
+                assert!(JOBS[job_of_slot(slot)].items as usize >= SIDECARS);
+            }
+        }
+        assert_eq!((0..SLOTS).filter(|s| is_minimal(*s)).count(), 6);
     }
 }
