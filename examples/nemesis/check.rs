@@ -84,6 +84,11 @@ pub struct Figures {
     pub end_worst_calm: Option<(u64, String)>,
     /// The longest time from a worker letting go to its node's removal seen, any bound.
     pub end_worst: Option<(u64, String)>,
+    /// Answer-aimed faults: injected, fired.
+    pub aimed: usize,
+    pub aimed_fired: usize,
+    /// One line per fired answer-aimed fault: the answer's reply and when its node left.
+    pub aimed_lines: Vec<String>,
     /// Minimal workers' answers and declines, by the reply to their one call.
     pub minimal_replies: BTreeMap<String, usize>,
 }
@@ -670,7 +675,9 @@ pub fn bounds(h: &History, p: &Params, fig: &mut Figures) -> Vec<Violation> {
                                 && (o.kind.car() == Some(c)
                                     || matches!(
                                         o.kind,
-                                        Kind::ZkKill { .. } | Kind::ZkSilent { .. }
+                                        Kind::ZkKill { .. }
+                                            | Kind::ZkSilent { .. }
+                                            | Kind::AnswerFreeze { .. }
                                     ))
                                 && fa <= k + bound
                                 && k <= fb
@@ -1126,6 +1133,7 @@ pub fn self_check() -> Result<Vec<String>, String> {
         end: Some(lost),
         note: String::new(),
         victim: None,
+        fired: None,
     });
     if !lost_fires(&h, &p, &mut Figures::default()).is_empty() {
         return Err("a fire missed during a sidecar fault was not excused".into());
@@ -1143,6 +1151,7 @@ pub fn self_check() -> Result<Vec<String>, String> {
         end: Some(T0 + 16 * SEC),
         note: String::new(),
         victim: None,
+        fired: None,
     });
     let v = lost_fires(&h, &p, &mut Figures::default());
     if !v.iter().any(|v| v.key.starts_with("stuck")) {
@@ -1184,6 +1193,7 @@ pub fn self_check() -> Result<Vec<String>, String> {
         end: Some(f + 1_400 * MS),
         note: String::new(),
         victim: None,
+        fired: None,
     });
     let v = lost_fires(&h, &p, &mut Figures::default());
     if late_of(&v) >= late_before {
@@ -1326,6 +1336,7 @@ pub fn self_check() -> Result<Vec<String>, String> {
         end: Some(k + SEC),
         note: String::new(),
         victim: Some(400),
+        fired: None,
     });
     run(
         &mut h,

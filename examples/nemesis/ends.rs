@@ -2,7 +2,8 @@
 //! declined it once, stopped it, or went away), the item's `running` node carrying the run's
 //! fencing token must leave ZooKeeper — the answer recorded or the item released — within a
 //! bound derived from the settings. Nothing obliges a worker to send an answer twice (rule 3
-//! of the contract), so no execution may wait for that: the minimal workers never do.
+//! of the contract), so no execution may wait for that: the minimal workers never do, and
+//! the answer-aimed faults make the sidecar's write of their answer go unconfirmed (#53).
 //!
 //! The nemesis probes the node of every run let go of (`cluster::World::probe_holds`) and
 //! records when it last saw it held and first saw it gone; this module turns those sightings
@@ -181,7 +182,7 @@ fn end_bound(h: &History, r: &Run, t: u64, base: u64, now: u64) -> (u64, Vec<Str
 /// Every execution ends: a run its worker let go of must leave ZooKeeper (its `running` node
 /// with its token gone) by its bound ([`end_bound`]). Only sightings count: the probe's last
 /// sighting of the node after the bound is the violation. Also gathers the figures of the
-/// minimal workers' answers.
+/// minimal workers' answers and of the answer-aimed faults.
 pub fn executions_end(h: &History, p: &Params, fig: &mut Figures) -> Vec<Violation> {
     let now = p.t_end;
     let mut out = Vec::new();
@@ -254,6 +255,59 @@ pub fn executions_end(h: &History, p: &Params, fig: &mut Figures) -> Vec<Violati
             ),
         });
     }
+    fig.aimed = 0;
+    fig.aimed_fired = 0;
+    fig.aimed_lines.clear();
+    for fr in h.faults.iter().filter(|f| f.kind.aimed_at_answer()) {
+        fig.aimed += 1;
+        let Some(aim) = &fr.fired else { continue };
+        fig.aimed_fired += 1;
+        let runs: Vec<String> = aim
+            .items
+            .iter()
+            .filter_map(|i| {
+                h.runs.iter().find(|r| {
+                    r.pid == aim.pid && r.gen == aim.gen && r.exec == aim.exec && r.item == *i
+                })
+            })
+            .map(|r| {
+                let reply = match (r.answer_code, r.answer_held) {
+                    (Some(Some(0)), _) => "OK".to_string(),
+                    (Some(Some(UNAVAILABLE)), true) => "UNAVAILABLE (held)".to_string(),
+                    (Some(Some(c)), _) => format!("{:?}", tonic::Code::from(c)),
+                    (Some(None), _) => "void".to_string(),
+                    (None, _) => "no reply".to_string(),
+                };
+                let answered = r.answer.as_ref().map(|(t, k)| (*t, k.clone()));
+                format!(
+                    "item {} {} -> {reply}{}; node gone {}",
+                    r.item,
+                    answered.as_ref().map_or("-".into(), |(_, k)| k.clone()),
+                    r.answer_ms
+                        .map_or(String::new(), |ms| format!(" after {ms} ms")),
+                    match (r.gone_seen, answered) {
+                        (Some(g), Some((t, _))) => format!(
+                            "{:.2}s after the answer, {:.2}s after the fault's end",
+                            g.saturating_sub(t) as f64 / 1e6,
+                            g as f64 / 1e6 - aim.until as f64 / 1e6
+                        ),
+                        (Some(g), None) => h.rel(g),
+                        (None, _) => "never seen".into(),
+                    }
+                )
+            })
+            .collect();
+        fig.aimed_lines.push(format!(
+            "#{:02} {} {:.3}s at {} on {} {}: {}",
+            fr.id,
+            fr.kind.name(),
+            aim.until.saturating_sub(aim.at) as f64 / 1e6,
+            h.rel(aim.at),
+            h.who(aim.pid, aim.gen),
+            aim.exec,
+            runs.join("; ")
+        ));
+    }
     out
 }
 
@@ -294,9 +348,9 @@ pub fn self_check(p: &Params, clean: &dyn Fn() -> History) -> Result<String, Str
             "an execution still held 20 s after its worker's only answer, no fault near, was not one liveness violation: {v:?}"
         ));
     }
-    // A partition of its sidecar (car 0) from just before the answer for 1.3 s moves the bound
-    // to the partition's end + AFTER_FAULT, no further; a fault that starts after that bound
-    // excuses nothing.
+    // An answer-aimed cut on its sidecar (car 0) from just before the answer for 1.3 s moves
+    // the bound to the cut's end + AFTER_FAULT, no further; a fault that starts after that
+    // bound excuses nothing.
     let cut = |id: usize, kind: Kind, start: u64, end: u64| FaultRec {
         id,
         kind,
@@ -304,20 +358,21 @@ pub fn self_check(p: &Params, clean: &dyn Fn() -> History) -> Result<String, Str
         end: Some(end),
         note: String::new(),
         victim: None,
+        fired: None,
     };
-    let near = cut(
+    let answer_cut = cut(
         1,
-        Kind::Partition {
+        Kind::AnswerCut {
             car: 0,
             hold: std::time::Duration::from_millis(1_300),
         },
         answered - SEC,
         answered + 1_300 * MS,
     );
-    let (_, v) = stalled(9 * SEC, Some(10 * SEC), vec![near.clone()]);
+    let (_, v) = stalled(9 * SEC, Some(10 * SEC), vec![answer_cut.clone()]);
     if !v.is_empty() {
         return Err(format!(
-            "an execution that left ZooKeeper within the bound after a partition of its sidecar was reported: {v:?}"
+            "an execution that left ZooKeeper within the bound after an answer-aimed cut was reported: {v:?}"
         ));
     }
     let late_kill = cut(
@@ -329,10 +384,10 @@ pub fn self_check(p: &Params, clean: &dyn Fn() -> History) -> Result<String, Str
         answered + 12 * SEC,
         answered + 13 * SEC,
     );
-    let (_, v) = stalled(15 * SEC, Some(16 * SEC), vec![near, late_kill]);
+    let (_, v) = stalled(15 * SEC, Some(16 * SEC), vec![answer_cut, late_kill]);
     if outlived(&v) != 1 {
         return Err(format!(
-            "an execution held 15 s after its answer, past the bound after a partition of its sidecar, and ended only by a later sidecar kill, was not reported: {v:?}"
+            "an execution held 15 s after its answer, past the bound after an answer-aimed cut, and ended only by a later sidecar kill, was not reported: {v:?}"
         ));
     }
     // A fault on another sidecar moves nothing.
@@ -352,7 +407,7 @@ pub fn self_check(p: &Params, clean: &dyn Fn() -> History) -> Result<String, Str
         ));
     }
     Ok(format!(
-        "executions end: one held 20 s after its only answer caught, 2.2 s passes; a partition of its sidecar moves the bound to its end + {:.2}s and no further; a later sidecar kill or another sidecar's partition excuses nothing",
+        "executions end: one held 20 s after its only answer caught, 2.2 s passes; an answer-aimed cut moves the bound to its end + {:.2}s and no further; a later sidecar kill or another sidecar's partition excuses nothing",
         AFTER_FAULT.as_secs_f64()
     ))
 }

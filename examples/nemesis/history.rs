@@ -141,6 +141,9 @@ pub struct Run {
     /// How long a minimal worker's answer call took, in ms.
     #[serde(default)]
     pub answer_ms: Option<u64>,
+    /// When an answer-aimed fault's arm caught this run's answer (the `armed` event).
+    #[serde(default)]
+    pub armed: Option<u64>,
     /// The latest instant at which the nemesis's probe found the item's `running` node still
     /// carrying this run's token (the probe's send time: the node was there at or after it).
     #[serde(default)]
@@ -216,6 +219,23 @@ pub struct FaultRec {
     pub note: String,
     /// The worker process it killed, paused or shut down, if any.
     pub victim: Option<u32>,
+    /// An answer-aimed fault: the answer that fired it (`None`: none came while it was armed).
+    #[serde(default)]
+    pub fired: Option<Aim>,
+}
+
+/// The answer an answer-aimed fault fired on, and when its cut or freeze was in place.
+#[derive(Clone, Debug, Default, Serialize, Deserialize)]
+pub struct Aim {
+    /// When the fault acted (the proxies' mode set), just before the worker's call went out.
+    pub at: u64,
+    /// When the fault was undone.
+    pub until: u64,
+    pub pid: u32,
+    pub gen: u64,
+    pub exec: String,
+    pub items: Vec<i32>,
+    pub kind: String,
 }
 
 impl FaultRec {
@@ -403,6 +423,14 @@ impl History {
                             run.answer_held = held;
                             run.answer_ms = ms;
                         }
+                    }
+                }
+            }
+            "armed" => {
+                let exec = s(&v, "exec");
+                for item in items(&v, "items") {
+                    if let Some(&i) = self.run_index.get(&(pid, gen, exec.clone(), item)) {
+                        self.runs[i].armed.get_or_insert(t);
                     }
                 }
             }

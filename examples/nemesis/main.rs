@@ -722,6 +722,13 @@ fn figures(
             .collect::<Vec<_>>()
             .join(", ")
     ));
+    lines.push(format!(
+        "answer-aimed faults: {} fired of {}",
+        fig.aimed_fired, fig.aimed
+    ));
+    for line in &fig.aimed_lines {
+        lines.push(format!("  {line}"));
+    }
     if !h.subscribe_failures.is_empty() {
         lines.push(format!(
             "subscribe failures (retried): {:?}",

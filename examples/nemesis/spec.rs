@@ -93,7 +93,8 @@ pub const JOBS: [JobSpec; 4] = [
 ///   on, ephemeral without) and both ways of giving an item back (flagged or handed over, and
 ///   left for the next fire);
 /// - at least as many items as sidecars, so each minimal worker normally owns an item and
-///   answers every 1–2 s.
+///   answers every 1–2 s: the answer-aimed faults, which wait for a minimal worker of their
+///   sidecar to answer, fire promptly on every sidecar.
 ///
 /// The other two jobs keep the strict workers (resends, acknowledgement declines), so both
 /// kinds share every sidecar.
@@ -102,6 +103,11 @@ pub const MINIMAL_JOBS: [usize; 2] = [1, 2];
 /// Whether the worker of `slot` is minimal (see [`MINIMAL_JOBS`]).
 pub fn is_minimal(slot: usize) -> bool {
     MINIMAL_JOBS.contains(&job_of_slot(slot))
+}
+
+/// The slots of sidecar `car` whose workers are minimal.
+pub fn minimal_slots(car: usize) -> Vec<usize> {
+    MINIMAL_JOBS.iter().map(|job| slot_of(car, *job)).collect()
 }
 
 /// Worker slots: one worker process per (sidecar, job). A slot keeps its number when its
@@ -185,6 +191,7 @@ mod tests {
             let slots: Vec<usize> = (0..SLOTS)
                 .filter(|s| car_of_slot(*s) == car && is_minimal(*s))
                 .collect();
+            assert_eq!(slots, minimal_slots(car));
             assert_eq!(slots.len(), MINIMAL_JOBS.len());
             for slot in slots {
                 assert!(is_minimal(slot));

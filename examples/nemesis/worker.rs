@@ -37,8 +37,12 @@
 //! stdin carries behaviour changes from the schedule: `SLOW until_us` (items take 2–4.5 s, so
 //! past the lease and the cron period) and `HANG until_us` (never answering: items do not end
 //! on their own and nothing is answered for them, not even a Decline, until then; the worker
-//! still stops them on Revoke and when its lease runs out). When stdin closes (the nemesis is
-//! gone) the worker exits.
+//! still stops them on Revoke and when its lease runs out). An answer-aimed fault arms a
+//! worker with `ARM until_us`: its next `Complete` or `ReportFailure` before then, if its lease
+//! has at least [`ARM_LEASE_LEFT`] left, is announced as an `armed` event and held until the
+//! nemesis says `GO {execution}` (it has cut or frozen the sidecar's ZooKeeper connections) or
+//! [`GO_WAIT`] has passed; the lease is checked again before the call goes out (rule 1). When
+//! stdin closes (the nemesis is gone) the worker exits.
 
 use crate::spec::{self, wall_us, JOBS};
 use serde_json::{json, Value};
@@ -53,9 +57,14 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 use tokio::io::{AsyncBufReadExt, AsyncWriteExt, BufReader};
-use tokio::sync::mpsc;
+use tokio::sync::{mpsc, watch};
 use tonic::transport::{Channel, Endpoint};
 
+/// How long an armed answer waits for the nemesis's `GO` at most.
+pub const GO_WAIT: Duration = Duration::from_millis(300);
+/// An answer is held for an armed fault only if the lease has this much left, so that it is
+/// still valid when the call goes out after [`GO_WAIT`] at most.
+pub const ARM_LEASE_LEFT: Duration = Duration::from_millis(600);
 /// A minimal worker's deadline for one answer call: longer than the sidecar's own wait for an
 /// unconfirmed write (half the session), so the sidecar's reply normally comes first. Expiring
 /// is a transport error (DEADLINE_EXCEEDED), and nothing is sent again either way.
@@ -70,6 +79,14 @@ pub struct WorkerArgs {
     pub seed: u64,
     /// Minimal mode (see the module docs).
     pub minimal: bool,
+}
+
+/// The answer-aimed faults' hold on the worker's next answer (`ARM`, `GO` on stdin).
+struct Gate {
+    /// Arm the next Complete or ReportFailure sent before this instant (µs; 0: disarmed).
+    armed_until: AtomicU64,
+    /// The execution the nemesis said `GO` for last.
+    go: watch::Sender<String>,
 }
 
 /// One line to the nemesis.
@@ -174,7 +191,9 @@ struct Answerer {
     open: Arc<AtomicU64>,
     gen: u64,
     minimal: bool,
-    /// The stream's lease end (µs), as [`Stream::lease_until`], for the next stream's wait.
+    gate: Arc<Gate>,
+    /// The stream's lease end (µs), as [`Stream::lease_until`]: an armed answer checks it again
+    /// after its wait.
     lease_until: Arc<AtomicU64>,
 }
 
@@ -240,16 +259,65 @@ async fn call_once(
 }
 
 impl Answerer {
+    /// Takes the arm for this answer, if the worker is armed and its lease has enough left.
+    fn take_arm(&self, answer: &Answer, now: u64) -> bool {
+        if matches!(answer, Answer::Decline(..)) {
+            return false;
+        }
+        let until = self.gate.armed_until.load(Ordering::SeqCst);
+        let left = self.lease_until.load(Ordering::SeqCst).saturating_sub(now);
+        now < until
+            && left >= ARM_LEASE_LEFT.as_micros() as u64
+            && self
+                .gate
+                .armed_until
+                .compare_exchange(until, 0, Ordering::SeqCst, Ordering::SeqCst)
+                .is_ok()
+    }
+
     /// Sends one answer in the background, as rule 3 says (strict: again after a transport
     /// error while the stream is open; minimal: once).
     fn send(&self, instance: &str, exec: &str, answer: Answer) {
-        emit(
-            json!({"k": "ans", "gen": self.gen, "exec": exec, "items": answer.items(),
-                    "kind": answer.kind()}),
-        );
+        let armed = self.take_arm(&answer, wall_us());
+        if armed {
+            emit(
+                json!({"k": "armed", "gen": self.gen, "exec": exec, "items": answer.items(),
+                        "kind": answer.kind()}),
+            );
+        } else {
+            emit(
+                json!({"k": "ans", "gen": self.gen, "exec": exec, "items": answer.items(),
+                        "kind": answer.kind()}),
+            );
+        }
         let this = self.clone();
         let (instance, exec) = (instance.to_string(), exec.to_string());
         tokio::spawn(async move {
+            let mut answer = answer;
+            if armed {
+                let mut go = this.gate.go.subscribe();
+                let said = tokio::time::timeout(GO_WAIT, go.wait_for(|e| *e == exec))
+                    .await
+                    .is_ok();
+                let now = wall_us();
+                if this.open.load(Ordering::SeqCst) != this.gen {
+                    emit(json!({"k": "ansres", "gen": this.gen, "exec": exec,
+                                "items": answer.items(), "kind": answer.kind(), "code": null,
+                                "tries": 0}));
+                    return; // the stream ended meanwhile: the answer is void
+                }
+                if now >= this.lease_until.load(Ordering::SeqCst) {
+                    // Rule 1: the lease ran out while the answer waited; answer nothing,
+                    // decline what stopped.
+                    for item in answer.items() {
+                        emit(json!({"k": "stop", "t": now, "gen": this.gen, "exec": exec,
+                                    "item": item, "why": "lease"}));
+                    }
+                    answer = Answer::Decline(answer.items(), "the lease ran out".into());
+                }
+                emit(json!({"k": "ans", "t": now, "gen": this.gen, "exec": exec,
+                            "items": answer.items(), "kind": answer.kind(), "go": said}));
+            }
             if this.minimal {
                 this.send_once(&instance, &exec, &answer).await;
             } else {
@@ -317,7 +385,12 @@ impl Answerer {
 /// (except after a `Shutdown`, when it exits).
 pub async fn run(args: WorkerArgs) {
     let (cmd_tx, mut cmd_rx) = mpsc::channel::<Modes>(16);
+    let gate = Arc::new(Gate {
+        armed_until: AtomicU64::new(0),
+        go: watch::Sender::new(String::new()),
+    });
     // A thread, not a task: blocking reads of stdin.
+    let stdin_gate = gate.clone();
     std::thread::spawn(move || {
         let mut modes = Modes::default();
         for line in std::io::stdin().lines() {
@@ -326,6 +399,15 @@ pub async fn run(args: WorkerArgs) {
             match parts.as_slice() {
                 ["SLOW", until] => modes.slow_until = until.parse().unwrap_or(0),
                 ["HANG", until] => modes.hang_until = until.parse().unwrap_or(0),
+                ["ARM", until] => {
+                    let until = until.parse().unwrap_or(0);
+                    stdin_gate.armed_until.store(until, Ordering::SeqCst);
+                    continue;
+                }
+                ["GO", exec] => {
+                    stdin_gate.go.send_replace(exec.to_string());
+                    continue;
+                }
                 _ => continue,
             }
             if cmd_tx.blocking_send(modes).is_err() {
@@ -386,6 +468,7 @@ pub async fn run(args: WorkerArgs) {
             open: open.clone(),
             gen,
             minimal: args.minimal,
+            gate: gate.clone(),
             lease_until: lease_until.clone(),
         };
         let shutdown = serve(&args, stream, answerer, &mut cmd_rx, &mut modes).await;
