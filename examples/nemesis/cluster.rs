@@ -695,6 +695,7 @@ impl World {
             Kind::AnswerCut { .. } | Kind::AnswerFreeze { .. } => {
                 unreachable!("answer-aimed faults act in act_on_answer")
             }
+            Kind::HostPause { .. } => unreachable!("a host pause is seen, never injected"),
         }
     }
 

@@ -377,6 +377,10 @@ async fn soak(args: &Args, seed: u64, full: &[Fault], schedule: Vec<Fault>) -> u
     ));
     tokio::spawn(world.clone().supervise());
     tokio::spawn(world.clone().probe_holds());
+    {
+        let world = world.clone();
+        std::thread::spawn(move || watch_host_clock(&world));
+    }
     if let Err(problem) = world.wait_warm(Duration::from_secs(90)).await {
         world.say(&format!(
             "the cluster never settled before the soak: {problem}"
@@ -554,6 +558,52 @@ async fn soak(args: &Args, seed: u64, full: &[Fault], schedule: Vec<Fault>) -> u
     WORLD.lock().unwrap_or_else(|e| e.into_inner()).take();
     println!("{summary}");
     u8::from(failed)
+}
+
+/// How far the host's wall clock may run ahead of its monotonic clock between two looks
+/// before the nemesis counts a host pause.
+const HOST_PAUSE: Duration = Duration::from_millis(100);
+
+/// Records the host's pauses as faults the schedule did not inject. When the host stops (a
+/// virtual machine paused by its hypervisor), every process of the soak stops with it, and on
+/// resuming the wall clock jumps ahead while the monotonic clock does not: workers count their
+/// leases on the wall clock (the contract's `expires_at`), sidecars on the monotonic one. Every
+/// 20 ms, on a thread of its own, this compares how far each clock moved; a wall clock ahead by
+/// [`HOST_PAUSE`] or more is recorded as a `host-pause` on every sidecar (ids from 1001), so the
+/// checker treats its effects as a fault's, not as the sidecar's doing.
+fn watch_host_clock(world: &cluster::World) {
+    let mut seen = 0usize;
+    let (mut wall, mut mono) = (wall_us(), std::time::Instant::now());
+    loop {
+        std::thread::sleep(Duration::from_millis(20));
+        let (now_wall, now_mono) = (wall_us(), std::time::Instant::now());
+        let moved = now_mono.duration_since(mono).as_micros() as u64;
+        let ahead = now_wall.saturating_sub(wall).saturating_sub(moved);
+        if ahead >= HOST_PAUSE.as_micros() as u64 {
+            seen += 1;
+            let hold = Duration::from_micros(ahead);
+            let note = format!(
+                "not injected: the host's wall clock jumped {:.3}s past its monotonic clock (every process stopped)",
+                hold.as_secs_f64()
+            );
+            world
+                .history
+                .lock()
+                .unwrap_or_else(|e| e.into_inner())
+                .faults
+                .push(history::FaultRec {
+                    id: 1000 + seen,
+                    kind: schedule::Kind::HostPause { hold },
+                    start: wall,
+                    end: Some(now_wall),
+                    note: note.clone(),
+                    victim: None,
+                    fired: None,
+                });
+            world.say(&format!("#{} host-pause: {note}", 1000 + seen));
+        }
+        (wall, mono) = (now_wall, now_mono);
+    }
 }
 
 /// The end-of-soak checks over a saved history: the report's lines, the summary line, and

@@ -98,6 +98,11 @@ pub enum Kind {
     /// connections are frozen (nothing in or out, then delivered) for `hold`: the answer's
     /// write, or its reply, waits past the sidecar's call deadline.
     AnswerFreeze { car: usize, hold: Duration },
+    /// Never scheduled: the host stopped every process of the soak for `hold` (its wall clock
+    /// jumped past its monotonic clock, or the nemesis's clock watch was not run at all), as a
+    /// virtual machine's pause does. The nemesis records it when it sees it
+    /// (`main::watch_host_clock`), as a fault it did not inject, on every sidecar.
+    HostPause { hold: Duration },
 }
 
 /// What a fault may disturb, for the checker: fires inside a fault's window and scope are not
@@ -169,6 +174,7 @@ impl Kind {
             Kind::RemoteShutdown { .. } => "op-remote-shutdown",
             Kind::AnswerCut { .. } => "answer-cut",
             Kind::AnswerFreeze { .. } => "answer-freeze",
+            Kind::HostPause { .. } => "host-pause",
         }
     }
 
@@ -202,6 +208,7 @@ impl Kind {
             Kind::AnswerCut { hold, .. } | Kind::AnswerFreeze { hold, .. } => {
                 ARM_FOR + *hold + s(1)
             }
+            Kind::HostPause { hold } => *hold,
         }
     }
 
@@ -260,6 +267,7 @@ impl Kind {
                 res.extend(spec::minimal_slots(*car).into_iter().map(Res::Slot));
                 res
             }
+            Kind::HostPause { .. } => Vec::new(),
         }
     }
 
@@ -281,9 +289,10 @@ impl Kind {
             | Kind::Partition { car, .. }
             | Kind::SessionExpiry { car, .. }
             | Kind::AnswerCut { car, .. } => Scope::Car(*car),
-            Kind::ZkKill { .. } | Kind::ZkSilent { .. } | Kind::AnswerFreeze { .. } => {
-                Scope::Global
-            }
+            Kind::ZkKill { .. }
+            | Kind::ZkSilent { .. }
+            | Kind::AnswerFreeze { .. }
+            | Kind::HostPause { .. } => Scope::Global,
         }
     }
 
@@ -305,7 +314,8 @@ impl Kind {
             // From the kill (see `FaultRec::window`): a leader election, reconnections.
             Kind::ZkKill { .. } => SESSION + s(2),
             Kind::ZkSilent { .. } | Kind::AnswerCut { .. } | Kind::AnswerFreeze { .. } => s(3),
-            Kind::WorkerPause { .. } => LEASE + s(2),
+            // Every lease ran out on the wall clock meanwhile, as after a worker's pause.
+            Kind::WorkerPause { .. } | Kind::HostPause { .. } => LEASE + s(2),
             Kind::WorkerSlow { .. } | Kind::WorkerHang { .. } => s(7),
             Kind::WorkerKill { .. } | Kind::JoinCancel { .. } | Kind::DisableItem { .. } => s(2),
             Kind::Trigger { .. } => s(3),
@@ -386,6 +396,7 @@ impl fmt::Display for Kind {
             Kind::AnswerCut { car: c, hold } | Kind::AnswerFreeze { car: c, hold } => {
                 write!(f, "{} for={}", car(c), d(hold))
             }
+            Kind::HostPause { hold } => write!(f, "for={}", d(hold)),
         }
     }
 }
