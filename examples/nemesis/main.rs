@@ -1,8 +1,10 @@
 //! The nemesis: a randomized, seeded fault soak that finds coordination bugs on its own.
 //!
 //! It starts a real ZooKeeper ensemble, three real sidecars (each reaching every ZooKeeper node
-//! through a harness TCP proxy) and one strict proto-only worker process per (sidecar, job) for
-//! four cron jobs (1 s and 2 s, failover on and off, monitorExecution on, items of 0–1.5 s).
+//! through a harness TCP proxy) and one proto-only worker process per (sidecar, job) for four
+//! cron jobs (1 s and 2 s, failover on and off, monitorExecution on, items of 0–1.5 s): strict
+//! workers for two jobs, minimal ones (every MUST of the contract, none of its MAYs) for the
+//! other two ([`worker`], [`spec::MINIMAL_JOBS`]).
 //! It then injects faults from a schedule that depends on the seed only ([`schedule`]), records
 //! everything on one clock ([`history`]), checks the invariants continuously and at the end
 //! ([`check`], [`cluster::World::liveness_problems`]), prints the fault log, figures and every
