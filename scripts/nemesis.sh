@@ -1,9 +1,11 @@
 #!/usr/bin/env bash
 # The nemesis: a randomized, seeded fault soak of shardcar that finds coordination bugs on its
 # own. A real 3-node ZooKeeper ensemble, three real sidecars (each behind a TCP proxy per
-# ZooKeeper node), strict proto-only workers in child processes for four cron jobs; faults from a
-# schedule that depends on the seed only; safety, fencing, lost-fire, liveness and failover-bound
-# invariants checked continuously and at the end (examples/nemesis/).
+# ZooKeeper node), proto-only workers in child processes for four cron jobs (strict ones, and
+# minimal ones that keep every MUST of the contract and none of its MAYs); faults from a schedule
+# that depends on the seed only, some aimed at the moment a minimal worker answers; safety,
+# fencing, lost-fire, liveness, execution-end and failover-bound invariants checked continuously
+# and at the end (examples/nemesis/).
 #
 # Usage: scripts/nemesis.sh [--seed N] [--duration 60s] [--ensemble 3] [--only 3,7] [--out DIR]
 #        scripts/nemesis.sh --print-schedule [--seed N] [--duration 60s] [--ensemble 3]
@@ -21,7 +23,8 @@
 #                     report every one (also: cargo test --example nemesis)
 #
 # It prints the fault schedule, a timed fault log, figures (worst worker-crash and member-crash
-# failover), every violation, and last exactly one line:
+# failover, executions' ends, the minimal workers' replies, the answer-aimed faults), every
+# violation, and last exactly one line:
 #   nemesis: seed S, F faults, R runs, V violations
 # Exit status: 0 without violations, 1 with violations, 2 when the cluster could not be set up,
 # 64 for bad arguments, 130 when interrupted. A failing seed replays the same fault schedule.
@@ -38,7 +41,7 @@ ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 cd "$ROOT"
 
 case "${1:-}" in
-    -h|--help) sed -n '2,35p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
+    -h|--help) sed -n '2,37p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
 esac
 
 TARGET_DIR="${CARGO_TARGET_DIR:-$ROOT/target}"

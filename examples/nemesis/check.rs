@@ -27,6 +27,11 @@
 //!   frozen past its session or partitioned into session expiry: each of its running items must
 //!   run again within session + the run's planned length + 1 s when another sidecar stayed
 //!   healthy throughout with a worker of the job.
+//! - **Every execution ends** (liveness). Once its worker has let go of a run (answered or
+//!   declined it once, stopped it, or went away), the item's `running` node carrying the run's
+//!   token must leave ZooKeeper (the answer recorded, or the item released) within a bound
+//!   derived from the settings ([`crate::ends`]). The nemesis probes the node
+//!   (`cluster::World::probe_holds`); a sighting after the bound is a violation.
 
 use crate::history::{source_name, FaultRec, History, Run, StreamRec};
 use crate::schedule::{Kind, Scope};
@@ -34,8 +39,8 @@ use crate::spec::{self, JOBS, LEASE, SESSION};
 use std::collections::BTreeMap;
 use std::fmt::Write as _;
 
-const MS: u64 = 1_000;
-const SEC: u64 = 1_000_000;
+pub const MS: u64 = 1_000;
+pub const SEC: u64 = 1_000_000;
 
 #[derive(Clone, Debug)]
 pub struct Violation {
@@ -70,6 +75,22 @@ pub struct Figures {
     pub fires_coalesced: usize,
     pub worker_crash: Samples,
     pub member_crash: Samples,
+    /// Runs let go of by their worker and seen to leave ZooKeeper.
+    pub ends_seen: usize,
+    /// Runs let go of and still seen held at the end (within their bound).
+    pub ends_pending: usize,
+    /// The longest time from an answer to its node's removal seen, where
+    /// [`crate::ends::CALM`] applied.
+    pub end_worst_calm: Option<(u64, String)>,
+    /// The longest time from a worker letting go to its node's removal seen, any bound.
+    pub end_worst: Option<(u64, String)>,
+    /// Answer-aimed faults: injected, fired.
+    pub aimed: usize,
+    pub aimed_fired: usize,
+    /// One line per fired answer-aimed fault: the answer's reply and when its node left.
+    pub aimed_lines: Vec<String>,
+    /// Minimal workers' answers and declines, by the reply to their one call.
+    pub minimal_replies: BTreeMap<String, usize>,
 }
 
 /// What the end-of-soak checks need besides the history.
@@ -82,7 +103,7 @@ pub struct Params {
     pub eventually: bool,
 }
 
-fn rel_ms(us: u64) -> String {
+pub fn rel_ms(us: u64) -> String {
     format!("{:.3}s", us as f64 / 1e6)
 }
 
@@ -654,7 +675,9 @@ pub fn bounds(h: &History, p: &Params, fig: &mut Figures) -> Vec<Violation> {
                                 && (o.kind.car() == Some(c)
                                     || matches!(
                                         o.kind,
-                                        Kind::ZkKill { .. } | Kind::ZkSilent { .. }
+                                        Kind::ZkKill { .. }
+                                            | Kind::ZkSilent { .. }
+                                            | Kind::AnswerFreeze { .. }
                                     ))
                                 && fa <= k + bound
                                 && k <= fb
@@ -778,6 +801,7 @@ pub fn all(h: &History, p: &Params, fig: &mut Figures) -> Vec<Violation> {
     out.extend(lost_fires(h, p, fig));
     out.extend(bounds(h, p, fig));
     out.extend(contract(h, p));
+    out.extend(crate::ends::executions_end(h, p, fig));
     out.sort_by_key(|v| v.at);
     out
 }
@@ -1109,6 +1133,7 @@ pub fn self_check() -> Result<Vec<String>, String> {
         end: Some(lost),
         note: String::new(),
         victim: None,
+        fired: None,
     });
     if !lost_fires(&h, &p, &mut Figures::default()).is_empty() {
         return Err("a fire missed during a sidecar fault was not excused".into());
@@ -1126,6 +1151,7 @@ pub fn self_check() -> Result<Vec<String>, String> {
         end: Some(T0 + 16 * SEC),
         note: String::new(),
         victim: None,
+        fired: None,
     });
     let v = lost_fires(&h, &p, &mut Figures::default());
     if !v.iter().any(|v| v.key.starts_with("stuck")) {
@@ -1167,6 +1193,7 @@ pub fn self_check() -> Result<Vec<String>, String> {
         end: Some(f + 1_400 * MS),
         note: String::new(),
         victim: None,
+        fired: None,
     });
     let v = lost_fires(&h, &p, &mut Figures::default());
     if late_of(&v) >= late_before {
@@ -1309,6 +1336,7 @@ pub fn self_check() -> Result<Vec<String>, String> {
         end: Some(k + SEC),
         note: String::new(),
         victim: Some(400),
+        fired: None,
     });
     run(
         &mut h,
@@ -1336,6 +1364,7 @@ pub fn self_check() -> Result<Vec<String>, String> {
     report.push(
         "bounds: a 3 s worker-crash failover with an idle member caught, 0.3 s passes".into(),
     );
+    report.push(crate::ends::self_check(&p, &clean)?);
     Ok(report)
 }
 

@@ -1,8 +1,10 @@
 //! The cluster under test and the hands that hurt it: a real ZooKeeper ensemble, three real
 //! sidecars that reach every ZooKeeper node through a harness [`Proxy`] each (so a sidecar can
-//! be partitioned from ZooKeeper, or ZooKeeper made silent, without root), one worker process
-//! per (sidecar, job) slot kept alive by a supervisor, the fencing store, and a ZooKeeper client
-//! of the nemesis's own for ElasticJob operations and the liveness checks.
+//! be partitioned from ZooKeeper, or ZooKeeper made silent, or the sidecar's bytes to it thrown
+//! away, without root), one worker process per (sidecar, job) slot kept alive by a supervisor
+//! (strict or minimal, see [`crate::worker`]), the fencing store, and a ZooKeeper client of the
+//! nemesis's own for ElasticJob operations, the liveness checks and the probe of every
+//! execution a worker let go of ([`World::probe_holds`]).
 
 use crate::common::process::open_log;
 use crate::common::proxy::{Mode, Proxy};
@@ -10,6 +12,7 @@ use crate::common::{Sidecar, SidecarOptions, ZooKeeper};
 use crate::history::{FaultRec, History, Proc};
 use crate::schedule::{Fault, Kind};
 use crate::spec::{self, car_ip, wall_us, JOBS, NAMESPACE, SESSION, SIDECARS, SLOTS};
+use answers::{on_armed, Arms};
 use std::collections::{BTreeSet, HashSet};
 use std::io::Write as _;
 use std::net::SocketAddr;
@@ -21,6 +24,9 @@ use std::time::{Duration, Instant};
 use tokio::io::{AsyncBufReadExt, AsyncWriteExt, BufReader};
 use tokio::sync::mpsc;
 use zookeeper_client::{Acls, CreateMode};
+
+mod answers;
+mod probe;
 
 /// How the soak was started.
 #[derive(Clone, Debug)]
@@ -46,6 +52,8 @@ struct Slot {
 #[derive(Default)]
 struct Net {
     partitioned: [u32; SIDECARS],
+    /// Bytes from the sidecar to ZooKeeper thrown away (an answer-aimed cut).
+    cut: [u32; SIDECARS],
     frozen: u32,
 }
 
@@ -65,6 +73,7 @@ pub struct World {
     ops: zookeeper_client::Client,
     stopping: AtomicBool,
     log: Mutex<std::fs::File>,
+    arms: Arms,
 }
 
 fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
@@ -147,6 +156,7 @@ impl World {
             ops,
             stopping: AtomicBool::new(false),
             log: Mutex::new(log),
+            arms: Arms::default(),
             history,
             opts,
         })
@@ -191,17 +201,21 @@ impl World {
         lock(&self.history).procs.insert(pid, proc_);
         let stdout = child.stdout.take().expect("piped stdout");
         let history = self.history.clone();
+        let (cmd_tx, mut cmd_rx) = mpsc::unbounded_channel::<String>();
+        let (arms, go_tx) = (self.arms.clone(), cmd_tx.clone());
         tokio::spawn(async move {
             let mut lines = BufReader::new(stdout).lines();
             while let Ok(Some(line)) = lines.next_line().await {
                 if let Some(event) = line.strip_prefix("EV ") {
                     let recv = wall_us();
                     lock(&history).ingest(pid, recv, event);
+                    if event.contains(r#""k":"armed""#) {
+                        on_armed(&arms, pid, event, &go_tx);
+                    }
                 }
             }
         });
         let mut stdin = child.stdin.take().expect("piped stdin");
-        let (cmd_tx, mut cmd_rx) = mpsc::unbounded_channel::<String>();
         tokio::spawn(async move {
             while let Some(line) = cmd_rx.recv().await {
                 if stdin.write_all(line.as_bytes()).await.is_err() {
@@ -215,7 +229,8 @@ impl World {
 
     fn spawn_worker(&self, index: usize, slot: &mut Slot) {
         let (car, job) = (spec::car_of_slot(index), spec::job_of_slot(index));
-        let args = vec![
+        let minimal = spec::is_minimal(index);
+        let mut args = vec![
             "--worker".to_string(),
             "--endpoint".into(),
             self.car_endpoints[car].clone(),
@@ -226,10 +241,14 @@ impl World {
             "--seed".into(),
             self.opts.seed.to_string(),
         ];
+        if minimal {
+            args.push("--minimal".into());
+        }
         let proc_ = Proc {
             slot: Some(index),
             car,
             job,
+            minimal,
             ..Default::default()
         };
         if let Some((child, pid, cmd_tx)) =
@@ -326,11 +345,16 @@ impl World {
                 end: None,
                 note: String::new(),
                 victim: None,
+                fired: None,
             });
             h.faults.len() - 1
         };
         self.say(&format!("#{:02} start {}", fault.id, fault.kind));
-        let (note, victim) = self.clone().act(&fault.kind).await;
+        let (note, victim) = if fault.kind.aimed_at_answer() {
+            self.clone().act_on_answer(&fault.kind, index).await
+        } else {
+            self.clone().act(&fault.kind).await
+        };
         {
             let mut h = lock(&self.history);
             let rec = &mut h.faults[index];
@@ -668,6 +692,10 @@ impl World {
                     .await;
                 (format!("{path}: {result}"), Some(pid))
             }
+            Kind::AnswerCut { .. } | Kind::AnswerFreeze { .. } => {
+                unreachable!("answer-aimed faults act in act_on_answer")
+            }
+            Kind::HostPause { .. } => unreachable!("a host pause is seen, never injected"),
         }
     }
 
@@ -690,12 +718,14 @@ impl World {
     }
 
     /// Sets every proxy's mode from the faults in force: a partition of its sidecar wins over a
-    /// silent ZooKeeper, which wins over forwarding.
+    /// cut of its bytes, which wins over a silent ZooKeeper, which wins over forwarding.
     fn apply_net(&self) {
         let net = lock(&self.net);
         for (car, row) in self.proxies.iter().enumerate() {
             let mode = if net.partitioned[car] > 0 {
                 Mode::Partition
+            } else if net.cut[car] > 0 {
+                Mode::DropFromClient
             } else if net.frozen > 0 {
                 Mode::Freeze
             } else {

@@ -22,6 +22,9 @@ pub struct Proc {
     pub exited: Option<u64>,
     /// SIGSTOP .. SIGCONT intervals (`None`: still stopped).
     pub pauses: Vec<(u64, Option<u64>)>,
+    /// A minimal worker (`crate::worker`, [`crate::spec::MINIMAL_JOBS`]).
+    #[serde(default)]
+    pub minimal: bool,
 }
 
 impl Proc {
@@ -131,13 +134,39 @@ pub struct Run {
     pub answer_code: Option<Option<i32>>,
     /// The worker's first Revoke naming the item, after the start.
     pub revoked: Option<u64>,
+    /// A minimal worker's answer got UNAVAILABLE with the sidecar's details: accepted, not yet
+    /// recorded (the sidecar goes on recording it).
+    #[serde(default)]
+    pub answer_held: bool,
+    /// How long a minimal worker's answer call took, in ms.
+    #[serde(default)]
+    pub answer_ms: Option<u64>,
+    /// When an answer-aimed fault's arm caught this run's answer (the `armed` event).
+    #[serde(default)]
+    pub armed: Option<u64>,
+    /// The latest instant at which the nemesis's probe found the item's `running` node still
+    /// carrying this run's token (the probe's send time: the node was there at or after it).
+    #[serde(default)]
+    pub held_seen: Option<u64>,
+    /// When the probe first found the node gone or another's (its reply's receipt).
+    #[serde(default)]
+    pub gone_seen: Option<u64>,
 }
 
 impl Run {
+    /// Completed: a `Complete` the sidecar accepted, recorded (OK) or, for a minimal worker's
+    /// one call, held for recording (UNAVAILABLE with the sidecar's details). Whether a held
+    /// answer lands or its execution is released otherwise is the execution-end invariant's
+    /// business.
     pub fn completed(&self) -> bool {
-        matches!(&self.answer, Some((_, k)) if k == "complete") && self.answer_code == Some(Some(0))
+        matches!(&self.answer, Some((_, k)) if k == "complete")
+            && (self.answer_code == Some(Some(0))
+                || (self.answer_held && self.answer_code == Some(Some(UNAVAILABLE))))
     }
 }
+
+/// gRPC's UNAVAILABLE.
+pub const UNAVAILABLE: i32 = tonic::Code::Unavailable as i32;
 
 pub fn source_name(source: i32) -> &'static str {
     match shardcar::proto::TriggerSource::try_from(source) {
@@ -190,6 +219,23 @@ pub struct FaultRec {
     pub note: String,
     /// The worker process it killed, paused or shut down, if any.
     pub victim: Option<u32>,
+    /// An answer-aimed fault: the answer that fired it (`None`: none came while it was armed).
+    #[serde(default)]
+    pub fired: Option<Aim>,
+}
+
+/// The answer an answer-aimed fault fired on, and when its cut or freeze was in place.
+#[derive(Clone, Debug, Default, Serialize, Deserialize)]
+pub struct Aim {
+    /// When the fault acted (the proxies' mode set), just before the worker's call went out.
+    pub at: u64,
+    /// When the fault was undone.
+    pub until: u64,
+    pub pid: u32,
+    pub gen: u64,
+    pub exec: String,
+    pub items: Vec<i32>,
+    pub kind: String,
 }
 
 impl FaultRec {
@@ -367,12 +413,24 @@ impl History {
                 let exec = s(&v, "exec");
                 let code = v.get("code").and_then(Value::as_i64).map(|c| c as i32);
                 let kind = s(&v, "kind");
+                let held = v.get("held").and_then(Value::as_bool).unwrap_or(false);
+                let ms = v.get("ms").and_then(Value::as_u64);
                 for item in items(&v, "items") {
                     if let Some(&i) = self.run_index.get(&(pid, gen, exec.clone(), item)) {
                         let run = &mut self.runs[i];
                         if run.answer.as_ref().is_some_and(|(_, k)| *k == kind) {
                             run.answer_code = Some(code);
+                            run.answer_held = held;
+                            run.answer_ms = ms;
                         }
+                    }
+                }
+            }
+            "armed" => {
+                let exec = s(&v, "exec");
+                for item in items(&v, "items") {
+                    if let Some(&i) = self.run_index.get(&(pid, gen, exec.clone(), item)) {
+                        self.runs[i].armed.get_or_insert(t);
                     }
                 }
             }
@@ -555,8 +613,20 @@ impl History {
             .get(&(r.pid, r.gen))
             .map(|s| self.rel(s.lease_cover_end(r.start)))
             .unwrap_or_default();
+        let probe = match (r.held_seen, r.gone_seen) {
+            (None, None) => String::new(),
+            (held, gone) => format!(
+                "; running node seen {}{}",
+                held.map_or(String::new(), |t| format!("held at {}", self.rel(t))),
+                gone.map_or(String::new(), |t| format!(
+                    "{}gone at {}",
+                    if held.is_some() { ", " } else { "" },
+                    self.rel(t)
+                ))
+            ),
+        };
         format!(
-            "{} {} item {} exec {} token {} by {}: {} .. {} ({how}; lease cover to {lease_end})",
+            "{} {} item {} exec {} token {} by {}: {} .. {} ({how}; lease cover to {lease_end}{probe})",
             JOBS[r.job].name,
             source_name(r.source),
             r.item,

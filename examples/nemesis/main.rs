@@ -1,8 +1,10 @@
 //! The nemesis: a randomized, seeded fault soak that finds coordination bugs on its own.
 //!
 //! It starts a real ZooKeeper ensemble, three real sidecars (each reaching every ZooKeeper node
-//! through a harness TCP proxy) and one strict proto-only worker process per (sidecar, job) for
-//! four cron jobs (1 s and 2 s, failover on and off, monitorExecution on, items of 0–1.5 s).
+//! through a harness TCP proxy) and one proto-only worker process per (sidecar, job) for four
+//! cron jobs (1 s and 2 s, failover on and off, monitorExecution on, items of 0–1.5 s): strict
+//! workers for two jobs, minimal ones (every MUST of the contract, none of its MAYs) for the
+//! other two ([`worker`], [`spec::MINIMAL_JOBS`]).
 //! It then injects faults from a schedule that depends on the seed only ([`schedule`]), records
 //! everything on one clock ([`history`]), checks the invariants continuously and at the end
 //! ([`check`], [`cluster::World::liveness_problems`]), prints the fault log, figures and every
@@ -42,6 +44,7 @@ mod common;
 
 mod check;
 mod cluster;
+mod ends;
 mod history;
 mod schedule;
 mod spec;
@@ -185,6 +188,7 @@ fn child_main(argv: &[String]) -> ExitCode {
             job,
             store: get("--store"),
             seed: get("--seed").parse().unwrap_or(0),
+            minimal: argv.iter().any(|a| a == "--minimal"),
         }));
     }
     ExitCode::SUCCESS
@@ -377,6 +381,11 @@ async fn soak(args: &Args, seed: u64, full: &[Fault], schedule: Vec<Fault>) -> u
         spec::SLOTS
     ));
     tokio::spawn(world.clone().supervise());
+    tokio::spawn(world.clone().probe_holds());
+    {
+        let world = world.clone();
+        std::thread::spawn(move || watch_host_clock(&world));
+    }
     if let Err(problem) = world.wait_warm(Duration::from_secs(90)).await {
         world.say(&format!(
             "the cluster never settled before the soak: {problem}"
@@ -414,6 +423,7 @@ async fn soak(args: &Args, seed: u64, full: &[Fault], schedule: Vec<Fault>) -> u
                         eventually: false,
                     };
                     found.extend(check::lost_fires(&copy, &params, &mut fig));
+                    found.extend(ends::executions_end(&copy, &params, &mut fig));
                 }
                 for v in found {
                     if seen.lock().unwrap().insert(v.key.clone()) {
@@ -555,6 +565,52 @@ async fn soak(args: &Args, seed: u64, full: &[Fault], schedule: Vec<Fault>) -> u
     u8::from(failed)
 }
 
+/// How far the host's wall clock may run ahead of its monotonic clock between two looks
+/// before the nemesis counts a host pause.
+const HOST_PAUSE: Duration = Duration::from_millis(100);
+
+/// Records the host's pauses as faults the schedule did not inject. When the host stops (a
+/// virtual machine paused by its hypervisor), every process of the soak stops with it, and on
+/// resuming the wall clock jumps ahead while the monotonic clock does not: workers count their
+/// leases on the wall clock (the contract's `expires_at`), sidecars on the monotonic one. Every
+/// 20 ms, on a thread of its own, this compares how far each clock moved; a wall clock ahead by
+/// [`HOST_PAUSE`] or more is recorded as a `host-pause` on every sidecar (ids from 1001), so the
+/// checker treats its effects as a fault's, not as the sidecar's doing.
+fn watch_host_clock(world: &cluster::World) {
+    let mut seen = 0usize;
+    let (mut wall, mut mono) = (wall_us(), std::time::Instant::now());
+    loop {
+        std::thread::sleep(Duration::from_millis(20));
+        let (now_wall, now_mono) = (wall_us(), std::time::Instant::now());
+        let moved = now_mono.duration_since(mono).as_micros() as u64;
+        let ahead = now_wall.saturating_sub(wall).saturating_sub(moved);
+        if ahead >= HOST_PAUSE.as_micros() as u64 {
+            seen += 1;
+            let hold = Duration::from_micros(ahead);
+            let note = format!(
+                "not injected: the host's wall clock jumped {:.3}s past its monotonic clock (every process stopped)",
+                hold.as_secs_f64()
+            );
+            world
+                .history
+                .lock()
+                .unwrap_or_else(|e| e.into_inner())
+                .faults
+                .push(history::FaultRec {
+                    id: 1000 + seen,
+                    kind: schedule::Kind::HostPause { hold },
+                    start: wall,
+                    end: Some(now_wall),
+                    note: note.clone(),
+                    victim: None,
+                    fired: None,
+                });
+            world.say(&format!("#{} host-pause: {note}", 1000 + seen));
+        }
+        (wall, mono) = (now_wall, now_mono);
+    }
+}
+
 /// The end-of-soak checks over a saved history: the report's lines, the summary line, and
 /// whether any invariant was violated.
 fn verdict(snapshot: history::Snapshot) -> (Vec<String>, String, bool) {
@@ -694,6 +750,39 @@ fn figures(
             latency.map_or("never".into(), |l| format!("{:.3}s", l as f64 / 1e6)),
             if *fair { "" } else { " (bound not applicable)" }
         ));
+    }
+    let worst = |w: &Option<(u64, String)>| {
+        w.as_ref().map_or("none".to_string(), |(took, text)| {
+            format!("{:.3}s ({text})", *took as f64 / 1e6)
+        })
+    };
+    lines.push(format!(
+        "executions let go by their worker: {} seen to leave ZooKeeper, {} still there at the end (within their bound); bounds: {:.2}s after an answer, {:.2}s after a fault on the way to ZooKeeper, {:.2}s after a silent worker",
+        fig.ends_seen,
+        fig.ends_pending,
+        ends::CALM.as_secs_f64(),
+        ends::AFTER_FAULT.as_secs_f64(),
+        ends::AFTER_WORKER.as_secs_f64()
+    ));
+    lines.push(format!(
+        "  slowest after an answer with no fault near: {}",
+        worst(&fig.end_worst_calm)
+    ));
+    lines.push(format!("  slowest of all: {}", worst(&fig.end_worst)));
+    lines.push(format!(
+        "minimal workers' answers and declines, by the reply to their one call: {}",
+        fig.minimal_replies
+            .iter()
+            .map(|(k, v)| format!("{k} {v}"))
+            .collect::<Vec<_>>()
+            .join(", ")
+    ));
+    lines.push(format!(
+        "answer-aimed faults: {} fired of {}",
+        fig.aimed_fired, fig.aimed
+    ));
+    for line in &fig.aimed_lines {
+        lines.push(format!("  {line}"));
     }
     if !h.subscribe_failures.is_empty() {
         lines.push(format!(

@@ -8,8 +8,21 @@
 //! recoverable: one fault per worker slot, per sidecar and per ZooKeeper role at a time (never two
 //! ZooKeeper nodes down: the ensemble keeps its quorum), at most two sidecars faulted at once, and
 //! every fault (restarts included) over before the soak's end.
+//!
+//! Answer-aimed faults (`answer-cut`, `answer-freeze`) are armed at their offset and fire the
+//! moment a minimal worker of their sidecar sends an answer, within [`ARM_FOR`]: the schedule
+//! says which sidecar and how long, the fault log says which answer it hit and when (or that
+//! none came). Besides their own time they keep their sidecar and its minimal workers free of
+//! other faults for the execution bound after a fault ([`crate::ends::AFTER_FAULT`]), so that
+//! an execution the sidecar left stalled shows as a violation instead of being ended (or
+//! excused) by the next fault on that sidecar.
 
 use crate::spec::{self, JOBS, LEASE, SESSION, SIDECARS, SLOTS};
+
+/// How long an answer-aimed fault waits for a minimal worker of its sidecar to answer. The
+/// minimal jobs fire every 1 and 2 s and their items take up to 1.5 s, so a minimal worker that
+/// owns an item answers within 3.5 s.
+pub const ARM_FOR: Duration = Duration::from_secs(4);
 use rand::rngs::StdRng;
 use rand::{Rng, SeedableRng};
 use serde::{Deserialize, Serialize};
@@ -76,6 +89,20 @@ pub enum Kind {
     /// Remote shutdown: delete `instances/{id}` of the slot's current instance. The worker
     /// finishes, its stream ends, it exits; the slot gets a new process a second later.
     RemoteShutdown { slot: usize },
+    /// Armed on the minimal workers of sidecar `car`: when one sends an answer, every byte that
+    /// sidecar sends to ZooKeeper is thrown away for `hold` (its connections stay open;
+    /// ZooKeeper's replies still flow). The answer's write never reaches ZooKeeper; the sidecar
+    /// must find that out and write it again itself (#53).
+    AnswerCut { car: usize, hold: Duration },
+    /// Armed as [`Kind::AnswerCut`]; when the answer comes, every sidecar's ZooKeeper
+    /// connections are frozen (nothing in or out, then delivered) for `hold`: the answer's
+    /// write, or its reply, waits past the sidecar's call deadline.
+    AnswerFreeze { car: usize, hold: Duration },
+    /// Never scheduled: the host stopped every process of the soak for `hold` (its wall clock
+    /// jumped past its monotonic clock, or the nemesis's clock watch was not run at all), as a
+    /// virtual machine's pause does. The nemesis records it when it sees it
+    /// (`main::watch_host_clock`), as a fault it did not inject, on every sidecar.
+    HostPause { hold: Duration },
 }
 
 /// What a fault may disturb, for the checker: fires inside a fault's window and scope are not
@@ -145,7 +172,15 @@ impl Kind {
             Kind::DisableItem { .. } => "op-disable-item",
             Kind::DisableServer { .. } => "op-disable-server",
             Kind::RemoteShutdown { .. } => "op-remote-shutdown",
+            Kind::AnswerCut { .. } => "answer-cut",
+            Kind::AnswerFreeze { .. } => "answer-freeze",
+            Kind::HostPause { .. } => "host-pause",
         }
+    }
+
+    /// Whether the fault waits for an answer before it acts.
+    pub fn aimed_at_answer(&self) -> bool {
+        matches!(self, Kind::AnswerCut { .. } | Kind::AnswerFreeze { .. })
     }
 
     /// How long the fault holds its resources at most, from its start (restarts included).
@@ -170,7 +205,38 @@ impl Kind {
             // A JVM restart on a busy machine.
             Kind::ZkKill { restart_after, .. } => *restart_after + s(15),
             Kind::RemoteShutdown { .. } => s(4),
+            Kind::AnswerCut { hold, .. } | Kind::AnswerFreeze { hold, .. } => {
+                ARM_FOR + *hold + s(1)
+            }
+            Kind::HostPause { hold } => *hold,
         }
+    }
+
+    /// What the fault holds and for how long from its start: every resource for its
+    /// [`Kind::reservation`]; an answer-aimed fault also keeps its sidecar and that sidecar's
+    /// minimal workers calm for the execution bound after it (see the module docs).
+    fn claims(&self) -> Vec<(Res, Duration)> {
+        let own = self.reservation();
+        let mut claims: Vec<(Res, Duration)> =
+            self.resources().into_iter().map(|r| (r, own)).collect();
+        if self.aimed_at_answer() {
+            let quiet = own + crate::ends::AFTER_FAULT;
+            for (res, until) in claims.iter_mut() {
+                if matches!(res, Res::Car(_) | Res::Slot(_)) {
+                    *until = quiet;
+                }
+            }
+        }
+        claims
+    }
+
+    /// How long from its start until the fault and its claims are over.
+    fn claimed_for(&self) -> Duration {
+        self.claims()
+            .iter()
+            .map(|(_, d)| *d)
+            .max()
+            .unwrap_or_default()
     }
 
     fn resources(&self) -> Vec<Res> {
@@ -191,6 +257,17 @@ impl Kind {
             Kind::Trigger { job } => vec![Res::Trigger(*job)],
             Kind::DisableItem { job, item, .. } => vec![Res::Item(*job, *item)],
             Kind::DisableServer { job, car, .. } => vec![Res::Server(*job, *car)],
+            Kind::AnswerCut { car, .. } => {
+                let mut res = vec![Res::Car(*car)];
+                res.extend(spec::minimal_slots(*car).into_iter().map(Res::Slot));
+                res
+            }
+            Kind::AnswerFreeze { car, .. } => {
+                let mut res = vec![Res::Zk, Res::Car(*car)];
+                res.extend(spec::minimal_slots(*car).into_iter().map(Res::Slot));
+                res
+            }
+            Kind::HostPause { .. } => Vec::new(),
         }
     }
 
@@ -210,8 +287,12 @@ impl Kind {
             | Kind::SidecarPauseShort { car, .. }
             | Kind::SidecarTerm { car, .. }
             | Kind::Partition { car, .. }
-            | Kind::SessionExpiry { car, .. } => Scope::Car(*car),
-            Kind::ZkKill { .. } | Kind::ZkSilent { .. } => Scope::Global,
+            | Kind::SessionExpiry { car, .. }
+            | Kind::AnswerCut { car, .. } => Scope::Car(*car),
+            Kind::ZkKill { .. }
+            | Kind::ZkSilent { .. }
+            | Kind::AnswerFreeze { .. }
+            | Kind::HostPause { .. } => Scope::Global,
         }
     }
 
@@ -232,8 +313,9 @@ impl Kind {
             Kind::SidecarTerm { .. } => SESSION + s(1),
             // From the kill (see `FaultRec::window`): a leader election, reconnections.
             Kind::ZkKill { .. } => SESSION + s(2),
-            Kind::ZkSilent { .. } => s(3),
-            Kind::WorkerPause { .. } => LEASE + s(2),
+            Kind::ZkSilent { .. } | Kind::AnswerCut { .. } | Kind::AnswerFreeze { .. } => s(3),
+            // Every lease ran out on the wall clock meanwhile, as after a worker's pause.
+            Kind::WorkerPause { .. } | Kind::HostPause { .. } => LEASE + s(2),
             Kind::WorkerSlow { .. } | Kind::WorkerHang { .. } => s(7),
             Kind::WorkerKill { .. } | Kind::JoinCancel { .. } | Kind::DisableItem { .. } => s(2),
             Kind::Trigger { .. } => s(3),
@@ -250,7 +332,8 @@ impl Kind {
             | Kind::SidecarPauseShort { car, .. }
             | Kind::SidecarTerm { car, .. }
             | Kind::Partition { car, .. }
-            | Kind::SessionExpiry { car, .. } => Some(*car),
+            | Kind::SessionExpiry { car, .. }
+            | Kind::AnswerCut { car, .. } => Some(*car),
             _ => None,
         }
     }
@@ -310,6 +393,10 @@ impl fmt::Display for Kind {
                 write!(f, "job={} {} for={}", JOBS[*job].name, car(c), d(hold))
             }
             Kind::RemoteShutdown { slot: s } => write!(f, "{}", slot(s)),
+            Kind::AnswerCut { car: c, hold } | Kind::AnswerFreeze { car: c, hold } => {
+                write!(f, "{} for={}", car(c), d(hold))
+            }
+            Kind::HostPause { hold } => write!(f, "for={}", d(hold)),
         }
     }
 }
@@ -327,7 +414,7 @@ impl fmt::Display for Fault {
 }
 
 /// Relative weights of the fault kinds (ZooKeeper kills only with an ensemble).
-const WEIGHTS: [(u32, &str); 18] = [
+const WEIGHTS: [(u32, &str); 20] = [
     (10, "worker-kill"),
     (6, "worker-pause"),
     (4, "join-cancel"),
@@ -346,6 +433,8 @@ const WEIGHTS: [(u32, &str); 18] = [
     (4, "op-disable-item"),
     (3, "op-disable-server"),
     (4, "op-remote-shutdown"),
+    (3, "answer-cut"),
+    (2, "answer-freeze"),
 ];
 
 fn draw_kind(rng: &mut StdRng, ensemble: usize) -> Kind {
@@ -436,6 +525,18 @@ fn draw_kind(rng: &mut StdRng, ensemble: usize) -> Kind {
             car,
             hold: secs(rng, 2.0, 6.0),
         },
+        // #53: an outage of 1.1-1.2 s lets the lease outlive it; from 1.3 s the lease lapses
+        // first.
+        "answer-cut" => Kind::AnswerCut {
+            car,
+            hold: secs(rng, 1.1, 1.5),
+        },
+        // #53's ZooKeeper freezes were 1.6 and 2.4 s; below 2/3 of the session, after which
+        // every sidecar revokes every execution anyway.
+        "answer-freeze" => Kind::AnswerFreeze {
+            car,
+            hold: secs(rng, 1.0, 2.5),
+        },
         _ => Kind::RemoteShutdown { slot },
     }
 }
@@ -445,6 +546,7 @@ pub fn generate(seed: u64, duration: Duration, ensemble: usize) -> Vec<Fault> {
     let mut rng = StdRng::seed_from_u64(seed);
     let mut faults: Vec<Fault> = Vec::new();
     let mut held: Vec<(Duration, Duration, Kind)> = Vec::new();
+    let mut claimed: Vec<(Duration, Duration, Res)> = Vec::new();
     let mut at = Duration::from_millis(1500);
     loop {
         at += secs(&mut rng, 0.6, 2.8);
@@ -455,7 +557,7 @@ pub fn generate(seed: u64, duration: Duration, ensemble: usize) -> Vec<Fault> {
         for _ in 0..4 {
             let kind = draw_kind(&mut rng, ensemble);
             let until = at + kind.reservation();
-            if until > duration {
+            if at + kind.claimed_for() > duration {
                 continue;
             }
             let overlapping: Vec<&Kind> = held
@@ -463,11 +565,12 @@ pub fn generate(seed: u64, duration: Duration, ensemble: usize) -> Vec<Fault> {
                 .filter(|(s, e, _)| *s < until && at < *e)
                 .map(|(_, _, k)| k)
                 .collect();
-            let resources = kind.resources();
-            if overlapping
-                .iter()
-                .any(|k| k.resources().iter().any(|r| resources.contains(r)))
-            {
+            let claims = kind.claims();
+            if claims.iter().any(|(res, d)| {
+                claimed
+                    .iter()
+                    .any(|(s, e, r)| r == res && *s < at + *d && at < *e)
+            }) {
                 continue;
             }
             if let Some(car) = kind.car() {
@@ -479,6 +582,7 @@ pub fn generate(seed: u64, duration: Duration, ensemble: usize) -> Vec<Fault> {
                 }
             }
             held.push((at, until, kind.clone()));
+            claimed.extend(claims.into_iter().map(|(r, d)| (at, at + d, r)));
             faults.push(Fault {
                 id: faults.len() + 1,
                 at,
@@ -522,16 +626,16 @@ mod tests {
             let d = Duration::from_secs(60);
             let faults = generate(seed, d, 3);
             for (i, a) in faults.iter().enumerate() {
-                assert!(a.at + a.kind.reservation() <= d);
+                assert!(a.at + a.kind.claimed_for() <= d);
                 for b in &faults[i + 1..] {
-                    let overlap =
-                        a.at < b.at + b.kind.reservation() && b.at < a.at + a.kind.reservation();
-                    if overlap {
-                        let ra = a.kind.resources();
-                        assert!(
-                            !b.kind.resources().iter().any(|r| ra.contains(r)),
-                            "seed {seed}: {a} and {b} overlap on a resource"
-                        );
+                    for (ra, da) in a.kind.claims() {
+                        for (rb, db) in b.kind.claims() {
+                            let overlap = a.at < b.at + db && b.at < a.at + da;
+                            assert!(
+                                !(overlap && ra == rb),
+                                "seed {seed}: {a} and {b} overlap on {ra:?}"
+                            );
+                        }
                     }
                 }
             }
@@ -540,5 +644,40 @@ mod tests {
                 .iter()
                 .all(|f| !matches!(f.kind, Kind::ZkKill { .. })));
         }
+    }
+
+    #[test]
+    fn answer_aimed_faults_keep_their_sidecar_and_minimal_workers_calm_after_them() {
+        let d = Duration::from_secs(600);
+        let mut aimed = 0;
+        for seed in 0..20 {
+            let faults = generate(seed, d, 3);
+            for a in faults.iter().filter(|f| f.kind.aimed_at_answer()) {
+                aimed += 1;
+                let Some(car) = (match a.kind {
+                    Kind::AnswerCut { car, .. } | Kind::AnswerFreeze { car, .. } => Some(car),
+                    _ => None,
+                }) else {
+                    unreachable!()
+                };
+                let calm_until = a.at + a.kind.claimed_for();
+                assert!(calm_until >= a.at + ARM_FOR + crate::ends::AFTER_FAULT);
+                for b in faults.iter().filter(|b| b.id != a.id) {
+                    let touches = b.kind.car() == Some(car)
+                        || b.kind.resources().iter().any(
+                            |r| matches!(r, Res::Slot(s) if spec::minimal_slots(car).contains(s)),
+                        );
+                    let overlaps = b.at < calm_until && a.at < b.at + b.kind.reservation();
+                    assert!(
+                        !(touches && overlaps),
+                        "seed {seed}: {b} falls in the calm after {a}"
+                    );
+                }
+            }
+        }
+        assert!(
+            aimed >= 100,
+            "600 s soaks have answer-aimed faults: {aimed} in 20"
+        );
     }
 }

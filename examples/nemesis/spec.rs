@@ -13,6 +13,27 @@ pub const LEASE: Duration = Duration::from_secs(2);
 /// The ZooKeeper namespace of the soak.
 pub const NAMESPACE: &str = "nemesis";
 
+// The sidecar's and the harness's timing settings the execution bound is derived from
+// (`ends::executions_end`). They are the defaults the harness runs the sidecars with; a unit
+// test below ties them to `SESSION` where the sidecar derives them from it.
+
+/// The sidecar's deadline for one ZooKeeper call: a quarter of the session timeout
+/// (`op_timeout` in `src/sidecar.rs`). A write with no reply by then is "unconfirmed".
+pub const ZK_OP: Duration = Duration::from_millis(1_000);
+/// How long the sidecar waits before it reads a job again after a failed or unconfirmed write
+/// (`RETRY` in `src/coordination/job/state.rs`).
+pub const ZK_RETRY: Duration = Duration::from_millis(200);
+/// The ZooKeeper ensemble's tick (`ZK_TICK` in the harness): sessions expire on tick
+/// boundaries, so up to a tick after their timeout.
+pub const ZK_TICK: Duration = Duration::from_millis(500);
+/// The sidecar's HTTP/2 keepalive on worker connections, interval + timeout (the defaults,
+/// 1 s + 3 s): how long a worker that stopped reading (frozen) keeps its stream, and with it
+/// lease renewals the worker never reads.
+pub const KEEPALIVE: Duration = Duration::from_secs(4);
+/// How often the nemesis reads the `running` node of every execution a worker has let go of
+/// (`cluster::World::probe_holds`).
+pub const PROBE: Duration = Duration::from_millis(250);
+
 /// One job of the soak.
 #[derive(Clone, Copy, Debug)]
 pub struct JobSpec {
@@ -61,6 +82,33 @@ pub const JOBS: [JobSpec; 4] = [
         timeout_s: 0,
     },
 ];
+
+/// The jobs whose workers are all minimal ([`crate::worker`]): they keep every MUST of the
+/// contract and none of its MAYs (one call per answer or decline, whatever its reply; no
+/// acknowledgement of a revoke for an item they do not run; no new stream before the last
+/// lease has run out). nem-fo-2s (failover on, 4 items) and nem-nofo-1s (failover off, 3 items):
+/// - a job with no strict member has no peer whose resent answers or extra declines could end
+///   an execution for it: if the sidecar waited on a worker, the item would stall and show;
+/// - one job of each failover setting: both kinds of `running` node (persistent with failover
+///   on, ephemeral without) and both ways of giving an item back (flagged or handed over, and
+///   left for the next fire);
+/// - at least as many items as sidecars, so each minimal worker normally owns an item and
+///   answers every 1–2 s: the answer-aimed faults, which wait for a minimal worker of their
+///   sidecar to answer, fire promptly on every sidecar.
+///
+/// The other two jobs keep the strict workers (resends, acknowledgement declines), so both
+/// kinds share every sidecar.
+pub const MINIMAL_JOBS: [usize; 2] = [1, 2];
+
+/// Whether the worker of `slot` is minimal (see [`MINIMAL_JOBS`]).
+pub fn is_minimal(slot: usize) -> bool {
+    MINIMAL_JOBS.contains(&job_of_slot(slot))
+}
+
+/// The slots of sidecar `car` whose workers are minimal.
+pub fn minimal_slots(car: usize) -> Vec<usize> {
+    MINIMAL_JOBS.iter().map(|job| slot_of(car, *job)).collect()
+}
 
 /// Worker slots: one worker process per (sidecar, job). A slot keeps its number when its
 /// process is killed and started again (with a new pid, so a new instance id).
@@ -120,4 +168,37 @@ pub fn mix(mut x: u64) -> u64 {
     x = (x ^ (x >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
     x = (x ^ (x >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
     x ^ (x >> 31)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_timing_settings_match_the_sidecar_s_derivations() {
+        assert_eq!(
+            ZK_OP,
+            SESSION / 4,
+            "the sidecar's op timeout is a quarter of the session"
+        );
+        assert_eq!(LEASE, SESSION / 2, "the lease is half the session");
+        assert!(PROBE < ZK_OP);
+    }
+
+    #[test]
+    fn every_sidecar_has_minimal_workers_of_jobs_with_an_item_each() {
+        for car in 0..SIDECARS {
+            let slots: Vec<usize> = (0..SLOTS)
+                .filter(|s| car_of_slot(*s) == car && is_minimal(*s))
+                .collect();
+            assert_eq!(slots, minimal_slots(car));
+            assert_eq!(slots.len(), MINIMAL_JOBS.len());
+            for slot in slots {
+                assert!(is_minimal(slot));
+                assert_eq!(car_of_slot(slot), car);
+                assert!(JOBS[job_of_slot(slot)].items as usize >= SIDECARS);
+            }
+        }
+        assert_eq!((0..SLOTS).filter(|s| is_minimal(*s)).count(), 6);
+    }
 }

@@ -1,6 +1,6 @@
-//! The soak's workers: strict, proto-only workers in child processes (the nemesis binary run
-//! again with `--worker`), written against the generated `shardcar::proto` client and nothing
-//! else. They keep the worker contract of `proto/shardcar/v1/shardcar.proto` to the letter:
+//! The soak's workers: proto-only workers in child processes (the nemesis binary run again
+//! with `--worker`), written against the generated `shardcar::proto` client and nothing else.
+//! They keep the worker contract of `proto/shardcar/v1/shardcar.proto` to the letter:
 //!
 //! 1. Work only under a valid lease: until the earlier of receipt + `valid_for` and
 //!    `expires_at`; a lease read after its `expires_at` is void. When it runs out, stop every
@@ -17,11 +17,32 @@
 //! (`Complete` when accepted, `ReportFailure` when refused). Every step is reported to the
 //! nemesis as one `EV {json}` line on stdout, stamped on the host's wall clock ([`wall_us`]).
 //!
+//! A worker runs in one of two modes (`--minimal`; which slots run which:
+//! [`spec::MINIMAL_JOBS`]):
+//!
+//! - **Strict** (the default) also does what the contract allows: it sends an answer or a
+//!   decline again after a transport error (or no reply in 2 s) while its stream is open, it
+//!   acknowledges a `Revoke` of an item it no longer runs with a `Decline` of the item's last
+//!   execution, and it subscribes again 300 ms after a stream ended.
+//! - **Minimal** keeps every MUST and none of the MAYs, so the sidecar alone must end every
+//!   execution: each answer or decline is one call, never sent again whatever its reply
+//!   (transport error, UNAVAILABLE, no reply at all); it declines only where a rule says it
+//!   must (rule 1: items stopped at the end of the lease; rule 2: a trigger without a valid
+//!   lease, and rule 5's new triggers during shutdown; rule 4: items it stopped on `Revoke`);
+//!   and after a stream ends it subscribes again only once its last lease has run out, after a
+//!   second's backoff (rule 5's "with backoff"), never sooner. It reports each reply with the
+//!   time it took and whether an UNAVAILABLE carried the sidecar's details ("accepted, not yet
+//!   recorded") or was a transport error.
+//!
 //! stdin carries behaviour changes from the schedule: `SLOW until_us` (items take 2–4.5 s, so
 //! past the lease and the cron period) and `HANG until_us` (never answering: items do not end
 //! on their own and nothing is answered for them, not even a Decline, until then; the worker
-//! still stops them on Revoke and when its lease runs out). When stdin closes (the nemesis is
-//! gone) the worker exits.
+//! still stops them on Revoke and when its lease runs out). An answer-aimed fault arms a
+//! worker with `ARM until_us`: its next `Complete` or `ReportFailure` before then, if its lease
+//! has at least [`ARM_LEASE_LEFT`] left, is announced as an `armed` event and held until the
+//! nemesis says `GO {execution}` (it has cut or frozen the sidecar's ZooKeeper connections) or
+//! [`GO_WAIT`] has passed; the lease is checked again before the call goes out (rule 1). When
+//! stdin closes (the nemesis is gone) the worker exits.
 
 use crate::spec::{self, wall_us, JOBS};
 use serde_json::{json, Value};
@@ -36,8 +57,18 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 use tokio::io::{AsyncBufReadExt, AsyncWriteExt, BufReader};
-use tokio::sync::mpsc;
+use tokio::sync::{mpsc, watch};
 use tonic::transport::{Channel, Endpoint};
+
+/// How long an armed answer waits for the nemesis's `GO` at most.
+pub const GO_WAIT: Duration = Duration::from_millis(300);
+/// An answer is held for an armed fault only if the lease has this much left, so that it is
+/// still valid when the call goes out after [`GO_WAIT`] at most.
+pub const ARM_LEASE_LEFT: Duration = Duration::from_millis(600);
+/// A minimal worker's deadline for one answer call: longer than the sidecar's own wait for an
+/// unconfirmed write (half the session), so the sidecar's reply normally comes first. Expiring
+/// is a transport error (DEADLINE_EXCEEDED), and nothing is sent again either way.
+const MINIMAL_CALL_DEADLINE: Duration = Duration::from_secs(8);
 
 /// How a worker process was started.
 #[derive(Clone, Debug)]
@@ -46,6 +77,16 @@ pub struct WorkerArgs {
     pub job: usize,
     pub store: String,
     pub seed: u64,
+    /// Minimal mode (see the module docs).
+    pub minimal: bool,
+}
+
+/// The answer-aimed faults' hold on the worker's next answer (`ARM`, `GO` on stdin).
+struct Gate {
+    /// Arm the next Complete or ReportFailure sent before this instant (µs; 0: disarmed).
+    armed_until: AtomicU64,
+    /// The execution the nemesis said `GO` for last.
+    go: watch::Sender<String>,
 }
 
 /// One line to the nemesis.
@@ -149,6 +190,11 @@ struct Answerer {
     client: WorkerClient<Channel>,
     open: Arc<AtomicU64>,
     gen: u64,
+    minimal: bool,
+    gate: Arc<Gate>,
+    /// The stream's lease end (µs), as [`Stream::lease_until`]: an armed answer checks it again
+    /// after its wait.
+    lease_until: Arc<AtomicU64>,
 }
 
 enum Answer {
@@ -157,68 +203,181 @@ enum Answer {
     Decline(Vec<i32>, String),
 }
 
+impl Answer {
+    fn kind(&self) -> &'static str {
+        match self {
+            Answer::Complete(_) => "complete",
+            Answer::Fail(..) => "fail",
+            Answer::Decline(..) => "decline",
+        }
+    }
+
+    fn items(&self) -> Vec<i32> {
+        match self {
+            Answer::Complete(i) | Answer::Fail(i, _) => vec![*i],
+            Answer::Decline(items, _) => items.clone(),
+        }
+    }
+}
+
+/// The sidecar's reply to one call: `Ok` or the status.
+async fn call_once(
+    mut client: WorkerClient<Channel>,
+    instance: &str,
+    exec: &str,
+    answer: &Answer,
+) -> Result<(), tonic::Status> {
+    let (instance_id, execution_id) = (instance.to_string(), exec.to_string());
+    match answer {
+        Answer::Complete(i) => client
+            .complete(CompleteRequest {
+                instance_id,
+                execution_id,
+                items: vec![*i],
+            })
+            .await
+            .map(|_| ()),
+        Answer::Fail(i, error) => client
+            .report_failure(ReportFailureRequest {
+                instance_id,
+                execution_id,
+                item: *i,
+                error: error.clone(),
+            })
+            .await
+            .map(|_| ()),
+        Answer::Decline(items, reason) => client
+            .decline(DeclineRequest {
+                instance_id,
+                execution_id,
+                items: items.clone(),
+                reason: reason.clone(),
+            })
+            .await
+            .map(|_| ()),
+    }
+}
+
 impl Answerer {
-    /// Sends one answer in the background, as rule 3 says.
+    /// Takes the arm for this answer, if the worker is armed and its lease has enough left.
+    fn take_arm(&self, answer: &Answer, now: u64) -> bool {
+        if matches!(answer, Answer::Decline(..)) {
+            return false;
+        }
+        let until = self.gate.armed_until.load(Ordering::SeqCst);
+        let left = self.lease_until.load(Ordering::SeqCst).saturating_sub(now);
+        now < until
+            && left >= ARM_LEASE_LEFT.as_micros() as u64
+            && self
+                .gate
+                .armed_until
+                .compare_exchange(until, 0, Ordering::SeqCst, Ordering::SeqCst)
+                .is_ok()
+    }
+
+    /// Sends one answer in the background, as rule 3 says (strict: again after a transport
+    /// error while the stream is open; minimal: once).
     fn send(&self, instance: &str, exec: &str, answer: Answer) {
-        let (kind, items) = match &answer {
-            Answer::Complete(i) => ("complete", vec![*i]),
-            Answer::Fail(i, _) => ("fail", vec![*i]),
-            Answer::Decline(items, _) => ("decline", items.clone()),
-        };
-        emit(json!({"k": "ans", "gen": self.gen, "exec": exec, "items": items, "kind": kind}));
+        let armed = self.take_arm(&answer, wall_us());
+        if armed {
+            emit(
+                json!({"k": "armed", "gen": self.gen, "exec": exec, "items": answer.items(),
+                        "kind": answer.kind()}),
+            );
+        } else {
+            emit(
+                json!({"k": "ans", "gen": self.gen, "exec": exec, "items": answer.items(),
+                        "kind": answer.kind()}),
+            );
+        }
         let this = self.clone();
         let (instance, exec) = (instance.to_string(), exec.to_string());
         tokio::spawn(async move {
-            let mut tries = 0u32;
-            let code = loop {
+            let mut answer = answer;
+            if armed {
+                let mut go = this.gate.go.subscribe();
+                let said = tokio::time::timeout(GO_WAIT, go.wait_for(|e| *e == exec))
+                    .await
+                    .is_ok();
+                let now = wall_us();
                 if this.open.load(Ordering::SeqCst) != this.gen {
-                    break None; // the stream has ended: the answer is void
+                    emit(json!({"k": "ansres", "gen": this.gen, "exec": exec,
+                                "items": answer.items(), "kind": answer.kind(), "code": null,
+                                "tries": 0}));
+                    return; // the stream ended meanwhile: the answer is void
                 }
-                tries += 1;
-                let mut client = this.client.clone();
-                let call = async {
-                    match &answer {
-                        Answer::Complete(i) => client
-                            .complete(CompleteRequest {
-                                instance_id: instance.clone(),
-                                execution_id: exec.clone(),
-                                items: vec![*i],
-                            })
-                            .await
-                            .map(|_| ()),
-                        Answer::Fail(i, error) => client
-                            .report_failure(ReportFailureRequest {
-                                instance_id: instance.clone(),
-                                execution_id: exec.clone(),
-                                item: *i,
-                                error: error.clone(),
-                            })
-                            .await
-                            .map(|_| ()),
-                        Answer::Decline(items, reason) => client
-                            .decline(DeclineRequest {
-                                instance_id: instance.clone(),
-                                execution_id: exec.clone(),
-                                items: items.clone(),
-                                reason: reason.clone(),
-                            })
-                            .await
-                            .map(|_| ()),
+                if now >= this.lease_until.load(Ordering::SeqCst) {
+                    // Rule 1: the lease ran out while the answer waited; answer nothing,
+                    // decline what stopped.
+                    for item in answer.items() {
+                        emit(json!({"k": "stop", "t": now, "gen": this.gen, "exec": exec,
+                                    "item": item, "why": "lease"}));
                     }
-                };
-                match tokio::time::timeout(Duration::from_secs(2), call).await {
-                    Ok(Ok(())) => break Some(0),
-                    Ok(Err(status)) if !is_transport_error(&status) => {
-                        break Some(status.code() as i32)
-                    }
-                    _ => tokio::time::sleep(Duration::from_millis(100)).await,
+                    answer = Answer::Decline(answer.items(), "the lease ran out".into());
                 }
-            };
-            emit(
-                json!({"k": "ansres", "gen": this.gen, "exec": exec, "items": items,
-                        "kind": kind, "code": code, "tries": tries}),
-            );
+                emit(json!({"k": "ans", "t": now, "gen": this.gen, "exec": exec,
+                            "items": answer.items(), "kind": answer.kind(), "go": said}));
+            }
+            if this.minimal {
+                this.send_once(&instance, &exec, &answer).await;
+            } else {
+                this.send_until_replied(&instance, &exec, &answer).await;
+            }
         });
+    }
+
+    /// Strict: the call again after a transport error (or no reply in 2 s), while the stream
+    /// is open.
+    async fn send_until_replied(&self, instance: &str, exec: &str, answer: &Answer) {
+        let mut tries = 0u32;
+        let code = loop {
+            if self.open.load(Ordering::SeqCst) != self.gen {
+                break None; // the stream has ended: the answer is void
+            }
+            tries += 1;
+            let call = call_once(self.client.clone(), instance, exec, answer);
+            match tokio::time::timeout(Duration::from_secs(2), call).await {
+                Ok(Ok(())) => break Some(0),
+                Ok(Err(status)) if !is_transport_error(&status) => break Some(status.code() as i32),
+                _ => tokio::time::sleep(Duration::from_millis(100)).await,
+            }
+        };
+        emit(
+            json!({"k": "ansres", "gen": self.gen, "exec": exec, "items": answer.items(),
+                    "kind": answer.kind(), "code": code, "tries": tries}),
+        );
+    }
+
+    /// Minimal: one call, whatever its reply. `held` marks an UNAVAILABLE that carries the
+    /// sidecar's details (accepted, not yet recorded), as opposed to a transport error.
+    async fn send_once(&self, instance: &str, exec: &str, answer: &Answer) {
+        if self.open.load(Ordering::SeqCst) != self.gen {
+            emit(
+                json!({"k": "ansres", "gen": self.gen, "exec": exec, "items": answer.items(),
+                        "kind": answer.kind(), "code": null, "tries": 0}),
+            );
+            return; // the stream has ended: the answer is void
+        }
+        let sent = wall_us();
+        let call = call_once(self.client.clone(), instance, exec, answer);
+        let (code, held, message) = match tokio::time::timeout(MINIMAL_CALL_DEADLINE, call).await {
+            Ok(Ok(())) => (0, false, String::new()),
+            Ok(Err(status)) => (
+                status.code() as i32,
+                status.code() == tonic::Code::Unavailable && !status.details().is_empty(),
+                status.message().to_string(),
+            ),
+            Err(_) => (
+                tonic::Code::DeadlineExceeded as i32,
+                false,
+                "no reply within the call's deadline".to_string(),
+            ),
+        };
+        emit(
+            json!({"k": "ansres", "gen": self.gen, "exec": exec, "items": answer.items(),
+                    "kind": answer.kind(), "code": code, "tries": 1, "held": held,
+                    "ms": (wall_us() - sent) / 1_000, "msg": message}),
+        );
     }
 }
 
@@ -226,7 +385,12 @@ impl Answerer {
 /// (except after a `Shutdown`, when it exits).
 pub async fn run(args: WorkerArgs) {
     let (cmd_tx, mut cmd_rx) = mpsc::channel::<Modes>(16);
+    let gate = Arc::new(Gate {
+        armed_until: AtomicU64::new(0),
+        go: watch::Sender::new(String::new()),
+    });
     // A thread, not a task: blocking reads of stdin.
+    let stdin_gate = gate.clone();
     std::thread::spawn(move || {
         let mut modes = Modes::default();
         for line in std::io::stdin().lines() {
@@ -235,6 +399,15 @@ pub async fn run(args: WorkerArgs) {
             match parts.as_slice() {
                 ["SLOW", until] => modes.slow_until = until.parse().unwrap_or(0),
                 ["HANG", until] => modes.hang_until = until.parse().unwrap_or(0),
+                ["ARM", until] => {
+                    let until = until.parse().unwrap_or(0);
+                    stdin_gate.armed_until.store(until, Ordering::SeqCst);
+                    continue;
+                }
+                ["GO", exec] => {
+                    stdin_gate.go.send_replace(exec.to_string());
+                    continue;
+                }
                 _ => continue,
             }
             if cmd_tx.blocking_send(modes).is_err() {
@@ -247,8 +420,16 @@ pub async fn run(args: WorkerArgs) {
     let open = Arc::new(AtomicU64::new(0));
     let mut modes = Modes::default();
     let mut gen = 0u64;
+    // Minimal: the end of the last lease of the stream that ended (no new stream before it).
+    let mut last_lease_until = 0u64;
     loop {
         gen += 1;
+        if args.minimal && gen > 1 {
+            // Rule 5's backoff, and never while the sidecar may still count on the old lease.
+            let wait_until = last_lease_until.max(wall_us()) + 1_000_000;
+            let wait = wait_until.saturating_sub(wall_us());
+            tokio::time::sleep(Duration::from_micros(wait)).await;
+        }
         let channel = Endpoint::from_shared(args.endpoint.clone())
             .expect("endpoint")
             .connect_timeout(Duration::from_secs(1))
@@ -270,7 +451,9 @@ pub async fn run(args: WorkerArgs) {
                         json!({"k": "subfail", "gen": gen, "code": status.code() as i32,
                             "msg": status.message()}),
                     );
-                    tokio::time::sleep(Duration::from_millis(300)).await;
+                    if !args.minimal {
+                        tokio::time::sleep(Duration::from_millis(300)).await;
+                    }
                     continue;
                 }
                 Err(_) => {
@@ -279,18 +462,25 @@ pub async fn run(args: WorkerArgs) {
                 }
             };
         open.store(gen, Ordering::SeqCst);
+        let lease_until = Arc::new(AtomicU64::new(0));
         let answerer = Answerer {
             client,
             open: open.clone(),
             gen,
+            minimal: args.minimal,
+            gate: gate.clone(),
+            lease_until: lease_until.clone(),
         };
         let shutdown = serve(&args, stream, answerer, &mut cmd_rx, &mut modes).await;
         open.store(0, Ordering::SeqCst);
+        last_lease_until = lease_until.load(Ordering::SeqCst);
         if shutdown {
             emit(json!({"k": "exit", "gen": gen}));
             std::process::exit(0);
         }
-        tokio::time::sleep(Duration::from_millis(300)).await;
+        if !args.minimal {
+            tokio::time::sleep(Duration::from_millis(300)).await;
+        }
     }
 }
 
@@ -408,6 +598,7 @@ fn on_event(
                 (now + valid_for_us).min(expires)
             };
             st.lease_until = until;
+            answerer.lease_until.store(until, Ordering::SeqCst);
             emit(
                 json!({"k": "lease", "t": now, "gen": gen, "seq": l.sequence, "until": until,
                         "void": now >= expires}),
@@ -435,8 +626,9 @@ fn on_event(
                                 "why": "revoke"}),
                     );
                 }
-                if active.is_empty() {
+                if active.is_empty() && !args.minimal {
                     // Nothing runs it any more: acknowledge anyway (a Decline is always safe).
+                    // A MAY: the minimal worker declines only what it stopped (rule 4).
                     active.extend(st.last_exec_of_item.get(item).cloned());
                 }
                 for exec in active {
