@@ -20,7 +20,7 @@ pub mod trace;
 mod tests;
 
 use std::collections::HashMap;
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
@@ -94,6 +94,9 @@ pub(crate) struct Shared {
     pub executions: Mutex<HashMap<String, String>>,
     /// Recently finished executions of every job. Same locking rule.
     pub finished: Mutex<FinishedExecutions>,
+    /// The sidecar drains: no job takes a new worker. Set under the job table's lock, so that no
+    /// job's driver starts unseen by the drain.
+    pub draining: AtomicBool,
     keys: AtomicU64,
 }
 
@@ -136,13 +139,25 @@ impl Shared {
 
 /// Sends a command to job `job`'s driver, starting one if the job has none (or its driver
 /// retired meanwhile). Returns the driver's sender.
-pub(crate) async fn route(shared: &Arc<Shared>, job: &str, mut cmd: Box<JobCmd>) -> job::JobSender {
+pub(crate) async fn route(shared: &Arc<Shared>, job: &str, mut cmd: Box<JobCmd>) {
     loop {
         let driver = {
             // Held without an await: look up or insert only.
             let mut jobs = shared.jobs.lock().expect("job table poisoned");
             match jobs.get(job) {
                 Some(tx) if !tx.is_closed() => tx.clone(),
+                _ if shared.draining.load(Ordering::SeqCst) => {
+                    // A job the drain did not reach (it had no driver then) takes no worker: the
+                    // drain would never tell it to stop (checked under the table's lock, which
+                    // the drain takes to start).
+                    if let JobCmd::Join { reply, .. } = *cmd {
+                        let _ = reply.send(Err(CoordError::Unavailable(DRAINING.into())));
+                        return;
+                    }
+                    let tx = job::spawn(job, shared.clone());
+                    jobs.insert(job.to_string(), tx.clone());
+                    tx
+                }
                 _ => {
                     let tx = job::spawn(job, shared.clone());
                     jobs.insert(job.to_string(), tx.clone());
@@ -151,11 +166,15 @@ pub(crate) async fn route(shared: &Arc<Shared>, job: &str, mut cmd: Box<JobCmd>)
             }
         };
         match driver.send(cmd).await {
-            Ok(()) => return driver,
+            Ok(()) => return,
             Err(mpsc::error::SendError(returned)) => cmd = returned,
         }
     }
 }
+
+/// Why a subscribe is refused while the sidecar drains.
+const DRAINING: &str =
+    "the sidecar is shutting down; subscribe again once it is back, or to another sidecar";
 
 /// A request to register one worker instance for a job.
 pub struct Subscription {
@@ -211,6 +230,7 @@ impl Coordinator {
                 jobs: Mutex::new(HashMap::new()),
                 executions: Mutex::new(HashMap::new()),
                 finished: Mutex::new(FinishedExecutions::new(FINISHED_MEMORY)),
+                draining: AtomicBool::new(false),
                 keys: AtomicU64::new(0),
             }),
         }
@@ -391,14 +411,12 @@ impl Coordinator {
     /// Returns whether every job answered in time with every local instance gone (a job that
     /// retired meanwhile has none): only then may the session be closed at once.
     pub async fn drain(&self, deadline: Instant) -> bool {
-        let drivers: Vec<job::JobSender> = self
-            .shared
-            .jobs
-            .lock()
-            .expect("job table poisoned")
-            .values()
-            .cloned()
-            .collect();
+        let drivers: Vec<job::JobSender> = {
+            // Held without an await: from now on no job starts without the drain seeing it.
+            let jobs = self.shared.jobs.lock().expect("job table poisoned");
+            self.shared.draining.store(true, Ordering::SeqCst);
+            jobs.values().cloned().collect()
+        };
         let drains = drivers.into_iter().map(|driver| async move {
             let (reply_tx, reply_rx) = oneshot::channel();
             if driver

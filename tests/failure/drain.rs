@@ -184,3 +184,50 @@ async fn sigterm_with_nothing_running_exits_at_once() {
     );
     eprintln!("SIGTERM, idle: exited after {took:?}");
 }
+
+/// Nemesis (seeds 2, 4, 5): a worker that subscribed, while its sidecar drained, to a job the
+/// drain had not reached (no worker of it was on the sidecar) was registered, got cron triggers
+/// and no `Shutdown`, and held its items until the sidecar exited. A drain now refuses every
+/// new subscription, whichever job it is for.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_subscribe_that_comes_during_a_drain_is_refused_for_any_job() {
+    let zk = ZooKeeper::start().await;
+    let ns = "drain-subscribe";
+    let mut a = graceful_car(&zk, ns, "127.0.0.2").await;
+    // A worker that never answers keeps the drain going until the end of its lease.
+    let busy = TestWorker::subscribe(
+        &a.endpoint(),
+        subscribe_request(job_config("busy", "* * * * * ?", 1)),
+    )
+    .await
+    .unwrap();
+    busy.next_trigger(WAIT).await.unwrap();
+    a.terminate();
+    busy.wait_for(
+        |events| {
+            events
+                .iter()
+                .any(|(_, e)| matches!(e.event, Some(Event::Shutdown(_))))
+        },
+        WAIT,
+    )
+    .await
+    .unwrap_or_else(|e| panic!("no Shutdown: {e}"));
+    for job in ["busy", "another"] {
+        let late = TestWorker::subscribe(
+            &a.endpoint(),
+            subscribe_request(job_config(job, "* * * * * ?", 1)),
+        )
+        .await;
+        let status = late
+            .err()
+            .unwrap_or_else(|| panic!("a subscribe to {job} during the drain"));
+        assert_eq!(status.code(), Code::Unavailable, "{job}: {status:?}");
+        assert!(
+            status.message().contains("shutting down"),
+            "{job}: {status:?}"
+        );
+    }
+    let exited = a.wait_exit(GRACE + Duration::from_secs(5)).await;
+    assert!(exited.is_some_and(|s| s.success()), "{}", a.log_tail(30));
+}
