@@ -32,6 +32,8 @@ pub mod ops;
 pub mod registry;
 pub mod schedule;
 pub mod sidecar;
+#[cfg(test)]
+mod testing;
 pub mod web;
 
 /// Code generated from `proto/shardcar/v1/shardcar.proto`.

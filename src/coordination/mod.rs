@@ -13,10 +13,6 @@ pub mod small_map;
 pub mod trace;
 
 #[cfg(test)]
-#[allow(
-    clippy::disallowed_methods,
-    reason = "tests run against real time and real servers"
-)]
 mod tests;
 
 use std::collections::HashMap;

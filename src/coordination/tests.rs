@@ -222,9 +222,8 @@ async fn subscribe_with(
 
 /// Waits for the next event matching `pick`.
 async fn next_matching<T>(w: &mut TestWorker, mut pick: impl FnMut(&Event) -> Option<T>) -> T {
-    let deadline = tokio::time::Instant::now() + Duration::from_secs(10);
     loop {
-        let event = tokio::time::timeout_at(deadline, w.rx.recv())
+        let event = tokio::time::timeout(Duration::from_secs(10), w.rx.recv())
             .await
             .expect("event in time")
             .expect("stream open");

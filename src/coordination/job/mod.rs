@@ -40,10 +40,6 @@ mod state;
 pub(crate) mod writes;
 
 #[cfg(test)]
-#[allow(
-    clippy::disallowed_methods,
-    reason = "tests run against real time and real servers"
-)]
 mod tests;
 
 use std::collections::BTreeMap;

@@ -206,7 +206,7 @@ fn a_node_created_in_a_multi_is_exact_when_the_multi_set_data_and_not_otherwise(
 
 #[test]
 fn io_owes_each_read_once_and_the_whole_job_not_before_its_retry() {
-    let t0 = Instant::now();
+    let t0 = crate::testing::epoch();
     let p = JobPaths::new("j");
     let m = mirror(2);
     let kinds_of = |io: &mut Io, ms: u64| {
@@ -238,7 +238,7 @@ fn io_owes_each_read_once_and_the_whole_job_not_before_its_retry() {
 
 #[test]
 fn io_locks_a_commits_items_until_its_result_and_writes_in_its_generation() {
-    let t0 = Instant::now();
+    let t0 = crate::testing::epoch();
     let job = job();
     let m = mirror(2);
     let mut io = Io::default();
@@ -290,7 +290,7 @@ fn joined(job: &Job, m: &Mirror, io: &mut Io, env: &Env) -> (Instances, Vec<Acti
 
 #[test]
 fn an_instance_is_told_its_items_once_and_its_epoch_never_goes_back() {
-    let t0 = Instant::now();
+    let t0 = crate::testing::epoch();
     let job = job();
     let mut io = Io::default();
     let env = env(t0, 0);
@@ -341,7 +341,7 @@ fn an_instance_is_told_its_items_once_and_its_epoch_never_goes_back() {
 
 #[test]
 fn a_lease_is_renewed_at_a_third_and_not_while_withheld() {
-    let t0 = Instant::now();
+    let t0 = crate::testing::epoch();
     let job = job();
     let mut io = Io::default();
     let m = mirror(1);
