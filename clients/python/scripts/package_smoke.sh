@@ -9,7 +9,7 @@
 #   PYTHON=python3.9 clients/python/scripts/package_smoke.sh     # another interpreter
 #   PIP_CONSTRAINT=old.txt clients/python/scripts/package_smoke.sh  # e.g. protobuf==4.25.*
 #
-# Needs PyPI (build, setuptools, the package's dependencies). Everything happens in a temporary
+# Needs PyPI (build, flit_core, the package's dependencies). Everything happens in a temporary
 # directory, removed on exit: the package is copied there first, so the work tree gets no
 # build/, dist/ or egg-info, and every run starts from nothing (idempotent).
 set -euo pipefail
