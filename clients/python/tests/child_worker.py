@@ -3,6 +3,7 @@ does from its stdout (one JSON object a line), and freezes or resumes it with SI
 
     python child_worker.py --target T --job J --cron C [--asyncio] --first MODE [--release-file F]
         [--items N] [--failover] [--max-concurrency N] [--max-concurrent-executions N]
+        [--stop-on-drain]
 
 The handler of the first item it is given behaves as ``--first`` says; every later item
 returns at once. Every item prints ``{"ev": "start", ...}``. Modes of the first item:
@@ -21,7 +22,8 @@ it prints ``{"ev": "check", "gap": seconds since the window began, "cancelled": 
 go on checking until cancelled, then print ``{"ev": "stopped"}``. ``--items``, ``--failover``
 set the job's ``sharding_total_count`` (default 1) and ``failover``; ``--max-concurrency`` and
 ``--max-concurrent-executions`` the worker's executor size (default 8) and its
-``max_concurrent_executions`` (default: the executor size). Records of the ``shardcar``
+``max_concurrent_executions`` (default: the executor size); ``--stop-on-drain`` makes a
+sidecar's drain stop the worker (default: it subscribes again). Records of the ``shardcar``
 logger are printed as ``{"ev": "log", "msg": ...}``; ``{"ev": "exit"}`` when ``run()``
 returned.
 """
@@ -168,9 +170,11 @@ def main() -> int:
     parser.add_argument("--failover", action="store_true")
     parser.add_argument("--max-concurrency", type=int, default=8)
     parser.add_argument("--max-concurrent-executions", type=int, default=None)
+    parser.add_argument("--stop-on-drain", action="store_true")
     args = parser.parse_args()
     sizes = dict(max_concurrency=args.max_concurrency,
-                 max_concurrent_executions=args.max_concurrent_executions)
+                 max_concurrent_executions=args.max_concurrent_executions,
+                 stop_on_drain=args.stop_on_drain)
 
     logger = logging.getLogger("shardcar")
     logger.setLevel(logging.DEBUG)

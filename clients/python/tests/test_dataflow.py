@@ -598,12 +598,14 @@ def test_streaming_ends_and_is_answered_after_a_sidecar_shutdown(make_sidecar, r
                                                                  api):
     """SIGTERM to the sidecar while an item streams: ``Shutdown`` (no revoke) ends the loop
     before its next fetch, the item is answered Complete (the sidecar waits for the answer and
-    records it), and the worker stops by itself."""
+    records it), and the worker, with ``stop_on_drain``, stops by itself (without it, it would
+    subscribe again: ``test_faults.py``)."""
     history = workdir / f"history-{api}.jsonl"
     sidecar = make_sidecar(args=["--shutdown-grace", "60s", "--history-file", str(history)])
     job = f"shutdown-{api}"
     script = Script({}, tail=ENDLESS, pace=0.02)
-    worker = running(api, sidecar.target, script, dataflow(one_off(job), streaming=True))
+    worker = running(api, sidecar.target, script, dataflow(one_off(job), streaming=True),
+                     stop_on_drain=True)
     trigger_once(sidecar, job, worker, {0})
     script.wait(lambda: len(script.of("fetch", 0)) >= 3, 20, "the item to stream")
     sidecar.terminate()

@@ -553,15 +553,35 @@ def test_core_stop_request_declines_new_work_and_stops_when_the_stream_ends():
     assert _kinds(core.stream_ended("closed by the worker")) == [("stop",)] and core.stopped
 
 
-def test_core_can_reconnect_after_shutdown_when_asked_to():
+def test_core_reconnects_after_a_drain_and_stops_after_a_remote_shutdown():
+    """A drain (the default kind of ``Shutdown``) is a sidecar restart: once its stream has
+    ended the core subscribes again; a remote shutdown stops it; ``stop_on_drain`` stops it
+    after a drain too (the shared cases have each of them step by step)."""
     clock = Clock()
-    core = new_core(clock, exit_on_shutdown=False)
+    core = new_core(clock)
     core.on_event(shardcar.Shutdown("drain"))
     assert _kinds(core.stream_ended("sidecar ended it")) == [("reconnect",)] and not core.stopped
     core.stream_opened()
     core.on_event(shardcar.Registered("1.2.3.4@-@9", None))
     core.on_event(_lease(clock))
     assert _kinds(core.on_event(_trigger("e1", (0,)))) == [("start", "e1", 0)]
+
+    core = new_core(clock)
+    core.on_event(shardcar.Shutdown("shut down remotely", shardcar.ShutdownKind.REMOTE))
+    assert _kinds(core.stream_ended("sidecar ended it")) == [("stop",)] and core.stopped
+
+    core = new_core(clock, stop_on_drain=True)
+    core.on_event(shardcar.Shutdown("drain", shardcar.ShutdownKind.DRAIN))
+    assert _kinds(core.stream_ended("sidecar ended it")) == [("stop",)] and core.stopped
+
+
+def test_the_deprecated_exit_on_shutdown_still_works_as_stop_on_drain():
+    assert shardcar.Worker("127.0.0.1:1").stop_on_drain is False  # a drain is not the end
+    for old in (True, False):
+        with pytest.deprecated_call(match="exit_on_shutdown is deprecated, use stop_on_drain"):
+            worker = shardcar.Worker("127.0.0.1:1", exit_on_shutdown=old)
+        assert worker.stop_on_drain is old
+        worker.close()
 
 
 def _subscribe_error(code, reason=None):
@@ -637,11 +657,13 @@ def test_core_retries_transient_statuses_before_registration_until_the_deadline(
 
 def test_core_decides_a_stop_request_then_fatal_errors_then_a_shutdown():
     """The order of the shared README: a requested stop wins over a fatal error, which wins
-    over 'after a Shutdown, stop'; a Shutdown wins over a reconnect."""
+    over 'after a remote Shutdown, stop' and 'after a drain, reconnect'; a remote Shutdown
+    wins over a reconnect."""
     refused = _subscribe_error(grpc.StatusCode.NOT_FOUND, reason="JOB_NOT_FOUND")
+    remote = shardcar.Shutdown("shut down remotely", shardcar.ShutdownKind.REMOTE)
     clock = Clock()
     core = new_core(clock)
-    core.on_event(shardcar.Shutdown("drain"))
+    core.on_event(remote)
     core.request_stop()
     (stop,) = core.stream_ended(error=refused)
     assert stop.error is None and core.stop_error is None and stop.reason == "stop requested"
@@ -651,16 +673,21 @@ def test_core_decides_a_stop_request_then_fatal_errors_then_a_shutdown():
     core.request_stop()
     (stop,) = core.stream_ended(error=_subscribe_error(grpc.StatusCode.INVALID_ARGUMENT))
     assert stop.error is None
-    # A fatal error after a Shutdown: the error.
+    # A fatal error after a Shutdown of either kind: the error.
+    for shutdown in (remote, shardcar.Shutdown("drain")):
+        core = new_core(clock)
+        core.on_event(shutdown)
+        (stop,) = core.stream_ended(error=refused)
+        assert stop.error is refused and core.stop_error is refused
+    # A retried status after a remote Shutdown: stop without an error; after a drain: retried.
     core = new_core(clock)
-    core.on_event(shardcar.Shutdown("drain"))
-    (stop,) = core.stream_ended(error=refused)
-    assert stop.error is refused and core.stop_error is refused
-    # A retried status after a Shutdown: stop without an error.
-    core = new_core(clock)
-    core.on_event(shardcar.Shutdown("drain"))
+    core.on_event(remote)
     (stop,) = core.stream_ended(error=_subscribe_error(grpc.StatusCode.ALREADY_EXISTS))
     assert isinstance(stop, _core.Stop) and stop.error is None
+    core = new_core(clock)
+    core.on_event(shardcar.Shutdown("drain"))
+    assert _kinds(core.stream_ended(error=_subscribe_error(grpc.StatusCode.ALREADY_EXISTS))) == [
+        ("reconnect",)]
 
 
 def test_core_forced_cancel_declines_once_returned():

@@ -281,10 +281,11 @@ def _shutdown_instance(sidecar, job: str, instance_id: str) -> None:
 
 
 def test_a_remote_shutdown_stops_the_worker(sidecar, caplog):
-    """AdminService.ShutdownInstance: the worker gets ``Shutdown`` and takes no new work; the
-    sidecar takes the running item back (a remote shutdown revokes it: the handler sees
-    cancelled, the item is declined, never answered) and ends the stream; ``run()`` returns by
-    itself, without ``stop()``."""
+    """AdminService.ShutdownInstance: the worker gets ``Shutdown`` of kind REMOTE and takes no
+    new work; the sidecar takes the running item back (a remote shutdown revokes it: the
+    handler sees cancelled, the item is declined, never answered) and ends the stream; the job
+    stops for good (an operator's decision, unlike a drain) and ``run()`` returns by itself,
+    without ``stop()``."""
     caplog.set_level(logging.INFO, logger="shardcar")
     worker = Worker(sidecar.target, connect_timeout=5)
     starts = []
@@ -312,9 +313,9 @@ def test_a_remote_shutdown_stops_the_worker(sidecar, caplog):
     finally:
         worker.close()
     shutdown_at = [r.created for r in caplog.records
-                   if "the sidecar sent Shutdown (" in r.getMessage()]
+                   if "the sidecar sent Shutdown (remote," in r.getMessage()]
     assert len(shutdown_at) == 1, [r.getMessage() for r in caplog.records]
-    assert any("the worker stops" in r.getMessage() for r in caplog.records)
+    assert any("Shutdown (remote); the worker stops" in r.getMessage() for r in caplog.records)
     assert outcome["cancelled"] is True and "remote shutdown" in outcome["reason"]
     assert not [t for t in starts if t > shutdown_at[0]], "an item started after Shutdown"
 
@@ -336,6 +337,8 @@ def test_a_raw_subscription_ends_after_shutdown(sidecar):
 
 
 async def test_asyncio_worker_stops_after_a_remote_shutdown(sidecar):
+    """The asyncio worker after ``ShutdownInstance``: the running task is cancelled (the remote
+    shutdown revoked it) and ``run()`` returns by itself: no reconnect after a remote shutdown."""
     worker = shardcar.aio.Worker(sidecar.target, connect_timeout=5)
     running = asyncio.Event()
     outcome = {}

@@ -40,6 +40,7 @@ from .events import (
     ShardingContext,
     ShardItem,
     Shutdown,
+    ShutdownKind,
     Trigger,
     TriggerSource,
 )
@@ -65,6 +66,7 @@ __all__ = [
     "Trigger",
     "Revoke",
     "Shutdown",
+    "ShutdownKind",
     "Lease",
     "ShardcarError",
     "SidecarUnavailableError",

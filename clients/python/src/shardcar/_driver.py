@@ -10,6 +10,7 @@ how things run: threads and blocking calls, or tasks and ``await``.
 from __future__ import annotations
 
 import threading
+import warnings
 from collections import OrderedDict
 from typing import (
     Any,
@@ -142,7 +143,8 @@ class WorkerBase(Generic[H]):
         backoff_max: float = 5.0,
         drain_timeout: float = 30.0,
         answer_timeout: float = 10.0,
-        exit_on_shutdown: bool = True,
+        stop_on_drain: bool = False,
+        exit_on_shutdown: Optional[bool] = None,
         options: Optional[Mapping[str, object]] = None,
         tracing: bool = True,
         tracer_provider: Optional[Any] = None,
@@ -164,7 +166,15 @@ class WorkerBase(Generic[H]):
         self.backoff_max = backoff_max
         self.drain_timeout = drain_timeout
         self.answer_timeout = answer_timeout
-        self.exit_on_shutdown = exit_on_shutdown
+        if exit_on_shutdown is not None:
+            warnings.warn(
+                "shardcar: exit_on_shutdown is deprecated, use stop_on_drain (a remote shutdown "
+                "always stops the job; a drain subscribes again unless stop_on_drain=True)",
+                DeprecationWarning,
+                stacklevel=3,
+            )
+            stop_on_drain = exit_on_shutdown
+        self.stop_on_drain = stop_on_drain
         self._options = options
         # None: tracing off, or opentelemetry not installed (imported here, never before).
         self._item_tracer = item_tracer(tracing, tracer_provider)
@@ -293,7 +303,7 @@ class RunnerBase(Generic[H]):
         self.core = ProtocolCore(
             self.job_name,
             max_concurrent_executions=max_concurrent_executions,
-            exit_on_shutdown=worker.exit_on_shutdown,
+            stop_on_drain=worker.stop_on_drain,
             retry_initial=worker.backoff_initial,
             retry_max=worker.backoff_max,
             reconnect=ReconnectPolicy(

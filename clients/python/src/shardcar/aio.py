@@ -102,8 +102,8 @@ class Worker(WorkerBase[AsyncHandler]):
     """The asyncio twin of :class:`shardcar.Worker`; same arguments, ``await worker.run()``.
 
     Create it inside the event loop that runs it (``grpc.aio`` channels belong to one loop).
-    ``exit_on_shutdown`` (default ``True``): after a sidecar ``Shutdown`` the job stops once the
-    sidecar has ended its stream; ``False`` reconnects instead. ``instance_id`` and
+    ``stop_on_drain`` (default ``False``): after a drain (the sidecar restarts) the job subscribes
+    again once the sidecar has ended its stream; after a remote shutdown it stops. ``instance_id`` and
     ``unique_instance`` choose the instance id as for the sync worker, ``tracing`` and
     ``tracer_provider`` the handler spans (each item's task runs in its own span).
     ``max_concurrency`` (the executor size: a semaphore of that many item tasks per job) and
@@ -172,7 +172,7 @@ class Worker(WorkerBase[AsyncHandler]):
     async def run(self, *, handle_signals: bool = True) -> None:
         """Runs every job until :meth:`stop`, SIGINT or SIGTERM (then drains), like the sync one.
 
-        Returns by itself when every job has stopped (after a sidecar ``Shutdown``). Cancelling
+        Returns by itself when every job has stopped (after a remote shutdown). Cancelling
         the task that awaits ``run`` cancels running items and returns promptly.
         """
         if not self._jobs:

@@ -6,9 +6,10 @@ the job's concurrent executions: see ``max_concurrent_executions``). What it
 does with each event, answer and lease is decided by the protocol core (:mod:`shardcar._core`);
 this module is its driver: a stream thread, a timer thread, the handler pool, and the gRPC
 calls (sent asynchronously, their results fed back to the core). On Ctrl-C / SIGTERM it drains
-(running items finish and are answered); after a sidecar ``Shutdown`` it stops once the sidecar
-has ended the stream. ``Worker.subscribe`` gives the raw event stream for callers who want to
-drive things themselves.
+(running items finish and are answered); after a sidecar's remote ``Shutdown`` the job stops
+once the sidecar has ended the stream, and after a drain it subscribes again.
+``Worker.subscribe`` gives the raw event stream for callers who want to drive things
+themselves.
 """
 
 from __future__ import annotations
@@ -111,9 +112,10 @@ class Worker(WorkerBase[Handler]):
     sidecar refuses the job (:class:`InvalidJobConfigError`, :class:`JobNotFoundError`).
     ``drain_timeout``: on stop, how long running items may take to finish and be answered.
     ``answer_timeout``: deadline of each answer call (a call that exceeds it is sent again).
-    ``exit_on_shutdown``: when the sidecar sends ``Shutdown``, the job stops once the sidecar
-    has ended its stream (default); ``False`` reconnects instead, for a sidecar that is
-    restarted in place.
+    ``stop_on_drain``: after a sidecar ``Shutdown`` the job takes no new work and finishes
+    what runs; once the sidecar has ended its stream, a drain (the sidecar restarts) makes it
+    subscribe again with the reconnect backoff until the sidecar is back (the default), and a
+    remote shutdown stops it. ``True`` stops the job after a drain too.
 
     The instance id (what the sidecar and ElasticJob call this worker) is ``instance_id`` when
     given, used as it is. Otherwise it is ``{sidecar ip}@-@{suffix}``: with
@@ -198,7 +200,7 @@ class Worker(WorkerBase[Handler]):
 
         A first Ctrl-C drains (no new work; running items finish and are answered, up to
         ``drain_timeout``); a second one cancels them and returns at once. Returns by itself
-        when every job has stopped (after a sidecar ``Shutdown``, see ``exit_on_shutdown``).
+        when every job has stopped (after a remote shutdown, or a drain with ``stop_on_drain``).
 
         Raises :class:`SidecarUnavailableError` when the sidecar cannot be reached within
         ``connect_timeout``, :class:`InvalidJobConfigError` / :class:`JobNotFoundError` when it

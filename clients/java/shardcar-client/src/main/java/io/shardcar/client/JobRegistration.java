@@ -53,11 +53,11 @@ public final class JobRegistration implements AutoCloseable {
     CONNECTING,
     /** Registered on a live stream. */
     ACTIVE,
-    /** The stream was lost; a new one is being made. */
+    /** The stream was lost, or the sidecar drained (restarts); a new one is being made. */
     RECONNECTING,
     /**
-     * Closed by the worker, by a sidecar {@code Shutdown}, or by a fatal error
-     * ({@link JobRegistration#getFailure()}).
+     * Closed by the worker, by a sidecar's remote {@code Shutdown} (or a drain, with
+     * {@code stopOnDrain}), or by a fatal error ({@link JobRegistration#getFailure()}).
      */
     CLOSED
   }
@@ -121,7 +121,7 @@ public final class JobRegistration implements AutoCloseable {
     this.listener = settings.listener();
     this.tracing = settings.tracing();
     this.onTerminated = onTerminated;
-    this.protocol = new RegistrationState(jobName, RegistrationState.Clock.SYSTEM, !settings.reconnectAfterShutdown(),
+    this.protocol = new RegistrationState(jobName, RegistrationState.Clock.SYSTEM, settings.stopOnDrain(),
         new ReconnectPolicy(settings.target(), jobName, settings.connectTimeout(),
             new Backoff(settings.backoffInitial(), settings.backoffMax())));
     ThreadFactory eventThreads = namedDaemon("shardcar-" + jobName + "-events");
@@ -561,7 +561,9 @@ public final class JobRegistration implements AutoCloseable {
       notify(() -> listener.onAssignment(jobName, now));
       firstRegistration.complete(null); // register() returns once the current assignment is known
     } else if (notice instanceof RegistrationState.ShutdownReceived s) {
-      LOG.log(System.Logger.Level.INFO, "job {0}: sidecar shutdown: {1}", jobName, s.reason());
+      LOG.log(System.Logger.Level.INFO, "job {0}: sidecar shutdown ({1}): {2}", jobName,
+          s.drain() ? "drain: subscribing again once the stream has ended" : "remote: the registration stops",
+          s.reason());
       notify(() -> listener.onShutdown(jobName, s.reason()));
     } else if (notice instanceof RegistrationState.LeaseExpired e) {
       LOG.log(System.Logger.Level.WARNING, "job {0}: {1}; running items stop until the sidecar renews it",

@@ -9,8 +9,8 @@ import java.util.concurrent.TimeUnit;
  * (owned by {@link RegistrationState}). The state decides every end of a stream in this order
  * (the order of {@code clients/protocol-cases/README.md}): a {@link RegistrationState#close close}
  * stops the registration without an error; then {@link #fatal} may stop it with an error; then a
- * {@code Shutdown} received on the stream stops it (unless {@code reconnectAfterShutdown}); else
- * it subscribes again after {@link #retry}'s delay.
+ * remote {@code Shutdown} received on the stream stops it (a drain too, with {@code stopOnDrain});
+ * else it subscribes again after {@link #retry}'s delay, after a drain as after a lost stream.
  *
  * <p>Fatal:
  *

@@ -22,6 +22,6 @@ record Settings(
     Duration backoffMax,
     Duration answerTimeout,
     Duration shutdownGracePeriod,
-    boolean reconnectAfterShutdown,
+    boolean stopOnDrain,
     WorkerListener listener,
     ItemTracing tracing) {}

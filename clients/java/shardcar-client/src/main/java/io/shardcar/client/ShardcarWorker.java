@@ -27,13 +27,14 @@ import java.util.logging.Logger;
  * worker subscribes, runs the handler once per item of every trigger, answers each item, honours
  * leases and revokes, and reconnects when the sidecar restarts.
  *
- * <p><b>A {@code Shutdown} from the sidecar means stop</b> (by default). On a sidecar drain
- * (SIGTERM) or a remote {@code ShutdownInstance}, the registration it names takes no new work (new
- * triggers are declined), lets the running items finish and answers them while the lease lasts;
- * once the sidecar ended the stream the registration closes, without reconnecting. When that
- * leaves the worker without registrations, the worker closes itself, so {@link #awaitTermination()}
- * returns. {@link Builder#reconnectAfterShutdown(boolean) reconnectAfterShutdown(true)} subscribes
- * again instead.
+ * <p><b>Workers outlive a sidecar restart.</b> On a {@code Shutdown} the registration takes no
+ * new work (new triggers are declined), lets the running items finish and answers them while the
+ * lease lasts. Once the sidecar has ended the stream: after a drain (SIGTERM: a restart, an
+ * upgrade) it subscribes again with the reconnect backoff until the sidecar is back; after a remote
+ * shutdown ({@code ShutdownInstance}, an operator's decision) the registration closes, and when
+ * that leaves the worker without registrations the worker closes itself, so
+ * {@link #awaitTermination()} returns. {@link Builder#stopOnDrain(boolean) stopOnDrain(true)}
+ * makes a drain close the registration too.
  *
  * <p>A failed item (the handler threw: {@code ReportFailure}) is not retried before the job's
  * next fire: it runs again at the next cron fire or manual trigger, not at once.
@@ -323,8 +324,8 @@ public final class ShardcarWorker implements AutoCloseable {
 
   /**
    * Blocks until the worker has closed (for a worker's {@code main}): after {@link #close()}, or
-   * once a sidecar {@code Shutdown} stopped its last registration (the default; see
-   * {@link Builder#reconnectAfterShutdown(boolean)}).
+   * once a sidecar's remote {@code Shutdown} stopped its last registration (a drain too, with
+   * {@link Builder#stopOnDrain(boolean)}).
    *
    * @throws InterruptedException when interrupted while waiting
    */
@@ -384,7 +385,7 @@ public final class ShardcarWorker implements AutoCloseable {
     private Duration backoffMax = Duration.ofSeconds(5);
     private Duration answerTimeout = Duration.ofSeconds(10);
     private Duration shutdownGracePeriod = Duration.ofSeconds(10);
-    private boolean reconnectAfterShutdown;
+    private boolean stopOnDrain;
     private WorkerListener listener = new WorkerListener() {};
     private boolean tracing = true;
     /** An {@code io.opentelemetry.api.OpenTelemetry}, typed Object so that the API need not be present. */
@@ -563,19 +564,35 @@ public final class ShardcarWorker implements AutoCloseable {
     }
 
     /**
-     * What a registration does once the sidecar sent {@code Shutdown} (SIGTERM drain, remote
-     * {@code ShutdownInstance}). In both cases it first takes no new work (new triggers are
-     * declined) and lets the running items finish and answer; once the sidecar ended the stream
-     * it stops (false, the default: a {@code Shutdown} means stop; the worker closes when no
-     * registration is left, so {@link ShardcarWorker#awaitTermination()} returns), or subscribes
-     * again with the reconnect backoff (true; for a sidecar that a supervisor restarts).
+     * Whether a drain of the sidecar (SIGTERM: a restart, an upgrade) stops the registrations it
+     * drains (default false). Either way a {@code Shutdown} first makes a registration take no new
+     * work (new triggers are declined) and lets the running items finish and answer. Once the
+     * sidecar has ended the stream, a drain is followed by a new subscription, with the reconnect
+     * backoff, until the sidecar is back (false), or closes the registration (true); a remote
+     * shutdown ({@code ShutdownInstance}) always closes it. The worker closes itself when no
+     * registration is left, so {@link ShardcarWorker#awaitTermination()} returns.
      *
-     * @param reconnect whether to subscribe again after a {@code Shutdown}
+     * @param stop true to stop on any {@code Shutdown}, a drain as a remote shutdown
      * @return this builder
      */
-    public Builder reconnectAfterShutdown(boolean reconnect) {
-      this.reconnectAfterShutdown = reconnect;
+    public Builder stopOnDrain(boolean stop) {
+      this.stopOnDrain = stop;
       return this;
+    }
+
+    /**
+     * Deprecated: use {@link #stopOnDrain(boolean)}, of the opposite sense:
+     * {@code reconnectAfterShutdown(r)} is {@code stopOnDrain(!r)}. A remote shutdown now always
+     * closes the registration, whatever this says.
+     *
+     * @param reconnect whether to subscribe again after a drain
+     * @return this builder
+     * @deprecated since 0.1.0, for removal: the option is {@link #stopOnDrain(boolean)}, named as
+     *     in the Python client ({@code stop_on_drain})
+     */
+    @Deprecated(since = "0.1.0", forRemoval = true)
+    public Builder reconnectAfterShutdown(boolean reconnect) {
+      return stopOnDrain(!reconnect);
     }
 
     /**
@@ -672,7 +689,7 @@ public final class ShardcarWorker implements AutoCloseable {
           backoffMax,
           answerTimeout,
           shutdownGracePeriod,
-          reconnectAfterShutdown,
+          stopOnDrain,
           listener,
           ItemTracing.create(tracing, openTelemetry));
     }

@@ -1,6 +1,7 @@
 package io.shardcar.client;
 
 import static org.junit.jupiter.api.Assertions.assertEquals;
+import static org.junit.jupiter.api.Assertions.assertFalse;
 import static org.junit.jupiter.api.Assertions.assertThrows;
 import static org.junit.jupiter.api.Assertions.assertTrue;
 
@@ -50,6 +51,16 @@ class ShardcarWorkerTest {
     worker.close();
     worker.close();
     assertThrows(WorkerClosedException.class, () -> worker.register("j", ctx -> { }));
+  }
+
+  @Test
+  @SuppressWarnings("removal") // the deprecated name is what this tests
+  void aDrainIsFollowedByANewSubscriptionUnlessStopOnDrainAndTheOldNameStillWorks() {
+    assertFalse(ShardcarWorker.builder().settings().stopOnDrain(), "by default a drain is not the end");
+    assertTrue(ShardcarWorker.builder().stopOnDrain(true).settings().stopOnDrain());
+    // reconnectAfterShutdown(r), deprecated, is stopOnDrain(!r).
+    assertTrue(ShardcarWorker.builder().reconnectAfterShutdown(false).settings().stopOnDrain());
+    assertFalse(ShardcarWorker.builder().reconnectAfterShutdown(true).settings().stopOnDrain());
   }
 
   @Test

@@ -146,6 +146,17 @@ public final class SidecarProcess implements AutoCloseable {
     launch();
   }
 
+  /**
+   * A new process on the same port (or socket) with the same arguments, once the current one has
+   * exited by itself (after a drain): a sidecar restarted in place, as systemd does.
+   */
+  public void startAgain() {
+    if (process.isAlive()) {
+      throw new IllegalStateException("the sidecar still runs: it must exit before it starts again");
+    }
+    launch();
+  }
+
   /** SIGKILL. */
   public void kill() {
     Processes.kill(process);
