@@ -16,6 +16,7 @@ import io.shardcar.client.testing.WorkerMain;
 import io.shardcar.client.testing.WorkerProcess;
 import io.shardcar.v1.ExecutionInfo;
 import io.shardcar.v1.ExecutionOutcome;
+import io.shardcar.v1.ItemInfo;
 import java.time.Duration;
 import java.util.List;
 import java.util.Set;
@@ -216,6 +217,17 @@ class ContractIntegrationTest {
    * (c) A trigger that reaches the worker without a valid lease is declined at once, never run:
    * the worker is frozen while the sidecar sends a lease and a trigger, and resumed after that
    * lease's {@code expires_at}, so it reads the lease as void and then the trigger.
+   *
+   * <p>The decline checked must be that of the trigger sent during the freeze. Under CPU load the
+   * test once took another one for it: {@link #triggerAndAwaitStart} used to repeat its
+   * {@code TriggerJob} after 5 s without a start; the sidecar held that second request while the
+   * first execution ran and sent it the moment that one was answered, just before the freeze. The
+   * worker read it under a valid lease and started it, the freeze outlasted that lease, and the
+   * worker rightly declined it with "stopped: the lease ran out without renewal". Now each
+   * execution comes from one {@code TriggerJob}, the freeze is counted from the sidecar's claim of
+   * the run (its running node, written just before the trigger is sent), and the sidecar's record
+   * of the declined execution must show its trigger sent during the freeze and more than a lease
+   * before the resume.
    */
   @Test
   void aTriggerReadWithoutAValidLeaseIsDeclinedNotRun() {
@@ -229,12 +241,16 @@ class ContractIntegrationTest {
           l -> l.equals("ANSWERED " + first + " 0 failure=null refused=null"));
 
       List<String> asked;
+      long resumedAtMillis;
       worker.pause();
+      long pausedAtMillis = System.currentTimeMillis();
       try {
         asked = admin.trigger(job);
+        awaitRunning(admin, job, worker.instanceId());
         // The trigger and every lease sent before it wait in the socket; resume after they expired.
         Processes.sleep(LEASE_MS * 5 / 2);
       } finally {
+        resumedAtMillis = System.currentTimeMillis();
         worker.resume();
       }
       assertEquals(List.of(worker.instanceId()), asked, "the frozen worker was triggered");
@@ -242,9 +258,17 @@ class ContractIntegrationTest {
       String declined = worker.await("the trigger declined", WAIT,
           l -> l.startsWith("DECLINED ") && !l.startsWith("DECLINED " + first + " "));
       String execution = declined.split(" ")[1];
-      assertTrue(declined.endsWith(" [0] refused=null reason=the trigger arrived without a valid lease"), declined);
       ExecutionInfo info = admin.awaitExecution(job, "the declined execution to end", WAIT,
           e -> e.getExecutionId().equals(execution));
+      long sentAtMillis = info.getEventsList().stream()
+          .filter(e -> e.getName().equals("trigger sent"))
+          .mapToLong(e -> e.getAt().getSeconds() * 1000 + e.getAt().getNanos() / 1_000_000)
+          .findFirst().orElseThrow(() -> new AssertionError("no trigger sent in " + info));
+      assertTrue(sentAtMillis >= pausedAtMillis && sentAtMillis + LEASE_MS < resumedAtMillis, "the premise: the "
+          + "trigger was sent to the frozen worker, and every lease sent before it had expired when the worker "
+          + "resumed (paused at " + pausedAtMillis + ", trigger sent at " + sentAtMillis + ", resumed at "
+          + resumedAtMillis + ")");
+      assertTrue(declined.endsWith(" [0] refused=null reason=the trigger arrived without a valid lease"), declined);
       assertEquals(ExecutionOutcome.EXECUTION_OUTCOME_REVOKED, info.getOutcome(), info.toString());
 
       // Once a renewal arrives the worker works again.
@@ -255,6 +279,24 @@ class ContractIntegrationTest {
           "the trigger without a lease never ran: " + worker.lines());
       assertTrue(worker.lines().stream().noneMatch(l -> l.startsWith("ANSWERED " + execution + " ")),
           "nor was it answered: " + worker.lines());
+    }
+  }
+
+  /**
+   * Waits until the sidecar has claimed a run of item 0 for {@code instanceId} (its running node
+   * is written), which it does just before it sends the trigger.
+   */
+  private static void awaitRunning(SidecarAdmin admin, String job, String instanceId) {
+    long deadline = System.nanoTime() + WAIT.toNanos();
+    while (true) {
+      ItemInfo item = admin.items(job).get(0);
+      if (item != null && item.getRunning() && item.getRunningInstance().equals(instanceId)) {
+        return;
+      }
+      if (System.nanoTime() - deadline > 0) {
+        throw new AssertionError("the sidecar never claimed item 0 for " + instanceId + ": " + item);
+      }
+      Processes.sleep(10);
     }
   }
 
@@ -441,21 +483,56 @@ class ContractIntegrationTest {
     }
   }
 
-  /** Triggers the job by hand until a new execution starts on the worker; returns its id. */
+  /**
+   * Triggers the job by hand once the worker holds item 0, and waits until a new execution starts
+   * on the worker; returns its id. One {@code TriggerJob} per execution: a second request made
+   * while the first one's execution runs is held and sent the moment that execution is answered,
+   * a stray execution that a test freezing the worker right after the answer would take for the
+   * one it sends during the freeze. It triggers again only when a request ran nothing: the worker
+   * was not among the instances asked, or it declined the trigger.
+   */
   private static String triggerAndAwaitStart(SidecarAdmin admin, WorkerProcess worker, String job, Set<String> known) {
     long deadline = System.nanoTime() + WAIT.toNanos();
+    Set<String> seen = new java.util.HashSet<>(known);
     while (true) {
-      admin.trigger(job);
-      try {
-        String line = worker.await("a new execution started", Duration.ofSeconds(5),
-            l -> l.startsWith("STARTED ") && !known.contains(l.split(" ")[1]));
-        return line.split(" ")[1];
-      } catch (AssertionError e) {
-        if (System.nanoTime() - deadline > 0) {
-          throw e;
+      awaitItemZero(worker, deadline);
+      int from = worker.lines().size();
+      if (admin.trigger(job).contains(worker.instanceId())) {
+        int at = worker.awaitIndex("a new execution started", Duration.ofNanos(Math.max(1, deadline - System.nanoTime())),
+            from, l -> (l.startsWith("STARTED ") || l.startsWith("DECLINED ")) && !seen.contains(l.split(" ")[1]));
+        String line = worker.lines().get(at);
+        if (line.startsWith("STARTED ")) {
+          return line.split(" ")[1];
         }
-        // not assigned or sharded yet: trigger again
+        seen.add(line.split(" ")[1]); // declined: it ran nothing
+      } else {
+        Processes.sleep(100); // the worker's instance is not live yet
       }
+      if (System.nanoTime() - deadline > 0) {
+        throw new AssertionError("no execution started on the worker within " + WAIT + ": " + worker.lines());
+      }
+    }
+  }
+
+  /** Waits until the latest assignment of the worker's current stream holds item 0. */
+  private static void awaitItemZero(WorkerProcess worker, long deadline) {
+    while (true) {
+      List<String> lines = worker.lines();
+      String assignment = null;
+      for (String line : lines) {
+        if (line.startsWith("REGISTERED ")) {
+          assignment = null; // a new stream: its own assignments follow
+        } else if (line.startsWith("ASSIGNMENT ")) {
+          assignment = line;
+        }
+      }
+      if ("ASSIGNMENT [0]".equals(assignment)) {
+        return;
+      }
+      if (System.nanoTime() - deadline > 0) {
+        throw new AssertionError("item 0 never assigned to the worker: " + lines);
+      }
+      Processes.sleep(20);
     }
   }
 }
