@@ -82,7 +82,8 @@ back = shardcar_pb2.SubscribeRequest.FromString(req.SerializeToString())
 assert back.instance_suffix == "1-0a1b2c3d" and back.max_concurrent_executions == 4
 assert hasattr(shardcar_pb2_grpc, "WorkerServiceStub") and hasattr(shardcar_pb2_grpc, "AdminServiceStub")
 
-worker = shardcar.Worker("127.0.0.1:1", unique_instance=True)
+worker = shardcar.Worker("127.0.0.1:1",
+                         options=shardcar.WorkerOptions(instance_suffix=shardcar.InstanceSuffix.ALWAYS))
 assert worker.instance_suffix.startswith(f"{os.getpid()}-")
 worker.close()
 

@@ -23,7 +23,15 @@ import pytest
 
 import shardcar
 import shardcar.aio
-from shardcar import STREAMING_PROCESS_KEY, Assignment, JobConfig, ShardingContext, Worker
+from shardcar import (
+    STREAMING_PROCESS_KEY,
+    Assignment,
+    InstanceSuffix,
+    JobConfig,
+    ShardingContext,
+    Worker,
+    WorkerOptions,
+)
 from shardcar._proto import shardcar_pb2 as pb
 from shardcar._proto import shardcar_pb2_grpc as pb_grpc
 from shardcar.dataflow import is_streaming, with_streaming
@@ -190,12 +198,12 @@ class Running:
     """
 
     def __init__(self, api: str, target: str, script: Script,
-                 register: Callable[[Any, Any], Any], **worker_kwargs: Any) -> None:
+                 register: Callable[[Any, Any], Any], **options: Any) -> None:
         self.api = api
         self.target = target
         self.script = script
         self.register = register
-        self.kwargs = dict(connect_timeout=5, **worker_kwargs)
+        self.options = WorkerOptions(**{"connect_timeout": 5, **options})
         self.assignments: List[Tuple[float, Assignment]] = []
         self.error: Optional[BaseException] = None
         self.worker: Any = None
@@ -209,7 +217,7 @@ class Running:
     def _main(self) -> None:
         try:
             if self.api == "sync":
-                worker = Worker(self.target, **self.kwargs)
+                worker = Worker(self.target, options=self.options)
                 worker.on_assignment(self._assigned)
                 self.register(worker, SyncJob(self.script))
                 self.worker = worker
@@ -223,7 +231,7 @@ class Running:
             self._ready.set()
 
     async def _amain(self) -> None:
-        worker = shardcar.aio.Worker(self.target, **self.kwargs)
+        worker = shardcar.aio.Worker(self.target, options=self.options)
         worker.on_assignment(self._assigned)
         self.register(worker, AsyncJob(self.script))
         self.worker = worker
@@ -273,7 +281,7 @@ class Running:
 
 @pytest.fixture
 def running():
-    """Factory: ``running(api, target, script, register, **worker_kwargs)`` → a started
+    """Factory: ``running(api, target, script, register, **options)`` → a started
     :class:`Running`; every one is stopped (forced) when the test ends, also when it failed."""
     started: List[Running] = []
 
@@ -523,7 +531,7 @@ def test_streaming_stops_when_a_new_stream_replaces_the_old_one(make_sidecar, ru
     job = f"restart-{api}"
     script = Script({}, tail=ENDLESS, hold={0: 2})
     worker = running(api, sidecar.target, script, dataflow(one_off(job), streaming=True),
-                     backoff_max=0.5, unique_instance=True)
+                     reconnect_backoff=(0.1, 0.5), instance_suffix=InstanceSuffix.ALWAYS)
     trigger_once(sidecar, job, worker, {0})
     script.wait(lambda: len(script.of("process", 0)) == 2, 20, "the second batch")
     sidecar.restart()
@@ -559,7 +567,8 @@ def test_streaming_stops_fetching_an_item_a_resharding_took_away(sidecar, runnin
     before = len(worker.assignments)
     try:
         if how == "second-worker":
-            other = Worker(sidecar.target, connect_timeout=5, instance_id="127.0.0.1@-@second")
+            other = Worker(sidecar.target, options=WorkerOptions(
+                connect_timeout=5, instance_id="127.0.0.1@-@second"))
             other.job(job)(lambda ctx: None)
             other_thread = threading.Thread(target=other.run, kwargs={"handle_signals": False},
                                             daemon=True)

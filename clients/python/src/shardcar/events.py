@@ -1,7 +1,7 @@
 """Typed events of a worker stream and the per-item :class:`ShardingContext`.
 
 The sidecar streams ``SubscribeResponse`` messages; :func:`event_from_proto` turns each into one
-of the frozen dataclasses below, which is what ``Worker.subscribe`` yields.
+of the frozen dataclasses below, which the workers' protocol core reads.
 """
 
 from __future__ import annotations
