@@ -223,11 +223,14 @@ class ContractIntegrationTest {
    * {@code TriggerJob} after 5 s without a start; the sidecar held that second request while the
    * first execution ran and sent it the moment that one was answered, just before the freeze. The
    * worker read it under a valid lease and started it, the freeze outlasted that lease, and the
-   * worker rightly declined it with "stopped: the lease ran out without renewal". Now each
-   * execution comes from one {@code TriggerJob}, the freeze is counted from the sidecar's claim of
-   * the run (its running node, written just before the trigger is sent), and the sidecar's record
-   * of the declined execution must show its trigger sent during the freeze and more than a lease
-   * before the resume.
+   * worker rightly declined it with "stopped: the lease ran out without renewal". And it failed
+   * so once more with that fixed, on the trigger sent during the freeze: {@code kill -STOP} returns
+   * before every thread of a JVM has stopped, and the worker's network thread read the trigger
+   * under its lease milliseconds after the "freeze" began. Now each execution comes from one
+   * {@code TriggerJob}, {@link WorkerProcess#pause()} returns only once every thread has stopped,
+   * the freeze is counted from the sidecar's claim of the run (its running node, written just
+   * before the trigger is sent), and the sidecar's record of the declined execution must show its
+   * trigger sent during the freeze and more than a lease before the resume.
    */
   @Test
   void aTriggerReadWithoutAValidLeaseIsDeclinedNotRun() {

@@ -130,9 +130,12 @@ public final class SidecarProcess implements AutoCloseable {
     return Processes.tail(log);
   }
 
-  /** SIGSTOP: the sidecar freezes, its connections stay open, its leases stop being renewed. */
+  /**
+   * SIGSTOP: the sidecar freezes (this returns once every thread has), its connections stay
+   * open, its leases stop being renewed.
+   */
   public void pause() {
-    Processes.signal(process, "STOP");
+    Processes.stop(process);
   }
 
   /** SIGCONT after {@link #pause()}. */
