@@ -267,7 +267,7 @@ public final class JobRegistration implements AutoCloseable {
 
   /**
    * Stops taking work (new triggers are declined), lets running items finish and answer for up to
-   * the worker's shutdown grace period (then interrupts them; each is declined once it returns),
+   * the worker's drain timeout (then interrupts them; each is declined once it returns),
    * ends the stream so the sidecar removes the instance, and releases the threads. Idempotent;
    * never throws.
    */
@@ -276,11 +276,11 @@ public final class JobRegistration implements AutoCloseable {
     if (terminated.isDone()) {
       return;
     }
-    beginClose("closed by the worker", settings.shutdownGracePeriod());
+    beginClose("closed by the worker", settings.drainTimeout());
     if (Thread.currentThread() == eventThread) {
       return; // called from a listener: the close completes once this callback returns
     }
-    long waitMillis = settings.shutdownGracePeriod().toMillis() + settings.answerTimeout().toMillis() + 2_000;
+    long waitMillis = settings.drainTimeout().toMillis() + settings.answerTimeout().toMillis() + 2_000;
     try {
       terminated.get(waitMillis, TimeUnit.MILLISECONDS);
     } catch (InterruptedException e) {

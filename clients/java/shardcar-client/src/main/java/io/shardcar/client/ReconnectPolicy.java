@@ -60,10 +60,10 @@ final class ReconnectPolicy {
     this.backoff = backoff;
   }
 
-  /** The defaults of {@link ShardcarWorker.Builder} (connect timeout 30 s, backoff 200 ms to 5 s). */
+  /** The defaults of {@link ShardcarWorker.Builder} (connect timeout 30 s, backoff 100 ms to 5 s). */
   static ReconnectPolicy defaults(String jobName) {
     return new ReconnectPolicy(ShardcarWorker.DEFAULT_TARGET, jobName, Duration.ofSeconds(30),
-        new Backoff(Duration.ofMillis(200), Duration.ofSeconds(5)));
+        new Backoff(Duration.ofMillis(100), Duration.ofSeconds(5)));
   }
 
   /** A subscription starts at {@code now}: the first one starts the connect timeout. */

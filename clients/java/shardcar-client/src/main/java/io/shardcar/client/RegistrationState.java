@@ -622,7 +622,7 @@ final class RegistrationState {
     }
     if (phase == Phase.CLOSING && !graceOver && mono - graceDeadline >= 0) {
       graceOver = true;
-      cancelRunning(closeReason + " (shutdown grace period over)", out);
+      cancelRunning(closeReason + " (drain timeout over)", out);
     }
     if (!resends.isEmpty()) {
       List<Answer> due = new ArrayList<>();

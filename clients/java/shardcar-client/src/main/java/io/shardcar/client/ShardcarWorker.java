@@ -345,7 +345,7 @@ public final class ShardcarWorker implements AutoCloseable {
   }
 
   /**
-   * Closes every registration (running items get the shutdown grace period to finish and answer),
+   * Closes every registration (running items get the drain timeout to finish and answer),
    * then the channel. Idempotent; never throws.
    */
   @Override
@@ -377,14 +377,14 @@ public final class ShardcarWorker implements AutoCloseable {
     private String instanceSuffixToken = InstanceIds.JVM_TOKEN;
     private Predicate<String> fileExists = path -> Files.exists(Path.of(path));
     private final Map<String, String> labels = new LinkedHashMap<>();
-    private int itemConcurrency = Math.max(2, Runtime.getRuntime().availableProcessors());
+    private int itemConcurrency = 8;
     /** Null: the executor size ({@link #itemConcurrency}, at most 1024). */
     private Integer maxConcurrentExecutions;
     private Duration connectTimeout = Duration.ofSeconds(30);
-    private Duration backoffInitial = Duration.ofMillis(200);
+    private Duration backoffInitial = Duration.ofMillis(100);
     private Duration backoffMax = Duration.ofSeconds(5);
     private Duration answerTimeout = Duration.ofSeconds(10);
-    private Duration shutdownGracePeriod = Duration.ofSeconds(10);
+    private Duration drainTimeout = Duration.ofSeconds(30);
     private boolean stopOnDrain;
     private WorkerListener listener = new WorkerListener() {};
     private boolean tracing = true;
@@ -459,9 +459,19 @@ public final class ShardcarWorker implements AutoCloseable {
     }
 
     /**
-     * The executor size: how many items run at once per job (default: cores, at least 2), on one
-     * pool per job shared by the items of all of its executions (see
-     * {@link #maxConcurrentExecutions(int)}).
+     * Adds labels sent with every subscription (Python: {@code WorkerOptions(labels=...)}).
+     *
+     * @param labels names and values (a null value is sent as empty)
+     * @return this builder
+     */
+    public Builder labels(Map<String, String> labels) {
+      Objects.requireNonNull(labels, "labels").forEach(this::label);
+      return this;
+    }
+
+    /**
+     * The executor size: how many items run at once per job (default 8), on one pool per job
+     * shared by the items of all of its executions (see {@link #maxConcurrentExecutions(int)}).
      *
      * @param threads items run at once, at least 1
      * @return this builder
@@ -515,7 +525,8 @@ public final class ShardcarWorker implements AutoCloseable {
     }
 
     /**
-     * How long {@code register} keeps trying to reach the sidecar (default 30 s).
+     * How long {@code register} keeps trying to reach the sidecar (default 30 s). Once registered
+     * there is no deadline: lost streams and drains are followed by new subscriptions.
      *
      * @param timeout how long, positive
      * @return this builder
@@ -526,7 +537,8 @@ public final class ShardcarWorker implements AutoCloseable {
     }
 
     /**
-     * Reconnect delays: start at {@code initial} (200 ms), double up to {@code max} (5 s).
+     * Delays between subscriptions after a lost stream or a drain: start at {@code initial}
+     * (100 ms), double up to {@code max} (5 s), with ±20 % jitter, and start over once registered.
      *
      * @param initial the first delay
      * @param max the longest delay
@@ -550,17 +562,31 @@ public final class ShardcarWorker implements AutoCloseable {
     }
 
     /**
-     * How long {@code close()} lets running items finish before interrupting them (default 10 s).
+     * How long {@code close()} lets running items finish and answer before it interrupts them
+     * (default 30 s); each interrupted item is declined once it returns.
      *
-     * @param grace the grace period, not negative
+     * @param timeout how long, not negative
      * @return this builder
      */
-    public Builder shutdownGracePeriod(Duration grace) {
-      this.shutdownGracePeriod = Objects.requireNonNull(grace, "shutdownGracePeriod");
-      if (grace.isNegative()) {
-        throw new IllegalArgumentException("shutdownGracePeriod must not be negative");
+    public Builder drainTimeout(Duration timeout) {
+      this.drainTimeout = Objects.requireNonNull(timeout, "drainTimeout");
+      if (timeout.isNegative()) {
+        throw new IllegalArgumentException("drainTimeout must not be negative");
       }
       return this;
+    }
+
+    /**
+     * Deprecated: use {@link #drainTimeout(Duration)}, the same setting.
+     *
+     * @param grace how long, not negative
+     * @return this builder
+     * @deprecated since 0.1.0, for removal: the option is {@link #drainTimeout(Duration)}, named as
+     *     in the Python client ({@code drain_timeout})
+     */
+    @Deprecated(since = "0.1.0", forRemoval = true)
+    public Builder shutdownGracePeriod(Duration grace) {
+      return drainTimeout(grace);
     }
 
     /**
@@ -688,7 +714,7 @@ public final class ShardcarWorker implements AutoCloseable {
           backoffInitial,
           backoffMax,
           answerTimeout,
-          shutdownGracePeriod,
+          drainTimeout,
           stopOnDrain,
           listener,
           ItemTracing.create(tracing, openTelemetry));

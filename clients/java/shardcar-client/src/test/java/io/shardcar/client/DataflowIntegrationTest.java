@@ -139,7 +139,7 @@ class DataflowIntegrationTest {
           .instanceId(instanceId)
           .connectTimeout(Duration.ofSeconds(10))
           .reconnectBackoff(Duration.ofMillis(100), Duration.ofSeconds(1))
-          .shutdownGracePeriod(Duration.ofSeconds(2))
+          .drainTimeout(Duration.ofSeconds(2))
           .listener(listener)
           .build();
     }

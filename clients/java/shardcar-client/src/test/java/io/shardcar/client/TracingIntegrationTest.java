@@ -73,7 +73,7 @@ class TracingIntegrationTest {
         .target(sidecar.target())
         .openTelemetry(sdk)
         .connectTimeout(Duration.ofSeconds(10))
-        .shutdownGracePeriod(Duration.ofSeconds(2))
+        .drainTimeout(Duration.ofSeconds(2))
         .listener(recorder)
         .build();
   }

@@ -43,7 +43,7 @@ class WorkerIntegrationTest {
         .target(sidecar.target())
         .connectTimeout(Duration.ofSeconds(10))
         .reconnectBackoff(Duration.ofMillis(100), Duration.ofSeconds(1))
-        .shutdownGracePeriod(Duration.ofSeconds(2))
+        .drainTimeout(Duration.ofSeconds(2))
         .listener(recorder)
         .build();
   }
@@ -303,7 +303,7 @@ class WorkerIntegrationTest {
         .instanceSuffixToken(token)
         .connectTimeout(Duration.ofSeconds(10))
         .reconnectBackoff(Duration.ofMillis(100), Duration.ofSeconds(1))
-        .shutdownGracePeriod(Duration.ofSeconds(2))
+        .drainTimeout(Duration.ofSeconds(2))
         .listener(listener)
         .build();
   }
