@@ -6,6 +6,11 @@ Jobs are one-off (no cron) and triggered once through the Admin API, so each tes
 execution; what the worker answered is read from the sidecar's record of it
 (``AdminService.ListExecutions``). Every wait is for a condition, with a deadline; the only
 timed pauses are the handlers' own pacing (``ctx.wait``), which no assertion depends on.
+
+One-off and streaming loops, failures of ``fetch`` and ``process``, the stored
+``streaming.process`` prop winning over the worker's, and every way a streaming loop stops: a
+revoke, a lease lost with the sidecar frozen, an execution timeout, a sidecar restart, a
+handover to a second worker or ``DisableJob``, a sidecar drain.
 """
 
 from __future__ import annotations

@@ -6,6 +6,15 @@ the freezes themselves, each several times the lease it must outlast. The sideca
 short leases (``--lease``) and, where a freeze must not cost the connection, a long HTTP/2
 keepalive timeout: a frozen worker then keeps its stream, and the renewals and triggers the
 sidecar sends meanwhile wait in its socket buffer until it runs again.
+
+(a) A worker frozen past its lease in the middle of an item: its first check after the pause
+says cancelled, and the item is declined, never answered. (b) Frozen while idle: the renewals
+and the trigger it reads after the pause are void, the trigger is declined at once and the item
+runs again later; frozen past the keepalive timeout too, it runs nothing stale and subscribes
+again. (c) SIGTERM to the sidecar (a drain) while an item runs: the item finishes and is
+answered, and the worker subscribes again until a new sidecar process listens on the same
+address, then runs its triggers; with ``stop_on_drain`` it stops instead.
+``SHARDCAR_SHOW_CHILD=1 pytest -s`` prints what each child did.
 """
 
 from __future__ import annotations

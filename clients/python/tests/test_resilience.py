@@ -1,4 +1,8 @@
-"""Leases, reconnects, draining and ZooKeeper mode, against real sidecar processes."""
+"""Leases, reconnects, draining and ZooKeeper mode, against real sidecar processes: a lease that
+runs out while the sidecar is frozen cancels the handler (sync and asyncio) and work resumes
+once it is renewed; after a sidecar restart the worker subscribes again and never answers for
+the old stream; Ctrl-C drains the example worker; two workers share a job's items through two
+sidecars on one ZooKeeper."""
 
 from __future__ import annotations
 

@@ -1,4 +1,8 @@
-"""Sidecar-free tests: config encoding, error mapping, event conversion, the per-job state rules."""
+"""Sidecar-free tests: config encoding, the error mapping from rich details built by hand, event
+conversion, container detection and instance suffixes, ``WorkerOptions`` (defaults, validation,
+the keywords of 0.1 with their deprecation warnings), the public surface of the workers (no way
+to take triggers without a lease), and the protocol core's rules one by one (the shared cases
+are in ``test_protocol_cases.py``)."""
 
 from __future__ import annotations
 

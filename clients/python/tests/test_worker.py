@@ -1,4 +1,13 @@
-"""The sync and asyncio workers against a real standalone sidecar process."""
+"""The sync and asyncio workers against a real standalone sidecar process.
+
+Triggers reach the handler with ElasticJob's sharding context; failures are reported and run
+again at the next fire; items of a trigger run concurrently up to ``item_concurrency``; the
+job runner's stream and answers, and how refused answers map to errors; a bad cron is refused
+naming ``config.cron`` with reason ``INVALID_ARGUMENT``; two workers of one process with
+instance suffixes share a job; a remote ``ShutdownInstance`` stops the job for good (sync,
+asyncio, the stream itself); Unix socket and ``$SHARDCAR_TARGET`` targets; a worker made with
+the option keywords of 0.1 still runs.
+"""
 
 from __future__ import annotations
 
