@@ -35,6 +35,16 @@ import org.junit.jupiter.params.provider.ValueSource;
  * The worker contract (rules 1, 2 and 5 of {@code shardcar.proto}) against a real sidecar. A
  * worker that must be frozen runs in a child JVM ({@link WorkerProcess}); every step waits for
  * the event it needs, with generous deadlines, and every process is killed even on failure.
+ *
+ * <p>(a) A worker frozen (SIGSTOP) past its lease in the middle of an item: its first
+ * {@code isCancelled()} after the pause is true, the item is declined, never answered; frozen past
+ * the keepalive timeout too, nothing sent before or during the freeze runs, and the item runs
+ * again once it has subscribed again; a handler blocked in {@code Thread.sleep} or
+ * {@code CountDownLatch.await} that never checks {@code isCancelled()} is interrupted before its
+ * final write. (c) A trigger read behind a void lease is declined. (b) A drain (SIGTERM to the
+ * sidecar) lets the running item finish and be answered; the worker then subscribes again until a
+ * new sidecar listens on the same port, or stops with {@code stopOnDrain(true)}. (b') A remote
+ * {@code ShutdownInstance} stops the worker for good while the sidecar runs on.
  */
 @Tag("integration")
 @Timeout(value = 180, unit = TimeUnit.SECONDS)

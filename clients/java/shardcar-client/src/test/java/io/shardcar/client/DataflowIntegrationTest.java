@@ -33,7 +33,13 @@ import org.junit.jupiter.params.provider.ValueSource;
 
 /**
  * Dataflow jobs ({@link DataflowHandler}) against a real standalone sidecar: ElasticJob's one-off
- * and streaming loops, failures, and every way a streaming loop must stop before its next fetch.
+ * and streaming loops, failures, and every way a streaming loop must stop before its next fetch:
+ * one-off, an empty fetch, streaming until a fetch returns nothing (explicit, and a stored
+ * {@code streaming.process} read back when subscribing by name), a throwing fetch or process
+ * reported failed, data fetched after a revoke not processed; a loop that streams until its stop
+ * condition holds ends without another fetch on a revoke (execution timeout), on a lease lost with
+ * the sidecar frozen, and on a sidecar drain (answered, and the worker subscribes again); on a
+ * resharding (a second instance, {@code DisableJob}) only the items taken away stop.
  * Triggers come from {@code AdminService.TriggerJob} (the jobs' cron never fires); every wait has
  * a deadline and every process is killed, even on failure.
  */

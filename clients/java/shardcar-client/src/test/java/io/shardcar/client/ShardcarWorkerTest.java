@@ -14,7 +14,11 @@ import java.util.Map;
 import java.util.Set;
 import org.junit.jupiter.api.Test;
 
-/** Behaviour that needs no sidecar. */
+/**
+ * Behaviour that needs no sidecar: the target's resolution, the first-connect deadline, the value
+ * each {@code SubscribeRequest} carries and its validation, instance suffixes, the defaults (those
+ * of the Python client's {@code WorkerOptions}) and the former option names.
+ */
 class ShardcarWorkerTest {
   @Test
   void targetComesFromTheBuilderThenTheEnvironmentThenTheDefault() {
