@@ -21,7 +21,7 @@ import random
 import sys
 import time
 
-from shardcar import Assignment, JobConfig, ShardingContext, Worker
+from shardcar import Assignment, JobConfig, ShardingContext, Worker, WorkerOptions
 
 REGIONS = {0: "north", 1: "south", 2: "east", 3: "west"}
 
@@ -52,7 +52,7 @@ def describe(ctx: ShardingContext) -> str:
 
 
 def run_sync(args: argparse.Namespace) -> None:
-    worker = Worker(target=args.target, max_concurrency=4)
+    worker = Worker(target=args.target, options=WorkerOptions(item_concurrency=4))
 
     @worker.on_assignment
     def assigned(a: Assignment) -> None:
@@ -75,7 +75,7 @@ def run_async(args: argparse.Namespace) -> None:
     from shardcar.aio import Worker as AsyncWorker
 
     async def main() -> None:
-        worker = AsyncWorker(target=args.target, max_concurrency=4)
+        worker = AsyncWorker(target=args.target, options=WorkerOptions(item_concurrency=4))
 
         @worker.on_assignment
         def assigned(a: Assignment) -> None:

@@ -9,7 +9,7 @@
 #   PYTHON=python3.9 clients/python/scripts/package_smoke.sh     # another interpreter
 #   PIP_CONSTRAINT=old.txt clients/python/scripts/package_smoke.sh  # e.g. protobuf==4.25.*
 #
-# Needs PyPI (build, setuptools, the package's dependencies). Everything happens in a temporary
+# Needs PyPI (build, flit_core, the package's dependencies). Everything happens in a temporary
 # directory, removed on exit: the package is copied there first, so the work tree gets no
 # build/, dist/ or egg-info, and every run starts from nothing (idempotent).
 set -euo pipefail
@@ -82,7 +82,8 @@ back = shardcar_pb2.SubscribeRequest.FromString(req.SerializeToString())
 assert back.instance_suffix == "1-0a1b2c3d" and back.max_concurrent_executions == 4
 assert hasattr(shardcar_pb2_grpc, "WorkerServiceStub") and hasattr(shardcar_pb2_grpc, "AdminServiceStub")
 
-worker = shardcar.Worker("127.0.0.1:1", unique_instance=True)
+worker = shardcar.Worker("127.0.0.1:1",
+                         options=shardcar.WorkerOptions(instance_suffix=shardcar.InstanceSuffix.ALWAYS))
 assert worker.instance_suffix.startswith(f"{os.getpid()}-")
 worker.close()
 

@@ -2,7 +2,8 @@
 does from its stdout (one JSON object a line), and freezes or resumes it with SIGSTOP/SIGCONT.
 
     python child_worker.py --target T --job J --cron C [--asyncio] --first MODE [--release-file F]
-        [--items N] [--failover] [--max-concurrency N] [--max-concurrent-executions N]
+        [--items N] [--failover] [--item-concurrency N] [--max-concurrent-executions N]
+        [--stop-on-drain]
 
 The handler of the first item it is given behaves as ``--first`` says; every later item
 returns at once. Every item prints ``{"ev": "start", ...}``. Modes of the first item:
@@ -19,9 +20,10 @@ freezes the process in that window and creates the file before it resumes it, so
 cannot close before the freeze however late the test reads the line. Their first check after
 it prints ``{"ev": "check", "gap": seconds since the window began, "cancelled": ...}``; they
 go on checking until cancelled, then print ``{"ev": "stopped"}``. ``--items``, ``--failover``
-set the job's ``sharding_total_count`` (default 1) and ``failover``; ``--max-concurrency`` and
+set the job's ``sharding_total_count`` (default 1) and ``failover``; ``--item-concurrency`` and
 ``--max-concurrent-executions`` the worker's executor size (default 8) and its
-``max_concurrent_executions`` (default: the executor size). Records of the ``shardcar``
+``max_concurrent_executions`` (default: the executor size); ``--stop-on-drain`` makes a
+sidecar's drain stop the worker (default: it subscribes again). Records of the ``shardcar``
 logger are printed as ``{"ev": "log", "msg": ...}``; ``{"ev": "exit"}`` when ``run()``
 returned.
 """
@@ -38,7 +40,7 @@ import threading
 import time
 from typing import Any
 
-from shardcar import JobConfig, ShardingContext, Worker
+from shardcar import JobConfig, ShardingContext, Worker, WorkerOptions
 
 _OUT = threading.Lock()
 STEP = 0.02  # how often a handler in its window looks for the release file
@@ -166,11 +168,13 @@ def main() -> int:
     parser.add_argument("--release-file", default="")
     parser.add_argument("--items", type=int, default=1)
     parser.add_argument("--failover", action="store_true")
-    parser.add_argument("--max-concurrency", type=int, default=8)
+    parser.add_argument("--item-concurrency", type=int, default=8)
     parser.add_argument("--max-concurrent-executions", type=int, default=None)
+    parser.add_argument("--stop-on-drain", action="store_true")
     args = parser.parse_args()
-    sizes = dict(max_concurrency=args.max_concurrency,
-                 max_concurrent_executions=args.max_concurrent_executions)
+    options = WorkerOptions(connect_timeout=20, item_concurrency=args.item_concurrency,
+                            max_concurrent_executions=args.max_concurrent_executions,
+                            stop_on_drain=args.stop_on_drain)
 
     logger = logging.getLogger("shardcar")
     logger.setLevel(logging.DEBUG)
@@ -181,7 +185,7 @@ def main() -> int:
     emit(ev="ready", pid=os.getpid())
 
     if not args.asyncio:
-        worker = Worker(args.target, connect_timeout=20, **sizes)
+        worker = Worker(args.target, options=options)
 
         @worker.job(config)
         def handle(ctx: ShardingContext) -> None:
@@ -200,7 +204,7 @@ def main() -> int:
         from shardcar.aio import Worker as AsyncWorker
 
         async def run() -> None:
-            worker = AsyncWorker(args.target, connect_timeout=20, **sizes)
+            worker = AsyncWorker(args.target, options=options)
 
             @worker.job(config)
             async def handle(ctx: ShardingContext) -> None:

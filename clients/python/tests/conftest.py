@@ -42,6 +42,36 @@ def wait_until(predicate, timeout: float, interval: float = 0.05, what: str = "c
         time.sleep(interval)
 
 
+def stop_process(proc: subprocess.Popen, timeout: float = 10) -> None:
+    """SIGSTOP, then waits until every thread of the process has stopped. ``kill`` returns once
+    the signal is queued: the kernel wakes one thread to act on it, and the others are told to
+    stop only once that thread gets a CPU, so under CPU load the other threads (gRPC's, a JVM's,
+    the sidecar's runtime) go on running, and reading their sockets, for up to hundreds of
+    milliseconds. A test that sends something to a process it froze starts only once no thread
+    can read it (Linux: ``/proc/<pid>/task/*/stat``; elsewhere it does not wait)."""
+    proc.send_signal(signal.SIGSTOP)
+    tasks = Path(f"/proc/{proc.pid}/task")
+    if not tasks.is_dir():
+        return
+    deadline = time.monotonic() + timeout
+    while True:
+        running = []
+        for stat in tasks.glob("*/stat"):
+            try:
+                text = stat.read_text()
+            except OSError:
+                continue  # the thread has exited
+            state = text[text.rindex(")") + 2]  # "pid (comm) S ...": comm may hold anything
+            if state not in "TtZX":
+                running.append(f"{stat.parent.name}={state}")
+        if not running:
+            return
+        if time.monotonic() >= deadline:
+            raise AssertionError(f"process {proc.pid} not stopped {timeout}s after SIGSTOP: "
+                                 f"{running}")
+        time.sleep(0.001)
+
+
 def _sidecar_binary() -> Path:
     explicit = os.environ.get("SHARDCAR_BIN")
     if explicit:
@@ -119,8 +149,9 @@ class Sidecar:
                 return False
 
     def pause(self) -> None:
+        """SIGSTOP; returns once every thread of the sidecar has stopped."""
         assert self.proc is not None
-        self.proc.send_signal(signal.SIGSTOP)
+        stop_process(self.proc)
 
     def resume(self) -> None:
         assert self.proc is not None

@@ -14,6 +14,8 @@ from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple
 
 from shardcar import ShardingContext, Worker
 
+from conftest import stop_process
+
 
 class WorkerThread:
     """Runs ``worker.run()`` in a thread; ``stop()`` drains and re-raises what ``run`` raised."""
@@ -137,7 +139,8 @@ class ChildWorker:
         return [e["msg"] for e in self.snapshot()[start:] if e.get("ev") == "log"]
 
     def pause(self) -> None:
-        self.proc.send_signal(signal.SIGSTOP)
+        """SIGSTOP; returns once every thread of the worker has stopped."""
+        stop_process(self.proc)
 
     def resume(self) -> None:
         self.proc.send_signal(signal.SIGCONT)

@@ -33,7 +33,7 @@ import grpc
 import pytest
 
 import shardcar.aio
-from shardcar import JobConfig, ShardingContext, TriggerSource, Worker
+from shardcar import JobConfig, ShardingContext, TriggerSource, Worker, WorkerOptions
 from shardcar import _core
 from shardcar._common import (
     MAX_CONCURRENT_EXECUTIONS,
@@ -51,9 +51,9 @@ APIS = ["sync", "asyncio"]
 WAIT = 20.0  # the deadline of every wait in the scripted tests
 
 
-def make_worker(api: str, target: str = "127.0.0.1:1", **kwargs: Any) -> Any:
+def make_worker(api: str, target: str = "127.0.0.1:1", **options: Any) -> Any:
     cls = Worker if api == "sync" else shardcar.aio.Worker
-    return cls(target, **kwargs)
+    return cls(target, options=WorkerOptions(**options))
 
 
 def request_of(worker: Any, job: str = "orders") -> pb.SubscribeRequest:
@@ -77,26 +77,26 @@ def register(worker: Any, api: str, job: Any = "orders", **kwargs: Any) -> None:
 
 @pytest.mark.parametrize("api", APIS)
 def test_the_subscription_asks_for_the_executor_size_by_default(api):
-    worker = make_worker(api, max_concurrency=3)
+    worker = make_worker(api, item_concurrency=3)
     register(worker, api, JobConfig(job_name="orders", cron="* * * * * ?"))
     assert request_of(worker).max_concurrent_executions == 3
-    default = make_worker(api)  # max_concurrency 8
+    default = make_worker(api)  # item_concurrency 8
     register(default, api)
     assert request_of(default).max_concurrent_executions == 8
 
 
 @pytest.mark.parametrize("api", APIS)
 def test_a_jobs_executor_size_and_override_win_over_the_workers(api):
-    worker = make_worker(api, max_concurrency=4)
-    register(worker, api, "wide", max_concurrency=6)
+    worker = make_worker(api, item_concurrency=4)
+    register(worker, api, "wide", item_concurrency=6)
     register(worker, api, "elastic", max_concurrent_executions=1)
-    register(worker, api, "both", max_concurrency=2, max_concurrent_executions=2)
+    register(worker, api, "both", item_concurrency=2, max_concurrent_executions=2)
     assert request_of(worker, "wide").max_concurrent_executions == 6
     assert request_of(worker, "elastic").max_concurrent_executions == 1
     assert request_of(worker, "both").max_concurrent_executions == 2
-    capped = make_worker(api, max_concurrency=4, max_concurrent_executions=2)
+    capped = make_worker(api, item_concurrency=4, max_concurrent_executions=2)
     register(capped, api, "a")
-    register(capped, api, "b", max_concurrency=3)
+    register(capped, api, "b", item_concurrency=3)
     register(capped, api, "c", max_concurrent_executions=4)
     assert request_of(capped, "a").max_concurrent_executions == 2
     assert request_of(capped, "b").max_concurrent_executions == 2
@@ -105,7 +105,7 @@ def test_a_jobs_executor_size_and_override_win_over_the_workers(api):
 
 @pytest.mark.parametrize("api", APIS)
 def test_a_dataflow_job_sends_it_too(api):
-    worker = make_worker(api, max_concurrency=5)
+    worker = make_worker(api, item_concurrency=5)
     if api == "sync":
         class Job:
             def fetch(self, ctx):
@@ -127,7 +127,7 @@ def test_a_dataflow_job_sends_it_too(api):
 
 
 def test_an_executor_larger_than_the_sidecars_limit_asks_for_the_limit():
-    worker = Worker("127.0.0.1:1", max_concurrency=5000)
+    worker = Worker("127.0.0.1:1", options=WorkerOptions(item_concurrency=5000))
     register(worker, "sync")
     assert request_of(worker).max_concurrent_executions == MAX_CONCURRENT_EXECUTIONS == 1024
     assert resolve_max_concurrent_executions(None, 1) == 1
@@ -138,24 +138,24 @@ def test_an_executor_larger_than_the_sidecars_limit_asks_for_the_limit():
 @pytest.mark.parametrize("bad", [0, -1, 1025, 2.0, "2", True])
 def test_an_invalid_max_concurrent_executions_is_a_value_error(api, bad):
     with pytest.raises(ValueError, match="max_concurrent_executions"):
-        make_worker(api, max_concurrency=2000, max_concurrent_executions=bad)
-    worker = make_worker(api, max_concurrency=2000)
+        make_worker(api, item_concurrency=2000, max_concurrent_executions=bad)
+    worker = make_worker(api, item_concurrency=2000)
     with pytest.raises(ValueError, match="max_concurrent_executions"):
         register(worker, api, max_concurrent_executions=bad)
     with pytest.raises(ValueError, match="max_concurrent_executions"):
-        worker.subscribe("orders", max_concurrent_executions=bad)
+        worker._subscribe("orders", max_concurrent_executions=bad)
     assert worker._jobs == []
 
 
 @pytest.mark.parametrize("api", APIS)
 def test_more_executions_than_the_executor_size_is_a_value_error(api):
-    with pytest.raises(ValueError, match=r"max_concurrent_executions=3 exceeds max_concurrency=2"):
-        make_worker(api, max_concurrency=2, max_concurrent_executions=3)
-    worker = make_worker(api, max_concurrency=4, max_concurrent_executions=3)
-    with pytest.raises(ValueError, match=r"exceeds max_concurrency=2"):
-        register(worker, api, max_concurrency=2)  # the worker's 3 does not fit the job's pool
-    with pytest.raises(ValueError, match="max_concurrency must be at least 1"):
-        register(worker, api, max_concurrency=-1)
+    with pytest.raises(ValueError, match=r"max_concurrent_executions=3 exceeds item_concurrency=2"):
+        make_worker(api, item_concurrency=2, max_concurrent_executions=3)
+    worker = make_worker(api, item_concurrency=4, max_concurrent_executions=3)
+    with pytest.raises(ValueError, match=r"exceeds item_concurrency=2"):
+        register(worker, api, item_concurrency=2)  # the worker's 3 does not fit the job's pool
+    with pytest.raises(ValueError, match="item_concurrency must be at least 1"):
+        register(worker, api, item_concurrency=-1)
 
 
 def test_a_raw_subscription_leaves_the_field_unset_unless_given():
@@ -465,10 +465,13 @@ class Running:
             self.worker.dataflow(job, streaming=True)(AsyncFlow())
 
     # -- running
+    def _options(self) -> WorkerOptions:
+        return WorkerOptions(connect_timeout=10, **self._kwargs)
+
     def _main(self) -> None:
         try:
             if self.api == "sync":
-                self.worker = Worker(self._target, connect_timeout=10, **self._kwargs)
+                self.worker = Worker(self._target, options=self._options())
                 self._register()
                 self._ready.set()
                 self.worker.run(handle_signals=False)
@@ -481,7 +484,7 @@ class Running:
 
     async def _amain(self) -> None:
         self._loop = asyncio.get_running_loop()
-        self.worker = shardcar.aio.Worker(self._target, connect_timeout=10, **self._kwargs)
+        self.worker = shardcar.aio.Worker(self._target, options=self._options())
         self._register()
         self._ready.set()
         try:
@@ -513,7 +516,7 @@ class Running:
 
 @pytest.mark.parametrize("api", APIS)
 def test_every_subscription_carries_the_value_on_the_wire(scripted, api):
-    with Running(api, scripted.target, Gates(), max_concurrency=3):
+    with Running(api, scripted.target, Gates(), item_concurrency=3):
         wait_until(lambda: scripted.requests, WAIT, what="a subscription")
         scripted.end_stream()  # the worker subscribes again, with the same request
         wait_until(lambda: len(scripted.requests) >= 2, WAIT, what="a second subscription")
@@ -524,7 +527,7 @@ def test_every_subscription_carries_the_value_on_the_wire(scripted, api):
 @pytest.mark.parametrize("api", APIS)
 def test_a_trigger_that_arrives_while_an_execution_runs_runs_beside_it(scripted, api):
     gates = Gates()
-    with Running(api, scripted.target, gates, max_concurrency=2):
+    with Running(api, scripted.target, gates, item_concurrency=2):
         wait_until(lambda: scripted.requests, WAIT, what="a subscription")
         assert scripted.requests[0].max_concurrent_executions == 2
         scripted.trigger("own", [0], source=pb.TRIGGER_SOURCE_MANUAL)
@@ -546,7 +549,7 @@ def test_a_trigger_that_arrives_while_an_execution_runs_runs_beside_it(scripted,
 @pytest.mark.parametrize("api", APIS)
 def test_concurrent_dataflow_executions_stream_and_are_answered_each_on_its_own(scripted, api):
     gates = Gates()
-    with Running(api, scripted.target, gates, dataflow=True, max_concurrency=2):
+    with Running(api, scripted.target, gates, dataflow=True, item_concurrency=2):
         wait_until(lambda: scripted.requests, WAIT, what="a subscription")
         scripted.trigger("own", [0], source=pb.TRIGGER_SOURCE_CRON)
         gates.wait_started(("own", 0))
@@ -564,7 +567,7 @@ def test_concurrent_dataflow_executions_stream_and_are_answered_each_on_its_own(
 @pytest.mark.parametrize("api", APIS)
 def test_a_revoke_stops_only_the_execution_it_names(scripted, api):
     gates = Gates()
-    with Running(api, scripted.target, gates, max_concurrency=2):
+    with Running(api, scripted.target, gates, item_concurrency=2):
         wait_until(lambda: scripted.requests, WAIT, what="a subscription")
         scripted.trigger("own", [0], source=pb.TRIGGER_SOURCE_CRON)
         scripted.trigger("fo", [1])
@@ -582,7 +585,7 @@ def test_a_revoke_stops_only_the_execution_it_names(scripted, api):
 @pytest.mark.parametrize("api", APIS)
 def test_a_lapsed_lease_stops_every_execution(short_lease, api):
     gates = Gates()
-    with Running(api, short_lease.target, gates, max_concurrency=3):
+    with Running(api, short_lease.target, gates, item_concurrency=3):
         wait_until(lambda: short_lease.requests, WAIT, what="a subscription")
         short_lease.trigger("own", [0], source=pb.TRIGGER_SOURCE_CRON)
         short_lease.trigger("fo", [1])
@@ -599,7 +602,7 @@ def test_a_lapsed_lease_stops_every_execution(short_lease, api):
 @pytest.mark.parametrize("api", APIS)
 def test_a_lost_stream_stops_every_execution_and_answers_none(scripted, api):
     gates = Gates()
-    with Running(api, scripted.target, gates, max_concurrency=2):
+    with Running(api, scripted.target, gates, item_concurrency=2):
         wait_until(lambda: scripted.requests, WAIT, what="a subscription")
         scripted.trigger("own", [0], source=pb.TRIGGER_SOURCE_CRON)
         scripted.trigger("fo", [1])
@@ -613,11 +616,11 @@ def test_a_lost_stream_stops_every_execution_and_answers_none(scripted, api):
 
 @pytest.mark.parametrize("api", APIS)
 def test_with_executor_size_one_a_second_execution_waits_for_the_slot(scripted, api, caplog):
-    """``max_concurrency=1`` asks for one execution at a time. Were the sidecar to send a second
+    """``item_concurrency=1`` asks for one execution at a time. Were the sidecar to send a second
     one anyway, it is logged and runs once the first returns (it waits for the only slot)."""
     gates = Gates()
     with caplog.at_level(logging.WARNING, logger="shardcar"):
-        with Running(api, scripted.target, gates, max_concurrency=1):
+        with Running(api, scripted.target, gates, item_concurrency=1):
             wait_until(lambda: scripted.requests, WAIT, what="a subscription")
             assert scripted.requests[0].max_concurrent_executions == 1
             scripted.trigger("own", [0], source=pb.TRIGGER_SOURCE_CRON)
@@ -673,24 +676,24 @@ def accepted(execution: str, item: int) -> Callable[[Dict[str, Any]], bool]:
     return is_log(rf"complete of {re.escape(execution)} items \[{item}\] accepted")
 
 
-def child_args(sidecar, job: str, api: str, release: Path, max_concurrency: int) -> List[str]:
+def child_args(sidecar, job: str, api: str, release: Path, item_concurrency: int) -> List[str]:
     args = ["--target", sidecar.target, "--job", job, "--cron", NEVER, "--first", "release",
             "--release-file", str(release), "--items", "2", "--failover",
-            "--max-concurrency", str(max_concurrency)]
+            "--item-concurrency", str(item_concurrency)]
     if api == "asyncio":
         args.append("--asyncio")
     return args
 
 
 def two_busy_workers(sidecar, spawn_child, tmp_path: Path, job: str, api: str,
-                     max_concurrency: int):
-    """The worker under test (``api``, executor size ``max_concurrency``) and a peer (sync,
+                     item_concurrency: int):
+    """The worker under test (``api``, executor size ``item_concurrency``) and a peer (sync,
     executor size 2), one item each of a two-item failover job, both running a long item of
     their own (one ``TriggerJob``), each until its release file exists. Returns
     ``(worker, peer, worker_start, peer_start, release_worker)``."""
     release_worker = tmp_path / "release-worker"
     release_peer = tmp_path / "release-peer"  # never created: the peer is killed mid-item
-    worker = spawn_child(child_args(sidecar, job, api, release_worker, max_concurrency))
+    worker = spawn_child(child_args(sidecar, job, api, release_worker, item_concurrency))
     worker.wait_for(is_log(r"registered as"), 30, "the worker to register")
     peer = spawn_child(child_args(sidecar, job, "sync", release_peer, 2))
     peer.wait_for(is_log(r"registered as"), 30, "the peer to register")
@@ -731,7 +734,7 @@ def test_real_sidecar_busy_worker_runs_the_failover_beside_its_own_item(
     sidecar = make_sidecar()
     job = f"fo-busy-{api}"
     worker, peer, own, peer_item, release = two_busy_workers(
-        sidecar, spawn_child, tmp_path, job, api, max_concurrency=2)
+        sidecar, spawn_child, tmp_path, job, api, item_concurrency=2)
     mark = len(worker.snapshot())
     peer.kill()
     index, failover = worker.wait_for(lambda e: e["ev"] == "start" and e["exec"] != own["exec"],
@@ -769,7 +772,7 @@ def test_real_sidecar_executor_size_one_takes_the_failover_only_after_its_own_it
     sidecar = make_sidecar()
     job = f"fo-single-{api}"
     worker, peer, own, peer_item, release = two_busy_workers(
-        sidecar, spawn_child, tmp_path, job, api, max_concurrency=1)
+        sidecar, spawn_child, tmp_path, job, api, item_concurrency=1)
     peer.kill()
     # The sidecar knows the item must fail over (flagged, or already taken: it would then be
     # running on the busy worker, which the checks below refute) while the worker is busy.

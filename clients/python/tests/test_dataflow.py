@@ -6,6 +6,11 @@ Jobs are one-off (no cron) and triggered once through the Admin API, so each tes
 execution; what the worker answered is read from the sidecar's record of it
 (``AdminService.ListExecutions``). Every wait is for a condition, with a deadline; the only
 timed pauses are the handlers' own pacing (``ctx.wait``), which no assertion depends on.
+
+One-off and streaming loops, failures of ``fetch`` and ``process``, the stored
+``streaming.process`` prop winning over the worker's, and every way a streaming loop stops: a
+revoke, a lease lost with the sidecar frozen, an execution timeout, a sidecar restart, a
+handover to a second worker or ``DisableJob``, a sidecar drain.
 """
 
 from __future__ import annotations
@@ -23,7 +28,15 @@ import pytest
 
 import shardcar
 import shardcar.aio
-from shardcar import STREAMING_PROCESS_KEY, Assignment, JobConfig, ShardingContext, Worker
+from shardcar import (
+    STREAMING_PROCESS_KEY,
+    Assignment,
+    InstanceSuffix,
+    JobConfig,
+    ShardingContext,
+    Worker,
+    WorkerOptions,
+)
 from shardcar._proto import shardcar_pb2 as pb
 from shardcar._proto import shardcar_pb2_grpc as pb_grpc
 from shardcar.dataflow import is_streaming, with_streaming
@@ -190,12 +203,12 @@ class Running:
     """
 
     def __init__(self, api: str, target: str, script: Script,
-                 register: Callable[[Any, Any], Any], **worker_kwargs: Any) -> None:
+                 register: Callable[[Any, Any], Any], **options: Any) -> None:
         self.api = api
         self.target = target
         self.script = script
         self.register = register
-        self.kwargs = dict(connect_timeout=5, **worker_kwargs)
+        self.options = WorkerOptions(**{"connect_timeout": 5, **options})
         self.assignments: List[Tuple[float, Assignment]] = []
         self.error: Optional[BaseException] = None
         self.worker: Any = None
@@ -209,7 +222,7 @@ class Running:
     def _main(self) -> None:
         try:
             if self.api == "sync":
-                worker = Worker(self.target, **self.kwargs)
+                worker = Worker(self.target, options=self.options)
                 worker.on_assignment(self._assigned)
                 self.register(worker, SyncJob(self.script))
                 self.worker = worker
@@ -223,7 +236,7 @@ class Running:
             self._ready.set()
 
     async def _amain(self) -> None:
-        worker = shardcar.aio.Worker(self.target, **self.kwargs)
+        worker = shardcar.aio.Worker(self.target, options=self.options)
         worker.on_assignment(self._assigned)
         self.register(worker, AsyncJob(self.script))
         self.worker = worker
@@ -273,7 +286,7 @@ class Running:
 
 @pytest.fixture
 def running():
-    """Factory: ``running(api, target, script, register, **worker_kwargs)`` → a started
+    """Factory: ``running(api, target, script, register, **options)`` → a started
     :class:`Running`; every one is stopped (forced) when the test ends, also when it failed."""
     started: List[Running] = []
 
@@ -523,7 +536,7 @@ def test_streaming_stops_when_a_new_stream_replaces_the_old_one(make_sidecar, ru
     job = f"restart-{api}"
     script = Script({}, tail=ENDLESS, hold={0: 2})
     worker = running(api, sidecar.target, script, dataflow(one_off(job), streaming=True),
-                     backoff_max=0.5, unique_instance=True)
+                     reconnect_backoff=(0.1, 0.5), instance_suffix=InstanceSuffix.ALWAYS)
     trigger_once(sidecar, job, worker, {0})
     script.wait(lambda: len(script.of("process", 0)) == 2, 20, "the second batch")
     sidecar.restart()
@@ -559,7 +572,8 @@ def test_streaming_stops_fetching_an_item_a_resharding_took_away(sidecar, runnin
     before = len(worker.assignments)
     try:
         if how == "second-worker":
-            other = Worker(sidecar.target, connect_timeout=5, instance_id="127.0.0.1@-@second")
+            other = Worker(sidecar.target, options=WorkerOptions(
+                connect_timeout=5, instance_id="127.0.0.1@-@second"))
             other.job(job)(lambda ctx: None)
             other_thread = threading.Thread(target=other.run, kwargs={"handle_signals": False},
                                             daemon=True)
@@ -598,12 +612,14 @@ def test_streaming_ends_and_is_answered_after_a_sidecar_shutdown(make_sidecar, r
                                                                  api):
     """SIGTERM to the sidecar while an item streams: ``Shutdown`` (no revoke) ends the loop
     before its next fetch, the item is answered Complete (the sidecar waits for the answer and
-    records it), and the worker stops by itself."""
+    records it), and the worker, with ``stop_on_drain``, stops by itself (without it, it would
+    subscribe again: ``test_faults.py``)."""
     history = workdir / f"history-{api}.jsonl"
     sidecar = make_sidecar(args=["--shutdown-grace", "60s", "--history-file", str(history)])
     job = f"shutdown-{api}"
     script = Script({}, tail=ENDLESS, pace=0.02)
-    worker = running(api, sidecar.target, script, dataflow(one_off(job), streaming=True))
+    worker = running(api, sidecar.target, script, dataflow(one_off(job), streaming=True),
+                     stop_on_drain=True)
     trigger_once(sidecar, job, worker, {0})
     script.wait(lambda: len(script.of("fetch", 0)) >= 3, 20, "the item to stream")
     sidecar.terminate()

@@ -6,6 +6,15 @@ the freezes themselves, each several times the lease it must outlast. The sideca
 short leases (``--lease``) and, where a freeze must not cost the connection, a long HTTP/2
 keepalive timeout: a frozen worker then keeps its stream, and the renewals and triggers the
 sidecar sends meanwhile wait in its socket buffer until it runs again.
+
+(a) A worker frozen past its lease in the middle of an item: its first check after the pause
+says cancelled, and the item is declined, never answered. (b) Frozen while idle: the renewals
+and the trigger it reads after the pause are void, the trigger is declined at once and the item
+runs again later; frozen past the keepalive timeout too, it runs nothing stale and subscribes
+again. (c) SIGTERM to the sidecar (a drain) while an item runs: the item finishes and is
+answered, and the worker subscribes again until a new sidecar process listens on the same
+address, then runs its triggers; with ``stop_on_drain`` it stops instead.
+``SHARDCAR_SHOW_CHILD=1 pytest -s`` prints what each child did.
 """
 
 from __future__ import annotations
@@ -202,33 +211,30 @@ def test_a_worker_paused_past_its_lease_and_the_keepalive_runs_no_stale_work(
     assert starts and starts[0] > registered
 
 
-# -- (c) Shutdown ----------------------------------------------------------------------------------
+# -- (c) Shutdown: a drain (SIGTERM to the sidecar) and what follows it ---------------------------
 
 
-@pytest.mark.parametrize("api", ["sync", "asyncio"])
-def test_shutdown_lets_the_running_item_finish_and_be_answered_then_the_worker_stops(
-        make_sidecar, spawn_child, workdir, api):
-    """SIGTERM to the sidecar while an item runs: the worker gets ``Shutdown``, the item
-    finishes and is answered (the sidecar records it completed), the sidecar ends the stream,
-    and the worker stops by itself (the default)."""
+def drain_while_an_item_runs(make_sidecar, spawn_child, workdir, job: str, api: str,
+                             *extra: str):
+    """A worker runs an item (``--first release``) and its sidecar gets SIGTERM, as
+    ``systemctl restart`` does: the worker must be told ``Shutdown`` of kind DRAIN, let the item
+    finish and answer it (the sidecar records it completed: only an accepted ``Complete`` does
+    that), and the sidecar must exit 0. Returns the sidecar, the child, the execution and the
+    index of the worker's ``Shutdown`` line."""
     history = workdir / "history.jsonl"
     release = workdir / "release"
     sidecar = make_sidecar(args=["--shutdown-grace", "60s", "--history-file", str(history)])
-    child = spawn_child(child_args(sidecar, f"drained-{api}", api, "release",
-                                   release_file=str(release)))
+    child = spawn_child(child_args(sidecar, job, api, "release", release_file=str(release))
+                        + list(extra))
     _, start = child.wait_for(lambda e: e["ev"] == "start", 30, "the first item to start")
     execution = start["exec"]
     sidecar.terminate()
-    child.wait_for(is_log(r"sent Shutdown"), 30, "the worker to receive Shutdown")
+    shutdown, _ = child.wait_for(is_log(r"sent Shutdown \(drain,"), 30,
+                                 "the worker to receive Shutdown of kind DRAIN")
     release.touch()
     _, released = child.wait_for(lambda e: e["ev"] == "released", 30, "the item to finish")
     assert released["cancelled"] is False
-    child.wait_for(is_log(r"stream ended after the sidecar sent Shutdown; the worker stops"),
-                   30, "the worker to stop")
-    child.wait_for(lambda e: e["ev"] == "exit", 30, "run() to return")
-    assert child.wait_exit(30) == 0
     assert sidecar.proc is not None and sidecar.proc.wait(60) == 0
-    # Answered: the sidecar recorded the item completed (only an accepted Complete does that).
     # The reply may reach the worker after the stream's end, which it may not wait for.
     records = [json.loads(line) for line in history.read_text().splitlines() if line.strip()]
     mine = [r for r in records if execution in json.dumps(r)]
@@ -236,4 +242,41 @@ def test_shutdown_lets_the_running_item_finish_and_be_answered_then_the_worker_s
     assert "completed" in json.dumps(mine[-1]).lower(), mine[-1]
     logs = child.logs()
     assert not any(re.search(r"declin|answer rejected", m) for m in logs), logs
+    return sidecar, child, execution, shutdown
 
+
+@pytest.mark.parametrize("api", ["sync", "asyncio"])
+def test_a_drain_finishes_the_running_item_then_the_worker_subscribes_to_the_new_sidecar(
+        make_sidecar, spawn_child, workdir, api):
+    """A drain (SIGTERM to the sidecar) while an item runs: ``Shutdown`` of kind DRAIN, the
+    item finishes and is answered, the sidecar ends the stream and exits. The worker does not
+    stop (the default): it subscribes again with backoff while no sidecar listens, and once a
+    new sidecar process listens on the same address it registers there and runs its
+    triggers."""
+    sidecar, child, execution, shutdown = drain_while_an_item_runs(
+        make_sidecar, spawn_child, workdir, f"drained-{api}", api)
+    ended, _ = child.wait_for(is_log(r"the sidecar drained .*; subscribing again"), 30,
+                              "the worker to subscribe again after the drain", start=shutdown)
+    # With the sidecar gone, a subscription fails and is tried again.
+    child.wait_for(is_log(r"reconnecting in"), 30, "a subscription refused while no sidecar "
+                   "listens, and tried again", start=ended + 1)
+    sidecar.start()  # a new sidecar process on the same address
+    registered, _ = child.wait_for(is_log(r"registered as"), 60,
+                                   "the worker to register with the new sidecar", start=ended)
+    _, again = child.wait_for(lambda e: e["ev"] == "start", 30,
+                              "an item triggered by the new sidecar", start=registered)
+    assert again["exec"] != execution
+    assert not any(e["ev"] == "exit" for e in child.snapshot()), "run() returned"
+    assert child.proc.poll() is None
+
+
+def test_with_stop_on_drain_a_drain_stops_the_worker_once_its_item_is_answered(
+        make_sidecar, spawn_child, workdir):
+    """``stop_on_drain=True``: the same drain, and then the worker stops by itself (``run()``
+    returns, the process exits 0) instead of subscribing again."""
+    _, child, _, shutdown = drain_while_an_item_runs(
+        make_sidecar, spawn_child, workdir, "drained-stop", "sync", "--stop-on-drain")
+    child.wait_for(is_log(r"stream ended after the sidecar sent Shutdown \(drain\); the worker "
+                          r"stops"), 30, "the worker to stop", start=shutdown)
+    child.wait_for(lambda e: e["ev"] == "exit", 30, "run() to return")
+    assert child.wait_exit(30) == 0

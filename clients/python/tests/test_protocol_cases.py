@@ -32,6 +32,7 @@ from shardcar._core import (
     StartItem,
     Stop,
 )
+from shardcar._proto import shardcar_pb2 as pb
 from shardcar.errors import SidecarUnavailableError, error_from_status
 from shardcar.events import (
     Assignment,
@@ -42,6 +43,7 @@ from shardcar.events import (
     Shutdown,
     Trigger,
     TriggerSource,
+    event_from_proto,
 )
 
 CASES_FILE = Path(__file__).resolve().parent / ".." / ".." / "protocol-cases" / "cases.json"
@@ -53,7 +55,11 @@ STATUS = {"INTERNAL_GOAWAY": ("INTERNAL", "h2 protocol error: connection closed 
 
 # The defaults of a case's `settings` (README: "settings").
 SETTINGS = {"backoff_initial_ms": 100, "backoff_max_ms": 5000, "connect_timeout_ms": 10000,
-            "exit_on_shutdown": True}
+            "stop_on_drain": False}
+
+# A case's shutdown `kind` (absent: SHUTDOWN_KIND_UNSPECIFIED, which reads as a drain).
+SHUTDOWN_KINDS = {"drain": pb.SHUTDOWN_KIND_DRAIN, "remote": pb.SHUTDOWN_KIND_REMOTE,
+                  None: pb.SHUTDOWN_KIND_UNSPECIFIED}
 
 
 def load_cases() -> List[Dict[str, Any]]:
@@ -124,7 +130,7 @@ class Runner:
             backoff_max=settings["backoff_max_ms"] / 1000,
             target="127.0.0.1:50061",
         )
-        self.core = ProtocolCore("job", self.clock, exit_on_shutdown=settings["exit_on_shutdown"],
+        self.core = ProtocolCore("job", self.clock, stop_on_drain=settings["stop_on_drain"],
                                  reconnect=reconnect)
         self.produced: List[Tuple[int, int, Output]] = []  # (step index, at, output)
         self.running: Dict[Tuple[str, int], bool] = {}  # started and not returned
@@ -212,7 +218,11 @@ class Runner:
         if kind == "revoke":
             return Revoke(tuple(step["items"]), "")
         if kind == "shutdown":
-            return Shutdown("")
+            # Through the proto, as the drivers read it: an unspecified kind is a drain.
+            msg = pb.SubscribeResponse(shutdown=pb.Shutdown(kind=SHUTDOWN_KINDS[step.get("kind")]))
+            event = event_from_proto(msg, "job")
+            assert isinstance(event, Shutdown)
+            return event
         raise AssertionError(f"unknown event {kind}")
 
     def last_call(self, execution_id: str, rpc: str) -> AnswerCall:
@@ -240,7 +250,7 @@ CASES = load_cases()
 
 
 def test_the_case_file_has_every_case():
-    assert len(CASES) == 35
+    assert len(CASES) == 40
     assert len({c["name"] for c in CASES}) == len(CASES)
 
 

@@ -1,4 +1,8 @@
-"""Leases, reconnects, draining and ZooKeeper mode, against real sidecar processes."""
+"""Leases, reconnects, draining and ZooKeeper mode, against real sidecar processes: a lease that
+runs out while the sidecar is frozen cancels the handler (sync and asyncio) and work resumes
+once it is renewed; after a sidecar restart the worker subscribes again and never answers for
+the old stream; Ctrl-C drains the example worker; two workers share a job's items through two
+sidecars on one ZooKeeper."""
 
 from __future__ import annotations
 
@@ -14,7 +18,7 @@ import time
 import pytest
 
 import shardcar.aio
-from shardcar import JobConfig, ShardingContext, Worker
+from shardcar import InstanceSuffix, JobConfig, ShardingContext, Worker, WorkerOptions
 
 from conftest import REPO_ROOT, wait_until
 from helpers import Calls, WorkerThread
@@ -49,7 +53,7 @@ def _stop_sidecar_during_a_run(sidecar, worker, job_name):
 def test_lease_expiry_while_sidecar_is_stopped_cancels_the_handler(make_sidecar, caplog):
     caplog.set_level(logging.INFO, logger="shardcar")
     sidecar = make_sidecar(session_timeout="4s")  # lease: half of it, 2 s
-    worker = Worker(sidecar.target, connect_timeout=5)
+    worker = Worker(sidecar.target, options=WorkerOptions(connect_timeout=5))
     started, calls, outcome = _stop_sidecar_during_a_run(sidecar, worker, "leased")
     with WorkerThread(worker) as wt:
         assert started.wait(15), "first trigger never arrived"
@@ -70,7 +74,7 @@ def test_lease_expiry_while_sidecar_is_stopped_cancels_the_handler(make_sidecar,
 
 def test_work_resumes_after_the_lease_is_renewed(make_sidecar):
     sidecar = make_sidecar(session_timeout="4s")
-    worker = Worker(sidecar.target, connect_timeout=5)
+    worker = Worker(sidecar.target, options=WorkerOptions(connect_timeout=5))
     started, calls, outcome = _stop_sidecar_during_a_run(sidecar, worker, "renewed")
     with WorkerThread(worker):
         assert started.wait(15), "first trigger never arrived"
@@ -86,7 +90,7 @@ def test_work_resumes_after_the_lease_is_renewed(make_sidecar):
 
 async def test_lease_expiry_cancels_asyncio_handler(make_sidecar):
     sidecar = make_sidecar(session_timeout="4s")
-    worker = shardcar.aio.Worker(sidecar.target, connect_timeout=5)
+    worker = shardcar.aio.Worker(sidecar.target, options=WorkerOptions(connect_timeout=5))
     outcome = {}
     started = asyncio.Event()
 
@@ -122,7 +126,8 @@ async def test_lease_expiry_cancels_asyncio_handler(make_sidecar):
 def test_reconnects_after_sidecar_restart_and_drops_old_executions(make_sidecar):
     sidecar = make_sidecar()
     # A unique instance id (pid and a random suffix) is chosen once: the reconnect reuses it.
-    worker = Worker(sidecar.target, connect_timeout=5, backoff_max=0.5, unique_instance=True)
+    worker = Worker(sidecar.target, options=WorkerOptions(
+        connect_timeout=5, reconnect_backoff=(0.1, 0.5), instance_suffix=InstanceSuffix.ALWAYS))
     calls = Calls()
     first = {}
     first_started = threading.Event()
@@ -178,7 +183,8 @@ def test_zookeeper_mode_two_workers_share_the_items(zookeeper, make_sidecar):
     calls_a, calls_b = Calls(), Calls()
     workers = []
     for i, calls in enumerate((calls_a, calls_b)):
-        w = Worker(sidecar.target, connect_timeout=10, instance_id=f"127.0.0.1@-@py{i}")
+        w = Worker(sidecar.target,
+                   options=WorkerOptions(connect_timeout=10, instance_id=f"127.0.0.1@-@py{i}"))
 
         @w.job(job("zk-orders", count=4))
         def handle(ctx: ShardingContext, calls=calls) -> None:

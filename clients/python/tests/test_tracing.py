@@ -28,7 +28,7 @@ from opentelemetry.trace import SpanKind, StatusCode  # noqa: E402
 
 import shardcar  # noqa: E402
 import shardcar.aio  # noqa: E402
-from shardcar import JobConfig, ShardingContext, Worker, _tracing  # noqa: E402
+from shardcar import JobConfig, ShardingContext, Worker, WorkerOptions, _tracing  # noqa: E402
 from shardcar._proto import shardcar_pb2 as pb  # noqa: E402
 from shardcar._proto import shardcar_pb2_grpc as pb_grpc  # noqa: E402
 
@@ -148,6 +148,11 @@ def assert_child_of_traceparent(span, item: int = 0, execution_id: str = "e1") -
 
 
 # -- sync worker ------------------------------------------------------------------------------------
+def tracing_to(provider) -> WorkerOptions:
+    """A worker's options that send its handler spans to ``provider``."""
+    return WorkerOptions(connect_timeout=5, tracer_provider=provider)
+
+
 def test_context_carries_the_triggers_trace_context():
     msg = pb.SubscribeResponse(trigger=pb.Trigger(
         execution_id="e", items=[pb.ShardItem(item=3)], traceparent=TRACEPARENT,
@@ -160,7 +165,7 @@ def test_context_carries_the_triggers_trace_context():
 
 def test_sync_handler_runs_in_a_child_span_of_the_traceparent(fake, spans):
     provider, exporter = spans
-    worker = Worker(fake.target, connect_timeout=5, tracer_provider=provider)
+    worker = Worker(fake.target, options=tracing_to(provider))
     inner: Dict[str, Any] = {}
 
     @worker.job("traced")
@@ -191,7 +196,7 @@ def test_sync_handler_runs_in_a_child_span_of_the_traceparent(fake, spans):
 
 def test_sync_handler_failure_sets_error_status(fake, spans):
     provider, exporter = spans
-    worker = Worker(fake.target, connect_timeout=5, tracer_provider=provider)
+    worker = Worker(fake.target, options=tracing_to(provider))
 
     @worker.job("traced")
     def handle(ctx: ShardingContext) -> None:
@@ -213,7 +218,7 @@ def test_sync_handler_failure_sets_error_status(fake, spans):
 
 def test_sync_handler_revoked_gets_a_cancel_event(fake, spans):
     provider, exporter = spans
-    worker = Worker(fake.target, connect_timeout=5, tracer_provider=provider)
+    worker = Worker(fake.target, options=tracing_to(provider))
     started = threading.Event()
 
     @worker.job("traced")
@@ -237,7 +242,8 @@ def test_sync_handler_revoked_gets_a_cancel_event(fake, spans):
 
 def test_tracing_false_makes_no_span(fake, spans):
     provider, exporter = spans
-    worker = Worker(fake.target, connect_timeout=5, tracer_provider=provider, tracing=False)
+    worker = Worker(fake.target,
+                    options=WorkerOptions(connect_timeout=5, tracer_provider=provider, tracing=False))
     seen: List[Any] = []
 
     @worker.job("traced")
@@ -254,7 +260,7 @@ def test_tracing_false_makes_no_span(fake, spans):
 
 def test_a_trigger_without_traceparent_gets_a_root_span(fake, spans):
     provider, exporter = spans
-    worker = Worker(fake.target, connect_timeout=5, tracer_provider=provider)
+    worker = Worker(fake.target, options=tracing_to(provider))
 
     @worker.job("traced")
     def handle(ctx: ShardingContext) -> None:
@@ -294,7 +300,7 @@ async def _wait_async(predicate, timeout: float, what: str):
 
 async def test_asyncio_handler_runs_in_a_child_span_of_the_traceparent(fake, spans):
     provider, exporter = spans
-    worker = shardcar.aio.Worker(fake.target, connect_timeout=5, tracer_provider=provider)
+    worker = shardcar.aio.Worker(fake.target, options=tracing_to(provider))
     current: List[int] = []
 
     @worker.job("traced")
@@ -322,7 +328,7 @@ async def test_asyncio_handler_runs_in_a_child_span_of_the_traceparent(fake, spa
 
 async def test_asyncio_handler_cancelled_by_revoke_gets_a_cancel_event(fake, spans):
     provider, exporter = spans
-    worker = shardcar.aio.Worker(fake.target, connect_timeout=5, tracer_provider=provider)
+    worker = shardcar.aio.Worker(fake.target, options=tracing_to(provider))
     started = asyncio.Event()
 
     @worker.job("traced")
@@ -363,14 +369,15 @@ def test_the_base_package_does_not_import_opentelemetry():
         "import sys; sys.modules['opentelemetry'] = None\n"
         "import shardcar, shardcar.aio\n"
         "w = shardcar.Worker('127.0.0.1:1'); assert w._item_tracer is None; w.close()\n"
-        "w = shardcar.Worker('127.0.0.1:1', tracing=False); w.close()\n"
+        "w = shardcar.Worker('127.0.0.1:1', options=shardcar.WorkerOptions(tracing=False))\n"
+        "w.close()\n"
         "print('ok')\n"
     )
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
     assert out.returncode == 0 and out.stdout.strip() == "ok", out.stderr
     code = (
         "import sys, shardcar, shardcar.aio\n"
-        "shardcar.Worker('127.0.0.1:1', tracing=False).close()\n"
+        "shardcar.Worker('127.0.0.1:1', options=shardcar.WorkerOptions(tracing=False)).close()\n"
         "assert not any(m.startswith('opentelemetry') for m in sys.modules), 'imported'\n"
     )
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
@@ -427,7 +434,7 @@ class TracedSidecar:
         self.provider, self.exporter = spans
         self.receiver = receiver
         self.sidecar = make_sidecar(args=["--otlp-endpoint", f"http://127.0.0.1:{receiver.port}"])
-        self.worker = Worker(self.sidecar.target, connect_timeout=5, tracer_provider=self.provider)
+        self.worker = Worker(self.sidecar.target, options=tracing_to(self.provider))
         self.assigned = threading.Event()
         self.worker.on_assignment(
             lambda a: self.assigned.set() if 0 in a.item_numbers else None)

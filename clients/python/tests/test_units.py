@@ -1,4 +1,8 @@
-"""Sidecar-free tests: config encoding, error mapping, event conversion, the per-job state rules."""
+"""Sidecar-free tests: config encoding, the error mapping from rich details built by hand, event
+conversion, container detection and instance suffixes, ``WorkerOptions`` (defaults, validation,
+the keywords of 0.1 with their deprecation warnings), the public surface of the workers (no way
+to take triggers without a lease), and the protocol core's rules one by one (the shared cases
+are in ``test_protocol_cases.py``)."""
 
 from __future__ import annotations
 
@@ -13,11 +17,11 @@ import pytest
 from google.rpc import error_details_pb2, status_pb2
 
 import shardcar
-from shardcar import JobConfig, ShardingStrategy
+from shardcar import InstanceSuffix, JobConfig, ShardingStrategy, WorkerOptions
 from shardcar._common import (
     resolve_target,
-    resolve_unique_instance,
     running_in_container,
+    sends_instance_suffix,
     subscribe_request,
 )
 from shardcar._proto import shardcar_pb2 as pb
@@ -107,25 +111,25 @@ def test_container_detection(pid, environ, files, expected):
                                 exists=lambda path: path in files) is expected
 
 
-def test_unique_instance_auto_follows_container_detection(monkeypatch):
+def test_instance_suffix_auto_follows_container_detection(monkeypatch):
     import shardcar._common as common
 
     monkeypatch.setattr(common, "running_in_container", lambda: True)
-    assert resolve_unique_instance(None, "") is True
-    assert shardcar.Worker("127.0.0.1:1").unique_instance is True
+    assert sends_instance_suffix("auto", "") is True
+    assert shardcar.Worker("127.0.0.1:1").instance_suffix != ""
     monkeypatch.setattr(common, "running_in_container", lambda: False)
-    assert resolve_unique_instance(None, "") is False
+    assert sends_instance_suffix("auto", "") is False
     worker = shardcar.Worker("127.0.0.1:1")
-    assert worker.unique_instance is False and worker.instance_suffix == ""
+    assert worker.options.instance_suffix is InstanceSuffix.AUTO and worker.instance_suffix == ""
     # Forced either way, whatever the detection says.
-    assert resolve_unique_instance(True, "") is True
+    assert sends_instance_suffix("always", "") is True
     monkeypatch.setattr(common, "running_in_container", lambda: True)
-    assert resolve_unique_instance(False, "") is False
+    assert sends_instance_suffix("never", "") is False
     # An explicit instance id is used as it is: no suffix, and forcing one is a mistake.
-    assert resolve_unique_instance(None, "10.0.0.1@-@a") is False
-    assert resolve_unique_instance(False, "10.0.0.1@-@a") is False
+    assert sends_instance_suffix("auto", "10.0.0.1@-@a") is False
+    assert sends_instance_suffix("never", "10.0.0.1@-@a") is False
     with pytest.raises(ValueError, match="instance_id"):
-        resolve_unique_instance(True, "10.0.0.1@-@a")
+        WorkerOptions(instance_id="10.0.0.1@-@a", instance_suffix=InstanceSuffix.ALWAYS)
 
 
 @pytest.mark.parametrize("make", [shardcar.Worker, "aio"])
@@ -134,7 +138,8 @@ def test_a_unique_worker_sends_pid_and_a_random_suffix_kept_across_reconnects(ma
 
     if make == "aio":
         make = shardcar.aio.Worker
-    worker = make("127.0.0.1:1", unique_instance=True)
+    always = WorkerOptions(instance_suffix=InstanceSuffix.ALWAYS)
+    worker = make("127.0.0.1:1", options=always)
     suffix = worker.instance_suffix
     assert re.fullmatch(rf"{os.getpid()}-[0-9a-f]{{8}}", suffix), suffix
     assert len(suffix) <= 64  # the sidecar's limit, of [A-Za-z0-9._-]
@@ -144,18 +149,17 @@ def test_a_unique_worker_sends_pid_and_a_random_suffix_kept_across_reconnects(ma
     assert first.instance_suffix == suffix and first.pid == os.getpid()
     assert worker.instance_suffix == suffix
     # Another worker of the same process gets another suffix: they may join the same job.
-    other = make("127.0.0.1:1", unique_instance=True)
+    other = make("127.0.0.1:1", options=always)
     assert other.instance_suffix != suffix
     assert other.instance_suffix.startswith(f"{os.getpid()}-")
     # Off, or with an explicit instance id: no suffix (the sidecar uses the pid or the id).
-    assert make("127.0.0.1:1", unique_instance=False).instance_suffix == ""
-    explicit = make("127.0.0.1:1", instance_id="10.0.0.1@-@mine")
-    assert explicit.instance_suffix == "" and explicit.instance_id == "10.0.0.1@-@mine"
-    with pytest.raises(ValueError):
-        make("127.0.0.1:1", instance_id="10.0.0.1@-@mine", unique_instance=True)
+    never = WorkerOptions(instance_suffix="never")  # the value's name works too
+    assert make("127.0.0.1:1", options=never).instance_suffix == ""
+    explicit = make("127.0.0.1:1", options=WorkerOptions(instance_id="10.0.0.1@-@mine"))
+    assert explicit.instance_suffix == "" and explicit.options.instance_id == "10.0.0.1@-@mine"
 
 
-def test_the_raw_subscription_sends_the_workers_suffix():
+def test_every_subscription_of_a_worker_sends_its_suffix():
     sent = []
 
     class Stub:
@@ -163,10 +167,11 @@ def test_the_raw_subscription_sends_the_workers_suffix():
             sent.append(request)
             return iter(())
 
-    worker = shardcar.Worker("127.0.0.1:1", unique_instance=True)
+    worker = shardcar.Worker("127.0.0.1:1",
+                             options=WorkerOptions(instance_suffix=InstanceSuffix.ALWAYS))
     worker._stub = Stub()
     for _ in range(2):  # a reconnect subscribes again, with the same suffix
-        worker.subscribe(JobConfig(job_name="j"))
+        worker._subscribe(JobConfig(job_name="j"))
     assert [r.instance_suffix for r in sent] == [worker.instance_suffix] * 2
     assert all(r.instance_id == "" for r in sent)
     worker.close()
@@ -553,15 +558,116 @@ def test_core_stop_request_declines_new_work_and_stops_when_the_stream_ends():
     assert _kinds(core.stream_ended("closed by the worker")) == [("stop",)] and core.stopped
 
 
-def test_core_can_reconnect_after_shutdown_when_asked_to():
+def test_core_reconnects_after_a_drain_and_stops_after_a_remote_shutdown():
+    """A drain (the default kind of ``Shutdown``) is a sidecar restart: once its stream has
+    ended the core subscribes again; a remote shutdown stops it; ``stop_on_drain`` stops it
+    after a drain too (the shared cases have each of them step by step)."""
     clock = Clock()
-    core = new_core(clock, exit_on_shutdown=False)
+    core = new_core(clock)
     core.on_event(shardcar.Shutdown("drain"))
     assert _kinds(core.stream_ended("sidecar ended it")) == [("reconnect",)] and not core.stopped
     core.stream_opened()
     core.on_event(shardcar.Registered("1.2.3.4@-@9", None))
     core.on_event(_lease(clock))
     assert _kinds(core.on_event(_trigger("e1", (0,)))) == [("start", "e1", 0)]
+
+    core = new_core(clock)
+    core.on_event(shardcar.Shutdown("shut down remotely", shardcar.ShutdownKind.REMOTE))
+    assert _kinds(core.stream_ended("sidecar ended it")) == [("stop",)] and core.stopped
+
+    core = new_core(clock, stop_on_drain=True)
+    core.on_event(shardcar.Shutdown("drain", shardcar.ShutdownKind.DRAIN))
+    assert _kinds(core.stream_ended("sidecar ended it")) == [("stop",)] and core.stopped
+
+
+class AsyncFlow:
+    async def fetch(self, ctx):
+        return []
+
+    async def process(self, ctx, data):
+        pass
+
+
+@pytest.mark.parametrize("api", ["sync", "asyncio"])
+def test_the_keywords_of_0_1_still_work_with_a_deprecation_warning(api):
+    """Every keyword ``Worker`` took before ``WorkerOptions`` means what it meant, mapped to its
+    option (renamed ones too), with one ``DeprecationWarning`` each naming the new spelling."""
+    import shardcar.aio
+
+    cls = shardcar.Worker if api == "sync" else shardcar.aio.Worker
+    provider = object()
+    old = dict(max_concurrency=4, max_concurrent_executions=2, instance_id="10.0.0.1@-@old",
+               unique_instance=False, labels={"team": "a"}, connect_timeout=5.0,
+               backoff_initial=0.2, backoff_max=2.0, drain_timeout=7.0, answer_timeout=3.0,
+               exit_on_shutdown=True, options={"grpc.keepalive_time_ms": 1000}, tracing=False,
+               tracer_provider=provider)
+    with pytest.warns(DeprecationWarning) as caught:
+        worker = cls("127.0.0.1:1", **old)
+    messages = [str(w.message) for w in caught]
+    assert len(messages) == len(old), messages
+    assert all(m.startswith("shardcar: Worker(") and "deprecated" in m for m in messages)
+    assert any("max_concurrency=...) is deprecated: use WorkerOptions(item_concurrency" in m
+               for m in messages)
+    assert worker.options == WorkerOptions(
+        item_concurrency=4, max_concurrent_executions=2, instance_id="10.0.0.1@-@old",
+        instance_suffix=InstanceSuffix.NEVER, labels={"team": "a"}, connect_timeout=5.0,
+        reconnect_backoff=(0.2, 2.0), drain_timeout=7.0, answer_timeout=3.0, stop_on_drain=True,
+        channel_options={"grpc.keepalive_time_ms": 1000}, tracing=False, tracer_provider=provider)
+    for unique, suffix in ((None, InstanceSuffix.AUTO), (True, InstanceSuffix.ALWAYS)):
+        with pytest.deprecated_call():
+            assert cls("127.0.0.1:1", unique_instance=unique).options.instance_suffix is suffix
+    with pytest.deprecated_call(match="exit_on_shutdown"):
+        assert cls("127.0.0.1:1", exit_on_shutdown=False).options.stop_on_drain is False
+    with pytest.deprecated_call(match="backoff_max"):  # the other bound keeps its default
+        assert cls("127.0.0.1:1", backoff_max=0.5).options.reconnect_backoff == (0.1, 0.5)
+    # A job's executor size: item_concurrency, once max_concurrency.
+    with pytest.deprecated_call(match=r"job\(max_concurrency=...\) is deprecated"):
+        worker.job("j", max_concurrency=3)(lambda ctx: None)
+    class Flow:
+        def fetch(self, ctx):
+            return []
+
+        def process(self, ctx, data):
+            pass
+
+    with pytest.deprecated_call(match="max_concurrency"):
+        worker.dataflow("d", max_concurrency=2)(Flow if api == "sync" else AsyncFlow)
+    assert [r.item_concurrency for r in worker._jobs] == [3, 2]
+    with pytest.raises(TypeError, match="unexpected keyword argument 'max_concurency'"):
+        cls("127.0.0.1:1", max_concurency=4)
+
+
+def test_the_new_spelling_warns_nothing_and_defaults_are_the_documented_ones():
+    import warnings
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        worker = shardcar.Worker("127.0.0.1:1", options=WorkerOptions(item_concurrency=2))
+        worker.job("j", item_concurrency=1)(lambda ctx: None)
+    assert WorkerOptions() == WorkerOptions(
+        item_concurrency=8, max_concurrent_executions=None, instance_id="",
+        instance_suffix=InstanceSuffix.AUTO, labels={}, connect_timeout=30.0,
+        reconnect_backoff=(0.1, 5.0), answer_timeout=10.0, drain_timeout=30.0,
+        stop_on_drain=False, tracing=True, tracer_provider=None, channel_options={})
+    for bad in (dict(item_concurrency=0), dict(reconnect_backoff=(1.0, 0.5)),
+                dict(connect_timeout=0), dict(drain_timeout=-1), dict(instance_suffix="sometimes"),
+                dict(max_concurrent_executions=9)):
+        with pytest.raises(ValueError):
+            WorkerOptions(**bad)
+
+
+def test_a_worker_has_no_public_way_to_take_triggers_without_a_lease():
+    """The raw stream is private: every public way to run work goes through a job runner,
+    whose protocol core runs a trigger only under a valid lease."""
+    import shardcar.aio
+
+    for module in (shardcar, shardcar.worker, shardcar.aio):
+        assert not hasattr(module, "Subscription")
+    for cls in (shardcar.Worker, shardcar.aio.Worker):
+        assert not hasattr(cls, "subscribe")
+        public = {n for n in dir(cls) if not n.startswith("_")}
+        assert public == {"job", "dataflow", "on_assignment", "run", "stop", "close",
+                          "instance_suffix"}, public
 
 
 def _subscribe_error(code, reason=None):
@@ -637,11 +743,13 @@ def test_core_retries_transient_statuses_before_registration_until_the_deadline(
 
 def test_core_decides_a_stop_request_then_fatal_errors_then_a_shutdown():
     """The order of the shared README: a requested stop wins over a fatal error, which wins
-    over 'after a Shutdown, stop'; a Shutdown wins over a reconnect."""
+    over 'after a remote Shutdown, stop' and 'after a drain, reconnect'; a remote Shutdown
+    wins over a reconnect."""
     refused = _subscribe_error(grpc.StatusCode.NOT_FOUND, reason="JOB_NOT_FOUND")
+    remote = shardcar.Shutdown("shut down remotely", shardcar.ShutdownKind.REMOTE)
     clock = Clock()
     core = new_core(clock)
-    core.on_event(shardcar.Shutdown("drain"))
+    core.on_event(remote)
     core.request_stop()
     (stop,) = core.stream_ended(error=refused)
     assert stop.error is None and core.stop_error is None and stop.reason == "stop requested"
@@ -651,16 +759,21 @@ def test_core_decides_a_stop_request_then_fatal_errors_then_a_shutdown():
     core.request_stop()
     (stop,) = core.stream_ended(error=_subscribe_error(grpc.StatusCode.INVALID_ARGUMENT))
     assert stop.error is None
-    # A fatal error after a Shutdown: the error.
+    # A fatal error after a Shutdown of either kind: the error.
+    for shutdown in (remote, shardcar.Shutdown("drain")):
+        core = new_core(clock)
+        core.on_event(shutdown)
+        (stop,) = core.stream_ended(error=refused)
+        assert stop.error is refused and core.stop_error is refused
+    # A retried status after a remote Shutdown: stop without an error; after a drain: retried.
     core = new_core(clock)
-    core.on_event(shardcar.Shutdown("drain"))
-    (stop,) = core.stream_ended(error=refused)
-    assert stop.error is refused and core.stop_error is refused
-    # A retried status after a Shutdown: stop without an error.
-    core = new_core(clock)
-    core.on_event(shardcar.Shutdown("drain"))
+    core.on_event(remote)
     (stop,) = core.stream_ended(error=_subscribe_error(grpc.StatusCode.ALREADY_EXISTS))
     assert isinstance(stop, _core.Stop) and stop.error is None
+    core = new_core(clock)
+    core.on_event(shardcar.Shutdown("drain"))
+    assert _kinds(core.stream_ended(error=_subscribe_error(grpc.StatusCode.ALREADY_EXISTS))) == [
+        ("reconnect",)]
 
 
 def test_core_forced_cancel_declines_once_returned():
@@ -803,7 +916,7 @@ def test_unreachable_sidecar_raises_after_connect_timeout():
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         port = s.getsockname()[1]
-    worker = shardcar.Worker(f"127.0.0.1:{port}", connect_timeout=1.0)
+    worker = shardcar.Worker(f"127.0.0.1:{port}", options=WorkerOptions(connect_timeout=1.0))
 
     @worker.job(JobConfig(job_name="j", cron="* * * * * ?"))
     def handle(ctx):
@@ -822,7 +935,7 @@ async def test_unreachable_sidecar_raises_asyncio():
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         port = s.getsockname()[1]
-    worker = shardcar.aio.Worker(f"127.0.0.1:{port}", connect_timeout=1.0)
+    worker = shardcar.aio.Worker(f"127.0.0.1:{port}", options=WorkerOptions(connect_timeout=1.0))
 
     @worker.job(JobConfig(job_name="j", cron="* * * * * ?"))
     async def handle(ctx):

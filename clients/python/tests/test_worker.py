@@ -1,4 +1,13 @@
-"""The sync and asyncio workers against a real standalone sidecar process."""
+"""The sync and asyncio workers against a real standalone sidecar process.
+
+Triggers reach the handler with ElasticJob's sharding context; failures are reported and run
+again at the next fire; items of a trigger run concurrently up to ``item_concurrency``; the
+job runner's stream and answers, and how refused answers map to errors; a bad cron is refused
+naming ``config.cron`` with reason ``INVALID_ARGUMENT``; two workers of one process with
+instance suffixes share a job; a remote ``ShutdownInstance`` stops the job for good (sync,
+asyncio, the stream itself); Unix socket and ``$SHARDCAR_TARGET`` targets; a worker made with
+the option keywords of 0.1 still runs.
+"""
 
 from __future__ import annotations
 
@@ -14,7 +23,16 @@ import pytest
 
 import shardcar
 import shardcar.aio
-from shardcar import Assignment, JobConfig, ShardingContext, ShardingStrategy, TriggerSource, Worker
+from shardcar import (
+    Assignment,
+    InstanceSuffix,
+    JobConfig,
+    ShardingContext,
+    ShardingStrategy,
+    TriggerSource,
+    Worker,
+    WorkerOptions,
+)
 from shardcar._proto import shardcar_pb2 as pb
 from shardcar._proto import shardcar_pb2_grpc as pb_grpc
 from shardcar.errors import from_rpc_error
@@ -33,7 +51,7 @@ def orders(**kwargs) -> JobConfig:
 
 
 def test_triggers_reach_handler_with_sharding_context(sidecar):
-    worker = Worker(sidecar.target, connect_timeout=5)
+    worker = Worker(sidecar.target, options=WorkerOptions(connect_timeout=5))
     calls = Calls()
     assignments = []
     worker.on_assignment(assignments.append)
@@ -59,9 +77,28 @@ def test_triggers_reach_handler_with_sharding_context(sidecar):
     assert set(assignments[-1].item_numbers) == {0, 1} and assignments[-1].leader
 
 
+def test_a_worker_made_with_the_keywords_of_0_1_still_runs(sidecar):
+    """The option keywords of 0.1, before ``WorkerOptions`` (``connect_timeout=``,
+    ``max_concurrency=``, ``drain_timeout=``, ``exit_on_shutdown=``, ...), still make a worker
+    that runs its jobs, each with a ``DeprecationWarning``."""
+    with pytest.deprecated_call():
+        worker = Worker(sidecar.target, connect_timeout=5, max_concurrency=2, drain_timeout=5,
+                        exit_on_shutdown=False, unique_instance=False, backoff_max=1.0)
+    calls = Calls()
+    with pytest.deprecated_call():
+        @worker.job(orders(job_name="old-names"), max_concurrency=2)
+        def handle(ctx: ShardingContext) -> None:
+            calls.add(ctx)
+
+    with WorkerThread(worker) as wt:
+        wait_until(lambda: calls.items() == {0, 1}, 15, what="both items triggered")
+    assert wt.error is None
+    assert worker.options.item_concurrency == 2 and worker.options.drain_timeout == 5
+
+
 def test_failure_is_reported_and_the_item_runs_again(sidecar, caplog):
     caplog.set_level(logging.INFO, logger="shardcar")
-    worker = Worker(sidecar.target, connect_timeout=5)
+    worker = Worker(sidecar.target, options=WorkerOptions(connect_timeout=5))
     calls = Calls()
 
     @worker.job(orders(sharding_total_count=1, sharding_item_parameters={}))
@@ -78,7 +115,7 @@ def test_failure_is_reported_and_the_item_runs_again(sidecar, caplog):
 
 
 def test_items_of_one_trigger_run_concurrently_up_to_the_limit(sidecar):
-    worker = Worker(sidecar.target, connect_timeout=5)
+    worker = Worker(sidecar.target, options=WorkerOptions(connect_timeout=5))
     calls = Calls()
     active = [0, 0]  # current, peak
 
@@ -86,7 +123,7 @@ def test_items_of_one_trigger_run_concurrently_up_to_the_limit(sidecar):
     lock = threading.Lock()
 
     @worker.job(orders(job_name="wide", sharding_total_count=6, sharding_item_parameters={}),
-                max_concurrency=3)
+                item_concurrency=3)
     def handle(ctx: ShardingContext) -> None:
         with lock:
             active[0] += 1
@@ -103,7 +140,7 @@ def test_items_of_one_trigger_run_concurrently_up_to_the_limit(sidecar):
 
 def test_low_level_stream_and_answers(sidecar):
     worker = Worker(sidecar.target)
-    sub = worker.subscribe(orders(job_name="raw"))
+    sub = worker._subscribe(orders(job_name="raw"))
     events = iter(sub)
     first = next(events)
     assert isinstance(first, shardcar.Registered)
@@ -135,7 +172,7 @@ def test_strategy_and_manual_source_round_trip_through_the_sidecar(sidecar):
     # SHARDING_STRATEGY_ROUND_ROBIN and comes back as ROUND_ROBIN (Registered, AdminService's
     # JobDetail); a trigger-once arrives as TRIGGER_SOURCE_MANUAL and reads as MANUAL.
     worker = Worker(sidecar.target)
-    sub = worker.subscribe(JobConfig(job_name="manual", sharding_total_count=2,
+    sub = worker._subscribe(JobConfig(job_name="manual", sharding_total_count=2,
                                      sharding_strategy="ROUND_ROBIN"))  # type: ignore[arg-type]
     events = iter(sub)
     first = next(events)
@@ -160,12 +197,12 @@ def test_strategy_and_manual_source_round_trip_through_the_sidecar(sidecar):
 
 def test_answer_for_an_execution_of_a_closed_stream_is_rejected(sidecar):
     worker = Worker(sidecar.target)
-    first = worker.subscribe(orders(job_name="handover", sharding_total_count=1,
+    first = worker._subscribe(orders(job_name="handover", sharding_total_count=1,
                                     sharding_item_parameters={}), overwrite=True)
     trigger = next(e for e in first if isinstance(e, shardcar.Trigger))
     first.close()
-    other = Worker(sidecar.target, instance_id="127.0.0.1@-@other")
-    second = other.subscribe("handover")
+    other = Worker(sidecar.target, options=WorkerOptions(instance_id="127.0.0.1@-@other"))
+    second = other._subscribe("handover")
     next(e for e in second if isinstance(e, shardcar.Registered))
     with pytest.raises(shardcar.AnswerRejectedError) as info:
         second.complete(trigger.execution_id, [0])
@@ -176,7 +213,7 @@ def test_answer_for_an_execution_of_a_closed_stream_is_rejected(sidecar):
 
 
 def test_invalid_config_names_the_field(sidecar):
-    worker = Worker(sidecar.target, connect_timeout=5)
+    worker = Worker(sidecar.target, options=WorkerOptions(connect_timeout=5))
 
     @worker.job(orders(job_name="bad", sharding_total_count=0, sharding_item_parameters={}))
     def handle(ctx: ShardingContext) -> None:
@@ -196,7 +233,7 @@ def test_bad_cron_names_the_field_from_the_rich_details(sidecar):
     # field `cron`, with the ErrorInfo's reason. The message is not read.
     worker = Worker(sidecar.target)
     with pytest.raises(shardcar.InvalidJobConfigError) as info:
-        list(worker.subscribe(orders(job_name="badcron", cron="every tuesday")))
+        list(worker._subscribe(orders(job_name="badcron", cron="every tuesday")))
     err = info.value
     assert err.code == grpc.StatusCode.INVALID_ARGUMENT
     assert (err.reason, err.field, err.request_field) == ("INVALID_ARGUMENT", "cron", "config.cron")
@@ -222,7 +259,7 @@ def test_an_invalid_instance_suffix_is_named_by_the_sidecar(sidecar):
 def test_subscribing_without_config_to_unknown_job_is_not_found(sidecar):
     worker = Worker(sidecar.target)
     with pytest.raises(shardcar.JobNotFoundError) as info:
-        list(worker.subscribe("nobody-created-this"))
+        list(worker._subscribe("nobody-created-this"))
     assert info.value.reason == "NOT_FOUND" and info.value.field is None
     worker.close()
 
@@ -233,7 +270,8 @@ def test_two_unique_workers_of_one_process_share_a_job(sidecar):
     calls = [Calls(), Calls()]
     threads = []
     for mine in calls:
-        worker = Worker(sidecar.target, connect_timeout=5, unique_instance=True)
+        worker = Worker(sidecar.target, options=WorkerOptions(
+            connect_timeout=5, instance_suffix=InstanceSuffix.ALWAYS))
 
         @worker.job(orders(job_name="shared"))
         def handle(ctx: ShardingContext, mine=mine) -> None:
@@ -264,8 +302,8 @@ def test_two_unique_workers_of_one_process_share_a_job(sidecar):
 
 
 def test_without_unique_instance_the_id_is_ip_and_pid(sidecar):
-    worker = Worker(sidecar.target, unique_instance=False)
-    sub = worker.subscribe(orders(job_name="plain"))
+    worker = Worker(sidecar.target, options=WorkerOptions(instance_suffix=InstanceSuffix.NEVER))
+    sub = worker._subscribe(orders(job_name="plain"))
     registered = next(iter(sub))
     assert isinstance(registered, shardcar.Registered)
     assert registered.instance_id.endswith(f"@-@{os.getpid()}")
@@ -281,12 +319,13 @@ def _shutdown_instance(sidecar, job: str, instance_id: str) -> None:
 
 
 def test_a_remote_shutdown_stops_the_worker(sidecar, caplog):
-    """AdminService.ShutdownInstance: the worker gets ``Shutdown`` and takes no new work; the
-    sidecar takes the running item back (a remote shutdown revokes it: the handler sees
-    cancelled, the item is declined, never answered) and ends the stream; ``run()`` returns by
-    itself, without ``stop()``."""
+    """AdminService.ShutdownInstance: the worker gets ``Shutdown`` of kind REMOTE and takes no
+    new work; the sidecar takes the running item back (a remote shutdown revokes it: the
+    handler sees cancelled, the item is declined, never answered) and ends the stream; the job
+    stops for good (an operator's decision, unlike a drain) and ``run()`` returns by itself,
+    without ``stop()``."""
     caplog.set_level(logging.INFO, logger="shardcar")
-    worker = Worker(sidecar.target, connect_timeout=5)
+    worker = Worker(sidecar.target, options=WorkerOptions(connect_timeout=5))
     starts = []
     outcome = {}
     running = threading.Event()
@@ -312,16 +351,16 @@ def test_a_remote_shutdown_stops_the_worker(sidecar, caplog):
     finally:
         worker.close()
     shutdown_at = [r.created for r in caplog.records
-                   if "the sidecar sent Shutdown (" in r.getMessage()]
+                   if "the sidecar sent Shutdown (remote," in r.getMessage()]
     assert len(shutdown_at) == 1, [r.getMessage() for r in caplog.records]
-    assert any("the worker stops" in r.getMessage() for r in caplog.records)
+    assert any("Shutdown (remote); the worker stops" in r.getMessage() for r in caplog.records)
     assert outcome["cancelled"] is True and "remote shutdown" in outcome["reason"]
     assert not [t for t in starts if t > shutdown_at[0]], "an item started after Shutdown"
 
 
 def test_a_raw_subscription_ends_after_shutdown(sidecar):
     worker = Worker(sidecar.target)
-    sub = worker.subscribe(orders(job_name="raw-stop"))
+    sub = worker._subscribe(orders(job_name="raw-stop"))
     events = iter(sub)
     registered = next(events)
     assert isinstance(registered, shardcar.Registered)
@@ -336,7 +375,9 @@ def test_a_raw_subscription_ends_after_shutdown(sidecar):
 
 
 async def test_asyncio_worker_stops_after_a_remote_shutdown(sidecar):
-    worker = shardcar.aio.Worker(sidecar.target, connect_timeout=5)
+    """The asyncio worker after ``ShutdownInstance``: the running task is cancelled (the remote
+    shutdown revoked it) and ``run()`` returns by itself: no reconnect after a remote shutdown."""
+    worker = shardcar.aio.Worker(sidecar.target, options=WorkerOptions(connect_timeout=5))
     running = asyncio.Event()
     outcome = {}
     ids = []
@@ -365,7 +406,7 @@ async def test_asyncio_worker_stops_after_a_remote_shutdown(sidecar):
 
 def test_unix_socket_target(make_sidecar, workdir):
     sidecar = make_sidecar(listen=f"unix://{workdir}/shardcar.sock")
-    worker = Worker(sidecar.target, connect_timeout=5)
+    worker = Worker(sidecar.target, options=WorkerOptions(connect_timeout=5))
     calls = Calls()
 
     @worker.job(orders(job_name="unixjob"))
@@ -381,14 +422,14 @@ def test_env_target(sidecar, monkeypatch):
     monkeypatch.setenv("SHARDCAR_TARGET", sidecar.target)
     worker = Worker()
     assert worker.target == sidecar.target
-    sub = worker.subscribe(orders(job_name="envjob"))
+    sub = worker._subscribe(orders(job_name="envjob"))
     assert isinstance(next(iter(sub)), shardcar.Registered)
     sub.close()
     worker.close()
 
 
 async def test_asyncio_worker_completes_and_fails(sidecar):
-    worker = shardcar.aio.Worker(sidecar.target, connect_timeout=5)
+    worker = shardcar.aio.Worker(sidecar.target, options=WorkerOptions(connect_timeout=5))
     seen = []
     assignments = []
 
@@ -418,7 +459,7 @@ async def test_asyncio_worker_completes_and_fails(sidecar):
 
 async def test_asyncio_low_level_stream(sidecar):
     worker = shardcar.aio.Worker(sidecar.target)
-    sub = worker.subscribe(orders(job_name="async-raw", sharding_total_count=1,
+    sub = worker._subscribe(orders(job_name="async-raw", sharding_total_count=1,
                                   sharding_item_parameters={}))
     async for event in sub:
         if isinstance(event, shardcar.Trigger):
@@ -431,7 +472,7 @@ async def test_asyncio_low_level_stream(sidecar):
 
 
 async def test_asyncio_invalid_config(sidecar):
-    worker = shardcar.aio.Worker(sidecar.target, connect_timeout=5)
+    worker = shardcar.aio.Worker(sidecar.target, options=WorkerOptions(connect_timeout=5))
 
     @worker.job(orders(job_name="async-bad", sharding_total_count=0, sharding_item_parameters={}))
     async def handle(ctx: ShardingContext) -> None:

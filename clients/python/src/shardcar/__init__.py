@@ -10,6 +10,9 @@ Quick start::
         ...                                     # one call per item; raise to report failure
     worker.run()                                # blocks; Ctrl-C drains cleanly
 
+Everything else a worker can be told is a :class:`WorkerOptions`:
+``Worker(target, options=WorkerOptions(item_concurrency=4, drain_timeout=60))``.
+
 ``@worker.dataflow(config, streaming=True)`` registers a dataflow job instead (ElasticJob's
 ``DataflowJob``: ``fetch(ctx) -> list`` and ``process(ctx, data)``; see :mod:`shardcar.dataflow`).
 ``shardcar.aio.Worker`` is the asyncio twin (``async def`` handlers, ``await worker.run()``).
@@ -40,16 +43,19 @@ from .events import (
     ShardingContext,
     ShardItem,
     Shutdown,
+    ShutdownKind,
     Trigger,
     TriggerSource,
 )
-from .worker import Handler, Subscription, Worker
+from .options import InstanceSuffix, WorkerOptions
+from .worker import Handler, Worker
 
 __version__ = "0.1.0"
 
 __all__ = [
     "Worker",
-    "Subscription",
+    "WorkerOptions",
+    "InstanceSuffix",
     "Handler",
     "JobConfig",
     "ShardingStrategy",
@@ -65,6 +71,7 @@ __all__ = [
     "Trigger",
     "Revoke",
     "Shutdown",
+    "ShutdownKind",
     "Lease",
     "ShardcarError",
     "SidecarUnavailableError",

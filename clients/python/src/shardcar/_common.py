@@ -80,20 +80,14 @@ def running_in_container(
     return any(exists(marker) for marker in CONTAINER_MARKERS)
 
 
-def resolve_unique_instance(unique_instance: Optional[bool], instance_id: str) -> bool:
+def sends_instance_suffix(mode: str, instance_id: str) -> bool:
     """Whether a worker sends an ``instance_suffix``: never with an explicit ``instance_id``
-    (which the sidecar uses as it is), else ``unique_instance``, and when that is ``None``
-    (auto) whether the process runs in a container (:func:`running_in_container`)."""
-    if instance_id:
-        if unique_instance:
-            raise ValueError(
-                "instance_id and unique_instance=True exclude each other: an explicit "
-                "instance_id is used as it is"
-            )
+    (which the sidecar uses as it is); else ``mode`` (``WorkerOptions.instance_suffix``:
+    ``"always"``, ``"never"``, or ``"auto"``: whether the process runs in a container,
+    :func:`running_in_container`)."""
+    if instance_id or mode == "never":
         return False
-    if unique_instance is None:
-        return running_in_container()
-    return bool(unique_instance)
+    return mode == "always" or running_in_container()
 
 
 def new_instance_token() -> str:
@@ -127,24 +121,24 @@ def check_max_concurrent_executions(value: int) -> int:
     return value
 
 
-def resolve_max_concurrent_executions(explicit: Optional[int], max_concurrency: int) -> int:
+def resolve_max_concurrent_executions(explicit: Optional[int], item_concurrency: int) -> int:
     """How many executions of a job a worker runs at once, as it tells the sidecar.
 
-    By default the job's executor size, ``max_concurrency`` (at most 1024): every item of every
-    execution runs in that one pool of ``max_concurrency`` slots, and an execution needs at least
+    By default the job's executor size, ``item_concurrency`` (at most 1024): every item of every
+    execution runs in that one pool of ``item_concurrency`` slots, and an execution needs at least
     one slot, so that many executions can all be running at once; more could only wait in the
     pool's queue while the sidecar counts them as running. ``explicit`` (1 to 1024, at most
-    ``max_concurrency``) asks for fewer: 1 is ElasticJob's behaviour, a new execution only when the
+    ``item_concurrency``) asks for fewer: 1 is ElasticJob's behaviour, a new execution only when the
     worker runs none. ``ValueError`` otherwise.
     """
     if explicit is None:
-        return min(max_concurrency, MAX_CONCURRENT_EXECUTIONS)
+        return min(item_concurrency, MAX_CONCURRENT_EXECUTIONS)
     check_max_concurrent_executions(explicit)
-    if explicit > max_concurrency:
+    if explicit > item_concurrency:
         raise ValueError(
-            f"max_concurrent_executions={explicit} exceeds max_concurrency={max_concurrency}: "
-            "every execution needs at least one slot of the job's pool of max_concurrency "
-            "handlers, so at most max_concurrency executions can run at once"
+            f"max_concurrent_executions={explicit} exceeds item_concurrency={item_concurrency}: "
+            "every execution needs at least one slot of the job's pool of item_concurrency "
+            "handlers, so at most item_concurrency executions can run at once"
         )
     return explicit
 

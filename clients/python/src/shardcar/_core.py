@@ -24,13 +24,16 @@ thing by each rule:
 * **Lease lapse.** Every running item is cancelled; once its handler returns it is declined,
   never answered.
 * **Revoke.** Those items are cancelled and declined once their handlers return.
-* **Shutdown.** New triggers are declined; running items finish and are answered; once the
-  stream has ended the worker stops (``exit_on_shutdown``, the default) or reconnects.
+* **Shutdown.** New triggers are declined; running items finish and are answered. Once the
+  stream has ended, after a drain (the sidecar restarts; ``ShutdownKind.DRAIN``, also when the
+  sidecar does not say) the worker subscribes again with the reconnect backoff until the
+  sidecar is back; after a remote shutdown (``REMOTE``: an operator's decision) the job stops
+  for good. ``stop_on_drain`` makes a drain stop the job too.
 * **Reconnect** (:class:`ReconnectPolicy`). Every end of a stream is decided, in this order:
   stop after a requested stop; stop with a fatal error (the sidecar refused the job,
   INVALID_ARGUMENT or NOT_FOUND, at any time; the first registration failed with a
-  non-transient error, or did not come within ``connect_timeout``); stop after a ``Shutdown``
-  (``exit_on_shutdown``); otherwise subscribe again after a backoff.
+  non-transient error, or did not come within ``connect_timeout``); stop after a remote
+  ``Shutdown`` (or any, with ``stop_on_drain``); otherwise subscribe again after a backoff.
 * **Answers** (``Complete``, ``ReportFailure``, ``Decline``) are idempotent: after a transport
   error (:func:`is_transport_failure`) they are sent again with backoff while the stream that
   delivered the trigger is open, and dropped once it has ended. Any other error is the
@@ -75,6 +78,7 @@ from .events import (
     Revoke,
     ShardingContext,
     Shutdown,
+    ShutdownKind,
     Trigger,
     contexts_for,
 )
@@ -223,7 +227,7 @@ def is_transient(error: ShardcarError) -> bool:
 class ReconnectPolicy:
     """When a job subscribes again after its stream ended, and when it gives up. No I/O.
 
-    :meth:`fatal` is asked first (after a requested stop, before a ``Shutdown``):
+    :meth:`fatal` is asked first (after a requested stop, before a remote ``Shutdown``):
 
     * The sidecar refused the job, at any time (INVALID_ARGUMENT:
       :class:`~shardcar.InvalidJobConfigError`; NOT_FOUND: :class:`~shardcar.JobNotFoundError`):
@@ -342,7 +346,7 @@ class ProtocolCore:
         job_name: str,
         clock: Clock = SYSTEM_CLOCK,
         *,
-        exit_on_shutdown: bool = True,
+        stop_on_drain: bool = False,
         retry_initial: float = 0.1,
         retry_max: float = 5.0,
         reconnect: Optional[ReconnectPolicy] = None,
@@ -353,7 +357,9 @@ class ProtocolCore:
         # that many executions already run is still run, and logged: the sidecar sent too many.
         self.max_concurrent_executions = max_concurrent_executions
         self.clock = clock
-        self.exit_on_shutdown = exit_on_shutdown
+        #: Whether a drain (the sidecar restarts) stops the job as a remote shutdown does,
+        #: instead of subscribing again once the stream has ended.
+        self.stop_on_drain = stop_on_drain
         self.retry_initial = retry_initial
         self.retry_max = retry_max
         self.reconnect = reconnect if reconnect is not None else ReconnectPolicy()
@@ -364,7 +370,8 @@ class ProtocolCore:
         self._instance_id = ""
         self._lease: Optional[_Lease] = None
         self._lapse_logged = False
-        self._shutdown = False  # `Shutdown` received on the current stream
+        # The kind of the `Shutdown` received on the current stream, if any.
+        self._shutdown: Optional[ShutdownKind] = None
         self._stopping = False  # the worker was asked to stop
         self._stopped = False  # `Stop` was produced
         self._stop_error: Optional[ShardcarError] = None  # the error of a fatal `Stop`
@@ -409,7 +416,7 @@ class ProtocolCore:
         with self._lock:
             if self._stopping:
                 return "the worker is stopping"
-            if self._shutdown:
+            if self._shutdown is not None:
                 return "the sidecar sent Shutdown"
             return None
 
@@ -462,7 +469,7 @@ class ProtocolCore:
             self._instance_id = ""
             self._lease = None
             self._lapse_logged = False
-            self._shutdown = False
+            self._shutdown = None
             self._seen.clear()
             return out
 
@@ -483,7 +490,8 @@ class ProtocolCore:
             if self._stopped:
                 return out
             # The order of the README of clients/protocol-cases: a requested stop, the fatal
-            # errors (refusals, the first-connect deadline), a Shutdown, else a reconnect.
+            # errors (refusals, the first-connect deadline), a remote Shutdown (or a drain with
+            # stop_on_drain), else a reconnect (after a drain too: the sidecar is restarting).
             if self._stopping:
                 log.info(
                     "job %s: stream ended after stop requested; the worker stops", self.job_name
@@ -496,13 +504,17 @@ class ProtocolCore:
                 self._stopped = True
                 self._stop_error = fatal
                 return out + [Stop(str(fatal), fatal)]
-            if self._shutdown and self.exit_on_shutdown:
+            kind = self._shutdown
+            if kind is ShutdownKind.REMOTE or (kind is not None and self.stop_on_drain):
                 log.info(
-                    "job %s: stream ended after the sidecar sent Shutdown; the worker stops",
+                    "job %s: stream ended after the sidecar sent Shutdown (%s); the worker stops",
                     self.job_name,
+                    kind.value,
                 )
                 self._stopped = True
-                return out + [Stop("the sidecar sent Shutdown")]
+                return out + [Stop(f"the sidecar sent Shutdown ({kind.value})")]
+            if kind is ShutdownKind.DRAIN:
+                reason = f"the sidecar drained ({reason}); subscribing again until it is back"
             delay, nominal = self.reconnect.next_delay()
             log.warning("job %s: %s; reconnecting in %.2fs", self.job_name, reason, delay)
             return out + [Reconnect(delay, nominal, reason)]
@@ -534,10 +546,11 @@ class ProtocolCore:
             elif isinstance(event, Revoke):
                 out += self._on_revoke(event)
             elif isinstance(event, Shutdown):
-                self._shutdown = True
+                self._shutdown = event.kind
                 log.info(
-                    "job %s: the sidecar sent Shutdown (%s): no new work; running items finish",
+                    "job %s: the sidecar sent Shutdown (%s, %s): no new work; running items finish",
                     self.job_name,
+                    event.kind.value,
                     event.reason or "no reason given",
                 )
             return out
@@ -604,7 +617,7 @@ class ProtocolCore:
         """Why a trigger cannot run now, or ``None`` when it can."""
         if self._stopping:
             return "the worker is stopping"
-        if self._shutdown:
+        if self._shutdown is not None:
             return "the sidecar sent Shutdown: no new work"
         if self._lease_end(now, wall) is None:
             if self._lease is None:

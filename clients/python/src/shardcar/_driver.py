@@ -34,7 +34,7 @@ from ._common import (
     new_instance_token,
     resolve_max_concurrent_executions,
     resolve_target,
-    resolve_unique_instance,
+    sends_instance_suffix,
     subscribe_request,
     truncate_utf8,
 )
@@ -43,6 +43,7 @@ from ._proto import shardcar_pb2 as pb
 from ._tracing import item_tracer, no_span
 from .config import JobConfig
 from .errors import ShardcarError, from_rpc_error
+from .options import WorkerOptions, deprecated, options_with_legacy
 from .events import (
     Assignment,
     Event,
@@ -126,48 +127,24 @@ class SubscriptionBase:
 
 
 class WorkerBase(Generic[H]):
-    """The settings and registered jobs of a worker (see :class:`shardcar.Worker`)."""
+    """The target, options and registered jobs of a worker (see :class:`shardcar.Worker`)."""
 
     def __init__(
         self,
         target: Optional[str] = None,
         *,
-        max_concurrency: int = 8,
-        max_concurrent_executions: Optional[int] = None,
-        instance_id: str = "",
-        unique_instance: Optional[bool] = None,
-        labels: Optional[Mapping[str, str]] = None,
-        connect_timeout: float = 10.0,
-        backoff_initial: float = 0.1,
-        backoff_max: float = 5.0,
-        drain_timeout: float = 30.0,
-        answer_timeout: float = 10.0,
-        exit_on_shutdown: bool = True,
-        options: Optional[Mapping[str, object]] = None,
-        tracing: bool = True,
-        tracer_provider: Optional[Any] = None,
+        options: Optional[WorkerOptions] = None,
+        **deprecated: Any,
     ) -> None:
-        if max_concurrency < 1:
-            raise ValueError("max_concurrency must be at least 1")
-        if max_concurrent_executions is not None:
-            resolve_max_concurrent_executions(max_concurrent_executions, max_concurrency)
+        # Worker(...) -> WorkerBase.__init__ -> options_with_legacy: the user's call is 2 up.
+        self.options = options_with_legacy(options, deprecated, stacklevel=2)
         self.target = resolve_target(target)
-        self.max_concurrency = max_concurrency
-        #: The worker's ``max_concurrent_executions`` (``None``: each job's executor size).
-        self.max_concurrent_executions = max_concurrent_executions
-        self.instance_id = instance_id
-        self.unique_instance = resolve_unique_instance(unique_instance, instance_id)
+        self._sends_suffix = sends_instance_suffix(
+            self.options.instance_suffix.value, self.options.instance_id
+        )
         self._instance_token = new_instance_token()
-        self.labels = dict(labels or {})
-        self.connect_timeout = connect_timeout
-        self.backoff_initial = backoff_initial
-        self.backoff_max = backoff_max
-        self.drain_timeout = drain_timeout
-        self.answer_timeout = answer_timeout
-        self.exit_on_shutdown = exit_on_shutdown
-        self._options = options
         # None: tracing off, or opentelemetry not installed (imported here, never before).
-        self._item_tracer = item_tracer(tracing, tracer_provider)
+        self._item_tracer = item_tracer(self.options.tracing, self.options.tracer_provider)
         self._jobs: List[Any] = []  # the driver's runners
         self._assignment_callbacks: List[AssignmentCallback] = []
         self._force = False
@@ -179,35 +156,33 @@ class WorkerBase(Generic[H]):
     @property
     def instance_suffix(self) -> str:
         """The ``instance_suffix`` this worker subscribes with: ``{pid}-{8 random hex}``, the
-        same on every (re)connect of this worker; ``""`` when ``unique_instance`` is off (the
-        instance id is then ``instance_id``, or ``{sidecar ip}@-@{pid}``)."""
-        return make_instance_suffix(self._instance_token) if self.unique_instance else ""
+        same on every (re)connect of this worker; ``""`` when it sends none (the instance id is
+        then ``options.instance_id``, or ``{sidecar ip}@-@{pid}``)."""
+        return make_instance_suffix(self._instance_token) if self._sends_suffix else ""
 
     def job(
         self,
         config: JobSpec,
         *,
         overwrite: bool = False,
-        max_concurrency: Optional[int] = None,
+        item_concurrency: Optional[int] = None,
         max_concurrent_executions: Optional[int] = None,
+        max_concurrency: Optional[int] = None,
     ) -> Callable[[H], H]:
         """Decorator: ``handler(ctx)`` (``async def`` on the asyncio worker) runs once per item
         of every trigger of this job.
 
         Returning reports the item complete; raising reports it failed with the exception text.
-        ``config`` may be a bare job name to join a job that already exists.
-
-        ``max_concurrency``: the job's executor size, how many items (of any of its executions)
-        run at once; default the worker's. ``max_concurrent_executions``: how many executions
-        of the job run at once, sent to the sidecar (``SubscribeRequest``); default the worker's,
-        else the executor size (at most 1024). With more than 1, a trigger for a crashed peer's
-        items (FAILOVER) or a missed fire (MISFIRE) may arrive while an execution runs, and runs
-        beside it in the same pool; 1 is ElasticJob's one execution at a time. 1 to 1024 and at
-        most the executor size, else ``ValueError``.
+        ``config`` may be a bare job name to join a job that already exists; ``overwrite``
+        replaces the stored configuration of an existing job with ``config``.
+        ``item_concurrency`` and ``max_concurrent_executions`` override the worker's
+        :class:`~shardcar.WorkerOptions` for this job (``max_concurrency`` is the deprecated
+        name of ``item_concurrency``).
         """
+        concurrency = _item_concurrency(item_concurrency, max_concurrency)
 
         def register(handler: H) -> H:
-            self._register(config, handler, overwrite, max_concurrency, max_concurrent_executions)
+            self._register(config, handler, overwrite, concurrency, max_concurrent_executions)
             return handler
 
         return register
@@ -217,18 +192,18 @@ class WorkerBase(Generic[H]):
         config: JobSpec,
         handler: H,
         overwrite: bool,
-        max_concurrency: Optional[int],
+        item_concurrency: Optional[int],
         max_concurrent_executions: Optional[int] = None,
     ) -> Any:
         """Adds a job's runner (one handler per job and worker); returns the runner."""
         name = job_name_of(config)
         if any(r.job_name == name for r in self._jobs):
             raise ValueError(f"job {name!r} already has a handler on this worker")
-        if max_concurrency is not None and max_concurrency < 1:
-            raise ValueError("max_concurrency must be at least 1")
-        concurrency = max_concurrency or self.max_concurrency
+        if item_concurrency is not None and item_concurrency < 1:
+            raise ValueError("item_concurrency must be at least 1")
+        concurrency = item_concurrency or self.options.item_concurrency
         if max_concurrent_executions is None:
-            max_concurrent_executions = self.max_concurrent_executions
+            max_concurrent_executions = self.options.max_concurrent_executions
         executions = resolve_max_concurrent_executions(max_concurrent_executions, concurrency)
         runner = self._runner(config, handler, overwrite, concurrency, executions)
         self._jobs.append(runner)
@@ -253,8 +228,8 @@ class WorkerBase(Generic[H]):
         return subscribe_request(
             job,
             overwrite=overwrite,
-            instance_id=self.instance_id,
-            labels=self.labels,
+            instance_id=self.options.instance_id,
+            labels=self.options.labels,
             instance_suffix=self.instance_suffix,
             max_concurrent_executions=max_concurrent_executions,
         )
@@ -278,7 +253,7 @@ class RunnerBase(Generic[H]):
         config: JobSpec,
         handler: H,
         overwrite: bool,
-        max_concurrency: int,
+        item_concurrency: int,
         max_concurrent_executions: int = 1,
     ) -> None:
         self.worker = worker
@@ -287,19 +262,21 @@ class RunnerBase(Generic[H]):
         self.handler = handler
         self.overwrite = overwrite
         #: The executor size: handlers of this job (items of any of its executions) at once.
-        self.max_concurrency = max_concurrency
+        self.item_concurrency = item_concurrency
         #: Executions of this job at once, as every ``SubscribeRequest`` of the job says.
         self.max_concurrent_executions = max_concurrent_executions
+        options = worker.options
+        backoff_initial, backoff_max = options.reconnect_backoff
         self.core = ProtocolCore(
             self.job_name,
             max_concurrent_executions=max_concurrent_executions,
-            exit_on_shutdown=worker.exit_on_shutdown,
-            retry_initial=worker.backoff_initial,
-            retry_max=worker.backoff_max,
+            stop_on_drain=options.stop_on_drain,
+            retry_initial=backoff_initial,
+            retry_max=backoff_max,
             reconnect=ReconnectPolicy(
-                connect_timeout=worker.connect_timeout,
-                backoff_initial=worker.backoff_initial,
-                backoff_max=worker.backoff_max,
+                connect_timeout=options.connect_timeout,
+                backoff_initial=backoff_initial,
+                backoff_max=backoff_max,
                 target=worker.target,
             ),
         )
@@ -369,6 +346,19 @@ class RunnerBase(Generic[H]):
         outputs, cancelled, lease_left = self.core.check(ctx.execution_id, ctx.sharding_item)
         self._perform(outputs)
         return cancelled, lease_left
+
+
+def _item_concurrency(
+    item_concurrency: Optional[int], max_concurrency: Optional[int]
+) -> Optional[int]:
+    """A job's ``item_concurrency``, or its deprecated name ``max_concurrency``, with a warning
+    that points at the user's ``job()`` or ``dataflow()`` call (three frames up from here)."""
+    if max_concurrency is None:
+        return item_concurrency
+    if item_concurrency is not None:
+        raise TypeError("give item_concurrency, not also its deprecated name max_concurrency")
+    deprecated("job(max_concurrency=...) is deprecated: use job(item_concurrency=...)", 3)
+    return max_concurrency
 
 
 # How many triggers' assignments a runner remembers (far more than can run at once).

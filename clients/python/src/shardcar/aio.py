@@ -1,7 +1,7 @@
-"""The asyncio client: :class:`Worker` with ``async def`` handlers and :class:`Subscription`.
+"""The asyncio client: :class:`Worker` with ``async def`` handlers.
 
 Same behaviour as :mod:`shardcar.worker`, on ``grpc.aio``, driving the same protocol core
-(:mod:`shardcar._core`): each item runs as a task (at most ``max_concurrency`` at once per job,
+(:mod:`shardcar._core`): each item runs as a task (at most ``item_concurrency`` at once per job,
 whichever execution it belongs to; up to ``max_concurrent_executions`` executions run at once);
 revoke, lease expiry, a lost stream or a forced stop cancel the task (``asyncio.CancelledError``
 inside the handler), and the item is declined instead of answered. ``ctx.cancelled`` and
@@ -35,24 +35,30 @@ import grpc.aio
 
 from ._common import JobSpec, answer_request, channel_options, failure_text, log
 from ._core import AnswerCall, CancelItem, Outcome, Output, Reconnect, SendCall, StartItem
-from ._driver import AssignmentCallback, RunnerBase, SubscriptionBase, WorkerBase, rpc_status
+from ._driver import (
+    AssignmentCallback,
+    RunnerBase,
+    SubscriptionBase,
+    WorkerBase,
+    _item_concurrency,
+    rpc_status,
+)
 from ._proto import shardcar_pb2_grpc as pb_grpc
 from .dataflow import AsyncDataflow, AsyncDataflowJob, AsyncJobLike, with_streaming
 from .errors import ShardcarError
 from .events import Assignment, Event, ShardingContext
 
-__all__ = ["Worker", "Subscription", "AsyncHandler", "AsyncDataflowJob"]
+__all__ = ["Worker", "AsyncHandler", "AsyncDataflowJob"]
 
 AsyncHandler = Callable[[ShardingContext], Awaitable[None]]
 Key = Tuple[str, int]
 AsyncDataflowJobT = TypeVar("AsyncDataflowJobT", bound=AsyncJobLike)
 
 
-class Subscription(SubscriptionBase):
-    """One ``Subscribe`` stream: ``async for`` it for typed events, answer through it.
-
-    Like :class:`shardcar.Subscription`: no reconnect, leases tracked but not enforced; answers
-    raise :class:`~shardcar.AnswerRejectedError` when refused and
+class _Subscription(SubscriptionBase):
+    """One ``Subscribe`` stream, for a job runner (private: it enforces no lease; the runner's
+    protocol core does): ``async for`` it for typed events, answer through it. Answers raise
+    :class:`~shardcar.AnswerRejectedError` when refused and
     :class:`~shardcar.AnswerTransportError` when they failed in transport.
     """
 
@@ -91,7 +97,7 @@ class Subscription(SubscriptionBase):
         except grpc.RpcError as err:
             raise self._answer_error(err) from None
 
-    async def __aenter__(self) -> "Subscription":
+    async def __aenter__(self) -> "_Subscription":
         return self
 
     async def __aexit__(self, *exc: object) -> None:
@@ -99,16 +105,12 @@ class Subscription(SubscriptionBase):
 
 
 class Worker(WorkerBase[AsyncHandler]):
-    """The asyncio twin of :class:`shardcar.Worker`; same arguments, ``await worker.run()``.
+    """The asyncio twin of :class:`shardcar.Worker`: the same ``target`` and
+    :class:`~shardcar.WorkerOptions`, ``async def`` handlers, ``await worker.run()``.
 
     Create it inside the event loop that runs it (``grpc.aio`` channels belong to one loop).
-    ``exit_on_shutdown`` (default ``True``): after a sidecar ``Shutdown`` the job stops once the
-    sidecar has ended its stream; ``False`` reconnects instead. ``instance_id`` and
-    ``unique_instance`` choose the instance id as for the sync worker, ``tracing`` and
-    ``tracer_provider`` the handler spans (each item's task runs in its own span).
-    ``max_concurrency`` (the executor size: a semaphore of that many item tasks per job) and
-    ``max_concurrent_executions`` (default: the executor size) mean what they mean for
-    :class:`shardcar.Worker`.
+    ``item_concurrency`` bounds the item tasks of a job (a semaphore); a cancelled item's task
+    is cancelled (``asyncio.CancelledError`` at its next ``await``).
     """
 
     def _setup(self) -> None:
@@ -119,7 +121,7 @@ class Worker(WorkerBase[AsyncHandler]):
     def _ensure_channel(self) -> pb_grpc.WorkerServiceStub:
         if self._stub is None:
             self._channel = grpc.aio.insecure_channel(
-                self.target, options=channel_options(self.target, self._options)
+                self.target, options=channel_options(self.target, self.options.channel_options)
             )
             self._stub = pb_grpc.WorkerServiceStub(self._channel)
         return self._stub
@@ -129,20 +131,18 @@ class Worker(WorkerBase[AsyncHandler]):
     ) -> Any:
         return _JobRunner(self, config, handler, overwrite, n, executions)
 
-    def subscribe(
+    def _subscribe(
         self,
         job: JobSpec,
         *,
         overwrite: bool = False,
         max_concurrent_executions: Optional[int] = None,
-    ) -> Subscription:
-        """Opens a raw event stream for ``job`` (no handlers, no reconnect, leases not enforced).
-
-        ``max_concurrent_executions`` (1 to 1024) is sent to the sidecar; unset (``None``) it
-        gives this stream one execution at a time. A caller that asks for more must run that
-        many triggers at once and answer each on its own."""
+    ) -> _Subscription:
+        """Opens one event stream for ``job``, for a runner (as the sync worker's)."""
         request = self._subscribe_request(job, overwrite, max_concurrent_executions)
-        return Subscription(self._ensure_channel(), request, self.target, self.answer_timeout)
+        return _Subscription(
+            self._ensure_channel(), request, self.target, self.options.answer_timeout
+        )
 
     def dataflow(
         self,
@@ -150,19 +150,21 @@ class Worker(WorkerBase[AsyncHandler]):
         *,
         streaming: Optional[bool] = None,
         overwrite: bool = False,
-        max_concurrency: Optional[int] = None,
+        item_concurrency: Optional[int] = None,
         max_concurrent_executions: Optional[int] = None,
+        max_concurrency: Optional[int] = None,
     ) -> Callable[[AsyncDataflowJobT], AsyncDataflowJobT]:
         """Decorator: a dataflow job with ``async def fetch(ctx)`` and ``async def
         process(ctx, data)``; the same semantics as :meth:`shardcar.Worker.dataflow`. A
         cancelled item's task is also cancelled (``asyncio.CancelledError`` at its next
         ``await``)."""
         spec = with_streaming(config, streaming)
+        concurrency = _item_concurrency(item_concurrency, max_concurrency)
 
         def register(job: AsyncDataflowJobT) -> AsyncDataflowJobT:
             handler = AsyncDataflow(job, streaming)
             runner = self._register(
-                spec, handler, overwrite, max_concurrency, max_concurrent_executions
+                spec, handler, overwrite, concurrency, max_concurrent_executions
             )
             handler.bind(runner)
             return job
@@ -172,7 +174,7 @@ class Worker(WorkerBase[AsyncHandler]):
     async def run(self, *, handle_signals: bool = True) -> None:
         """Runs every job until :meth:`stop`, SIGINT or SIGTERM (then drains), like the sync one.
 
-        Returns by itself when every job has stopped (after a sidecar ``Shutdown``). Cancelling
+        Returns by itself when every job has stopped (after a remote shutdown). Cancelling
         the task that awaits ``run`` cancels running items and returns promptly.
         """
         if not self._jobs:
@@ -236,7 +238,7 @@ class Worker(WorkerBase[AsyncHandler]):
             self.stop()
 
     async def _drain(self) -> None:
-        deadline = time.monotonic() + self.drain_timeout
+        deadline = time.monotonic() + self.options.drain_timeout
         for runner in self._jobs:
             runner.begin_drain()
         for runner in self._jobs:
@@ -263,7 +265,7 @@ class _JobRunner(RunnerBase[AsyncHandler]):
         self._loop_thread = 0
         self._timer_wake: Optional[asyncio.Event] = None
         self._sem: Optional[asyncio.Semaphore] = None
-        self._sub: Optional[Subscription] = None
+        self._sub: Optional[_Subscription] = None
         self._background: List["asyncio.Task[None]"] = []
         self._closing = False
         self.done: "asyncio.Future[None]"
@@ -274,7 +276,7 @@ class _JobRunner(RunnerBase[AsyncHandler]):
         self._loop_thread = threading.get_ident()
         self.done = loop.create_future()
         self._timer_wake = asyncio.Event()
-        self._sem = asyncio.Semaphore(self.max_concurrency)
+        self._sem = asyncio.Semaphore(self.item_concurrency)
         self._background = [
             loop.create_task(self._stream_loop()),
             loop.create_task(self._timer_loop()),
@@ -315,7 +317,7 @@ class _JobRunner(RunnerBase[AsyncHandler]):
         stub = self.worker._ensure_channel()
         code, details = "OK", ""
         try:
-            await getattr(stub, name)(request, timeout=self.worker.answer_timeout)
+            await getattr(stub, name)(request, timeout=self.worker.options.answer_timeout)
         except grpc.RpcError as err:
             code, details = rpc_status(err)
         except asyncio.CancelledError:
@@ -328,7 +330,7 @@ class _JobRunner(RunnerBase[AsyncHandler]):
     async def _stream_loop(self) -> None:
         try:
             while not self.core.stopped:
-                sub = self.worker.subscribe(
+                sub = self.worker._subscribe(
                     self.config,
                     overwrite=self.overwrite,
                     max_concurrent_executions=self.max_concurrent_executions,

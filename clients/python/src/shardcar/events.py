@@ -1,7 +1,7 @@
 """Typed events of a worker stream and the per-item :class:`ShardingContext`.
 
 The sidecar streams ``SubscribeResponse`` messages; :func:`event_from_proto` turns each into one
-of the frozen dataclasses below, which is what ``Worker.subscribe`` yields.
+of the frozen dataclasses below, which the workers' protocol core reads.
 """
 
 from __future__ import annotations
@@ -25,6 +25,7 @@ __all__ = [
     "Trigger",
     "Revoke",
     "Shutdown",
+    "ShutdownKind",
     "Lease",
     "Event",
     "ShardingContext",
@@ -114,11 +115,28 @@ class Revoke:
     reason: str
 
 
+class ShutdownKind(str, enum.Enum):
+    """Why the sidecar ends a stream, and so what the worker does once it has ended
+    (``Shutdown.kind`` in the proto)."""
+
+    #: The sidecar is stopping (a restart, an upgrade, SIGTERM): subscribe again, with backoff,
+    #: until it is back. A sidecar that does not say (``SHUTDOWN_KIND_UNSPECIFIED``) means this.
+    DRAIN = "drain"
+    #: An operator shut this instance down (``ShutdownInstance``, ``RemoveJob``, ElasticJob's
+    #: console): do not subscribe to the job again.
+    REMOTE = "remote"
+
+    @classmethod
+    def from_proto(cls, value: int) -> "ShutdownKind":
+        return cls.REMOTE if value == pb.SHUTDOWN_KIND_REMOTE else cls.DRAIN
+
+
 @dataclass(frozen=True)
 class Shutdown:
-    """The sidecar is ending the stream (remote shutdown or drain)."""
+    """The sidecar is ending the stream: a drain (it restarts) or a remote shutdown."""
 
     reason: str
+    kind: ShutdownKind = ShutdownKind.DRAIN
 
 
 @dataclass(frozen=True)
@@ -186,7 +204,9 @@ def event_from_proto(msg: pb.SubscribeResponse, job_name: str) -> Optional[Event
     if kind == "revoke":
         return Revoke(items=tuple(msg.revoke.items), reason=msg.revoke.reason)
     if kind == "shutdown":
-        return Shutdown(reason=msg.shutdown.reason)
+        return Shutdown(
+            reason=msg.shutdown.reason, kind=ShutdownKind.from_proto(msg.shutdown.kind)
+        )
     if kind == "lease":
         valid_for = msg.lease.valid_for.seconds + msg.lease.valid_for.nanos / 1e9
         received, received_wall = time.monotonic(), time.time()

@@ -1,14 +1,14 @@
-"""The synchronous client: :class:`Worker` (decorated handlers, threads) and :class:`Subscription`.
+"""The synchronous client: :class:`Worker` (decorated handlers, threads).
 
 ``Worker.job`` registers a handler for a job; ``Worker.run`` subscribes every job and calls the
-handler once per item of every trigger in a thread pool (``max_concurrency`` per job, shared by
-the job's concurrent executions: see ``max_concurrent_executions``). What it
-does with each event, answer and lease is decided by the protocol core (:mod:`shardcar._core`);
-this module is its driver: a stream thread, a timer thread, the handler pool, and the gRPC
-calls (sent asynchronously, their results fed back to the core). On Ctrl-C / SIGTERM it drains
-(running items finish and are answered); after a sidecar ``Shutdown`` it stops once the sidecar
-has ended the stream. ``Worker.subscribe`` gives the raw event stream for callers who want to
-drive things themselves.
+handler once per item of every trigger in a thread pool (``item_concurrency`` per job, shared
+by the job's concurrent executions: see ``max_concurrent_executions``). What it does with each
+event, answer and lease is decided by the protocol core (:mod:`shardcar._core`); this module is
+its driver: a stream thread, a timer thread, the handler pool, and the gRPC calls (sent
+asynchronously, their results fed back to the core). On Ctrl-C / SIGTERM it drains (running
+items finish and are answered); after a sidecar's remote ``Shutdown`` the job stops once the
+sidecar has ended the stream, and after a drain it subscribes again. Every handler runs under
+a lease: there is no public way to take triggers without one.
 """
 
 from __future__ import annotations
@@ -24,27 +24,26 @@ import grpc
 
 from ._common import JobSpec, answer_request, channel_options, failure_text, log
 from ._core import AnswerCall, Outcome, Output, Reconnect, SendCall, StartItem, Stop
-from ._driver import RunnerBase, SubscriptionBase, WorkerBase, rpc_status
+from ._driver import RunnerBase, SubscriptionBase, WorkerBase, _item_concurrency, rpc_status
 from ._proto import shardcar_pb2_grpc as pb_grpc
 from .dataflow import SyncDataflow, SyncJobLike, with_streaming
 from .errors import ShardcarError
 from .events import Assignment, Event, ShardingContext
 
-__all__ = ["Worker", "Subscription", "Handler"]
+__all__ = ["Worker", "Handler"]
 
 Handler = Callable[[ShardingContext], None]
 AssignmentCallback = Callable[[Assignment], None]
 DataflowJobT = TypeVar("DataflowJobT", bound=SyncJobLike)
 
 
-class Subscription(SubscriptionBase):
-    """One ``Subscribe`` stream: iterate it for typed events, answer through it.
+class _Subscription(SubscriptionBase):
+    """One ``Subscribe`` stream, for a job runner (private: it enforces no lease; the runner's
+    protocol core does): iterate it for typed events, answer through it.
 
     Iteration raises a :class:`ShardcarError` subclass when the stream fails, and simply ends
     when the sidecar closes it or :meth:`close` is called. There is no reconnect here; the
-    :class:`Worker` does that. Leases are tracked (``lease``, ``lease_valid``) but not enforced:
-    a caller of this API must stop its work when ``lease_valid`` turns false, and follow the
-    contract in ``shardcar.proto`` itself.
+    runner does that.
 
     The answer methods raise :class:`~shardcar.AnswerRejectedError` (and subclasses) when the
     sidecar refuses, and :class:`~shardcar.AnswerTransportError` when the call failed in
@@ -85,7 +84,7 @@ class Subscription(SubscriptionBase):
         except grpc.RpcError as err:
             raise self._answer_error(err) from None
 
-    def __enter__(self) -> "Subscription":
+    def __enter__(self) -> "_Subscription":
         return self
 
     def __exit__(self, *exc: object) -> None:
@@ -95,44 +94,24 @@ class Subscription(SubscriptionBase):
 class Worker(WorkerBase[Handler]):
     """A worker process's connection to its local sidecar, with handlers per job.
 
-    ``target``: ``host:port`` or ``unix:///path``; default ``$SHARDCAR_TARGET`` or
-    ``127.0.0.1:50061``. ``max_concurrency``: the executor size, items run at once per job, in
-    one pool per job shared by all of the job's executions (overridable per job).
-    ``max_concurrent_executions``: how many executions of a job the worker runs at once, as it
-    tells the sidecar; default each job's executor size (at most 1024). A worker running fewer
-    than that many is also sent FAILOVER runs (a crashed peer's items) and MISFIRE catch-ups,
-    which run beside what runs, each answered on its own; cron fires and trigger-once requests
-    still come only when it runs nothing. ``1`` keeps ElasticJob's one execution at a time. An
-    execution needs at least one slot of the pool, so it must be from 1 to ``max_concurrency``
-    (and 1024): ``ValueError`` otherwise. Overridable per job.
-    ``connect_timeout``: how long the first connection may keep failing before :meth:`run`
-    raises :class:`SidecarUnavailableError`; once registered, reconnects are retried forever
-    (``backoff_initial``, ``backoff_max``; the same bounds pace resent answers), unless the
-    sidecar refuses the job (:class:`InvalidJobConfigError`, :class:`JobNotFoundError`).
-    ``drain_timeout``: on stop, how long running items may take to finish and be answered.
-    ``answer_timeout``: deadline of each answer call (a call that exceeds it is sent again).
-    ``exit_on_shutdown``: when the sidecar sends ``Shutdown``, the job stops once the sidecar
-    has ended its stream (default); ``False`` reconnects instead, for a sidecar that is
-    restarted in place.
+    ``Worker(target=None, *, options=None)``. ``target``: ``host:port`` or ``unix:///path``;
+    default ``$SHARDCAR_TARGET``, else ``127.0.0.1:50061``. ``options``: a
+    :class:`~shardcar.WorkerOptions` (concurrency, instance id, timeouts, backoff, drains,
+    tracing), whose fields and defaults are documented there, once for both workers. The
+    keywords of 0.1 (``max_concurrency=``, ``connect_timeout=``, ``drain_timeout=``,
+    ``exit_on_shutdown=``, ...) still work, with a ``DeprecationWarning``.
 
-    The instance id (what the sidecar and ElasticJob call this worker) is ``instance_id`` when
-    given, used as it is. Otherwise it is ``{sidecar ip}@-@{suffix}``: with
-    ``unique_instance=True`` the suffix is ``{pid}-{8 random hex}``, chosen when the worker is
-    created and kept across reconnects (``instance_suffix``), so that workers whose pids are
-    not unique on the host (containers sharing one sidecar are all pid 1) get distinct ids;
-    with ``False`` it is the pid. ``None`` (the default) chooses ``True`` in a container (pid 1,
-    ``/.dockerenv`` or ``/run/.containerenv`` exists, or ``KUBERNETES_SERVICE_HOST`` is set)
-    and ``False`` elsewhere.
-
-    ``tracing`` (with the ``otel`` extra, i.e. when opentelemetry is importable): each handler
-    runs in a ``shardcar.handler`` span, a child of the sidecar's ``shardcar.execution`` span
-    of its trigger (see :mod:`shardcar._tracing`); ``False`` turns that off. The spans go to
-    ``tracer_provider``, default the global one (with none configured they are no-ops).
+    ``@worker.job(config)`` registers a handler, :meth:`run` runs every job until stopped. The
+    first subscription that fails for ``connect_timeout`` raises
+    :class:`SidecarUnavailableError` from :meth:`run`; once registered, lost streams and sidecar
+    drains are followed by new subscriptions for as long as the worker runs, unless the sidecar
+    refuses the job (:class:`InvalidJobConfigError`, :class:`JobNotFoundError`) or shuts the
+    instance down remotely.
     """
 
     def _setup(self) -> None:
         self._channel = grpc.insecure_channel(
-            self.target, options=channel_options(self.target, self._options)
+            self.target, options=channel_options(self.target, self.options.channel_options)
         )
         self._stub = pb_grpc.WorkerServiceStub(self._channel)
         self._stop = threading.Event()
@@ -143,20 +122,18 @@ class Worker(WorkerBase[Handler]):
     ) -> Any:
         return _JobRunner(self, config, handler, overwrite, n, executions)
 
-    def subscribe(
+    def _subscribe(
         self,
         job: JobSpec,
         *,
         overwrite: bool = False,
         max_concurrent_executions: Optional[int] = None,
-    ) -> Subscription:
-        """Opens a raw event stream for ``job`` (no handlers, no reconnect, leases not enforced).
-
-        ``max_concurrent_executions`` (1 to 1024) is sent to the sidecar; unset (``None``) it
-        gives this stream one execution at a time. A caller that asks for more must run that
-        many triggers at once and answer each on its own."""
+    ) -> _Subscription:
+        """Opens one event stream for ``job``, for a runner (no handlers, no reconnect, no lease
+        enforced here: the runner's core does that). ``max_concurrent_executions`` is sent to
+        the sidecar; ``None`` leaves it unset (one execution at a time)."""
         request = self._subscribe_request(job, overwrite, max_concurrent_executions)
-        return Subscription(self._stub, request, self.target, self.answer_timeout)
+        return _Subscription(self._stub, request, self.target, self.options.answer_timeout)
 
     def dataflow(
         self,
@@ -164,8 +141,9 @@ class Worker(WorkerBase[Handler]):
         *,
         streaming: Optional[bool] = None,
         overwrite: bool = False,
-        max_concurrency: Optional[int] = None,
+        item_concurrency: Optional[int] = None,
         max_concurrent_executions: Optional[int] = None,
+        max_concurrency: Optional[int] = None,
     ) -> Callable[[DataflowJobT], DataflowJobT]:
         """Decorator: a dataflow job (ElasticJob's ``DataflowJob``), an object or a class (made
         once, without arguments) with ``fetch(ctx) -> list`` and ``process(ctx, data)``, runs
@@ -178,14 +156,16 @@ class Worker(WorkerBase[Handler]):
         resharding. The loop's end by itself is ``Complete``; ``fetch`` or ``process`` raising
         is ``ReportFailure``; a cancelled item is declined. ``streaming`` writes the prop into
         ``config`` (``None``: leave it as it is); the job's effective config (ZooKeeper's, when
-        it existed) decides. See :mod:`shardcar.dataflow`.
+        it existed) decides. See :mod:`shardcar.dataflow`. ``overwrite``, ``item_concurrency``
+        and ``max_concurrent_executions`` as for :meth:`job`.
         """
         spec = with_streaming(config, streaming)
+        concurrency = _item_concurrency(item_concurrency, max_concurrency)
 
         def register(job: DataflowJobT) -> DataflowJobT:
             handler = SyncDataflow(job, streaming)
             runner = self._register(
-                spec, handler, overwrite, max_concurrency, max_concurrent_executions
+                spec, handler, overwrite, concurrency, max_concurrent_executions
             )
             handler.bind(runner)
             return job
@@ -197,8 +177,9 @@ class Worker(WorkerBase[Handler]):
         """Runs every registered job until :meth:`stop`, Ctrl-C or SIGTERM, then drains.
 
         A first Ctrl-C drains (no new work; running items finish and are answered, up to
-        ``drain_timeout``); a second one cancels them and returns at once. Returns by itself
-        when every job has stopped (after a sidecar ``Shutdown``, see ``exit_on_shutdown``).
+        ``WorkerOptions.drain_timeout``); a second one cancels them and returns at once. Returns
+        by itself when every job has stopped (after a remote shutdown, or a sidecar drain with
+        ``stop_on_drain``).
 
         Raises :class:`SidecarUnavailableError` when the sidecar cannot be reached within
         ``connect_timeout``, :class:`InvalidJobConfigError` / :class:`JobNotFoundError` when it
@@ -243,7 +224,7 @@ class Worker(WorkerBase[Handler]):
         self.close()
 
     def _drain(self) -> None:
-        deadline = time.monotonic() + self.drain_timeout
+        deadline = time.monotonic() + self.options.drain_timeout
         for runner in self._jobs:
             runner.begin_drain()
         for runner in self._jobs:
@@ -283,11 +264,11 @@ class _JobRunner(RunnerBase[Handler]):
 
     def __init__(self, *args: Any) -> None:
         super().__init__(*args)
-        self._sub: Optional[Subscription] = None
+        self._sub: Optional[_Subscription] = None
         self._closing = threading.Event()
         self._timer_wake = threading.Event()
         self._pool = concurrent.futures.ThreadPoolExecutor(
-            max_workers=self.max_concurrency, thread_name_prefix=f"shardcar-{self.job_name}"
+            max_workers=self.item_concurrency, thread_name_prefix=f"shardcar-{self.job_name}"
         )
         self._threads: List[threading.Thread] = []
 
@@ -319,7 +300,7 @@ class _JobRunner(RunnerBase[Handler]):
         name, request = answer_request(call)
         try:
             future = getattr(self.worker._stub, name).future(
-                request, timeout=self.worker.answer_timeout
+                request, timeout=self.worker.options.answer_timeout
             )
         except Exception as exc:  # e.g. the channel is closed: never reached the sidecar
             self._perform(self.core.answer_result(call.id, "CANCELLED", str(exc)))
@@ -337,7 +318,7 @@ class _JobRunner(RunnerBase[Handler]):
     # -- stream ---------------------------------------------------------------------------------
     def _stream_loop(self) -> None:
         while not self.core.stopped:
-            sub = self.worker.subscribe(
+            sub = self.worker._subscribe(
                 self.config,
                 overwrite=self.overwrite,
                 max_concurrent_executions=self.max_concurrent_executions,

@@ -18,7 +18,7 @@ import java.util.List;
  *       as a fetch returns data; the item is complete when a fetch returns none. Before each
  *       further fetch the worker checks that the item may go on, and ends the loop when it may
  *       not: the item was cancelled (revoked, the lease ran out, the stream was lost or replaced,
- *       the shutdown grace period is over: the item is declined, never answered), the worker is
+ *       the drain timeout is over: the item is declined, never answered), the worker is
  *       shutting down or the sidecar sent {@code Shutdown} (the item is complete), or an
  *       assignment received since the trigger no longer holds the item (a resharding took it:
  *       another instance joined, {@code DisableJob}; ElasticJob's {@code isNeedSharding}; the item

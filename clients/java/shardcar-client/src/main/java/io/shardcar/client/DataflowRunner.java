@@ -76,7 +76,7 @@ final class DataflowRunner<T> implements JobHandler {
    */
   String stopReason(ShardingContext ctx) {
     if (ctx.isCancelled()) {
-      return "the item was cancelled (revoked, lease ran out, stream lost, or shutdown grace over)";
+      return "the item was cancelled (revoked, lease ran out, stream lost, or drain timeout over)";
     }
     if (stopping.getAsBoolean()) {
       return "the worker is shutting down";

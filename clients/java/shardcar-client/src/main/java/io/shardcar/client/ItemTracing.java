@@ -19,7 +19,7 @@ interface ItemTracing {
     COMPLETED,
     /** {@code ReportFailure} was sent: the handler threw. */
     FAILED,
-    /** Not answered: cancelled (revoke, lease, shutdown grace, lost stream) and given back with {@code Decline}, or its stream ended. */
+    /** Not answered: cancelled (revoke, lease, drain timeout, lost stream) and given back with {@code Decline}, or its stream ended. */
     DECLINED
   }
 

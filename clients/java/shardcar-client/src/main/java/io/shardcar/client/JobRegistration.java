@@ -53,11 +53,11 @@ public final class JobRegistration implements AutoCloseable {
     CONNECTING,
     /** Registered on a live stream. */
     ACTIVE,
-    /** The stream was lost; a new one is being made. */
+    /** The stream was lost, or the sidecar drained (restarts); a new one is being made. */
     RECONNECTING,
     /**
-     * Closed by the worker, by a sidecar {@code Shutdown}, or by a fatal error
-     * ({@link JobRegistration#getFailure()}).
+     * Closed by the worker, by a sidecar's remote {@code Shutdown} (or a drain, with
+     * {@code stopOnDrain}), or by a fatal error ({@link JobRegistration#getFailure()}).
      */
     CLOSED
   }
@@ -121,7 +121,7 @@ public final class JobRegistration implements AutoCloseable {
     this.listener = settings.listener();
     this.tracing = settings.tracing();
     this.onTerminated = onTerminated;
-    this.protocol = new RegistrationState(jobName, RegistrationState.Clock.SYSTEM, !settings.reconnectAfterShutdown(),
+    this.protocol = new RegistrationState(jobName, RegistrationState.Clock.SYSTEM, settings.stopOnDrain(),
         new ReconnectPolicy(settings.target(), jobName, settings.connectTimeout(),
             new Backoff(settings.backoffInitial(), settings.backoffMax())));
     ThreadFactory eventThreads = namedDaemon("shardcar-" + jobName + "-events");
@@ -267,7 +267,7 @@ public final class JobRegistration implements AutoCloseable {
 
   /**
    * Stops taking work (new triggers are declined), lets running items finish and answer for up to
-   * the worker's shutdown grace period (then interrupts them; each is declined once it returns),
+   * the worker's drain timeout (then interrupts them; each is declined once it returns),
    * ends the stream so the sidecar removes the instance, and releases the threads. Idempotent;
    * never throws.
    */
@@ -276,11 +276,11 @@ public final class JobRegistration implements AutoCloseable {
     if (terminated.isDone()) {
       return;
     }
-    beginClose("closed by the worker", settings.shutdownGracePeriod());
+    beginClose("closed by the worker", settings.drainTimeout());
     if (Thread.currentThread() == eventThread) {
       return; // called from a listener: the close completes once this callback returns
     }
-    long waitMillis = settings.shutdownGracePeriod().toMillis() + settings.answerTimeout().toMillis() + 2_000;
+    long waitMillis = settings.drainTimeout().toMillis() + settings.answerTimeout().toMillis() + 2_000;
     try {
       terminated.get(waitMillis, TimeUnit.MILLISECONDS);
     } catch (InterruptedException e) {
@@ -561,7 +561,9 @@ public final class JobRegistration implements AutoCloseable {
       notify(() -> listener.onAssignment(jobName, now));
       firstRegistration.complete(null); // register() returns once the current assignment is known
     } else if (notice instanceof RegistrationState.ShutdownReceived s) {
-      LOG.log(System.Logger.Level.INFO, "job {0}: sidecar shutdown: {1}", jobName, s.reason());
+      LOG.log(System.Logger.Level.INFO, "job {0}: sidecar shutdown ({1}): {2}", jobName,
+          s.drain() ? "drain: subscribing again once the stream has ended" : "remote: the registration stops",
+          s.reason());
       notify(() -> listener.onShutdown(jobName, s.reason()));
     } else if (notice instanceof RegistrationState.LeaseExpired e) {
       LOG.log(System.Logger.Level.WARNING, "job {0}: {1}; running items stop until the sidecar renews it",

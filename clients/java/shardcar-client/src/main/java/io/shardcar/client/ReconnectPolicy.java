@@ -9,8 +9,8 @@ import java.util.concurrent.TimeUnit;
  * (owned by {@link RegistrationState}). The state decides every end of a stream in this order
  * (the order of {@code clients/protocol-cases/README.md}): a {@link RegistrationState#close close}
  * stops the registration without an error; then {@link #fatal} may stop it with an error; then a
- * {@code Shutdown} received on the stream stops it (unless {@code reconnectAfterShutdown}); else
- * it subscribes again after {@link #retry}'s delay.
+ * remote {@code Shutdown} received on the stream stops it (a drain too, with {@code stopOnDrain});
+ * else it subscribes again after {@link #retry}'s delay, after a drain as after a lost stream.
  *
  * <p>Fatal:
  *
@@ -60,10 +60,10 @@ final class ReconnectPolicy {
     this.backoff = backoff;
   }
 
-  /** The defaults of {@link ShardcarWorker.Builder} (connect timeout 30 s, backoff 200 ms to 5 s). */
+  /** The defaults of {@link ShardcarWorker.Builder} (connect timeout 30 s, backoff 100 ms to 5 s). */
   static ReconnectPolicy defaults(String jobName) {
     return new ReconnectPolicy(ShardcarWorker.DEFAULT_TARGET, jobName, Duration.ofSeconds(30),
-        new Backoff(Duration.ofMillis(200), Duration.ofSeconds(5)));
+        new Backoff(Duration.ofMillis(100), Duration.ofSeconds(5)));
   }
 
   /** A subscription starts at {@code now}: the first one starts the connect timeout. */

@@ -1,6 +1,7 @@
 package io.shardcar.client;
 
 import io.shardcar.v1.Lease;
+import io.shardcar.v1.ShutdownKind;
 import io.shardcar.v1.SubscribeResponse;
 import io.shardcar.v1.Trigger;
 import java.time.Duration;
@@ -44,14 +45,17 @@ import java.util.concurrent.TimeUnit;
  *       failure is never reported as the sidecar's answer ({@link Dropped}, not {@link Answered}).
  *   <li><b>Revoke</b> (rule 4) cancels those items; each is declined once its handler returns.
  *   <li><b>Shutdown</b> (rule 5): new triggers are declined, running items finish and are answered
- *       while the lease lasts; once the sidecar ends the stream the registration stops (unless
- *       {@code stopOnShutdown} is off: then the driver subscribes again).
+ *       while the lease lasts. Once the sidecar has ended the stream, a remote shutdown
+ *       ({@code SHUTDOWN_KIND_REMOTE}: an operator's decision) stops the registration; a drain (the
+ *       sidecar restarts; {@code SHUTDOWN_KIND_DRAIN}, or a sidecar that does not say) is followed
+ *       by a {@link Reconnect} with the backoff, until the sidecar is back, unless
+ *       {@code stopOnDrain} is on.
  *   <li><b>Reconnects and fatal errors</b> ({@link ReconnectPolicy}): every end of a stream while
  *       the registration still runs is decided in this order: after a {@link #close} it stops
  *       without an error; a fatal error (the sidecar refused the job, or the first subscription
  *       failed for good) stops it with a {@link Stop} carrying the {@linkplain Stop#fatal() error};
- *       after a {@code Shutdown} it stops (unless {@code stopOnShutdown} is off); otherwise
- *       {@link Reconnect} (subscribe again after a delay).
+ *       after a remote {@code Shutdown} it stops (after a drain too with {@code stopOnDrain});
+ *       otherwise {@link Reconnect} (subscribe again after a delay; after a drain as well).
  * </ul>
  *
  * <p>Not thread-safe: the driver serializes every call (one lock), and performs the outputs in the
@@ -143,7 +147,8 @@ final class RegistrationState {
 
   record Assigned(io.shardcar.v1.Assignment assignment) implements Notice {}
 
-  record ShutdownReceived(String reason) implements Notice {}
+  /** {@code Shutdown}; {@code drain}: of kind DRAIN (or unspecified), else REMOTE. */
+  record ShutdownReceived(String reason, boolean drain) implements Notice {}
 
   record LeaseExpired(String reason) implements Notice {}
 
@@ -227,14 +232,15 @@ final class RegistrationState {
 
   private final String jobName;
   private final Clock clock;
-  private final boolean stopOnShutdown;
+  private final boolean stopOnDrain;
   private final ReconnectPolicy reconnect;
 
   private Phase phase = Phase.RUNNING;
   private int generation;
   private boolean streamOpen;
   private String instanceId = "";
-  private boolean shutdownReceived;
+  /** The kind of the {@code Shutdown} received on the current stream; null before one. */
+  private ShutdownKind shutdownKind;
   // The latest lease, when it is held: valid while the monotonic clock is before
   // leaseMonoDeadline and the wall clock before leaseWallDeadline.
   private boolean leaseHeld;
@@ -251,20 +257,20 @@ final class RegistrationState {
   private long hardDeadline;
 
   /**
-   * @param stopOnShutdown whether the registration stops once a stream that delivered
-   *     {@code Shutdown} has ended (the default); otherwise the driver subscribes again
+   * @param stopOnDrain whether a drain stops the registration once its stream has ended, as a
+   *     remote shutdown does; otherwise (the default) the driver subscribes again
    * @param reconnect when to subscribe again after a lost stream, and when to give up
    */
-  RegistrationState(String jobName, Clock clock, boolean stopOnShutdown, ReconnectPolicy reconnect) {
+  RegistrationState(String jobName, Clock clock, boolean stopOnDrain, ReconnectPolicy reconnect) {
     this.jobName = jobName;
     this.clock = clock;
-    this.stopOnShutdown = stopOnShutdown;
+    this.stopOnDrain = stopOnDrain;
     this.reconnect = reconnect;
   }
 
   /** With the reconnect policy of a worker built with the defaults ({@link ReconnectPolicy#defaults}). */
-  RegistrationState(String jobName, Clock clock, boolean stopOnShutdown) {
-    this(jobName, clock, stopOnShutdown, ReconnectPolicy.defaults(jobName));
+  RegistrationState(String jobName, Clock clock, boolean stopOnDrain) {
+    this(jobName, clock, stopOnDrain, ReconnectPolicy.defaults(jobName));
   }
 
   // ---- inputs -------------------------------------------------------------------------------
@@ -286,7 +292,7 @@ final class RegistrationState {
     generation++;
     streamOpen = true;
     instanceId = "";
-    shutdownReceived = false;
+    shutdownKind = null;
     leaseHeld = false;
     seen.clear();
     return out;
@@ -297,7 +303,8 @@ final class RegistrationState {
    * {@code error} (a gRPC status: the connection broke or could not be made, the sidecar refused
    * the subscription, ...). The last output is the decision, in this order: a {@link Stop} after
    * {@link #close}; a {@link Stop} with the fatal error ({@link ReconnectPolicy#fatal}); a
-   * {@link Stop} after a {@code Shutdown} (with {@code stopOnShutdown}); else {@link Reconnect}.
+   * {@link Stop} after a remote {@code Shutdown} (or a drain, with {@code stopOnDrain}); else
+   * {@link Reconnect}, after a drain too.
    */
   List<Output> streamEnded(int gen, Throwable error) {
     List<Output> out = new ArrayList<>();
@@ -306,7 +313,7 @@ final class RegistrationState {
     }
     advance(out);
     // The order of clients/protocol-cases/README.md: a close stops without an error (endStream),
-    // then the fatal errors, then a Shutdown, else a reconnect.
+    // then the fatal errors, then a remote Shutdown, else a reconnect (after a drain too).
     endStream(ReconnectPolicy.describe(error), false, out);
     if (phase != Phase.RUNNING) {
       return out;
@@ -317,7 +324,7 @@ final class RegistrationState {
       phase = Phase.CLOSING;
       closeReason = registered ? JOB_REFUSED : FIRST_SUBSCRIPTION_FAILED;
       stop(closeReason, false, fatal, out);
-    } else if (shutdownReceived && stopOnShutdown) {
+    } else if (shutdownStops()) {
       stop(SHUT_DOWN, true, null, out);
     } else {
       ReconnectPolicy.Retry r = reconnect.retry(error);
@@ -328,7 +335,7 @@ final class RegistrationState {
 
   /**
    * The current stream is over: its work is void; a close stops here, and (when
-   * {@code shutdownStops}) a {@code Shutdown} received on it.
+   * {@code shutdownStops}) a remote {@code Shutdown} received on it (see {@link #shutdownStops()}).
    */
   private void endStream(String why, boolean shutdownStops, List<Output> out) {
     streamOpen = false;
@@ -340,9 +347,21 @@ final class RegistrationState {
     resends.clear();
     if (phase == Phase.CLOSING) {
       stop(closeReason, false, null, out);
-    } else if (shutdownStops && shutdownReceived && stopOnShutdown) {
+    } else if (shutdownStops && shutdownStops()) {
       stop(SHUT_DOWN, true, null, out);
     }
+  }
+
+  /**
+   * Whether the {@code Shutdown} received on the current stream ends the registration once the
+   * stream has ended: a remote one always; a drain (DRAIN, or a sidecar that does not say) only
+   * with {@code stopOnDrain}, since the sidecar is restarting and the worker subscribes again.
+   */
+  private boolean shutdownStops() {
+    if (shutdownKind == null) {
+      return false;
+    }
+    return shutdownKind == ShutdownKind.SHUTDOWN_KIND_REMOTE || stopOnDrain;
   }
 
   /** An event read from stream {@code gen}. */
@@ -374,8 +393,9 @@ final class RegistrationState {
         }
       }
       case SHUTDOWN -> {
-        shutdownReceived = true;
-        out.add(new ShutdownReceived(event.getShutdown().getReason()));
+        shutdownKind = event.getShutdown().getKind();
+        out.add(new ShutdownReceived(event.getShutdown().getReason(),
+            shutdownKind != ShutdownKind.SHUTDOWN_KIND_REMOTE));
       }
       default -> {
         // An event this client does not know: nothing to do.
@@ -519,7 +539,7 @@ final class RegistrationState {
 
   /** Whether new triggers would be declined now: closing or stopped, or a {@code Shutdown} was received on this stream. */
   boolean isDecliningWork() {
-    return phase != Phase.RUNNING || shutdownReceived;
+    return phase != Phase.RUNNING || shutdownKind != null;
   }
 
   boolean isStopped() {
@@ -581,7 +601,7 @@ final class RegistrationState {
       return; // an item of an execution runs once
     }
     List<Integer> items = fresh.stream().map(ShardingContext::getShardingItem).toList();
-    if (phase != Phase.RUNNING || shutdownReceived) {
+    if (phase != Phase.RUNNING || shutdownKind != null) {
       send(Rpc.DECLINE, trigger.getExecutionId(), items, "the worker is shutting down", out);
     } else if (!leaseHeld) {
       send(Rpc.DECLINE, trigger.getExecutionId(), items, "the trigger arrived without a valid lease", out);
@@ -602,7 +622,7 @@ final class RegistrationState {
     }
     if (phase == Phase.CLOSING && !graceOver && mono - graceDeadline >= 0) {
       graceOver = true;
-      cancelRunning(closeReason + " (shutdown grace period over)", out);
+      cancelRunning(closeReason + " (drain timeout over)", out);
     }
     if (!resends.isEmpty()) {
       List<Answer> due = new ArrayList<>();

@@ -21,7 +21,7 @@ record Settings(
     Duration backoffInitial,
     Duration backoffMax,
     Duration answerTimeout,
-    Duration shutdownGracePeriod,
-    boolean reconnectAfterShutdown,
+    Duration drainTimeout,
+    boolean stopOnDrain,
     WorkerListener listener,
     ItemTracing tracing) {}

@@ -27,13 +27,14 @@ import java.util.logging.Logger;
  * worker subscribes, runs the handler once per item of every trigger, answers each item, honours
  * leases and revokes, and reconnects when the sidecar restarts.
  *
- * <p><b>A {@code Shutdown} from the sidecar means stop</b> (by default). On a sidecar drain
- * (SIGTERM) or a remote {@code ShutdownInstance}, the registration it names takes no new work (new
- * triggers are declined), lets the running items finish and answers them while the lease lasts;
- * once the sidecar ended the stream the registration closes, without reconnecting. When that
- * leaves the worker without registrations, the worker closes itself, so {@link #awaitTermination()}
- * returns. {@link Builder#reconnectAfterShutdown(boolean) reconnectAfterShutdown(true)} subscribes
- * again instead.
+ * <p><b>Workers outlive a sidecar restart.</b> On a {@code Shutdown} the registration takes no
+ * new work (new triggers are declined), lets the running items finish and answers them while the
+ * lease lasts. Once the sidecar has ended the stream: after a drain (SIGTERM: a restart, an
+ * upgrade) it subscribes again with the reconnect backoff until the sidecar is back; after a remote
+ * shutdown ({@code ShutdownInstance}, an operator's decision) the registration closes, and when
+ * that leaves the worker without registrations the worker closes itself, so
+ * {@link #awaitTermination()} returns. {@link Builder#stopOnDrain(boolean) stopOnDrain(true)}
+ * makes a drain close the registration too.
  *
  * <p>A failed item (the handler threw: {@code ReportFailure}) is not retried before the job's
  * next fire: it runs again at the next cron fire or manual trigger, not at once.
@@ -323,8 +324,8 @@ public final class ShardcarWorker implements AutoCloseable {
 
   /**
    * Blocks until the worker has closed (for a worker's {@code main}): after {@link #close()}, or
-   * once a sidecar {@code Shutdown} stopped its last registration (the default; see
-   * {@link Builder#reconnectAfterShutdown(boolean)}).
+   * once a sidecar's remote {@code Shutdown} stopped its last registration (a drain too, with
+   * {@link Builder#stopOnDrain(boolean)}).
    *
    * @throws InterruptedException when interrupted while waiting
    */
@@ -344,7 +345,7 @@ public final class ShardcarWorker implements AutoCloseable {
   }
 
   /**
-   * Closes every registration (running items get the shutdown grace period to finish and answer),
+   * Closes every registration (running items get the drain timeout to finish and answer),
    * then the channel. Idempotent; never throws.
    */
   @Override
@@ -376,15 +377,15 @@ public final class ShardcarWorker implements AutoCloseable {
     private String instanceSuffixToken = InstanceIds.JVM_TOKEN;
     private Predicate<String> fileExists = path -> Files.exists(Path.of(path));
     private final Map<String, String> labels = new LinkedHashMap<>();
-    private int itemConcurrency = Math.max(2, Runtime.getRuntime().availableProcessors());
+    private int itemConcurrency = 8;
     /** Null: the executor size ({@link #itemConcurrency}, at most 1024). */
     private Integer maxConcurrentExecutions;
     private Duration connectTimeout = Duration.ofSeconds(30);
-    private Duration backoffInitial = Duration.ofMillis(200);
+    private Duration backoffInitial = Duration.ofMillis(100);
     private Duration backoffMax = Duration.ofSeconds(5);
     private Duration answerTimeout = Duration.ofSeconds(10);
-    private Duration shutdownGracePeriod = Duration.ofSeconds(10);
-    private boolean reconnectAfterShutdown;
+    private Duration drainTimeout = Duration.ofSeconds(30);
+    private boolean stopOnDrain;
     private WorkerListener listener = new WorkerListener() {};
     private boolean tracing = true;
     /** An {@code io.opentelemetry.api.OpenTelemetry}, typed Object so that the API need not be present. */
@@ -458,9 +459,19 @@ public final class ShardcarWorker implements AutoCloseable {
     }
 
     /**
-     * The executor size: how many items run at once per job (default: cores, at least 2), on one
-     * pool per job shared by the items of all of its executions (see
-     * {@link #maxConcurrentExecutions(int)}).
+     * Adds labels sent with every subscription (Python: {@code WorkerOptions(labels=...)}).
+     *
+     * @param labels names and values (a null value is sent as empty)
+     * @return this builder
+     */
+    public Builder labels(Map<String, String> labels) {
+      Objects.requireNonNull(labels, "labels").forEach(this::label);
+      return this;
+    }
+
+    /**
+     * The executor size: how many items run at once per job (default 8), on one pool per job
+     * shared by the items of all of its executions (see {@link #maxConcurrentExecutions(int)}).
      *
      * @param threads items run at once, at least 1
      * @return this builder
@@ -514,7 +525,8 @@ public final class ShardcarWorker implements AutoCloseable {
     }
 
     /**
-     * How long {@code register} keeps trying to reach the sidecar (default 30 s).
+     * How long {@code register} keeps trying to reach the sidecar (default 30 s). Once registered
+     * there is no deadline: lost streams and drains are followed by new subscriptions.
      *
      * @param timeout how long, positive
      * @return this builder
@@ -525,7 +537,8 @@ public final class ShardcarWorker implements AutoCloseable {
     }
 
     /**
-     * Reconnect delays: start at {@code initial} (200 ms), double up to {@code max} (5 s).
+     * Delays between subscriptions after a lost stream or a drain: start at {@code initial}
+     * (100 ms), double up to {@code max} (5 s), with ±20 % jitter, and start over once registered.
      *
      * @param initial the first delay
      * @param max the longest delay
@@ -549,33 +562,63 @@ public final class ShardcarWorker implements AutoCloseable {
     }
 
     /**
-     * How long {@code close()} lets running items finish before interrupting them (default 10 s).
+     * How long {@code close()} lets running items finish and answer before it interrupts them
+     * (default 30 s); each interrupted item is declined once it returns.
      *
-     * @param grace the grace period, not negative
+     * @param timeout how long, not negative
      * @return this builder
      */
-    public Builder shutdownGracePeriod(Duration grace) {
-      this.shutdownGracePeriod = Objects.requireNonNull(grace, "shutdownGracePeriod");
-      if (grace.isNegative()) {
-        throw new IllegalArgumentException("shutdownGracePeriod must not be negative");
+    public Builder drainTimeout(Duration timeout) {
+      this.drainTimeout = Objects.requireNonNull(timeout, "drainTimeout");
+      if (timeout.isNegative()) {
+        throw new IllegalArgumentException("drainTimeout must not be negative");
       }
       return this;
     }
 
     /**
-     * What a registration does once the sidecar sent {@code Shutdown} (SIGTERM drain, remote
-     * {@code ShutdownInstance}). In both cases it first takes no new work (new triggers are
-     * declined) and lets the running items finish and answer; once the sidecar ended the stream
-     * it stops (false, the default: a {@code Shutdown} means stop; the worker closes when no
-     * registration is left, so {@link ShardcarWorker#awaitTermination()} returns), or subscribes
-     * again with the reconnect backoff (true; for a sidecar that a supervisor restarts).
+     * Deprecated: use {@link #drainTimeout(Duration)}, the same setting.
      *
-     * @param reconnect whether to subscribe again after a {@code Shutdown}
+     * @param grace how long, not negative
+     * @return this builder
+     * @deprecated since 0.1.0, for removal: the option is {@link #drainTimeout(Duration)}, named as
+     *     in the Python client ({@code drain_timeout})
+     */
+    @Deprecated(since = "0.1.0", forRemoval = true)
+    public Builder shutdownGracePeriod(Duration grace) {
+      return drainTimeout(grace);
+    }
+
+    /**
+     * Whether a drain of the sidecar (SIGTERM: a restart, an upgrade) stops the registrations it
+     * drains (default false). Either way a {@code Shutdown} first makes a registration take no new
+     * work (new triggers are declined) and lets the running items finish and answer. Once the
+     * sidecar has ended the stream, a drain is followed by a new subscription, with the reconnect
+     * backoff, until the sidecar is back (false), or closes the registration (true); a remote
+     * shutdown ({@code ShutdownInstance}) always closes it. The worker closes itself when no
+     * registration is left, so {@link ShardcarWorker#awaitTermination()} returns.
+     *
+     * @param stop true to stop on any {@code Shutdown}, a drain as a remote shutdown
      * @return this builder
      */
-    public Builder reconnectAfterShutdown(boolean reconnect) {
-      this.reconnectAfterShutdown = reconnect;
+    public Builder stopOnDrain(boolean stop) {
+      this.stopOnDrain = stop;
       return this;
+    }
+
+    /**
+     * Deprecated: use {@link #stopOnDrain(boolean)}, of the opposite sense:
+     * {@code reconnectAfterShutdown(r)} is {@code stopOnDrain(!r)}. A remote shutdown now always
+     * closes the registration, whatever this says.
+     *
+     * @param reconnect whether to subscribe again after a drain
+     * @return this builder
+     * @deprecated since 0.1.0, for removal: the option is {@link #stopOnDrain(boolean)}, named as
+     *     in the Python client ({@code stop_on_drain})
+     */
+    @Deprecated(since = "0.1.0", forRemoval = true)
+    public Builder reconnectAfterShutdown(boolean reconnect) {
+      return stopOnDrain(!reconnect);
     }
 
     /**
@@ -671,8 +714,8 @@ public final class ShardcarWorker implements AutoCloseable {
           backoffInitial,
           backoffMax,
           answerTimeout,
-          shutdownGracePeriod,
-          reconnectAfterShutdown,
+          drainTimeout,
+          stopOnDrain,
           listener,
           ItemTracing.create(tracing, openTelemetry));
     }

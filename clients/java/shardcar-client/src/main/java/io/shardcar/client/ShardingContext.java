@@ -141,7 +141,7 @@ public final class ShardingContext {
 
   /**
    * True once this item was revoked, the lease ran out, the stream was lost, or the worker's
-   * shutdown grace period is over: its result will not be reported, so the handler should stop.
+   * drain timeout is over: its result will not be reported, so the handler should stop.
    * Evaluated when called: the lease deadline is compared with the clock now, so the first call
    * after the process was paused past its lease already returns true. The handler's thread is
    * interrupted as well, once a timer notices. After the handler returned: false when its answer

@@ -51,9 +51,10 @@ public interface WorkerListener {
   default void onDisconnected(String jobName, ShardcarException cause, long retryInMillis) {}
 
   /**
-   * The sidecar sent {@code Shutdown} (remote shutdown or drain): the registration takes no new
-   * work, lets the running items finish and answer, and stops once the sidecar ended the stream
-   * (unless {@link ShardcarWorker.Builder#reconnectAfterShutdown(boolean)} is set).
+   * The sidecar sent {@code Shutdown}: the registration takes no new work and lets the running
+   * items finish and answer. Once the sidecar has ended the stream, after a drain (the sidecar
+   * restarts) it subscribes again ({@link #onDisconnected} follows) unless
+   * {@link ShardcarWorker.Builder#stopOnDrain(boolean)} is set; after a remote shutdown it stops.
    */
   default void onShutdown(String jobName, String reason) {}
 }

@@ -127,7 +127,7 @@ class ConcurrentExecutionsIntegrationTest {
         .itemConcurrency(itemConcurrency)
         .connectTimeout(Duration.ofSeconds(10))
         .reconnectBackoff(Duration.ofMillis(100), Duration.ofSeconds(1))
-        .shutdownGracePeriod(Duration.ofSeconds(2))
+        .drainTimeout(Duration.ofSeconds(2))
         .listener(recorder)
         .build();
     assertEquals(itemConcurrency, worker.getMaxConcurrentExecutions(), "the executor size by default");

@@ -2,6 +2,7 @@ package io.shardcar.client;
 
 import static org.junit.jupiter.api.Assertions.assertEquals;
 import static org.junit.jupiter.api.Assertions.assertFalse;
+import static org.junit.jupiter.api.Assertions.assertNotEquals;
 import static org.junit.jupiter.api.Assertions.assertNull;
 import static org.junit.jupiter.api.Assertions.assertTrue;
 
@@ -15,6 +16,7 @@ import io.shardcar.client.testing.WorkerMain;
 import io.shardcar.client.testing.WorkerProcess;
 import io.shardcar.v1.ExecutionInfo;
 import io.shardcar.v1.ExecutionOutcome;
+import io.shardcar.v1.ItemInfo;
 import java.time.Duration;
 import java.util.List;
 import java.util.Set;
@@ -33,6 +35,16 @@ import org.junit.jupiter.params.provider.ValueSource;
  * The worker contract (rules 1, 2 and 5 of {@code shardcar.proto}) against a real sidecar. A
  * worker that must be frozen runs in a child JVM ({@link WorkerProcess}); every step waits for
  * the event it needs, with generous deadlines, and every process is killed even on failure.
+ *
+ * <p>(a) A worker frozen (SIGSTOP) past its lease in the middle of an item: its first
+ * {@code isCancelled()} after the pause is true, the item is declined, never answered; frozen past
+ * the keepalive timeout too, nothing sent before or during the freeze runs, and the item runs
+ * again once it has subscribed again; a handler blocked in {@code Thread.sleep} or
+ * {@code CountDownLatch.await} that never checks {@code isCancelled()} is interrupted before its
+ * final write. (c) A trigger read behind a void lease is declined. (b) A drain (SIGTERM to the
+ * sidecar) lets the running item finish and be answered; the worker then subscribes again until a
+ * new sidecar listens on the same port, or stops with {@code stopOnDrain(true)}. (b') A remote
+ * {@code ShutdownInstance} stops the worker for good while the sidecar runs on.
  */
 @Tag("integration")
 @Timeout(value = 180, unit = TimeUnit.SECONDS)
@@ -215,6 +227,20 @@ class ContractIntegrationTest {
    * (c) A trigger that reaches the worker without a valid lease is declined at once, never run:
    * the worker is frozen while the sidecar sends a lease and a trigger, and resumed after that
    * lease's {@code expires_at}, so it reads the lease as void and then the trigger.
+   *
+   * <p>The decline checked must be that of the trigger sent during the freeze. Under CPU load the
+   * test once took another one for it: {@link #triggerAndAwaitStart} used to repeat its
+   * {@code TriggerJob} after 5 s without a start; the sidecar held that second request while the
+   * first execution ran and sent it the moment that one was answered, just before the freeze. The
+   * worker read it under a valid lease and started it, the freeze outlasted that lease, and the
+   * worker rightly declined it with "stopped: the lease ran out without renewal". And it failed
+   * so once more with that fixed, on the trigger sent during the freeze: {@code kill -STOP} returns
+   * before every thread of a JVM has stopped, and the worker's network thread read the trigger
+   * under its lease milliseconds after the "freeze" began. Now each execution comes from one
+   * {@code TriggerJob}, {@link WorkerProcess#pause()} returns only once every thread has stopped,
+   * the freeze is counted from the sidecar's claim of the run (its running node, written just
+   * before the trigger is sent), and the sidecar's record of the declined execution must show its
+   * trigger sent during the freeze and more than a lease before the resume.
    */
   @Test
   void aTriggerReadWithoutAValidLeaseIsDeclinedNotRun() {
@@ -228,12 +254,16 @@ class ContractIntegrationTest {
           l -> l.equals("ANSWERED " + first + " 0 failure=null refused=null"));
 
       List<String> asked;
+      long resumedAtMillis;
       worker.pause();
+      long pausedAtMillis = System.currentTimeMillis();
       try {
         asked = admin.trigger(job);
+        awaitRunning(admin, job, worker.instanceId());
         // The trigger and every lease sent before it wait in the socket; resume after they expired.
         Processes.sleep(LEASE_MS * 5 / 2);
       } finally {
+        resumedAtMillis = System.currentTimeMillis();
         worker.resume();
       }
       assertEquals(List.of(worker.instanceId()), asked, "the frozen worker was triggered");
@@ -241,9 +271,17 @@ class ContractIntegrationTest {
       String declined = worker.await("the trigger declined", WAIT,
           l -> l.startsWith("DECLINED ") && !l.startsWith("DECLINED " + first + " "));
       String execution = declined.split(" ")[1];
-      assertTrue(declined.endsWith(" [0] refused=null reason=the trigger arrived without a valid lease"), declined);
       ExecutionInfo info = admin.awaitExecution(job, "the declined execution to end", WAIT,
           e -> e.getExecutionId().equals(execution));
+      long sentAtMillis = info.getEventsList().stream()
+          .filter(e -> e.getName().equals("trigger sent"))
+          .mapToLong(e -> e.getAt().getSeconds() * 1000 + e.getAt().getNanos() / 1_000_000)
+          .findFirst().orElseThrow(() -> new AssertionError("no trigger sent in " + info));
+      assertTrue(sentAtMillis >= pausedAtMillis && sentAtMillis + LEASE_MS < resumedAtMillis, "the premise: the "
+          + "trigger was sent to the frozen worker, and every lease sent before it had expired when the worker "
+          + "resumed (paused at " + pausedAtMillis + ", trigger sent at " + sentAtMillis + ", resumed at "
+          + resumedAtMillis + ")");
+      assertTrue(declined.endsWith(" [0] refused=null reason=the trigger arrived without a valid lease"), declined);
       assertEquals(ExecutionOutcome.EXECUTION_OUTCOME_REVOKED, info.getOutcome(), info.toString());
 
       // Once a renewal arrives the worker works again.
@@ -258,13 +296,35 @@ class ContractIntegrationTest {
   }
 
   /**
-   * (b) Shutdown: SIGTERM to the sidecar while an item runs. The worker gets {@code Shutdown},
-   * the item finishes and its answer is accepted, the sidecar ends the stream, and the worker
-   * stops by default (no reconnect; {@code awaitTermination()} returns).
+   * Waits until the sidecar has claimed a run of item 0 for {@code instanceId} (its running node
+   * is written), which it does just before it sends the trigger.
    */
-  @Test
-  void aSidecarShutdownLetsTheRunningItemFinishAndBeAnsweredThenTheWorkerStops() throws Exception {
-    String job = "shutdown-job";
+  private static void awaitRunning(SidecarAdmin admin, String job, String instanceId) {
+    long deadline = System.nanoTime() + WAIT.toNanos();
+    while (true) {
+      ItemInfo item = admin.items(job).get(0);
+      if (item != null && item.getRunning() && item.getRunningInstance().equals(instanceId)) {
+        return;
+      }
+      if (System.nanoTime() - deadline > 0) {
+        throw new AssertionError("the sidecar never claimed item 0 for " + instanceId + ": " + item);
+      }
+      Processes.sleep(10);
+    }
+  }
+
+  /**
+   * (b) Drain: SIGTERM to the sidecar (a restart, an upgrade) while an item runs. The worker gets
+   * {@code Shutdown}, the item finishes and its answer is accepted, the sidecar ends the stream
+   * and exits. By default the worker outlives it: the registration subscribes again with the
+   * reconnect backoff (refused while nothing listens), and once a new sidecar process listens on
+   * the same port it registers there and runs the job's triggers. With {@code stopOnDrain(true)}
+   * it stops instead: the registration closes and {@code awaitTermination()} returns.
+   */
+  @ParameterizedTest(name = "stopOnDrain={0}")
+  @ValueSource(booleans = {false, true})
+  void aDrainLetsTheRunningItemFinishAndBeAnsweredThenTheWorkerSubscribesAgain(boolean stopOnDrain) throws Exception {
+    String job = "drain-job";
     Recorder recorder = new Recorder();
     CountDownLatch started = new CountDownLatch(1);
     CountDownLatch release = new CountDownLatch(1);
@@ -276,6 +336,7 @@ class ContractIntegrationTest {
             .target(sidecar.target())
             .connectTimeout(Duration.ofSeconds(10))
             .reconnectBackoff(Duration.ofMillis(100), Duration.ofSeconds(1))
+            .stopOnDrain(stopOnDrain)
             .listener(recorder)
             .build()) {
       JobRegistration registration = worker.register(
@@ -303,24 +364,55 @@ class ContractIntegrationTest {
           e -> e.kind().equals("Answered") && e.executionId().equals(execution.get()));
       assertNull(answered.error(), "the sidecar accepted the answer during its drain: " + answered);
       assertNull(answered.text(), "it completed");
-      assertFalse(cancelledAtEnd.get(), "the item was not cancelled by the shutdown");
-
-      assertTrue(registration.awaitClosed(WAIT), "the registration stopped once the sidecar ended the stream");
-      assertEquals(JobRegistration.State.CLOSED, registration.getState());
-      assertTrue(worker.awaitTermination(WAIT), "the worker stopped by default");
-      assertTrue(worker.getRegistrations().isEmpty());
-      assertTrue(recorder.events("Disconnected").isEmpty(), "no reconnect: " + recorder.events());
-      assertEquals(1, recorder.events("Registered").size(), "subscribed once: " + recorder.events());
-      assertTrue(recorder.events("Cancelled").isEmpty(), "nothing cancelled: " + recorder.events());
+      assertFalse(cancelledAtEnd.get(), "the item was not cancelled by the drain");
       assertTrue(sidecar.process().waitFor(30, TimeUnit.SECONDS), "the sidecar exited after its drain");
+      assertTrue(recorder.events("Cancelled").isEmpty(), "nothing cancelled: " + recorder.events());
+
+      if (stopOnDrain) {
+        assertTrue(registration.awaitClosed(WAIT), "the registration stopped once the sidecar ended the stream");
+        assertEquals(JobRegistration.State.CLOSED, registration.getState());
+        assertTrue(worker.awaitTermination(WAIT), "the worker stopped");
+        assertTrue(worker.getRegistrations().isEmpty());
+        assertTrue(recorder.events("Disconnected").isEmpty(), "no reconnect: " + recorder.events());
+        assertEquals(1, recorder.events("Registered").size(), "subscribed once: " + recorder.events());
+        return;
+      }
+
+      // The drained stream's end, then a subscription refused while no sidecar listens: both
+      // followed by a new subscription after the backoff.
+      recorder.await("a subscription refused after the drain, and tried again", WAIT, 2,
+          e -> e.kind().equals("Disconnected"));
+      assertNotEquals(JobRegistration.State.CLOSED, registration.getState());
+      sidecar.startAgain();
+      recorder.await("the worker registered with the new sidecar", WAIT, 2, e -> e.kind().equals("Registered"));
+      try (SidecarAdmin again = new SidecarAdmin(sidecar)) {
+        String first = execution.get();
+        long until = System.nanoTime() + WAIT.toNanos();
+        while (true) {
+          again.trigger(job);
+          try {
+            recorder.await("an execution of the new sidecar answered", Duration.ofSeconds(5),
+                e -> e.kind().equals("Answered") && !e.executionId().equals(first));
+            break;
+          } catch (AssertionError e) {
+            if (System.nanoTime() - until > 0) {
+              throw e;
+            }
+            // not sharded yet on the new sidecar: trigger again
+          }
+        }
+      }
+      assertEquals(JobRegistration.State.ACTIVE, registration.getState());
+      assertEquals(List.of(registration), worker.getRegistrations());
+      assertFalse(worker.awaitTermination(Duration.ZERO), "the worker outlived the drain");
     }
   }
 
   /**
    * (b') Remote shutdown ({@code AdminService.ShutdownInstance}) while an item runs: the worker
-   * gets {@code Shutdown} and starts no new work, and it stops by default: the registration
-   * closes without reconnecting and {@code awaitTermination()} returns, while the sidecar keeps
-   * running. Unlike a drain, the sidecar takes the removed instance's running execution back, so
+   * gets {@code Shutdown} and starts no new work, and it stops for good (an operator's decision,
+   * unlike a drain, and whatever {@code stopOnDrain} says): the registration closes without
+   * reconnecting and {@code awaitTermination()} returns, while the sidecar keeps running. Unlike a drain, the sidecar takes the removed instance's running execution back, so
    * the item ends by the contract in one of several ways (revoked and never answered, or its
    * answer refused as {@code FAILED_PRECONDITION}), all checked.
    */
@@ -404,21 +496,56 @@ class ContractIntegrationTest {
     }
   }
 
-  /** Triggers the job by hand until a new execution starts on the worker; returns its id. */
+  /**
+   * Triggers the job by hand once the worker holds item 0, and waits until a new execution starts
+   * on the worker; returns its id. One {@code TriggerJob} per execution: a second request made
+   * while the first one's execution runs is held and sent the moment that execution is answered,
+   * a stray execution that a test freezing the worker right after the answer would take for the
+   * one it sends during the freeze. It triggers again only when a request ran nothing: the worker
+   * was not among the instances asked, or it declined the trigger.
+   */
   private static String triggerAndAwaitStart(SidecarAdmin admin, WorkerProcess worker, String job, Set<String> known) {
     long deadline = System.nanoTime() + WAIT.toNanos();
+    Set<String> seen = new java.util.HashSet<>(known);
     while (true) {
-      admin.trigger(job);
-      try {
-        String line = worker.await("a new execution started", Duration.ofSeconds(5),
-            l -> l.startsWith("STARTED ") && !known.contains(l.split(" ")[1]));
-        return line.split(" ")[1];
-      } catch (AssertionError e) {
-        if (System.nanoTime() - deadline > 0) {
-          throw e;
+      awaitItemZero(worker, deadline);
+      int from = worker.lines().size();
+      if (admin.trigger(job).contains(worker.instanceId())) {
+        int at = worker.awaitIndex("a new execution started", Duration.ofNanos(Math.max(1, deadline - System.nanoTime())),
+            from, l -> (l.startsWith("STARTED ") || l.startsWith("DECLINED ")) && !seen.contains(l.split(" ")[1]));
+        String line = worker.lines().get(at);
+        if (line.startsWith("STARTED ")) {
+          return line.split(" ")[1];
         }
-        // not assigned or sharded yet: trigger again
+        seen.add(line.split(" ")[1]); // declined: it ran nothing
+      } else {
+        Processes.sleep(100); // the worker's instance is not live yet
       }
+      if (System.nanoTime() - deadline > 0) {
+        throw new AssertionError("no execution started on the worker within " + WAIT + ": " + worker.lines());
+      }
+    }
+  }
+
+  /** Waits until the latest assignment of the worker's current stream holds item 0. */
+  private static void awaitItemZero(WorkerProcess worker, long deadline) {
+    while (true) {
+      List<String> lines = worker.lines();
+      String assignment = null;
+      for (String line : lines) {
+        if (line.startsWith("REGISTERED ")) {
+          assignment = null; // a new stream: its own assignments follow
+        } else if (line.startsWith("ASSIGNMENT ")) {
+          assignment = line;
+        }
+      }
+      if ("ASSIGNMENT [0]".equals(assignment)) {
+        return;
+      }
+      if (System.nanoTime() - deadline > 0) {
+        throw new AssertionError("item 0 never assigned to the worker: " + lines);
+      }
+      Processes.sleep(20);
     }
   }
 }

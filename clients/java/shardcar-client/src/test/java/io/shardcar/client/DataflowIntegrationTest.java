@@ -33,7 +33,13 @@ import org.junit.jupiter.params.provider.ValueSource;
 
 /**
  * Dataflow jobs ({@link DataflowHandler}) against a real standalone sidecar: ElasticJob's one-off
- * and streaming loops, failures, and every way a streaming loop must stop before its next fetch.
+ * and streaming loops, failures, and every way a streaming loop must stop before its next fetch:
+ * one-off, an empty fetch, streaming until a fetch returns nothing (explicit, and a stored
+ * {@code streaming.process} read back when subscribing by name), a throwing fetch or process
+ * reported failed, data fetched after a revoke not processed; a loop that streams until its stop
+ * condition holds ends without another fetch on a revoke (execution timeout), on a lease lost with
+ * the sidecar frozen, and on a sidecar drain (answered, and the worker subscribes again); on a
+ * resharding (a second instance, {@code DisableJob}) only the items taken away stop.
  * Triggers come from {@code AdminService.TriggerJob} (the jobs' cron never fires); every wait has
  * a deadline and every process is killed, even on failure.
  */
@@ -139,7 +145,7 @@ class DataflowIntegrationTest {
           .instanceId(instanceId)
           .connectTimeout(Duration.ofSeconds(10))
           .reconnectBackoff(Duration.ofMillis(100), Duration.ofSeconds(1))
-          .shutdownGracePeriod(Duration.ofSeconds(2))
+          .drainTimeout(Duration.ofSeconds(2))
           .listener(listener)
           .build();
     }
@@ -471,9 +477,11 @@ class DataflowIntegrationTest {
       assertNull(answered.text(), "completed: " + answered);
       assertNull(answered.error(), "the sidecar accepted it during the drain: " + answered);
       assertEquals(1, flow.fetchCount(execution, 0), "no fetch once the worker was told to shut down");
-      // The drain is over once nothing runs: the sidecar exits and the worker stops.
+      // The drain is over once nothing runs: the sidecar exits. The worker stays: a drain is a
+      // sidecar restart, so it subscribes again (refused while nothing listens).
       awaitCondition("the sidecar to exit after its drain", () -> !rig.sidecar.process().isAlive());
-      awaitCondition("the worker to stop", () -> rig.worker.getRegistrations().isEmpty());
+      rig.recorder.await("the worker subscribing again after the drain", WAIT, e -> e.kind().equals("Disconnected"));
+      assertEquals(1, rig.worker.getRegistrations().size(), "the worker outlives the drain");
     }
   }
 

@@ -25,6 +25,7 @@ import io.shardcar.v1.Registered;
 import io.shardcar.v1.Revoke;
 import io.shardcar.v1.ShardItem;
 import io.shardcar.v1.Shutdown;
+import io.shardcar.v1.ShutdownKind;
 import io.shardcar.v1.SubscribeResponse;
 import io.shardcar.v1.Trigger;
 import java.io.IOException;
@@ -263,18 +264,18 @@ class ProtocolCasesTest {
   }
 
   /**
-   * The state of a case: its {@code settings} (README: reconnect policy and exit on shutdown),
+   * The state of a case: its {@code settings} (README: reconnect policy and stop on drain),
    * the backoff's jitter fixed at its middle so that every delay is the nominal one.
    */
   static RegistrationState state(JsonNode settings, FakeClock clock) {
     Map<String, Long> millis = new HashMap<>(Map.of(
         "backoff_initial_ms", 100L, "backoff_max_ms", 5000L, "connect_timeout_ms", 10_000L));
-    boolean exitOnShutdown = true;
+    boolean stopOnDrain = false;
     if (settings != null) {
       for (Iterator<String> keys = settings.fieldNames(); keys.hasNext(); ) {
         String key = keys.next();
-        if (key.equals("exit_on_shutdown")) {
-          exitOnShutdown = settings.get(key).asBoolean();
+        if (key.equals("stop_on_drain")) {
+          stopOnDrain = settings.get(key).asBoolean();
         } else if (millis.containsKey(key)) {
           millis.put(key, settings.get(key).asLong());
         } else {
@@ -286,7 +287,7 @@ class ProtocolCasesTest {
         java.time.Duration.ofMillis(millis.get("connect_timeout_ms")),
         new Backoff(java.time.Duration.ofMillis(millis.get("backoff_initial_ms")),
             java.time.Duration.ofMillis(millis.get("backoff_max_ms")), () -> 0.5));
-    return new RegistrationState("job", clock, exitOnShutdown, policy);
+    return new RegistrationState("job", clock, stopOnDrain, policy);
   }
 
   /**
@@ -377,9 +378,22 @@ class ProtocolCasesTest {
         yield SubscribeResponse.newBuilder().setRevoke(r).build();
       }
       case "shutdown" -> SubscribeResponse.newBuilder()
-          .setShutdown(Shutdown.newBuilder().setReason("shutdown by the case"))
+          .setShutdown(Shutdown.newBuilder().setReason("shutdown by the case").setKind(shutdownKind(step, where)))
           .build();
       default -> throw new AssertionError("unknown event: " + where);
+    };
+  }
+
+  /** A shutdown step's {@code kind}: drain, remote, or (absent) unspecified, which means drain. */
+  static ShutdownKind shutdownKind(JsonNode step, String where) {
+    JsonNode kind = step.get("kind");
+    if (kind == null) {
+      return ShutdownKind.SHUTDOWN_KIND_UNSPECIFIED;
+    }
+    return switch (kind.asText()) {
+      case "drain" -> ShutdownKind.SHUTDOWN_KIND_DRAIN;
+      case "remote" -> ShutdownKind.SHUTDOWN_KIND_REMOTE;
+      default -> throw new AssertionError("unknown shutdown kind " + kind + ": " + where);
     };
   }
 

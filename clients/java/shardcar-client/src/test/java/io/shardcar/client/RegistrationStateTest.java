@@ -39,8 +39,8 @@ class RegistrationStateTest {
   private final FakeClock clock = new FakeClock();
 
   /** Registered and assigned (the sidecar sends the assignment right after {@code Registered}). */
-  private RegistrationState registered(boolean stopOnShutdown) {
-    RegistrationState s = new RegistrationState("job", clock, stopOnShutdown);
+  private RegistrationState registered(boolean stopOnDrain) {
+    RegistrationState s = new RegistrationState("job", clock, stopOnDrain);
     s.streamOpened();
     s.onEvent(s.generation(), REGISTERED);
     s.onEvent(s.generation(), ASSIGNMENT);
@@ -178,7 +178,7 @@ class RegistrationStateTest {
   }
 
   @Test
-  void withReconnectAfterShutdownTheEndedStreamIsJustLost() {
+  void afterADrainTheEndedStreamIsFollowedByANewSubscription() {
     RegistrationState s = registered(false);
     s.onEvent(s.generation(), SubscribeResponse.newBuilder().setShutdown(Shutdown.getDefaultInstance()).build());
     assertTrue(only(s.streamEnded(s.generation(), null), Stop.class).isEmpty());
@@ -271,8 +271,8 @@ class RegistrationStateTest {
   private static final String TARGET = "127.0.0.1:50061";
 
   /** Connect timeout 1 s, backoff 100 ms to 400 ms, the jitter fixed at its middle (factor 1). */
-  private RegistrationState withPolicy(boolean stopOnShutdown) {
-    return new RegistrationState("job", clock, stopOnShutdown, new ReconnectPolicy(TARGET, "job",
+  private RegistrationState withPolicy(boolean stopOnDrain) {
+    return new RegistrationState("job", clock, stopOnDrain, new ReconnectPolicy(TARGET, "job",
         Duration.ofSeconds(1), new Backoff(Duration.ofMillis(100), Duration.ofMillis(400), () -> 0.5)));
   }
 
@@ -550,7 +550,19 @@ class RegistrationStateTest {
   }
 
   @Test
-  void afterAShutdownTheEndOfTheStreamStopsTheRegistrationInsteadOfReconnecting() {
+  void afterARemoteShutdownOrADrainWithStopOnDrainTheEndOfTheStreamStopsTheRegistration() {
+    // A remote shutdown stops the registration, whatever stopOnDrain says.
+    RegistrationState remote = withPolicy(false);
+    remote.streamOpened();
+    remote.onEvent(remote.generation(), REGISTERED);
+    remote.onEvent(remote.generation(), ASSIGNMENT);
+    remote.onEvent(remote.generation(), SubscribeResponse.newBuilder().setShutdown(
+        Shutdown.newBuilder().setKind(io.shardcar.v1.ShutdownKind.SHUTDOWN_KIND_REMOTE)).build());
+    List<Output> ended = remote.streamEnded(remote.generation(), null);
+    assertTrue(only(ended, RegistrationState.Reconnect.class).isEmpty(), ended.toString());
+    assertTrue(only(ended, Stop.class).get(0).bySidecar());
+
+    // With stopOnDrain, a drain (here unspecified, which means drain) does too.
     RegistrationState s = withPolicy(true);
     s.streamOpened();
     s.onEvent(s.generation(), REGISTERED);
@@ -562,7 +574,7 @@ class RegistrationStateTest {
     assertTrue(stop.bySidecar());
     assertNull(stop.fatal(), "done, not failed");
 
-    // Told to reconnect after a shutdown, it does (a restarted sidecar).
+    // By default a drain is followed by a new subscription (a restarted sidecar).
     RegistrationState again = withPolicy(false);
     again.streamOpened();
     again.onEvent(again.generation(), REGISTERED);

@@ -1,6 +1,7 @@
 package io.shardcar.client;
 
 import static org.junit.jupiter.api.Assertions.assertEquals;
+import static org.junit.jupiter.api.Assertions.assertFalse;
 import static org.junit.jupiter.api.Assertions.assertThrows;
 import static org.junit.jupiter.api.Assertions.assertTrue;
 
@@ -13,7 +14,11 @@ import java.util.Map;
 import java.util.Set;
 import org.junit.jupiter.api.Test;
 
-/** Behaviour that needs no sidecar. */
+/**
+ * Behaviour that needs no sidecar: the target's resolution, the first-connect deadline, the value
+ * each {@code SubscribeRequest} carries and its validation, instance suffixes, the defaults (those
+ * of the Python client's {@code WorkerOptions}) and the former option names.
+ */
 class ShardcarWorkerTest {
   @Test
   void targetComesFromTheBuilderThenTheEnvironmentThenTheDefault() {
@@ -52,6 +57,39 @@ class ShardcarWorkerTest {
     assertThrows(WorkerClosedException.class, () -> worker.register("j", ctx -> { }));
   }
 
+  /** The defaults, which the Python client's {@code WorkerOptions} shares, name for name. */
+  @Test
+  void theDefaultsAreThoseOfThePythonClient() {
+    Settings s = ShardcarWorker.builder().target("127.0.0.1:1").settings();
+    assertEquals(8, s.itemConcurrency());
+    assertEquals(Duration.ofSeconds(30), s.connectTimeout());
+    assertEquals(Duration.ofMillis(100), s.backoffInitial());
+    assertEquals(Duration.ofSeconds(5), s.backoffMax());
+    assertEquals(Duration.ofSeconds(10), s.answerTimeout());
+    assertEquals(Duration.ofSeconds(30), s.drainTimeout());
+    assertFalse(s.stopOnDrain());
+    assertEquals(Map.of("a", "1", "b", ""), ShardcarWorker.builder().label("a", "0")
+        .labels(java.util.Collections.singletonMap("b", null)).labels(Map.of("a", "1")).settings().labels());
+  }
+
+  @Test
+  @SuppressWarnings("removal") // the deprecated name is what this tests
+  void theFormerNameOfTheDrainTimeoutStillWorks() {
+    assertEquals(Duration.ofSeconds(5),
+        ShardcarWorker.builder().shutdownGracePeriod(Duration.ofSeconds(5)).settings().drainTimeout());
+    assertThrows(IllegalArgumentException.class, () -> ShardcarWorker.builder().drainTimeout(Duration.ofSeconds(-1)));
+  }
+
+  @Test
+  @SuppressWarnings("removal") // the deprecated name is what this tests
+  void aDrainIsFollowedByANewSubscriptionUnlessStopOnDrainAndTheOldNameStillWorks() {
+    assertFalse(ShardcarWorker.builder().settings().stopOnDrain(), "by default a drain is not the end");
+    assertTrue(ShardcarWorker.builder().stopOnDrain(true).settings().stopOnDrain());
+    // reconnectAfterShutdown(r), deprecated, is stopOnDrain(!r).
+    assertTrue(ShardcarWorker.builder().reconnectAfterShutdown(false).settings().stopOnDrain());
+    assertFalse(ShardcarWorker.builder().reconnectAfterShutdown(true).settings().stopOnDrain());
+  }
+
   @Test
   void builderRejectsNonsense() {
     assertThrows(IllegalArgumentException.class, () -> ShardcarWorker.builder().itemConcurrency(0));
@@ -66,9 +104,8 @@ class ShardcarWorkerTest {
     assertEquals(3, JobRegistration.subscribeRequest(three, "j", config).getMaxConcurrentExecutions());
     assertEquals(3, JobRegistration.subscribeRequest(three, "j", null).getMaxConcurrentExecutions(),
         "a job joined by name sends it too");
-    int cores = Math.max(2, Runtime.getRuntime().availableProcessors());
-    assertEquals(Math.min(cores, ShardcarWorker.MAX_CONCURRENT_EXECUTIONS),
-        ShardcarWorker.builder().target("127.0.0.1:1").settings().maxConcurrentExecutions(), "the default pool's size");
+    assertEquals(8, ShardcarWorker.builder().target("127.0.0.1:1").settings().maxConcurrentExecutions(),
+        "the default pool's size");
     assertEquals(1024, ShardcarWorker.builder().target("127.0.0.1:1").itemConcurrency(5000).settings()
         .maxConcurrentExecutions(), "capped at the sidecar's limit");
 

@@ -42,7 +42,10 @@ import org.junit.jupiter.api.Timeout;
 /**
  * Handler spans against a real sidecar that exports its {@code shardcar.execution} spans by
  * OTLP/gRPC to a receiver in the test ({@link OtlpTraceReceiver}); the worker's spans go to an
- * in-memory exporter. The sidecar exports about every second: every wait polls.
+ * in-memory exporter. The sidecar exports about every second: every wait polls. The handler span
+ * is a child of the trigger's {@code traceparent} and of the received execution span; a
+ * {@code TriggerJob} call with {@code traceparent} metadata puts both into the caller's trace; a
+ * worker JVM without any OpenTelemetry jar on its classpath works.
  */
 @Tag("integration")
 @Timeout(value = 120, unit = TimeUnit.SECONDS)
@@ -73,7 +76,7 @@ class TracingIntegrationTest {
         .target(sidecar.target())
         .openTelemetry(sdk)
         .connectTimeout(Duration.ofSeconds(10))
-        .shutdownGracePeriod(Duration.ofSeconds(2))
+        .drainTimeout(Duration.ofSeconds(2))
         .listener(recorder)
         .build();
   }

@@ -24,7 +24,15 @@ import org.junit.jupiter.api.Tag;
 import org.junit.jupiter.api.Test;
 import org.junit.jupiter.api.Timeout;
 
-/** The client against a real standalone {@code shardcar run} process. */
+/**
+ * The client against a real standalone {@code shardcar run} process: triggers reach the handler
+ * with ElasticJob's context; completions and failures are accepted; a lease that runs out while
+ * the sidecar is frozen interrupts the handler; a revoke interrupts it and its answer is never
+ * sent; after a sidecar restart the worker subscribes again and never answers for the old stream;
+ * an invalid cron is refused with the field and reason of the sidecar's rich error details; two
+ * workers with the same pid (as in two containers) get their own instance ids, share a job and
+ * keep their ids across a restart; closing a registration lets the running item finish and answer.
+ */
 @Tag("integration")
 @Timeout(value = 120, unit = TimeUnit.SECONDS)
 class WorkerIntegrationTest {
@@ -43,7 +51,7 @@ class WorkerIntegrationTest {
         .target(sidecar.target())
         .connectTimeout(Duration.ofSeconds(10))
         .reconnectBackoff(Duration.ofMillis(100), Duration.ofSeconds(1))
-        .shutdownGracePeriod(Duration.ofSeconds(2))
+        .drainTimeout(Duration.ofSeconds(2))
         .listener(recorder)
         .build();
   }
@@ -303,7 +311,7 @@ class WorkerIntegrationTest {
         .instanceSuffixToken(token)
         .connectTimeout(Duration.ofSeconds(10))
         .reconnectBackoff(Duration.ofMillis(100), Duration.ofSeconds(1))
-        .shutdownGracePeriod(Duration.ofSeconds(2))
+        .drainTimeout(Duration.ofSeconds(2))
         .listener(listener)
         .build();
   }

@@ -64,7 +64,7 @@ class ZooKeeperIntegrationTest {
         .target(sidecar.target())
         .instanceId(instanceId)
         .connectTimeout(Duration.ofSeconds(15))
-        .shutdownGracePeriod(Duration.ofSeconds(2))
+        .drainTimeout(Duration.ofSeconds(2))
         .listener(recorder)
         .build();
   }

@@ -26,8 +26,8 @@ public final class ShardcarJobBootstrap implements AutoCloseable {
 
   /**
    * Uses a worker of its own for the sidecar named by {@code SHARDCAR_TARGET} (default {@code 127.0.0.1:50061}),
-   * built with the defaults: the job's items run on a pool of the worker's default executor size (cores, at least
-   * 2), and the worker runs as many executions at once ({@code max_concurrent_executions}), so while busy it also
+   * built with the defaults: the job's items run on a pool of the worker's default executor size (8), and the
+   * worker runs as many executions at once ({@code max_concurrent_executions}), so while busy it also
    * takes FAILOVER and MISFIRE runs beside what runs. For ElasticJob's one execution at a time, use
    * {@link #ShardcarJobBootstrap(ShardcarWorker, ElasticJob, JobConfiguration)} with a worker built with
    * {@code maxConcurrentExecutions(1)}.

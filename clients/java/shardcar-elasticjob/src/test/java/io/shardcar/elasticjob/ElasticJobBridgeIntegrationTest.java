@@ -28,7 +28,11 @@ import org.junit.jupiter.api.Tag;
 import org.junit.jupiter.api.Test;
 import org.junit.jupiter.api.Timeout;
 
-/** Unchanged ElasticJob {@link SimpleJob}s and {@link DataflowJob}s run through a real standalone sidecar. */
+/**
+ * Unchanged ElasticJob {@link SimpleJob}s and {@link DataflowJob}s run through a real standalone
+ * sidecar: streaming via {@code DataflowJobProperties.STREAM_PROCESS_KEY}, and one-off with a
+ * failing {@code processData}.
+ */
 @Tag("integration")
 @Timeout(value = 120, unit = TimeUnit.SECONDS)
 class ElasticJobBridgeIntegrationTest {

@@ -60,6 +60,57 @@ public final class Processes {
     }
   }
 
+  /**
+   * SIGSTOP, then waits until every thread of the process has stopped. {@code kill} returns once
+   * the signal is queued: the kernel wakes one thread to act on it, and only when that thread
+   * gets a CPU are the others told to stop, so under CPU load the threads of a JVM (or of the
+   * sidecar's runtime) went on running, and reading their sockets, for up to hundreds of
+   * milliseconds after {@code kill} returned (measured here: 233 ms idle, 450 ms with three CPU
+   * burners, for a JVM of 27 threads). A test that sends something to a process it froze must
+   * not begin before the process can no longer read it.
+   */
+  public static void stop(Process process) {
+    signal(process, "STOP");
+    Path tasks = Path.of("/proc", Long.toString(process.pid()), "task");
+    if (!Files.isDirectory(tasks)) {
+      return; // no procfs: nothing to wait on
+    }
+    long deadline = System.nanoTime() + TimeUnit.SECONDS.toNanos(10);
+    while (true) {
+      String running = runningThreads(tasks);
+      if (running.isEmpty()) {
+        return;
+      }
+      if (System.nanoTime() - deadline > 0) {
+        throw new IllegalStateException("process " + process.pid() + " not stopped 10 s after SIGSTOP: " + running);
+      }
+      sleep(1);
+    }
+  }
+
+  /** The threads of a process (its {@code task} directory) that are not stopped, with their states. */
+  private static String runningThreads(Path tasks) {
+    StringBuilder running = new StringBuilder();
+    try (java.util.stream.Stream<Path> threads = Files.list(tasks)) {
+      for (Path thread : (Iterable<Path>) threads::iterator) {
+        String stat;
+        try {
+          stat = Files.readString(thread.resolve("stat"));
+        } catch (IOException e) {
+          continue; // the thread has exited
+        }
+        // "pid (comm) S ...": the state follows the last ')' (comm may hold anything).
+        char state = stat.charAt(stat.lastIndexOf(')') + 2);
+        if ("TtZX".indexOf(state) < 0) {
+          running.append(thread.getFileName()).append('=').append(state).append(' ');
+        }
+      }
+    } catch (IOException e) {
+      return ""; // the process has exited
+    }
+    return running.toString().trim();
+  }
+
   /** Sends a signal ({@code STOP}, {@code CONT}, {@code KILL}, {@code TERM}) to one process by pid. */
   public static void signal(Process process, String signal) {
     try {

@@ -130,9 +130,12 @@ public final class SidecarProcess implements AutoCloseable {
     return Processes.tail(log);
   }
 
-  /** SIGSTOP: the sidecar freezes, its connections stay open, its leases stop being renewed. */
+  /**
+   * SIGSTOP: the sidecar freezes (this returns once every thread has), its connections stay
+   * open, its leases stop being renewed.
+   */
   public void pause() {
-    Processes.signal(process, "STOP");
+    Processes.stop(process);
   }
 
   /** SIGCONT after {@link #pause()}. */
@@ -143,6 +146,17 @@ public final class SidecarProcess implements AutoCloseable {
   /** SIGKILL, then a new process on the same port with the same arguments. */
   public void restart() {
     Processes.kill(process);
+    launch();
+  }
+
+  /**
+   * A new process on the same port (or socket) with the same arguments, once the current one has
+   * exited by itself (after a drain): a sidecar restarted in place, as systemd does.
+   */
+  public void startAgain() {
+    if (process.isAlive()) {
+      throw new IllegalStateException("the sidecar still runs: it must exit before it starts again");
+    }
     launch();
   }
 

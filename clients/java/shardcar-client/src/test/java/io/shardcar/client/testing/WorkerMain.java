@@ -74,7 +74,7 @@ public final class WorkerMain {
         .target(target)
         .connectTimeout(Duration.ofSeconds(20))
         .reconnectBackoff(Duration.ofMillis(100), Duration.ofSeconds(1))
-        .shutdownGracePeriod(Duration.ofSeconds(2))
+        .drainTimeout(Duration.ofSeconds(2))
         .listener(new Printer())
         .build();
     JobConfig config = mode.equals("hold")

@@ -131,9 +131,12 @@ public final class WorkerProcess implements AutoCloseable {
     return await("READY", Duration.ofSeconds(1), l -> l.startsWith("READY ")).substring("READY ".length());
   }
 
-  /** SIGSTOP: every thread of the worker JVM freezes; its sockets stay open. */
+  /**
+   * SIGSTOP: every thread of the worker JVM freezes (this returns once they all have); its
+   * sockets stay open.
+   */
   public void pause() {
-    Processes.signal(process, "STOP");
+    Processes.stop(process);
   }
 
   /** SIGCONT after {@link #pause()}. */

@@ -36,7 +36,8 @@ public class ShardcarAutoConfiguration {
     ShardcarWorker.Builder builder = ShardcarWorker.builder()
         .target(properties.getTarget())
         .connectTimeout(properties.getConnectTimeout())
-        .shutdownGracePeriod(properties.getShutdownGracePeriod())
+        .drainTimeout(properties.getDrainTimeout())
+        .stopOnDrain(properties.isStopOnDrain())
         .instanceId(properties.getInstanceId());
     if (properties.getItemConcurrency() != null) {
       builder.itemConcurrency(properties.getItemConcurrency());

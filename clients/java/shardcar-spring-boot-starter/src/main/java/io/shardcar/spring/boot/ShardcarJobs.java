@@ -20,7 +20,7 @@ import org.springframework.context.SmartLifecycle;
  * The jobs of {@code shardcar.jobs}: registers each on the {@link ShardcarWorker} when the
  * application context starts (after every other bean is ready, as ElasticJob's starter schedules
  * its jobs once the application has started) and closes the registrations when it stops (running
- * items get the worker's shutdown grace period to finish and answer).
+ * items get the worker's drain timeout to finish and answer).
  */
 public class ShardcarJobs implements SmartLifecycle {
   private static final System.Logger LOG = System.getLogger(ShardcarJobs.class.getName());

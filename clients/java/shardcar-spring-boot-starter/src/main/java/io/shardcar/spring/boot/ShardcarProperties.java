@@ -9,6 +9,7 @@ import java.util.Properties;
 import org.apache.shardingsphere.elasticjob.api.ElasticJob;
 import org.apache.shardingsphere.elasticjob.api.JobConfiguration;
 import org.springframework.boot.context.properties.ConfigurationProperties;
+import org.springframework.boot.context.properties.DeprecatedConfigurationProperty;
 
 /**
  * {@code shardcar.*}: the sidecar to use and the jobs to run. A job's settings have the names of
@@ -29,12 +30,21 @@ public class ShardcarProperties {
   /** How long each job's registration keeps trying to reach the sidecar at startup. */
   private Duration connectTimeout = Duration.ofSeconds(30);
 
-  /** How long running items may finish when the application stops, before they are interrupted. */
-  private Duration shutdownGracePeriod = Duration.ofSeconds(10);
+  /**
+   * How long running items may finish and answer when the application stops, before they are
+   * interrupted ({@code ShardcarWorker.Builder#drainTimeout}).
+   */
+  private Duration drainTimeout = Duration.ofSeconds(30);
+
+  /**
+   * Whether a drain of the sidecar (a restart) stops the jobs, as a remote shutdown does; by
+   * default they subscribe again once it is back ({@code ShardcarWorker.Builder#stopOnDrain}).
+   */
+  private boolean stopOnDrain;
 
   /**
    * The executor size: items of one job run at once on this worker, whichever execution they
-   * belong to; unset: the number of cores, at least 2.
+   * belong to; unset: 8.
    */
   private Integer itemConcurrency;
 
@@ -87,12 +97,43 @@ public class ShardcarProperties {
     this.connectTimeout = connectTimeout;
   }
 
-  public Duration getShutdownGracePeriod() {
-    return shutdownGracePeriod;
+  public Duration getDrainTimeout() {
+    return drainTimeout;
   }
 
+  public void setDrainTimeout(Duration drainTimeout) {
+    this.drainTimeout = drainTimeout;
+  }
+
+  public boolean isStopOnDrain() {
+    return stopOnDrain;
+  }
+
+  public void setStopOnDrain(boolean stopOnDrain) {
+    this.stopOnDrain = stopOnDrain;
+  }
+
+  /**
+   * {@code shardcar.shutdown-grace-period}, the former name of {@code shardcar.drain-timeout}.
+   *
+   * @return the drain timeout
+   * @deprecated since 0.1.0, for removal: use {@code shardcar.drain-timeout}
+   */
+  @Deprecated(since = "0.1.0", forRemoval = true)
+  @DeprecatedConfigurationProperty(replacement = "shardcar.drain-timeout")
+  public Duration getShutdownGracePeriod() {
+    return drainTimeout;
+  }
+
+  /**
+   * Sets {@code shardcar.drain-timeout} under its former name.
+   *
+   * @param shutdownGracePeriod the drain timeout
+   * @deprecated since 0.1.0, for removal: use {@code shardcar.drain-timeout}
+   */
+  @Deprecated(since = "0.1.0", forRemoval = true)
   public void setShutdownGracePeriod(Duration shutdownGracePeriod) {
-    this.shutdownGracePeriod = shutdownGracePeriod;
+    this.drainTimeout = shutdownGracePeriod;
   }
 
   public Integer getItemConcurrency() {

@@ -103,6 +103,21 @@ class ShardcarPropertiesTest {
     assertFalse(c.isStreamingProcess());
   }
 
+  @Test
+  @SuppressWarnings("removal") // the deprecated name is what this tests
+  void drainSettingsBindAndTheFormerNameOfTheDrainTimeoutStillWorks() {
+    ShardcarProperties unset = bind(Map.of("shardcar.target", "127.0.0.1:1"));
+    assertEquals(Duration.ofSeconds(30), unset.getDrainTimeout());
+    assertFalse(unset.isStopOnDrain(), "a sidecar restart does not stop the jobs");
+    ShardcarProperties set = bind(Map.of("shardcar.drain-timeout", "7s", "shardcar.stop-on-drain", "true"));
+    assertEquals(Duration.ofSeconds(7), set.getDrainTimeout());
+    assertTrue(set.isStopOnDrain());
+    ShardcarProperties old = bind(Map.of("shardcar.shutdown-grace-period", "5s"));
+    assertEquals(Duration.ofSeconds(5), old.getDrainTimeout());
+    assertEquals(Duration.ofSeconds(5), old.getShutdownGracePeriod());
+    workerOf(set).close();
+  }
+
   /** The worker bean the auto-configuration makes from {@code properties} (nothing is dialled). */
   private static ShardcarWorker workerOf(ShardcarProperties properties) {
     return new ShardcarAutoConfiguration().shardcarWorker(

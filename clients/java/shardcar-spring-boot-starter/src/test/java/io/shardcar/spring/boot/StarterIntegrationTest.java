@@ -47,7 +47,12 @@ import org.springframework.context.annotation.Bean;
  * A real Spring Boot application (auto-configuration from
  * {@code META-INF/spring/...AutoConfiguration.imports}, jobs from {@code application-it.yml} in
  * ElasticJob's property names) against a real standalone sidecar: its ElasticJob jobs run, and the
- * Actuator health endpoint reports them.
+ * Actuator health endpoint reports them. A {@code SimpleJob} bean by class runs its items on its
+ * cron, a {@code DataflowJob} bean by name streams its backlog in one trigger, a job class that is
+ * no bean is created with autowiring; the {@code shardcar} health contributor is UP with every job
+ * {@code ACTIVE}, DOWN with the jobs {@code RECONNECTING} once the sidecar is killed, UP again after
+ * it restarts; an unreachable sidecar fails the startup, or with {@code shardcar.fail-fast=false}
+ * leaves the job {@code FAILED} and the health DOWN.
  */
 @Tag("integration")
 @Timeout(value = 120, unit = TimeUnit.SECONDS)
