@@ -220,6 +220,7 @@ async fn a_job_is_browsed_and_operated_live_in_a_real_browser() {
     admin
         .trigger_job(TriggerJobRequest {
             job_name: "orders".into(),
+            job_parameter: None,
         })
         .await
         .unwrap();
@@ -321,6 +322,7 @@ async fn a_job_is_browsed_and_operated_live_in_a_real_browser() {
     admin
         .trigger_job(TriggerJobRequest {
             job_name: "orders".into(),
+            job_parameter: None,
         })
         .await
         .unwrap();
@@ -510,6 +512,7 @@ async fn without_the_admin_token_nothing_is_read_or_changed() {
     assert_eq!(refused.code(), tonic::Code::Unauthenticated, "{refused}");
     let mut wrong = tonic::Request::new(TriggerJobRequest {
         job_name: "billing".into(),
+        job_parameter: None,
     });
     wrong.metadata_mut().insert(
         "authorization",

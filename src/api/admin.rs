@@ -284,7 +284,8 @@ impl AdminService for AdminApi {
         self.coordinator
             .continue_trace(job, parent, TRACE_WINDOW)
             .await;
-        let instance_ids = jobs::trigger_job(&self.registry, job).await?;
+        let instance_ids =
+            jobs::trigger_job(&self.registry, job, req.job_parameter.as_deref()).await?;
         tracing::info!(job = %req.job_name, instances = ?instance_ids, "job triggered");
         Ok(Response::new(proto::TriggerJobResponse { instance_ids }))
     }

@@ -6,7 +6,9 @@ use std::collections::BTreeMap;
 
 use crate::coordination::CoordError;
 use crate::elasticjob::config::{format_item_parameters, JobConfiguration};
-use crate::elasticjob::extras::JobExtras;
+use std::time::Duration;
+
+use crate::elasticjob::extras::{JobExtras, RetryPolicy};
 use crate::elasticjob::paths::validate_job_name;
 use crate::elasticjob::strategy::StrategyType;
 use crate::elasticjob::typed::JobType;
@@ -130,10 +132,112 @@ pub fn from_proto(
         .map(|(k, v)| (k.clone(), v.clone()))
         .collect();
     config.overwrite = overwrite;
+    config.job_error_handler_type = error_handler_from_proto(&c.job_error_handler_type)?;
     let extras = JobExtras {
         execution_timeout_seconds: c.execution_timeout_seconds,
+        retry: c
+            .retry
+            .as_ref()
+            .map(retry_from_proto)
+            .transpose()?
+            .flatten(),
     };
     Ok((config, extras))
+}
+
+/// The error handler types a job may name: ElasticJob's, and shardcar's WEBHOOK.
+pub const ERROR_HANDLER_TYPES: [&str; 7] = [
+    "LOG", "IGNORE", "THROW", "EMAIL", "WECHAT", "DINGTALK", "WEBHOOK",
+];
+
+/// `jobErrorHandlerType` as ElasticJob writes it (empty: unset, LOG).
+fn error_handler_from_proto(kind: &str) -> Result<Option<String>, CoordError> {
+    let kind = kind.trim();
+    if kind.is_empty() {
+        return Ok(None);
+    }
+    if !ERROR_HANDLER_TYPES.contains(&kind) {
+        return Err(invalid(
+            "config.job_error_handler_type",
+            format!(
+                "{kind:?} is not an error handler ({})",
+                ERROR_HANDLER_TYPES.join(", ")
+            ),
+        ));
+    }
+    Ok(Some(kind.to_string()))
+}
+
+/// A wire retry policy, validated (`None`: no retries, as `max_attempts` 0 or 1 says).
+pub fn retry_from_proto(r: &proto::RetryPolicy) -> Result<Option<RetryPolicy>, CoordError> {
+    if r.max_attempts > RetryPolicy::MAX_ATTEMPTS {
+        return Err(invalid(
+            "config.retry.max_attempts",
+            format!(
+                "must be at most {} (runs in all, the first included), got {}",
+                RetryPolicy::MAX_ATTEMPTS,
+                r.max_attempts
+            ),
+        ));
+    }
+    let backoff = |field: &str, d: &Option<prost_types::Duration>, default: Duration| {
+        let Some(d) = d else { return Ok(default) };
+        let d = Duration::try_from(*d).map_err(|_| invalid(field, "must not be negative"))?;
+        if !(RetryPolicy::MIN_BACKOFF..=RetryPolicy::MAX_BACKOFF).contains(&d) {
+            return Err(invalid(
+                field,
+                format!(
+                    "must be between 10ms and 1 day, got {}",
+                    humantime::format_duration(d)
+                ),
+            ));
+        }
+        Ok(d)
+    };
+    let initial = backoff(
+        "config.retry.initial_backoff",
+        &r.initial_backoff,
+        RetryPolicy::DEFAULT_INITIAL_BACKOFF,
+    )?;
+    let max = backoff(
+        "config.retry.max_backoff",
+        &r.max_backoff,
+        RetryPolicy::DEFAULT_MAX_BACKOFF.max(initial),
+    )?;
+    if max < initial {
+        return Err(invalid(
+            "config.retry.max_backoff",
+            "must not be below initial_backoff",
+        ));
+    }
+    let multiplier = if r.multiplier == 0.0 {
+        2.0
+    } else {
+        r.multiplier
+    };
+    if !(1.0..=10.0).contains(&multiplier) {
+        return Err(invalid(
+            "config.retry.multiplier",
+            format!("must be between 1 and 10, got {}", r.multiplier),
+        ));
+    }
+    Ok((r.max_attempts > 1).then(|| RetryPolicy {
+        max_attempts: r.max_attempts,
+        initial_backoff_ms: initial.as_millis() as u64,
+        max_backoff_ms: max.as_millis() as u64,
+        multiplier_permille: (multiplier * 1000.0).round() as u32,
+    }))
+}
+
+/// A retry policy on the wire.
+pub fn retry_to_proto(r: &RetryPolicy) -> proto::RetryPolicy {
+    let duration = |ms: u64| prost_types::Duration::try_from(Duration::from_millis(ms)).ok();
+    proto::RetryPolicy {
+        max_attempts: r.max_attempts,
+        initial_backoff: duration(r.initial_backoff_ms),
+        max_backoff: duration(r.max_backoff_ms),
+        multiplier: f64::from(r.multiplier_permille) / 1000.0,
+    }
 }
 
 /// The typed job a wire config asks for: `None` for a job run by workers.
@@ -217,6 +321,8 @@ pub fn to_proto(c: &JobConfiguration, extras: &JobExtras) -> proto::JobConfig {
         execution_timeout_seconds: extras.execution_timeout_seconds,
         // The type is the job root's, not the config's: see `job_type_to_proto`.
         job_type: proto::JobType::Unspecified as i32,
+        retry: extras.retry.as_ref().map(retry_to_proto),
+        job_error_handler_type: c.job_error_handler_type.clone().unwrap_or_default(),
     }
 }
 

@@ -14,6 +14,7 @@ pub fn source(s: Source) -> proto::TriggerSource {
         Source::Misfire => proto::TriggerSource::Misfire,
         Source::Failover => proto::TriggerSource::Failover,
         Source::Manual => proto::TriggerSource::Manual,
+        Source::Retry => proto::TriggerSource::Retry,
     }
 }
 
@@ -46,6 +47,7 @@ fn trigger(t: Trigger) -> proto::Trigger {
         fencing_tokens: t.fencing_tokens.into_iter().collect(),
         traceparent: t.traceparent,
         tracestate: t.tracestate,
+        attempt: t.attempt,
     }
 }
 
@@ -111,6 +113,7 @@ fn system_timestamp(at: std::time::SystemTime) -> prost_types::Timestamp {
 /// The wire form of a record.
 pub fn execution_info(r: &ExecutionRecord) -> proto::ExecutionInfo {
     proto::ExecutionInfo {
+        attempt: r.attempt,
         task_id: r.task_id.clone(),
         fire_time: Some(system_timestamp(r.fire_time)),
         fencing_tokens: r.fencing_tokens.iter().map(|(i, t)| (*i, *t)).collect(),
@@ -232,6 +235,8 @@ pub fn traced_execution_info(
         .unwrap_or(first.ip.as_str())
         .to_string();
     proto::ExecutionInfo {
+        // ElasticJob's tables keep no attempt.
+        attempt: 0,
         job_name: first.job_name.clone(),
         execution_id: first.id.clone(),
         instance_id,

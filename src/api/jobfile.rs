@@ -23,7 +23,6 @@ const ELASTICJOB_ONLY: &[&str] = &[
     "staticSharding",
     "jobExecutorServiceHandlerType",
     "jobExecutorThreadPoolSizeProviderType",
-    "jobErrorHandlerType",
     "jobListenerTypes",
     "jobExtraConfigurations",
     "label",
@@ -83,8 +82,24 @@ struct RawJob {
     /// SCRIPT or HTTP: the sidecars run the job themselves.
     #[serde(rename = "type", alias = "job_type", alias = "jobType")]
     job_type: Option<String>,
+    #[serde(alias = "jobErrorHandlerType")]
+    job_error_handler_type: Option<String>,
+    retry: Option<RawRetry>,
     #[serde(flatten)]
     other: BTreeMap<String, serde_yaml_ng::Value>,
+}
+
+/// `retry:`: `max_attempts` (runs in all), and the backoffs as durations (`200ms`, `1s`).
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct RawRetry {
+    #[serde(alias = "maxAttempts")]
+    max_attempts: u32,
+    #[serde(alias = "initialBackoff")]
+    initial_backoff: Option<String>,
+    #[serde(alias = "maxBackoff")]
+    max_backoff: Option<String>,
+    multiplier: Option<f64>,
 }
 
 fn scalar(v: &serde_yaml_ng::Value) -> Option<String> {
@@ -258,6 +273,26 @@ fn from_raw(file: &str, raw: RawJob) -> Result<proto::JobConfig, JobFileError> {
             }
         },
     };
+    let duration = |key: &'static str, text: Option<String>| {
+        text.map(|t| {
+            crate::config::parse_duration(&t)
+                .ok()
+                .and_then(|d| prost_types::Duration::try_from(d).ok())
+                .ok_or_else(|| {
+                    value_error(key, format!("{t:?} is not a duration like 200ms or 1s"))
+                })
+        })
+        .transpose()
+    };
+    let retry = match raw.retry {
+        None => None,
+        Some(r) => Some(proto::RetryPolicy {
+            max_attempts: r.max_attempts,
+            initial_backoff: duration("retry.initial_backoff", r.initial_backoff)?,
+            max_backoff: duration("retry.max_backoff", r.max_backoff)?,
+            multiplier: r.multiplier.unwrap_or(0.0),
+        }),
+    };
     Ok(proto::JobConfig {
         job_name,
         cron: raw.cron.unwrap_or_default(),
@@ -276,6 +311,8 @@ fn from_raw(file: &str, raw: RawJob) -> Result<proto::JobConfig, JobFileError> {
         props,
         execution_timeout_seconds: raw.execution_timeout_seconds.unwrap_or(0),
         job_type: job_type as i32,
+        retry,
+        job_error_handler_type: raw.job_error_handler_type.unwrap_or_default(),
     })
 }
 

@@ -21,6 +21,8 @@ pub enum Source {
     Failover,
     /// A trigger-once request (`trigger/{instance}`, the Admin API, ElasticJob's console).
     Manual,
+    /// A failed item run again under the job's retry policy.
+    Retry,
 }
 
 impl Source {
@@ -31,6 +33,7 @@ impl Source {
             Source::Misfire => "MISFIRE",
             Source::Failover => "FAILOVER",
             Source::Manual => "MANUAL",
+            Source::Retry => "RETRY",
         }
     }
 }
@@ -52,6 +55,8 @@ pub struct Trigger {
     /// W3C Trace Context of the execution's span.
     pub traceparent: String,
     pub tracestate: String,
+    /// Which retry of its items this run is (0: a first run).
+    pub attempt: u32,
 }
 
 /// An event on a worker's stream, in the order the coordinator decided them.

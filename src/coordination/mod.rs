@@ -32,7 +32,7 @@ pub use events::{
 };
 use finished::FinishedExecutions;
 use job::JobCmd;
-pub use observer::{ExecutionRecord, NoObserver, Observer};
+pub use observer::{ExecutionRecord, ItemFailure, NoObserver, Observer};
 
 /// How many finished executions the sidecar remembers for late or repeated answers.
 pub const FINISHED_MEMORY: usize = 16_384;

@@ -26,6 +26,8 @@ pub struct ExecutionRecord {
     /// Its span's ids (the `traceparent` its trigger carried) and events.
     pub trace: TraceContext,
     pub events: Vec<SpanEvent>,
+    /// Which retry of its items it was (0: a first run).
+    pub attempt: u32,
 }
 
 impl ExecutionRecord {
@@ -62,6 +64,30 @@ impl ExecutionRecord {
     }
 }
 
+/// An item whose run failed (answered `ReportFailure`, or not answered within the execution
+/// timeout), as the sidecar that received the failure recorded it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ItemFailure {
+    pub job: String,
+    pub execution_id: String,
+    pub task_id: String,
+    pub instance_id: String,
+    pub item: i32,
+    /// Which retry of the item the failed run was (0: a first run).
+    pub attempt: u32,
+    pub error: String,
+    pub at: SystemTime,
+    /// The retry the job's policy scheduled (its attempt), or `None`: the failure stands.
+    pub retry: Option<u32>,
+    /// Whether the job has a retry policy at all (a failure that stands then ran out of
+    /// attempts).
+    pub retrying: bool,
+    /// ElasticJob's `jobErrorHandlerType` and the job's props (the handler's settings): how a
+    /// failure that stands is reported.
+    pub error_handler: Option<String>,
+    pub props: BTreeMap<String, String>,
+}
+
 /// Receives the coordinator's events. Every method has an empty default.
 pub trait Observer: Send + Sync {
     /// A `Trigger` was sent; `latency` is from the fire instant to the send.
@@ -70,6 +96,8 @@ pub trait Observer: Send + Sync {
     fn execution_finished(&self, _record: &ExecutionRecord) {}
     /// Items were flagged `misfire`.
     fn misfired(&self, _job: &str, _items: &[i32]) {}
+    /// An item's run failed: a retry is scheduled, or the failure stands.
+    fn item_failed(&self, _failure: &ItemFailure) {}
     /// This sidecar took over a failed item.
     fn failover_taken(&self, _job: &str, _item: i32) {}
     /// Items were revoked from a worker.

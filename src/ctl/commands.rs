@@ -111,17 +111,22 @@ pub async fn run(args: CtlArgs, env: &HashMap<String, String>) -> Result<(), Ctl
                 &response,
             );
         }
-        Verb::Trigger { name } => {
-            check_name(&name)?;
+        Verb::Trigger(args) | Verb::Job(JobVerb::Trigger(args)) => {
+            check_name(&args.name)?;
             let response = admin
                 .trigger_job(request(proto::TriggerJobRequest {
-                    job_name: name.clone(),
+                    job_name: args.name.clone(),
+                    job_parameter: args.parameter.clone(),
                 }))
                 .await
                 .map_err(refused)?
                 .into_inner();
             let on = response.instance_ids.join(", ");
-            emit(json, format!("job {name} triggered on {on}\n"), &response);
+            emit(
+                json,
+                format!("job {} triggered on {on}\n", args.name),
+                &response,
+            );
         }
         Verb::Disable(toggle) => toggle_run(&mut admin, toggle, true, json)
             .await

@@ -52,10 +52,7 @@ pub enum Verb {
     #[command(subcommand)]
     Job(JobVerb),
     /// Run a job once now on every live instance
-    Trigger {
-        /// Job name
-        name: String,
-    },
+    Trigger(TriggerArgs),
     /// Disable a job (every server), some of its items, or a server
     Disable(Toggle),
     /// Enable a job (every server), some of its items, or a server
@@ -96,7 +93,9 @@ pub enum JobVerb {
     /// Keys are JobConfig's (job_name, cron, time_zone, sharding_total_count,
     /// sharding_item_parameters, job_parameter, failover, misfire, monitor_execution,
     /// sharding_strategy, max_time_diff_seconds, reconcile_interval_minutes, description,
-    /// disabled, props, execution_timeout_seconds, type) or ElasticJob's camelCase config keys.
+    /// disabled, props, execution_timeout_seconds, type, job_error_handler_type, retry) or
+    /// ElasticJob's camelCase config keys. `retry:` takes max_attempts (runs in all),
+    /// initial_backoff and max_backoff (200ms, 1s) and multiplier.
     /// `type: SCRIPT` or `type: HTTP` makes a job the sidecars run themselves, from its props
     /// (script.command.line; http.uri, http.method, ...).
     Put {
@@ -108,6 +107,17 @@ pub enum JobVerb {
         /// Job name
         name: String,
     },
+    /// Run a job once now on every live instance (the same as `ctl trigger`)
+    Trigger(TriggerArgs),
+}
+
+#[derive(Args, Debug)]
+pub struct TriggerArgs {
+    /// Job name
+    pub name: String,
+    /// The job parameter of this run's executions, instead of the job's own
+    #[arg(long, value_name = "TEXT")]
+    pub parameter: Option<String>,
 }
 
 #[derive(Args, Debug)]

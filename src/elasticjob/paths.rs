@@ -47,6 +47,8 @@ pub enum JobNode {
     Triggers,
     /// `trigger/{instance id}`.
     Trigger(String),
+    /// `shardcar/retries/{i}`: shardcar's pending retry of item `i`.
+    Retry(i32),
     Other,
 }
 
@@ -156,6 +158,16 @@ impl JobPaths {
         self.sub("shardcar")
     }
 
+    /// `shardcar/retries`: the pending retries of failed items.
+    pub fn retries(&self) -> String {
+        self.sub("shardcar/retries")
+    }
+
+    /// `shardcar/retries/{i}`: item `i`'s pending retry.
+    pub fn retry(&self, i: i32) -> String {
+        format!("{}/{i}", self.retries())
+    }
+
     /// What `path` (relative to the namespace) is, for this job.
     pub fn classify(&self, path: &str) -> JobNode {
         let Some(rest) = path.strip_prefix(self.root.as_str()) else {
@@ -195,6 +207,7 @@ impl JobPaths {
             ["sharding", i, "failovering"] => item(i, JobNode::ItemFailovering),
             ["trigger"] => JobNode::Triggers,
             ["trigger", id] => JobNode::Trigger((*id).to_owned()),
+            ["shardcar", "retries", i] => item(i, JobNode::Retry),
             _ => JobNode::Other,
         }
     }

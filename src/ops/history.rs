@@ -219,6 +219,7 @@ pub(crate) mod tests {
             fencing_tokens: Default::default(),
             trace: crate::coordination::trace::TraceContext::for_execution(id, None),
             events: Vec::new(),
+            attempt: 0,
         }
     }
 

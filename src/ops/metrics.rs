@@ -99,6 +99,8 @@ pub struct Metrics {
     completions: Family<JobLabels, Counter>,
     failures: Family<JobLabels, Counter>,
     misfires: Family<JobLabels, Counter>,
+    retries: Family<JobLabels, Counter>,
+    retries_exhausted: Family<JobLabels, Counter>,
     failovers: Family<JobLabels, Counter>,
     revokes: Family<JobLabels, Counter>,
     durations: HistogramFamily,
@@ -141,6 +143,8 @@ impl Metrics {
             completions: Family::default(),
             failures: Family::default(),
             misfires: Family::default(),
+            retries: Family::default(),
+            retries_exhausted: Family::default(),
             failovers: Family::default(),
             revokes: Family::default(),
             durations: Family::new_with_constructor(|| {
@@ -185,6 +189,16 @@ impl Metrics {
             "shardcar_misfires",
             "Items flagged misfire because they were still running at a fire",
             m.misfires.clone(),
+        );
+        r.register(
+            "shardcar_retries",
+            "Failed items scheduled to run again under their job's retry policy",
+            m.retries.clone(),
+        );
+        r.register(
+            "shardcar_retries_exhausted",
+            "Failed items whose retry attempts ran out: the failure stands",
+            m.retries_exhausted.clone(),
         );
         r.register(
             "shardcar_failovers",
@@ -292,6 +306,16 @@ impl Metrics {
         self.misfires
             .get_or_create(&job(job_name))
             .inc_by(items as u64);
+    }
+
+    /// A failed item's retry was scheduled (`true`), or its attempts ran out (`false`).
+    pub fn retry(&self, job_name: &str, scheduled: bool) {
+        let family = if scheduled {
+            &self.retries
+        } else {
+            &self.retries_exhausted
+        };
+        family.get_or_create(&job(job_name)).inc();
     }
 
     pub fn failover_taken(&self, job_name: &str) {

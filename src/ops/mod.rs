@@ -15,7 +15,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use crate::coordination::Source;
-use crate::coordination::{ExecutionRecord, ItemOutcome, Observer};
+use crate::coordination::{ExecutionRecord, ItemFailure, ItemOutcome, Observer};
 use history::History;
 use metrics::Metrics;
 
@@ -56,6 +56,12 @@ impl Observer for OpsObserver {
 
     fn misfired(&self, job: &str, items: &[i32]) {
         self.metrics.misfired(job, items.len());
+    }
+
+    fn item_failed(&self, failure: &ItemFailure) {
+        if failure.retrying {
+            self.metrics.retry(&failure.job, failure.retry.is_some());
+        }
     }
 
     fn failover_taken(&self, job: &str, _item: i32) {

@@ -303,6 +303,7 @@ mod tests {
             fencing_tokens: [(0, 42)].into_iter().collect(),
             trace: TraceContext::for_execution(id, None),
             events: Vec::new(),
+            attempt: 0,
         }
     }
 

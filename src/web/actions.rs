@@ -109,7 +109,15 @@ pub async fn trigger(
     Form(fields): Form<Fields>,
 ) -> Response {
     let url = job_url(&job);
-    let question = format!("Run job {job} once now on every live instance?");
+    let parameter = field(&fields, "job_parameter")
+        .map(str::to_string)
+        .filter(|p| !p.is_empty());
+    let question = match &parameter {
+        Some(p) => {
+            format!("Run job {job} once now on every live instance, with job parameter {p:?}?")
+        }
+        None => format!("Run job {job} once now on every live instance?"),
+    };
     run(
         web,
         headers,
@@ -118,7 +126,7 @@ pub async fn trigger(
         url,
         question,
         |web| async move {
-            jobs::trigger_job(&web.registry, &job).await?;
+            jobs::trigger_job(&web.registry, &job, parameter.as_deref()).await?;
             Ok("triggered")
         },
     )

@@ -97,6 +97,36 @@ const FIELDS: &[(&str, &str, Kind, &str)] = &[
         "0: none. A run still going then is revoked.",
     ),
     (
+        "retry_max_attempts",
+        "Retry: attempts",
+        Kind::Number,
+        "Runs of a failed item in all, the first included (3: two retries). 0 or 1: none.",
+    ),
+    (
+        "retry_initial_backoff",
+        "Retry: first wait",
+        Kind::Text,
+        "Before the first retry: 200ms, 1s. Empty: 1s.",
+    ),
+    (
+        "retry_max_backoff",
+        "Retry: longest wait",
+        Kind::Text,
+        "Empty: 1m.",
+    ),
+    (
+        "retry_multiplier",
+        "Retry: multiplier",
+        Kind::Text,
+        "Each wait is the one before times this. Empty: 2.",
+    ),
+    (
+        "job_error_handler_type",
+        "Error handler",
+        Kind::Text,
+        "How a failure that stands is reported: LOG (empty), IGNORE, THROW, EMAIL, WECHAT, DINGTALK or WEBHOOK, with its settings in Properties (dingtalk.webhook, email.host, webhook.url, …).",
+    ),
+    (
         "disabled",
         "Disabled at start",
         Kind::Check,
@@ -172,6 +202,22 @@ impl ConfigForm {
             "execution_timeout_seconds",
             c.execution_timeout_seconds.to_string(),
         );
+        let duration = |d: &Option<prost_types::Duration>| {
+            d.and_then(|d| std::time::Duration::try_from(d).ok())
+                .map(|d| humantime::format_duration(d).to_string())
+                .unwrap_or_default()
+        };
+        let retry = c.retry.unwrap_or_default();
+        put("retry_max_attempts", retry.max_attempts.to_string());
+        put("retry_initial_backoff", duration(&retry.initial_backoff));
+        put("retry_max_backoff", duration(&retry.max_backoff));
+        let multiplier = if retry.multiplier == 0.0 {
+            String::new()
+        } else {
+            retry.multiplier.to_string()
+        };
+        put("retry_multiplier", multiplier);
+        put("job_error_handler_type", c.job_error_handler_type.clone());
         let props: Vec<String> = c
             .props
             .iter()
@@ -282,6 +328,7 @@ impl ConfigForm {
                 }
             }
         }
+        let retry = self.retry(&mut errors);
         let strategy = match STRATEGIES
             .iter()
             .find(|(_, n)| *n == self.text("sharding_strategy"))
@@ -316,6 +363,58 @@ impl ConfigForm {
             props,
             execution_timeout_seconds: timeout.unwrap_or_default(),
             job_type,
+            retry,
+            job_error_handler_type: self.text("job_error_handler_type").trim().to_string(),
+        })
+    }
+
+    /// The retry fields as a wire policy (`None` when no attempts are asked for), or their
+    /// mistakes in `errors`.
+    fn retry(&self, errors: &mut FieldErrors) -> Option<proto::RetryPolicy> {
+        let text = self.text("retry_max_attempts").trim();
+        let max_attempts = match text {
+            "" => 0,
+            t => t.parse::<u32>().unwrap_or_else(|_| {
+                errors.insert(
+                    "retry_max_attempts".into(),
+                    format!("{t:?} is not a whole number of runs"),
+                );
+                0
+            }),
+        };
+        let mut duration = |name: &str| {
+            let text = self.text(name).trim();
+            if text.is_empty() {
+                return None;
+            }
+            match crate::config::parse_duration(text)
+                .ok()
+                .and_then(|d| prost_types::Duration::try_from(d).ok())
+            {
+                Some(d) => Some(d),
+                None => {
+                    errors.insert(
+                        name.into(),
+                        format!("{text:?} is not a duration like 200ms or 1s"),
+                    );
+                    None
+                }
+            }
+        };
+        let initial_backoff = duration("retry_initial_backoff");
+        let max_backoff = duration("retry_max_backoff");
+        let multiplier = match self.text("retry_multiplier").trim() {
+            "" => 0.0,
+            t => t.parse::<f64>().unwrap_or_else(|_| {
+                errors.insert("retry_multiplier".into(), format!("{t:?} is not a number"));
+                0.0
+            }),
+        };
+        (max_attempts > 1).then_some(proto::RetryPolicy {
+            max_attempts,
+            initial_backoff,
+            max_backoff,
+            multiplier,
         })
     }
 
@@ -412,6 +511,8 @@ impl ConfigForm {
 /// The form field an Admin validation error names (`config.cron` → `cron`), `_` for none.
 pub fn field_of(admin_field: &str) -> String {
     let field = admin_field.strip_prefix("config.").unwrap_or(admin_field);
+    // `config.retry.max_attempts` is the form's `retry_max_attempts`.
+    let field = &field.replace('.', "_");
     if FIELDS.iter().any(|(name, ..)| *name == field) {
         field.to_string()
     } else {

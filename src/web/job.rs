@@ -122,13 +122,14 @@ pub fn job_fragment(web: &Web, viewer: &Viewer, job: &JobInfo, recent: &Recent) 
     }
     if viewer.can_act {
         out.push_str(r#"<div class="actions">"#);
-        out.push_str(&action(
-            viewer,
-            &format!("{url}/trigger"),
-            "Trigger now",
-            &format!("Run job {name} once now on every live instance?"),
-            "primary",
-        ));
+        // Trigger now, with an optional parameter for that run instead of the job's own.
+        let _ = write!(
+            out,
+            r#"<form method="post" action="{url}/trigger" class="inline" data-confirm="{question}"><input type="hidden" name="csrf" value="{csrf}"><input type="hidden" name="confirmed" value=""><input type="text" name="job_parameter" id="trigger-parameter" placeholder="job parameter (optional)" aria-label="Job parameter of this run"> <button type="submit" class="primary">Trigger now</button></form>"#,
+            url = esc(&url),
+            question = esc(&format!("Run job {name} once now on every live instance?")),
+            csrf = esc(&viewer.csrf),
+        );
         if job.servers.iter().any(|s| !s.disabled) {
             out.push_str(&action(
                 viewer,

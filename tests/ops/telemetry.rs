@@ -124,6 +124,7 @@ async fn trigger(car: &Sidecar, w: &TestWorker, job: &str, traceparent: Option<&
     let mut admin = AdminServiceClient::connect(car.endpoint()).await.unwrap();
     let mut request = tonic::Request::new(TriggerJobRequest {
         job_name: job.into(),
+        job_parameter: None,
     });
     if let Some(tp) = traceparent {
         request

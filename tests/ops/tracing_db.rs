@@ -359,6 +359,7 @@ async fn trigger(car: &Sidecar, w: &TestWorker, job: &str) -> Trigger {
     admin
         .trigger_job(TriggerJobRequest {
             job_name: job.into(),
+            job_parameter: None,
         })
         .await
         .expect("TriggerJob");
@@ -909,6 +910,7 @@ async fn ctl_executions_lists_every_sidecars_and_elasticjobs_executions_from_the
     admin
         .trigger_job(TriggerJobRequest {
             job_name: "ledger".into(),
+            job_parameter: None,
         })
         .await
         .expect("TriggerJob");

@@ -86,6 +86,7 @@ async fn trigger(car: &Sidecar, job: &str) {
         .await
         .trigger_job(TriggerJobRequest {
             job_name: job.into(),
+            job_parameter: None,
         })
         .await
         .unwrap();

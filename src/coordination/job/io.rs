@@ -137,9 +137,10 @@ pub(super) enum Pending {
         latch: Option<LatchKey>,
         executions: Vec<String>,
     },
-    /// Taking a trigger-once request.
+    /// Taking a trigger-once request (with the job parameter its node names, if any).
     TakeTrigger {
         instance_id: String,
+        parameter: Option<String>,
     },
     /// This sidecar's liveness node (`shardcar/sidecars/{ip}`).
     SidecarNode,

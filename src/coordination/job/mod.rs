@@ -283,6 +283,7 @@ pub(crate) enum Observation {
     },
     Finished(Box<ExecutionRecord>),
     Misfired(Vec<i32>),
+    ItemFailed(Box<crate::coordination::observer::ItemFailure>),
     FailoverTaken(Vec<i32>),
     Revoked {
         items: Vec<i32>,

@@ -195,7 +195,10 @@ impl JobState {
                 ops,
                 result,
             ),
-            Pending::TakeTrigger { instance_id } => {
+            Pending::TakeTrigger {
+                instance_id,
+                parameter,
+            } => {
                 if result.is_ok() {
                     self.mirror.forget(&self.job.paths.trigger(&instance_id));
                 }
@@ -203,6 +206,7 @@ impl JobState {
                     cx!(self, env, out),
                     &mut self.instances,
                     &instance_id,
+                    parameter,
                     result,
                 )
             }

@@ -300,6 +300,12 @@ impl JobState {
         waits_on_health |= health;
         let (runs, health) = self.runs.due(env, &self.job.settings);
         due.extend(runs);
+        due.extend(self.runs.retries_due(
+            env,
+            self.mirror.view(),
+            &self.instances,
+            &self.job.settings.ip,
+        ));
         waits_on_health |= health;
         due.extend(self.leadership.due(env.now));
         let soon = env.now + HEALTH_POLL;

@@ -19,6 +19,7 @@
 use std::collections::BTreeMap;
 
 use crate::coordination::job::mirror::{ItemView, JobView};
+use crate::elasticjob::extras::PendingRetry;
 use crate::elasticjob::paths::{sort_descending, JobPaths};
 use crate::registry::{CreateMode, Op};
 
@@ -133,6 +134,28 @@ fn take_ops(paths: &JobPaths, item: &ItemView, i: i32, taker: &str, ops: &mut Ve
         taker,
         CreateMode::Persistent,
     ));
+}
+
+/// The write of item `i`'s pending retry once a run of it ended: `next`, the attempt due next
+/// (created, or set over the one there), or with `None` the one there removed (the run
+/// completed, or its failure stands). Goes in the multi-op that ends the run, whose fence on
+/// the item's epoch covers it.
+pub fn retry_ops(view: &JobView, paths: &JobPaths, i: i32, next: Option<PendingRetry>) -> Vec<Op> {
+    let pending = view.items.get(&i).is_some_and(|it| it.retry.is_some());
+    match (next, pending) {
+        (Some(next), false) => vec![Op::create(
+            paths.retry(i),
+            next.to_data(),
+            CreateMode::Persistent,
+        )],
+        (Some(next), true) => vec![Op::SetData {
+            path: paths.retry(i),
+            data: next.to_data(),
+            version: None,
+        }],
+        (None, true) => vec![Op::delete(paths.retry(i))],
+        (None, false) => Vec::new(),
+    }
 }
 
 /// The writes that end `items` of `instance_id`'s execution (answered, or failed): its

@@ -53,7 +53,11 @@ pub async fn put_job(
     if let Some(node) = &existing {
         if let Ok(old) = JobConfiguration::from_yaml(&node.data) {
             config.job_executor_handler = old.job_executor_handler;
-            config.job_error_handler_type = old.job_error_handler_type;
+            // Unset in the request: the handler the job has stays (ElasticJob's console and
+            // clients that predate the field leave it out).
+            if config.job_error_handler_type.is_none() {
+                config.job_error_handler_type = old.job_error_handler_type;
+            }
             config.job_listener_types = old.job_listener_types;
             config.job_extra_configurations = old.job_extra_configurations;
             config.label = old.label;
@@ -133,11 +137,18 @@ pub async fn remove_job(reg: &Registry, job: &str) -> Result<Vec<String>, AdminE
     Ok(instances)
 }
 
-/// Asks every live instance of the job to run it once now. Returns those instances.
+/// Asks every live instance of the job to run it once now, as ElasticJob's console does: a
+/// `trigger/{id}` node per instance. With `parameter`, that run's executions carry it instead of
+/// the job's own: it is the nodes' data, which ElasticJob's processes ignore (a Java member runs
+/// the trigger with the job's parameter). Returns the instances.
 ///
 /// # Errors
 /// `JobNotFound`, or `FailedPrecondition` when no instance is online.
-pub async fn trigger_job(reg: &Registry, job: &str) -> Result<Vec<String>, AdminError> {
+pub async fn trigger_job(
+    reg: &Registry,
+    job: &str,
+    parameter: Option<&str>,
+) -> Result<Vec<String>, AdminError> {
     let paths = JobPaths::new(job);
     require_job(reg, &paths).await?;
     let instances = children_or_empty(reg, &paths.instances()).await?;
@@ -150,7 +161,11 @@ pub async fn trigger_job(reg: &Registry, job: &str) -> Result<Vec<String>, Admin
     reg.ensure_path(&paths.triggers()).await?;
     for id in &instances {
         match reg
-            .create(&paths.trigger(id), b"", CreateMode::Persistent)
+            .create(
+                &paths.trigger(id),
+                parameter.unwrap_or_default().as_bytes(),
+                CreateMode::Persistent,
+            )
             .await
         {
             Ok(_) | Err(registry::Error::NodeExists(_)) => {}

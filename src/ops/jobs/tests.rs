@@ -178,7 +178,7 @@ async fn operations_write_elasticjob_nodes() {
 
     // Trigger: the old trigger nodes go, one per live instance is created.
     reg.ensure_path(&paths.trigger("stale@-@9")).await.unwrap();
-    let triggered = trigger_job(&reg, "orders").await.unwrap();
+    let triggered = trigger_job(&reg, "orders", None).await.unwrap();
     assert_eq!(triggered, [a.clone(), b.clone()]);
     assert_eq!(
         reg.children(&paths.triggers()).await.unwrap(),
@@ -257,7 +257,7 @@ async fn operations_write_elasticjob_nodes() {
         Err(AdminError::JobNotFound(_))
     ));
     assert!(matches!(
-        trigger_job(&reg, "orders").await,
+        trigger_job(&reg, "orders", None).await,
         Err(AdminError::JobNotFound(_))
     ));
 }
@@ -266,7 +266,7 @@ async fn operations_write_elasticjob_nodes() {
 async fn trigger_without_instances_is_refused() {
     let reg = MemoryStore::new().session();
     job(&reg, "idle", 1).await;
-    let err = trigger_job(&reg, "idle").await.unwrap_err();
+    let err = trigger_job(&reg, "idle", None).await.unwrap_err();
     assert!(matches!(err, AdminError::FailedPrecondition(_)), "{err:?}");
 }
 

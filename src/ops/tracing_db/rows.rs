@@ -131,7 +131,10 @@ pub fn rows_of(r: &ExecutionRecord, hostname: &str) -> Vec<Row> {
     };
     let source = match r.source {
         Source::Misfire => ExecutionSource::Misfire,
-        Source::Cron | Source::Manual | Source::Failover => ExecutionSource::NormalTrigger,
+        // ElasticJob's tables know two sources: a retry is a normal trigger to them.
+        Source::Cron | Source::Manual | Source::Failover | Source::Retry => {
+            ExecutionSource::NormalTrigger
+        }
     };
     let mut rows = Vec::with_capacity(items.len() + 3);
     // A misfire catch-up runs inside the fire that found the items busy: no staging of its own.

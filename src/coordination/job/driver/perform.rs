@@ -177,6 +177,7 @@ impl Driver {
             } => observer.trigger_sent(job, source, &items, latency),
             Observation::Finished(record) => observer.execution_finished(&record),
             Observation::Misfired(items) => observer.misfired(job, &items),
+            Observation::ItemFailed(failure) => observer.item_failed(&failure),
             Observation::FailoverTaken(items) => {
                 for item in items {
                     observer.failover_taken(job, item);

@@ -236,8 +236,8 @@ impl Mirror {
             {
                 Watched::Owners
             }
-            // An item's epoch and its `running`, `failover` and `failovering` nodes are read
-            // together whichever of them an event names: a peer writes them in one multi-op,
+            // An item's epoch and its `running`, `failover`, `failovering` and pending retry nodes
+            // are read together whichever of them an event names: a peer writes them in one multi-op,
             // and its events may come in more than one step. Read node by node, the mirror
             // could show the new `running` node without the rest (a hand-over to a worker here
             // would look like a stale runner of this host, and be released).
@@ -246,12 +246,14 @@ impl Mirror {
                     JobNode::Item(i)
                     | JobNode::ItemRunning(i)
                     | JobNode::ItemFailover(i)
-                    | JobNode::ItemFailovering(i) => {
+                    | JobNode::ItemFailovering(i)
+                    | JobNode::Retry(i) => {
                         self.event_reads.extend([
                             self.paths.item(i),
                             self.paths.item_running(i),
                             self.paths.item_failover(i),
                             self.paths.item_failovering(i),
+                            self.paths.retry(i),
                         ]);
                     }
                     _ => self.event_reads.push(p),

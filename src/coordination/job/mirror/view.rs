@@ -9,7 +9,7 @@ use std::sync::Arc;
 
 use crate::coordination::small_map::SmallMap;
 use crate::elasticjob::config::{JobConfiguration, MAX_SHARDING_TOTAL_COUNT};
-use crate::elasticjob::extras::JobExtras;
+use crate::elasticjob::extras::{JobExtras, PendingRetry};
 use crate::elasticjob::instance::{ip_of, parse_instance_yaml};
 use crate::elasticjob::paths::{server_enabled, sort_descending, JobPaths};
 use crate::registry::{CachedStat, TreeCache};
@@ -29,6 +29,9 @@ pub struct ItemView {
     pub failover: Option<String>,
     /// `sharding/{i}/failovering`: the instance running the taken-over item.
     pub failovering: Option<String>,
+    /// `shardcar/retries/{i}`: the item failed and runs again (as the attempt it says, once
+    /// due), unless a fire runs it first.
+    pub retry: Option<PendingRetry>,
 }
 
 /// The job's state as last seen in the registry.
@@ -236,6 +239,14 @@ impl JobView {
             .filter_map(|n| n.parse().ok())
             .collect();
         view.triggers = cache.children(&paths.triggers());
+        for (name, node) in cache.descendants(&paths.retries()) {
+            let Ok(i) = name.parse::<i32>() else { continue };
+            if let (Some(item), Some(retry)) =
+                (view.items.get_mut(&i), PendingRetry::from_data(&node.data))
+            {
+                item.retry = Some(retry);
+            }
+        }
         for ip in cache.children(&paths.sidecars()) {
             if let Some(node) = cache.get(&paths.sidecar(&ip)) {
                 view.sidecars.insert(ip, node.stat.ephemeral_owner);
@@ -255,6 +266,7 @@ impl JobView {
             disabled: cache.contains(&paths.item_disabled(i)),
             failover: cache.data(&paths.item_failover(i)).map(text),
             failovering: cache.data(&paths.item_failovering(i)).map(text),
+            retry: None,
         }
     }
 

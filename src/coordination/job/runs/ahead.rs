@@ -9,7 +9,8 @@ use std::time::SystemTime;
 use chrono::{DateTime, Utc};
 use tracing::{debug, info};
 
-use super::{fire::plan_fire, Runs};
+use super::fire::{plan_fire, Start};
+use super::Runs;
 use crate::coordination::events::Source;
 use crate::coordination::job::instances::Instances;
 use crate::coordination::job::io::Cx;
@@ -66,7 +67,8 @@ impl Runs {
                 continue;
             }
             debug!(job = %cx.name(), instance = %id, items = ?run, %fire_time, "claiming the fire's run ahead of its instant");
-            let started = self.start(cx, instances, &id, run, Source::Cron, fire_time, Vec::new());
+            let what = Start::of(Source::Cron, fire_time);
+            let started = self.start(cx, instances, &id, run, what, Vec::new());
             let Some(execution_id) = started else {
                 continue;
             };
@@ -159,6 +161,7 @@ impl Runs {
         cx: &mut Cx,
         instances: &mut Instances,
         id: &str,
+        parameter: Option<String>,
     ) -> bool {
         let ready = self.ready(cx, instances, |runs, id, _| {
             runs.of_instance(id).len() == 1 && runs.slots.get(id).is_some_and(|s| s.held.is_some())
@@ -182,6 +185,7 @@ impl Runs {
         exec.started = cx.env.now;
         exec.started_at = SystemTime::from(cx.env.wall);
         exec.trace = trace;
+        exec.job_parameter = parameter;
         if !Runs::starting(cx, &execution_id) {
             self.deliver(cx, instances, &execution_id);
         }

@@ -19,6 +19,7 @@ use crate::coordination::job::mirror::JobView;
 use crate::coordination::job::writes::{self, Release};
 use crate::coordination::job::{Action, Reply, ReplyId};
 use crate::coordination::CoordError;
+use crate::elasticjob::extras::PendingRetry;
 use crate::registry::{Error as RegError, OpResult};
 
 impl Runs {
@@ -130,14 +131,27 @@ impl Runs {
         if items.is_empty() || exec.generation != cx.io.generation() {
             return;
         }
-        let ops = writes::finish_ops(
-            cx.view(),
-            cx.paths(),
-            &exec.instance_id,
-            &items,
-            &exec.versions,
-            exec.monitored,
-        );
+        // Each item's end, and with it what becomes of its pending retry: a failure schedules
+        // the next attempt the job's policy allows, a completion drops the one there.
+        let mut ops = Vec::new();
+        for i in &items {
+            let item_ops = writes::finish_ops(
+                cx.view(),
+                cx.paths(),
+                &exec.instance_id,
+                &[*i],
+                &exec.versions,
+                exec.monitored,
+            );
+            let next = match exec.held.outcome(*i) {
+                Some(ItemOutcome::Failed(_)) => next_retry(cx, exec.attempt, *i),
+                _ => None,
+            };
+            if !item_ops.is_empty() || !exec.monitored {
+                ops.extend(item_ops);
+                ops.extend(writes::retry_ops(cx.view(), cx.paths(), *i, next));
+            }
+        }
         if ops.is_empty() {
             // Nothing to write (monitorExecution off): recorded at once.
             debug!(job = %cx.name(), execution = %execution_id, items = ?items, "answer accepted");
@@ -362,6 +376,26 @@ impl Runs {
         }
         instances.stopped(&exec.instance_id, cx.env.now);
     }
+}
+
+/// After a run of item `i` (attempt `attempt`) failed: the retry due next under the job's
+/// policy, or `None` when there is no policy or its attempts ran out. The attempt the item is
+/// at is its pending retry's, when it has one (a run other than a retry or a FAILOVER run of
+/// one removed it as it started), else the run's.
+pub(super) fn next_retry(cx: &Cx, attempt: u32, i: i32) -> Option<PendingRetry> {
+    let policy = cx.view().extras.retry?;
+    let current = cx
+        .view()
+        .items
+        .get(&i)
+        .and_then(|it| it.retry)
+        .map_or(attempt, |r| r.attempt);
+    let next = policy.next_attempt(current)?;
+    let wait = policy.backoff(next);
+    Some(PendingRetry {
+        attempt: next,
+        due_ms: cx.env.wall.timestamp_millis() + wait.as_millis() as i64,
+    })
 }
 
 /// An answer or decline for an execution this job does not hold (any more): the sidecar's

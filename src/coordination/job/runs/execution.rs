@@ -53,6 +53,11 @@ pub struct Execution {
     /// Its trace (the `traceparent` its trigger carries) and what happened to it, for its span.
     pub trace: crate::coordination::trace::TraceContext,
     pub events: Vec<crate::coordination::trace::SpanEvent>,
+    /// Which retry of its items this run is (0: a first run).
+    pub attempt: u32,
+    /// The job parameter its trigger carries instead of the job's own (a trigger-once request
+    /// that named one).
+    pub job_parameter: Option<String>,
     /// ElasticJob's task id, set when the trigger is sent.
     pub task_id: String,
 }
@@ -95,6 +100,8 @@ impl Execution {
             void: None,
             trace,
             events: Vec::new(),
+            attempt: 0,
+            job_parameter: None,
             task_id: String::new(),
         }
     }
@@ -213,6 +220,11 @@ impl HeldAnswers {
         items
             .iter()
             .any(|i| self.items.get(i).is_some_and(|a| a.once_unknown))
+    }
+
+    /// The held outcome of item `i`.
+    pub fn outcome(&self, i: i32) -> Option<&ItemOutcome> {
+        self.items.get(&i).map(|a| &a.outcome)
     }
 
     /// Lets go of `items` (recorded, or no longer recordable), with their outcomes.

@@ -25,6 +25,28 @@ use crate::coordination::trace::TraceContext;
 use crate::elasticjob::instance::task_id;
 use crate::registry::{CreateMode, Error as RegError, Op, OpResult, Stat};
 
+/// What starts a run: its source and fire instant, which retry of its items it is, and the job
+/// parameter its trigger carries instead of the job's own (a trigger-once request's).
+#[derive(Debug, Clone)]
+pub(super) struct Start {
+    pub source: Source,
+    pub fire_time: DateTime<Utc>,
+    pub attempt: u32,
+    pub job_parameter: Option<String>,
+}
+
+impl Start {
+    /// A first run of `source` for the instant `fire_time`.
+    pub(super) fn of(source: Source, fire_time: DateTime<Utc>) -> Start {
+        Start {
+            source,
+            fire_time,
+            attempt: 0,
+            job_parameter: None,
+        }
+    }
+}
+
 impl Runs {
     /// A cron fire of the job. With `maxTimeDiffSeconds` set, it waits for ZooKeeper's clock
     /// first ([`Runs::clock_read`]).
@@ -114,12 +136,19 @@ impl Runs {
                 warn!(job = %cx.name(), instance = %id, "fire missed: the registry session is not proven healthy; a catch-up follows once it is");
                 continue;
             }
-            if self.defer_if_resharding(cx, &id, source, fire_time) {
+            if self.defer_if_resharding(cx, &id, source, fire_time, None) {
                 continue;
             }
             let run = self.runnable_now(cx, &id);
             if !run.is_empty() {
-                self.start(cx, instances, &id, run, source, fire_time, Vec::new());
+                self.start(
+                    cx,
+                    instances,
+                    &id,
+                    run,
+                    Start::of(source, fire_time),
+                    Vec::new(),
+                );
             }
         }
         self.flag_misfire(cx, misfire);
@@ -232,12 +261,19 @@ impl Runs {
         instances: &mut Instances,
         id: &str,
         items: Vec<i32>,
-        source: Source,
-        fire_time: DateTime<Utc>,
-        extra: Vec<Op>,
+        what: Start,
+        mut extra: Vec<Op>,
     ) -> Option<String> {
         let monitored = cx.view().config.as_ref()?.monitor_execution;
-        let mut exec = self.new_execution(cx, id, &items, source, fire_time, monitored);
+        if what.source != Source::Retry {
+            // A fire that runs an item first drops its pending retry: that run is the next.
+            for i in &items {
+                extra.extend(writes::retry_ops(cx.view(), cx.paths(), *i, None));
+            }
+        }
+        let mut exec = self.new_execution(cx, id, &items, what.source, what.fire_time, monitored);
+        exec.attempt = what.attempt;
+        exec.job_parameter = what.job_parameter;
         let execution_id = exec.id.clone();
         if !monitored {
             // No `running` nodes (ElasticJob's monitorExecution off): the token is the owner
@@ -407,13 +443,14 @@ impl Runs {
                 .iter()
                 .map(|i| (*i, params.get(i).cloned().unwrap_or_default()))
                 .collect(),
-            job_parameter,
+            job_parameter: exec.job_parameter.clone().unwrap_or(job_parameter),
             sharding_total_count: total,
             source: exec.source,
             fire_time: exec.fire_time,
             fencing_tokens: exec.fencing_tokens.clone(),
             traceparent: exec.trace.traceparent(),
             tracestate: exec.trace.tracestate.clone(),
+            attempt: exec.attempt,
         };
         let latency = (cx.env.wall - exec.fire_time).to_std().unwrap_or_default();
         let source = exec.source;

@@ -33,7 +33,8 @@ use super::io::Cx;
 use super::{Action, Env, Observation, Settings};
 use crate::coordination::events::{ItemOutcome, Source};
 use crate::coordination::finished::Finished;
-use crate::coordination::observer::ExecutionRecord;
+use crate::coordination::job::mirror::JobView;
+use crate::coordination::observer::{ExecutionRecord, ItemFailure};
 use crate::coordination::small_map::SmallMap;
 use crate::coordination::trace::TraceParent;
 
@@ -43,11 +44,13 @@ pub(super) const HELD_FALLBACK: std::time::Duration = std::time::Duration::from_
 /// A fire held back until a pending resharding is done, as ElasticJob's non-leaders block
 /// before they run (`docs/elasticjob-compat.md` §6). Nothing polls for it: the reshard landing
 /// (its events and reads) and the instance's run ending are inputs, each followed by a reconcile.
-#[derive(Debug, Clone, Copy)]
+#[derive(Debug, Clone)]
 pub(super) struct DeferredFire {
     pub source: Source,
     pub fire_time: DateTime<Utc>,
     pub since: Instant,
+    /// The job parameter a trigger-once request named for its run.
+    pub parameter: Option<String>,
 }
 
 /// What the runs of one local instance need beyond its executions' own records.
@@ -80,6 +83,43 @@ impl Slot {
             && self.claimed_fire.is_none()
             && !self.withheld
     }
+}
+
+/// Tells the observer that item `i` of `exec` failed with `error`, once the write that ended it
+/// landed: the view then shows the retry it scheduled, if any (none: the failure stands).
+pub(super) fn note_failure(cx: &mut Cx, exec: &Execution, i: i32, error: &str) {
+    let view = cx.view();
+    let retry = view
+        .items
+        .get(&i)
+        .and_then(|it| it.retry)
+        .map(|r| r.attempt)
+        .filter(|a| *a > exec.attempt);
+    let config = view.config.as_ref();
+    let failure = ItemFailure {
+        job: cx.name().to_string(),
+        execution_id: exec.id.clone(),
+        task_id: exec.task_id.clone(),
+        instance_id: exec.instance_id.clone(),
+        item: i,
+        attempt: exec.attempt,
+        error: error.to_string(),
+        at: SystemTime::from(cx.env.wall),
+        retry,
+        retrying: view.extras.retry.is_some(),
+        error_handler: config.and_then(|c| c.job_error_handler_type.clone()),
+        props: config.map(|c| c.props.clone()).unwrap_or_default(),
+    };
+    match retry {
+        Some(next) => {
+            info!(job = %cx.name(), item = i, attempt = next, "item failed: retry scheduled")
+        }
+        None if failure.retrying => {
+            warn!(job = %cx.name(), item = i, attempts = exec.attempt + 1, "item failed: its attempts ran out")
+        }
+        None => {}
+    }
+    cx.observe(Observation::ItemFailed(Box::new(failure)));
 }
 
 /// A traced `TriggerJob` call's context, for the one MANUAL execution it starts on each local
@@ -277,6 +317,7 @@ impl Runs {
         for i in items {
             if let ItemOutcome::Failed(error) = outcome {
                 warn!(job = %cx.name(), execution = %execution_id, item = *i, error = %error, "item failed");
+                note_failure(cx, exec, *i, error);
             }
             let mut attributes = vec![
                 ("item", i.to_string()),
@@ -336,6 +377,7 @@ impl Runs {
                 fencing_tokens: exec.fencing_tokens.clone(),
                 trace: exec.trace.clone(),
                 events: exec.events.clone(),
+                attempt: exec.attempt,
             })));
         }
         cx.out.push(Action::ForgetExecution {
@@ -377,6 +419,27 @@ impl Runs {
     }
 
     // ----- time -------------------------------------------------------------------------------
+
+    /// The instants the pending retries of items local instances own come due.
+    pub(super) fn retries_due(
+        &self,
+        env: &Env,
+        view: &JobView,
+        instances: &Instances,
+        ip: &str,
+    ) -> Vec<Instant> {
+        let wall = env.wall.timestamp_millis();
+        instances
+            .iter()
+            .filter(|(_, l)| l.live())
+            .flat_map(|(id, _)| view.items_of(id, ip))
+            .filter_map(|i| view.items.get(&i).and_then(|it| it.retry))
+            .map(|r| {
+                env.now
+                    + std::time::Duration::from_millis(r.due_ms.saturating_sub(wall).max(0) as u64)
+            })
+            .collect()
+    }
 
     /// The instants the runs are due (a run claimed ahead, timeouts, self-fencing), and whether
     /// one waits for the session to be healthy (a catch-up owed, no proof of life yet).

@@ -244,7 +244,7 @@ impl Runs {
         let Some(exec) = self.executions.get_mut(execution_id) else {
             return;
         };
-        let ops = writes::release_ops(
+        let mut ops = writes::release_ops(
             cx.view(),
             cx.paths(),
             &exec.instance_id,
@@ -253,6 +253,13 @@ impl Runs {
             exec.monitored,
             release,
         );
+        if release == Release::Failed && !ops.is_empty() {
+            // Timed out: a failure, retried as the job's policy says.
+            for i in items {
+                let next = super::answers::next_retry(cx, exec.attempt, *i);
+                ops.extend(writes::retry_ops(cx.view(), cx.paths(), *i, next));
+            }
+        }
         exec.releasing.extend(items.iter().copied());
         if ops.is_empty() {
             let outcome = ItemOutcome::Revoked(reason.to_string());
@@ -290,6 +297,7 @@ impl Runs {
             || "declined by the worker".to_string(),
             |v| v.reason.clone(),
         );
+        let landed = result.is_ok();
         match result {
             Err(e) if e.is_connection_problem() && !matches!(e, RegError::SessionExpired) => {
                 cx.write_failed("releasing items", &e);
@@ -300,7 +308,15 @@ impl Runs {
             Ok(_) => {}
         }
         let exec = self.executions.get_mut(execution_id).expect("checked");
+        let failed = landed
+            && exec
+                .void
+                .as_ref()
+                .is_some_and(|v| v.release == Release::Failed);
         for i in &items {
+            if failed {
+                super::note_failure(cx, exec, *i, &reason);
+            }
             exec.outcomes
                 .insert(*i, ItemOutcome::Revoked(reason.clone()));
         }

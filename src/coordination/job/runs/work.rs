@@ -14,7 +14,8 @@ use std::collections::BTreeMap;
 use chrono::{DateTime, Utc};
 use tracing::{debug, info, warn};
 
-use super::{fire::tokens_of, DeferredFire, Runs};
+use super::fire::{tokens_of, Start};
+use super::{DeferredFire, Runs};
 use crate::coordination::events::Source;
 use crate::coordination::job::instances::Instances;
 use crate::coordination::job::io::{Cx, Pending};
@@ -35,6 +36,7 @@ impl Runs {
         id: &str,
         source: Source,
         fire_time: DateTime<Utc>,
+        parameter: Option<String>,
     ) -> bool {
         let failover = cx.view().config.as_ref().is_some_and(|c| c.failover);
         if !cx.resharding_pending() || (failover && !cx.view().failover_items_of(id).is_empty()) {
@@ -49,6 +51,7 @@ impl Runs {
                 source,
                 fire_time,
                 since,
+                parameter,
             });
         } else {
             debug!(job = %cx.name(), instance = %id, source = ?source,
@@ -103,15 +106,11 @@ impl Runs {
             info!(job = %cx.name(), instance = %id, source = ?fire.source, items = ?run, waited_ms,
                   "held fire runs on the resharded items");
             if !run.is_empty() {
-                self.start(
-                    cx,
-                    instances,
-                    &id,
-                    run,
-                    fire.source,
-                    fire.fire_time,
-                    Vec::new(),
-                );
+                let what = Start {
+                    job_parameter: fire.parameter,
+                    ..Start::of(fire.source, fire.fire_time)
+                };
+                self.start(cx, instances, &id, run, what, Vec::new());
             }
         }
     }
@@ -132,6 +131,7 @@ impl Runs {
         }
         take_trigger_requests(cx, instances);
         self.reconcile_deferred_fires(cx, instances);
+        self.reconcile_retries(cx, instances);
         let Some(misfire_on) = cx.view().config.as_ref().map(|c| c.misfire) else {
             return;
         };
@@ -163,7 +163,51 @@ impl Runs {
             self.slot(&id).missed = false;
             info!(job = %cx.name(), instance = %id, items = ?run, "misfire catch-up");
             let now = cx.env.wall;
-            self.start(cx, instances, &id, run, Source::Misfire, now, clear);
+            self.start(
+                cx,
+                instances,
+                &id,
+                run,
+                Start::of(Source::Misfire, now),
+                clear,
+            );
+        }
+    }
+
+    /// Pending retries that are due (`shardcar/retries/{i}`) run on their item's owner, if it is
+    /// a local instance with room: one RETRY execution per attempt, its start fenced like any
+    /// other (never beside another run of the item), its pending retry kept until the run ends
+    /// (a failure moves it to the next attempt, a completion removes it; a FAILOVER run of it
+    /// counts from it).
+    fn reconcile_retries(&mut self, cx: &mut Cx, instances: &mut Instances) {
+        let now_ms = cx.env.wall.timestamp_millis();
+        let due = |cx: &Cx, i: &i32| {
+            cx.view()
+                .items
+                .get(i)
+                .and_then(|it| it.retry)
+                .is_some_and(|r| r.due_ms <= now_ms)
+        };
+        for id in self.spare_locals(cx, instances) {
+            let owned = cx.view().items_of(&id, &cx.settings().ip);
+            if !owned.iter().any(|i| due(cx, i)) {
+                continue;
+            }
+            let mut by_attempt: BTreeMap<u32, Vec<i32>> = BTreeMap::new();
+            for i in self.runnable_now(cx, &id) {
+                if owned.contains(&i) && due(cx, &i) {
+                    let attempt = cx.view().items[&i].retry.map_or(1, |r| r.attempt);
+                    by_attempt.entry(attempt).or_default().push(i);
+                }
+            }
+            for (attempt, items) in by_attempt {
+                info!(job = %cx.name(), instance = %id, items = ?items, attempt, "retrying failed items");
+                let what = Start {
+                    attempt,
+                    ..Start::of(Source::Retry, cx.env.wall)
+                };
+                self.start(cx, instances, &id, items, what, Vec::new());
+            }
         }
     }
 
@@ -174,25 +218,30 @@ impl Runs {
         cx: &mut Cx,
         instances: &mut Instances,
         id: &str,
+        parameter: Option<String>,
         result: Result<Vec<OpResult>, RegError>,
     ) {
         if let Err(e) = result {
             return cx.write_failed("taking a trigger request", &e);
         }
         if !self.idle_locals(cx, instances).iter().any(|l| l == id) {
-            if self.promote_held(cx, instances, id) {
+            if self.promote_held(cx, instances, id, parameter) {
                 return;
             }
             info!(job = %cx.name(), instance = %id, "trigger request dropped: the instance is busy or cannot be given work now");
             return;
         }
         let now = cx.env.wall;
-        if self.defer_if_resharding(cx, id, Source::Manual, now) {
+        if self.defer_if_resharding(cx, id, Source::Manual, now, parameter.clone()) {
             return;
         }
         let run = self.runnable_now(cx, id);
         if !run.is_empty() {
-            self.start(cx, instances, id, run, Source::Manual, now, Vec::new());
+            let what = Start {
+                job_parameter: parameter,
+                ..Start::of(Source::Manual, now)
+            };
+            self.start(cx, instances, id, run, what, Vec::new());
         }
     }
 
@@ -207,7 +256,14 @@ impl Runs {
         monitored: bool,
     ) -> String {
         info!(job = %cx.name(), instance = %id, items = ?items, "taking over failed items");
-        let exec = self.new_execution(cx, id, items, Source::Failover, cx.env.wall, monitored);
+        let mut exec = self.new_execution(cx, id, items, Source::Failover, cx.env.wall, monitored);
+        // A retry taken over goes on counting: the worker is told the attempt it continues.
+        exec.attempt = items
+            .iter()
+            .filter_map(|i| cx.view().items.get(i).and_then(|it| it.retry))
+            .map(|r| r.attempt)
+            .max()
+            .unwrap_or(0);
         let execution_id = exec.id.clone();
         self.insert(exec);
         execution_id
@@ -281,13 +337,25 @@ fn take_trigger_requests(cx: &mut Cx, instances: &Instances) {
         .filter(|id| instances.get(id).is_some_and(|l| l.live()))
         .filter(|id| {
             !cx.io.in_flight(
-                |p| matches!(p, Pending::TakeTrigger { instance_id } if instance_id == *id),
+                |p| matches!(p, Pending::TakeTrigger { instance_id, .. } if instance_id == *id),
             )
         })
         .cloned()
         .collect();
     for id in requests {
-        let ops = vec![Op::delete(cx.paths().trigger(&id))];
-        cx.commit(Pending::TakeTrigger { instance_id: id }, ops, &[]);
+        let path = cx.paths().trigger(&id);
+        // The node's data, if any, is the job parameter of this run (`TriggerJob`'s).
+        let parameter = cx
+            .mirror
+            .cache()
+            .data(&path)
+            .filter(|d| !d.is_empty())
+            .map(|d| String::from_utf8_lossy(d).into_owned());
+        let ops = vec![Op::delete(path)];
+        let pending = Pending::TakeTrigger {
+            instance_id: id,
+            parameter,
+        };
+        cx.commit(pending, ops, &[]);
     }
 }

@@ -336,6 +336,19 @@ impl Script {
         })
     }
 
+    pub(super) fn fail(&mut self, execution_id: &str, items: &[i32]) -> Vec<Action> {
+        self.next_reply += 1;
+        self.step(Input::Answer {
+            reply: self.next_reply,
+            instance_id: ME.into(),
+            execution_id: execution_id.into(),
+            outcomes: items
+                .iter()
+                .map(|i| (*i, ItemOutcome::Failed("boom".into())))
+                .collect(),
+        })
+    }
+
     pub(super) fn decline(&mut self, execution_id: &str) -> Vec<Action> {
         self.next_reply += 1;
         self.step(Input::Decline {
@@ -527,6 +540,7 @@ mod membership;
 mod parts;
 mod plan;
 mod release;
+mod retries;
 mod sessions;
 mod work;
 mod writes;

@@ -58,6 +58,7 @@ fn the_mirror_reads_what_an_event_names_and_nothing_it_already_knows() {
             p.item_running(i),
             p.item_failover(i),
             p.item_failovering(i),
+            p.retry(i),
         ]
     };
     let cases: Vec<(&str, WatchEvent, Watched, Vec<String>)> = vec![
@@ -80,13 +81,13 @@ fn the_mirror_reads_what_an_event_names_and_nothing_it_already_knows() {
             vec![],
         ),
         (
-            "a peer's running node: the item's four nodes together",
+            "a peer's running node: the item's nodes together",
             WatchEvent::Created(p.item_running(2)),
             Watched::Noted,
             item(2),
         ),
         (
-            "an epoch moved: the same four",
+            "an epoch moved: the same",
             WatchEvent::DataChanged(p.item(0)),
             Watched::Noted,
             item(0),
@@ -117,6 +118,12 @@ fn the_mirror_reads_what_an_event_names_and_nothing_it_already_knows() {
             )),
             Watched::Noted,
             vec![],
+        ),
+        (
+            "a pending retry: with the item's other nodes",
+            WatchEvent::Created(p.retry(3)),
+            Watched::Noted,
+            item(3),
         ),
         (
             "any other node: that node",
@@ -161,7 +168,7 @@ fn the_mirror_takes_the_event_of_its_own_write_once_and_reads_a_later_writers() 
     m.on_watched(ev());
     assert_eq!(
         m.take_event_reads().len(),
-        4,
+        5,
         "a second event is another writer's"
     );
 }

@@ -28,6 +28,7 @@ class TriggerSource(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
     TRIGGER_SOURCE_MISFIRE: _ClassVar[TriggerSource]
     TRIGGER_SOURCE_FAILOVER: _ClassVar[TriggerSource]
     TRIGGER_SOURCE_MANUAL: _ClassVar[TriggerSource]
+    TRIGGER_SOURCE_RETRY: _ClassVar[TriggerSource]
 
 class ShutdownKind(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
     __slots__ = ()
@@ -61,6 +62,7 @@ TRIGGER_SOURCE_CRON: TriggerSource
 TRIGGER_SOURCE_MISFIRE: TriggerSource
 TRIGGER_SOURCE_FAILOVER: TriggerSource
 TRIGGER_SOURCE_MANUAL: TriggerSource
+TRIGGER_SOURCE_RETRY: TriggerSource
 SHUTDOWN_KIND_UNSPECIFIED: ShutdownKind
 SHUTDOWN_KIND_DRAIN: ShutdownKind
 SHUTDOWN_KIND_REMOTE: ShutdownKind
@@ -102,7 +104,7 @@ class SubscribeRequest(_message.Message):
     def __init__(self, job_name: _Optional[str] = ..., config: _Optional[_Union[JobConfig, _Mapping]] = ..., overwrite: bool = ..., pid: _Optional[int] = ..., instance_id: _Optional[str] = ..., labels: _Optional[_Mapping[str, str]] = ..., instance_suffix: _Optional[str] = ..., max_concurrent_executions: _Optional[int] = ...) -> None: ...
 
 class JobConfig(_message.Message):
-    __slots__ = ("job_name", "cron", "time_zone", "sharding_total_count", "sharding_item_parameters", "job_parameter", "failover", "misfire", "monitor_execution", "sharding_strategy", "max_time_diff_seconds", "reconcile_interval_minutes", "description", "disabled", "props", "execution_timeout_seconds", "job_type")
+    __slots__ = ("job_name", "cron", "time_zone", "sharding_total_count", "sharding_item_parameters", "job_parameter", "failover", "misfire", "monitor_execution", "sharding_strategy", "max_time_diff_seconds", "reconcile_interval_minutes", "description", "disabled", "props", "execution_timeout_seconds", "job_type", "retry", "job_error_handler_type")
     class ShardingItemParametersEntry(_message.Message):
         __slots__ = ("key", "value")
         KEY_FIELD_NUMBER: _ClassVar[int]
@@ -134,6 +136,8 @@ class JobConfig(_message.Message):
     PROPS_FIELD_NUMBER: _ClassVar[int]
     EXECUTION_TIMEOUT_SECONDS_FIELD_NUMBER: _ClassVar[int]
     JOB_TYPE_FIELD_NUMBER: _ClassVar[int]
+    RETRY_FIELD_NUMBER: _ClassVar[int]
+    JOB_ERROR_HANDLER_TYPE_FIELD_NUMBER: _ClassVar[int]
     job_name: str
     cron: str
     time_zone: str
@@ -151,7 +155,21 @@ class JobConfig(_message.Message):
     props: _containers.ScalarMap[str, str]
     execution_timeout_seconds: int
     job_type: JobType
-    def __init__(self, job_name: _Optional[str] = ..., cron: _Optional[str] = ..., time_zone: _Optional[str] = ..., sharding_total_count: _Optional[int] = ..., sharding_item_parameters: _Optional[_Mapping[int, str]] = ..., job_parameter: _Optional[str] = ..., failover: bool = ..., misfire: bool = ..., monitor_execution: bool = ..., sharding_strategy: _Optional[_Union[ShardingStrategy, str]] = ..., max_time_diff_seconds: _Optional[int] = ..., reconcile_interval_minutes: _Optional[int] = ..., description: _Optional[str] = ..., disabled: bool = ..., props: _Optional[_Mapping[str, str]] = ..., execution_timeout_seconds: _Optional[int] = ..., job_type: _Optional[_Union[JobType, str]] = ...) -> None: ...
+    retry: RetryPolicy
+    job_error_handler_type: str
+    def __init__(self, job_name: _Optional[str] = ..., cron: _Optional[str] = ..., time_zone: _Optional[str] = ..., sharding_total_count: _Optional[int] = ..., sharding_item_parameters: _Optional[_Mapping[int, str]] = ..., job_parameter: _Optional[str] = ..., failover: bool = ..., misfire: bool = ..., monitor_execution: bool = ..., sharding_strategy: _Optional[_Union[ShardingStrategy, str]] = ..., max_time_diff_seconds: _Optional[int] = ..., reconcile_interval_minutes: _Optional[int] = ..., description: _Optional[str] = ..., disabled: bool = ..., props: _Optional[_Mapping[str, str]] = ..., execution_timeout_seconds: _Optional[int] = ..., job_type: _Optional[_Union[JobType, str]] = ..., retry: _Optional[_Union[RetryPolicy, _Mapping]] = ..., job_error_handler_type: _Optional[str] = ...) -> None: ...
+
+class RetryPolicy(_message.Message):
+    __slots__ = ("max_attempts", "initial_backoff", "max_backoff", "multiplier")
+    MAX_ATTEMPTS_FIELD_NUMBER: _ClassVar[int]
+    INITIAL_BACKOFF_FIELD_NUMBER: _ClassVar[int]
+    MAX_BACKOFF_FIELD_NUMBER: _ClassVar[int]
+    MULTIPLIER_FIELD_NUMBER: _ClassVar[int]
+    max_attempts: int
+    initial_backoff: _duration_pb2.Duration
+    max_backoff: _duration_pb2.Duration
+    multiplier: float
+    def __init__(self, max_attempts: _Optional[int] = ..., initial_backoff: _Optional[_Union[_duration_pb2.Duration, _Mapping]] = ..., max_backoff: _Optional[_Union[_duration_pb2.Duration, _Mapping]] = ..., multiplier: _Optional[float] = ...) -> None: ...
 
 class SubscribeResponse(_message.Message):
     __slots__ = ("registered", "assignment", "trigger", "revoke", "shutdown", "lease")
@@ -206,7 +224,7 @@ class Assignment(_message.Message):
     def __init__(self, items: _Optional[_Iterable[_Union[ShardItem, _Mapping]]] = ..., leader: bool = ..., epoch: _Optional[int] = ...) -> None: ...
 
 class Trigger(_message.Message):
-    __slots__ = ("execution_id", "task_id", "items", "job_parameter", "sharding_total_count", "source", "fire_time", "fencing_tokens", "traceparent", "tracestate")
+    __slots__ = ("execution_id", "task_id", "items", "job_parameter", "sharding_total_count", "source", "fire_time", "fencing_tokens", "traceparent", "tracestate", "attempt")
     class FencingTokensEntry(_message.Message):
         __slots__ = ("key", "value")
         KEY_FIELD_NUMBER: _ClassVar[int]
@@ -224,6 +242,7 @@ class Trigger(_message.Message):
     FENCING_TOKENS_FIELD_NUMBER: _ClassVar[int]
     TRACEPARENT_FIELD_NUMBER: _ClassVar[int]
     TRACESTATE_FIELD_NUMBER: _ClassVar[int]
+    ATTEMPT_FIELD_NUMBER: _ClassVar[int]
     execution_id: str
     task_id: str
     items: _containers.RepeatedCompositeFieldContainer[ShardItem]
@@ -234,7 +253,8 @@ class Trigger(_message.Message):
     fencing_tokens: _containers.ScalarMap[int, int]
     traceparent: str
     tracestate: str
-    def __init__(self, execution_id: _Optional[str] = ..., task_id: _Optional[str] = ..., items: _Optional[_Iterable[_Union[ShardItem, _Mapping]]] = ..., job_parameter: _Optional[str] = ..., sharding_total_count: _Optional[int] = ..., source: _Optional[_Union[TriggerSource, str]] = ..., fire_time: _Optional[_Union[_timestamp_pb2.Timestamp, _Mapping]] = ..., fencing_tokens: _Optional[_Mapping[int, int]] = ..., traceparent: _Optional[str] = ..., tracestate: _Optional[str] = ...) -> None: ...
+    attempt: int
+    def __init__(self, execution_id: _Optional[str] = ..., task_id: _Optional[str] = ..., items: _Optional[_Iterable[_Union[ShardItem, _Mapping]]] = ..., job_parameter: _Optional[str] = ..., sharding_total_count: _Optional[int] = ..., source: _Optional[_Union[TriggerSource, str]] = ..., fire_time: _Optional[_Union[_timestamp_pb2.Timestamp, _Mapping]] = ..., fencing_tokens: _Optional[_Mapping[int, int]] = ..., traceparent: _Optional[str] = ..., tracestate: _Optional[str] = ..., attempt: _Optional[int] = ...) -> None: ...
 
 class Revoke(_message.Message):
     __slots__ = ("items", "reason")
@@ -427,10 +447,12 @@ class RemoveJobResponse(_message.Message):
     def __init__(self, instance_ids: _Optional[_Iterable[str]] = ...) -> None: ...
 
 class TriggerJobRequest(_message.Message):
-    __slots__ = ("job_name",)
+    __slots__ = ("job_name", "job_parameter")
     JOB_NAME_FIELD_NUMBER: _ClassVar[int]
+    JOB_PARAMETER_FIELD_NUMBER: _ClassVar[int]
     job_name: str
-    def __init__(self, job_name: _Optional[str] = ...) -> None: ...
+    job_parameter: str
+    def __init__(self, job_name: _Optional[str] = ..., job_parameter: _Optional[str] = ...) -> None: ...
 
 class TriggerJobResponse(_message.Message):
     __slots__ = ("instance_ids",)
@@ -553,7 +575,7 @@ class ItemResult(_message.Message):
     def __init__(self, item: _Optional[int] = ..., outcome: _Optional[_Union[ExecutionOutcome, str]] = ..., error: _Optional[str] = ...) -> None: ...
 
 class ExecutionInfo(_message.Message):
-    __slots__ = ("job_name", "execution_id", "instance_id", "source", "items", "started_at", "duration", "outcome", "error", "item_results", "task_id", "fire_time", "fencing_tokens", "events")
+    __slots__ = ("job_name", "execution_id", "instance_id", "source", "items", "started_at", "duration", "outcome", "error", "item_results", "task_id", "fire_time", "fencing_tokens", "events", "attempt")
     class FencingTokensEntry(_message.Message):
         __slots__ = ("key", "value")
         KEY_FIELD_NUMBER: _ClassVar[int]
@@ -575,6 +597,7 @@ class ExecutionInfo(_message.Message):
     FIRE_TIME_FIELD_NUMBER: _ClassVar[int]
     FENCING_TOKENS_FIELD_NUMBER: _ClassVar[int]
     EVENTS_FIELD_NUMBER: _ClassVar[int]
+    ATTEMPT_FIELD_NUMBER: _ClassVar[int]
     job_name: str
     execution_id: str
     instance_id: str
@@ -589,7 +612,8 @@ class ExecutionInfo(_message.Message):
     fire_time: _timestamp_pb2.Timestamp
     fencing_tokens: _containers.ScalarMap[int, int]
     events: _containers.RepeatedCompositeFieldContainer[ExecutionEvent]
-    def __init__(self, job_name: _Optional[str] = ..., execution_id: _Optional[str] = ..., instance_id: _Optional[str] = ..., source: _Optional[_Union[TriggerSource, str]] = ..., items: _Optional[_Iterable[int]] = ..., started_at: _Optional[_Union[_timestamp_pb2.Timestamp, _Mapping]] = ..., duration: _Optional[_Union[_duration_pb2.Duration, _Mapping]] = ..., outcome: _Optional[_Union[ExecutionOutcome, str]] = ..., error: _Optional[str] = ..., item_results: _Optional[_Iterable[_Union[ItemResult, _Mapping]]] = ..., task_id: _Optional[str] = ..., fire_time: _Optional[_Union[_timestamp_pb2.Timestamp, _Mapping]] = ..., fencing_tokens: _Optional[_Mapping[int, int]] = ..., events: _Optional[_Iterable[_Union[ExecutionEvent, _Mapping]]] = ...) -> None: ...
+    attempt: int
+    def __init__(self, job_name: _Optional[str] = ..., execution_id: _Optional[str] = ..., instance_id: _Optional[str] = ..., source: _Optional[_Union[TriggerSource, str]] = ..., items: _Optional[_Iterable[int]] = ..., started_at: _Optional[_Union[_timestamp_pb2.Timestamp, _Mapping]] = ..., duration: _Optional[_Union[_duration_pb2.Duration, _Mapping]] = ..., outcome: _Optional[_Union[ExecutionOutcome, str]] = ..., error: _Optional[str] = ..., item_results: _Optional[_Iterable[_Union[ItemResult, _Mapping]]] = ..., task_id: _Optional[str] = ..., fire_time: _Optional[_Union[_timestamp_pb2.Timestamp, _Mapping]] = ..., fencing_tokens: _Optional[_Mapping[int, int]] = ..., events: _Optional[_Iterable[_Union[ExecutionEvent, _Mapping]]] = ..., attempt: _Optional[int] = ...) -> None: ...
 
 class ExecutionEvent(_message.Message):
     __slots__ = ("name", "at", "attributes")
