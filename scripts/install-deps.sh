@@ -4,7 +4,7 @@
 # `postgresql`: the tests start their own servers from its binaries), procps, Chromium and its
 # chromedriver (the web console's browser tests, tests/console.rs), buf (into .tools/,
 # from npm), cargo-deb (for scripts/package.sh), and — when the client directories exist — the
-# Python venv (.venv) and the Java build tools.
+# Python venv (.venv, with aiosmtpd for the error handlers' tests) and the Java build tools.
 #
 # Idempotent: `apt-get update` runs only when a package is missing, the venv is refreshed only
 # when clients/python/pyproject.toml changed. Runs as root, or through sudo when available.
@@ -110,6 +110,7 @@ install_python_deps() {
     local stamp="$venv/.shardcar-deps"
     if [ -x "$venv/bin/python" ] && [ -f "$stamp" ] &&
         [ "$stamp" -nt "$project/pyproject.toml" ]; then
+        install_smtp_sink
         return 0
     fi
     if [ ! -x "$venv/bin/python" ]; then
@@ -119,6 +120,18 @@ install_python_deps() {
     log "pip install -e clients/python[test]"
     "$venv/bin/python" -m pip install -q --disable-pip-version-check -e "${project}[test]"
     touch "$stamp"
+    install_smtp_sink
+}
+
+# aiosmtpd, pinned, into the same venv: the SMTP server that the EMAIL error handler's tests
+# (tests/ops/alerts.rs) start and send mail to. Skipped when that version is there.
+AIOSMTPD_VERSION=1.4.6
+install_smtp_sink() {
+    local python="$ROOT/.venv/bin/python"
+    "$python" -c "import importlib.metadata as m, sys
+sys.exit(m.version('aiosmtpd') != '$AIOSMTPD_VERSION')" 2>/dev/null && return 0
+    log "pip install aiosmtpd==$AIOSMTPD_VERSION (into .venv)"
+    "$python" -m pip install -q --disable-pip-version-check "aiosmtpd==$AIOSMTPD_VERSION"
 }
 
 # buf (proto lint and breaking-change check) from npm's @bufbuild/buf, which ships the binary,

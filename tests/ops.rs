@@ -4,8 +4,9 @@
 //! that are refused (an Admin API or console open to others without the admin token among
 //! them; the console itself is tested in a browser by `tests/console.rs`), the execution spans
 //! exported by OTLP (`ops/telemetry.rs`), ElasticJob's tracing tables on a real PostgreSQL
-//! (`ops/tracing_db.rs`), and SCRIPT and HTTP jobs run by the sidecars themselves
-//! (`ops/typed_jobs.rs`).
+//! (`ops/tracing_db.rs`), SCRIPT and HTTP jobs run by the sidecars themselves
+//! (`ops/typed_jobs.rs`), and the jobs' error handlers against real HTTP and SMTP receivers
+//! (`ops/alerts.rs`).
 #![allow(
     clippy::disallowed_methods,
     reason = "tests, benchmarks and examples run against real time and real processes"
@@ -33,6 +34,8 @@ const WAIT: Duration = Duration::from_secs(30);
 /// A cron that never fires during a test (1 January 2099).
 const NEVER: &str = "0 0 0 1 1 ? 2099";
 
+#[path = "ops/alerts.rs"]
+mod alerts;
 #[path = "ops/telemetry.rs"]
 mod telemetry;
 #[path = "ops/tracing_db.rs"]

@@ -3,8 +3,8 @@
 //!
 //! Naming follows Prometheus' conventions: the `shardcar_` prefix, base units (seconds), `_total`
 //! for counters. The only labels are `job_name` (bounded by the jobs configured; not `job`, which
-//! is Prometheus' own target label), `source`, `outcome` and `state` (small fixed sets); never an
-//! instance id, execution id or item.
+//! is Prometheus' own target label), `source`, `outcome`, `state` and `handler` (small fixed
+//! sets); never an instance id, execution id or item.
 
 use std::collections::BTreeMap;
 use std::sync::Mutex;
@@ -83,6 +83,13 @@ struct StateLabels {
     state: &'static str,
 }
 
+/// An error handler that sends (`EMAIL`, `WECHAT`, `DINGTALK`, `WEBHOOK`), as
+/// `jobErrorHandlerType` spells it.
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct HandlerLabels {
+    handler: &'static str,
+}
+
 type HistogramFamily = Family<JobLabels, Histogram, fn() -> Histogram>;
 
 fn job(name: &str) -> JobLabels {
@@ -115,6 +122,10 @@ pub struct Metrics {
     reconnects: Counter,
     expirations: Counter,
     tracing_rows: Family<RowOutcomeLabels, Counter>,
+    // Alerts sent by the jobs' error handlers (crate::ops::alerts).
+    alerts_sent: Family<HandlerLabels, Counter>,
+    alerts_failed: Family<HandlerLabels, Counter>,
+    alerts_dropped: Counter,
 }
 
 impl std::fmt::Debug for Metrics {
@@ -162,6 +173,9 @@ impl Metrics {
             reconnects: Counter::default(),
             expirations: Counter::default(),
             tracing_rows: Family::default(),
+            alerts_sent: Family::default(),
+            alerts_failed: Family::default(),
+            alerts_dropped: Counter::default(),
             registry: MetricRegistry::default(),
         };
         // Counters are registered without `_total`; the encoder adds it.
@@ -260,6 +274,21 @@ impl Metrics {
             "Rows for ElasticJob's tracing tables, by outcome (written, dropped, rejected)",
             m.tracing_rows.clone(),
         );
+        r.register(
+            "shardcar_alerts_sent",
+            "Failures sent by the jobs' error handlers, by handler (EMAIL, WECHAT, DINGTALK, WEBHOOK)",
+            m.alerts_sent.clone(),
+        );
+        r.register(
+            "shardcar_alerts_failed",
+            "Failures the jobs' error handlers could not send (refused, or no answer in time), by handler",
+            m.alerts_failed.clone(),
+        );
+        r.register(
+            "shardcar_alerts_dropped",
+            "Failures not sent because the queue of alerts was full or the sidecar stopped",
+            m.alerts_dropped.clone(),
+        );
         for state in SESSION_STATES {
             m.session_state.get_or_create(&StateLabels { state }).set(0);
         }
@@ -355,6 +384,25 @@ impl Metrics {
             .inc_by(n);
     }
 
+    /// `n` alerts were sent by `handler`.
+    pub fn alert_sent(&self, handler: &'static str, n: u64) {
+        self.alerts_sent
+            .get_or_create(&HandlerLabels { handler })
+            .inc_by(n);
+    }
+
+    /// `n` alerts of `handler` could not be sent.
+    pub fn alert_failed(&self, handler: &'static str, n: u64) {
+        self.alerts_failed
+            .get_or_create(&HandlerLabels { handler })
+            .inc_by(n);
+    }
+
+    /// `n` alerts were dropped before being sent.
+    pub fn alerts_dropped(&self, n: u64) {
+        self.alerts_dropped.inc_by(n);
+    }
+
     /// Records a session state change: a return to `Connected` within the same session counts
     /// as a reconnect, a new generation as an expiry.
     pub fn session(&self, previous: Option<&SessionState>, now: &SessionState) {
@@ -437,6 +485,9 @@ mod tests {
         m.worker("orders", false);
         m.leadership("orders", true);
         m.leadership("other", false);
+        m.alert_sent("DINGTALK", 2);
+        m.alert_failed("EMAIL", 1);
+        m.alerts_dropped(3);
         let t = m.render();
         for want in [
             "shardcar_build_info{version=\"",
@@ -456,6 +507,9 @@ mod tests {
             "shardcar_execution_duration_seconds_count{job_name=\"orders\"} 2\n",
             "# TYPE shardcar_execution_duration_seconds histogram\n",
             "# TYPE shardcar_triggers counter\n",
+            "shardcar_alerts_sent_total{handler=\"DINGTALK\"} 2\n",
+            "shardcar_alerts_failed_total{handler=\"EMAIL\"} 1\n",
+            "shardcar_alerts_dropped_total 3\n",
         ] {
             assert!(t.contains(want), "{want:?} missing from\n{t}");
         }

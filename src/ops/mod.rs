@@ -1,9 +1,11 @@
 //! Operating a sidecar: the execution [`history`], Prometheus [`metrics`], OpenTelemetry
 //! execution spans ([`telemetry`]), ElasticJob's tracing tables on PostgreSQL ([`tracing_db`]),
 //! the [`OpsObserver`] that feeds them from the coordinator, the namespace operations behind the
-//! Admin API and the console ([`jobs`]) and following a job as it changes ([`watch`]). Who may
+//! Admin API and the console ([`jobs`]), following a job as it changes ([`watch`]) and the jobs'
+//! error handlers, ElasticJob's and a webhook, that report failed items ([`alerts`]). Who may
 //! do all that is [`crate::access`] (the admin token), below both this and the settings.
 
+pub mod alerts;
 pub mod history;
 pub mod jobs;
 pub mod metrics;
