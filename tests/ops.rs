@@ -361,12 +361,27 @@ async fn ctl_and_metrics_against_a_standalone_sidecar() {
         "bad.yaml",
         "job_name: reports\ncron: every minute\nsharding_total_count: 2\n",
     );
+    // A job file is checked before anything is sent: a usage error naming the field.
     let refused = shardcar(&["ctl", "--target", &target, "job", "put", &bad_cron], &[]).await;
-    assert_eq!(refused.code, 1);
+    assert_eq!(refused.code, 64);
+    assert!(
+        refused.stderr.starts_with(&format!(
+            "shardcar ctl: job file {bad_cron}: invalid config.cron: "
+        )),
+        "{}",
+        refused.stderr
+    );
+    let bad_retry = write_file(
+        &dir,
+        "bad-retry.yaml",
+        "job_name: reports\ncron: 0 0 0 1 1 ? 2099\nsharding_total_count: 2\nretry:\n  max_attempts: 3\n  initial_backoff: 1ms\n",
+    );
+    let refused = shardcar(&["ctl", "--target", &target, "job", "put", &bad_retry], &[]).await;
+    assert_eq!(refused.code, 64);
     assert!(
         refused
             .stderr
-            .starts_with("shardcar ctl: invalid request: invalid config.cron: "),
+            .contains("invalid config.retry.initial_backoff: "),
         "{}",
         refused.stderr
     );

@@ -132,7 +132,7 @@ pub fn from_proto(
         .map(|(k, v)| (k.clone(), v.clone()))
         .collect();
     config.overwrite = overwrite;
-    config.job_error_handler_type = error_handler_from_proto(&c.job_error_handler_type)?;
+    config.job_error_handler_type = error_handler_from_proto(&c.job_error_handler_type, &props)?;
     let extras = JobExtras {
         execution_timeout_seconds: c.execution_timeout_seconds,
         retry: c
@@ -145,27 +145,25 @@ pub fn from_proto(
     Ok((config, extras))
 }
 
-/// The error handler types a job may name: ElasticJob's, and shardcar's WEBHOOK.
-pub const ERROR_HANDLER_TYPES: [&str; 7] = [
-    "LOG", "IGNORE", "THROW", "EMAIL", "WECHAT", "DINGTALK", "WEBHOOK",
-];
+/// `jobErrorHandlerType` as ElasticJob writes it (empty: unset, LOG), checked with the props
+/// its handler reads (`ops::alerts::ErrorHandler::parse`).
+fn error_handler_from_proto(
+    kind: &str,
+    props: &BTreeMap<String, String>,
+) -> Result<Option<String>, CoordError> {
+    let kind = Some(kind.trim()).filter(|k| !k.is_empty());
+    check_error_handler(kind, props)?;
+    Ok(kind.map(str::to_string))
+}
 
-/// `jobErrorHandlerType` as ElasticJob writes it (empty: unset, LOG).
-fn error_handler_from_proto(kind: &str) -> Result<Option<String>, CoordError> {
-    let kind = kind.trim();
-    if kind.is_empty() {
-        return Ok(None);
-    }
-    if !ERROR_HANDLER_TYPES.contains(&kind) {
-        return Err(invalid(
-            "config.job_error_handler_type",
-            format!(
-                "{kind:?} is not an error handler ({})",
-                ERROR_HANDLER_TYPES.join(", ")
-            ),
-        ));
-    }
-    Ok(Some(kind.to_string()))
+/// Whether `kind` and `props` make an error handler; the error names the config's field.
+fn check_error_handler(
+    kind: Option<&str>,
+    props: &BTreeMap<String, String>,
+) -> Result<(), CoordError> {
+    crate::ops::alerts::ErrorHandler::parse(kind, props)
+        .map(|_| ())
+        .map_err(|e| invalid(&e.config_field(), e.message))
 }
 
 /// A wire retry policy, validated (`None`: no retries, as `max_attempts` 0 or 1 says).
@@ -396,6 +394,32 @@ mod tests {
             (
                 |c| c.max_time_diff_seconds = Some(-2),
                 "config.max_time_diff_seconds",
+            ),
+            (
+                |c| c.job_error_handler_type = "PAGER".into(),
+                "config.job_error_handler_type",
+            ),
+            (
+                |c| {
+                    c.job_error_handler_type = "WEBHOOK".into();
+                    c.props.insert("webhook.url".into(), "ftp://alerts".into());
+                },
+                "config.props[\"webhook.url\"]",
+            ),
+            (
+                |c| {
+                    c.job_error_handler_type = "EMAIL".into();
+                    for (k, v) in [
+                        ("email.port", "465"),
+                        ("email.username", "u"),
+                        ("email.password", "p"),
+                        ("email.from", "a@example.com"),
+                        ("email.to", "b@example.com"),
+                    ] {
+                        c.props.insert(k.into(), v.into());
+                    }
+                },
+                "config.props[\"email.host\"]",
             ),
         ];
         for (mutate, field) in cases {

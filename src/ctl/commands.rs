@@ -213,7 +213,12 @@ fn read_job_file(file: &str) -> Result<proto::JobConfig, CtlError> {
             .map_err(|e| CtlError::Usage(format!("cannot read job file {file}: {e}")))?
     };
     let shown = if file == "-" { "stdin" } else { file };
-    crate::api::jobfile::parse(shown, &text).map_err(|e| CtlError::Usage(e.to_string()))
+    let config =
+        crate::api::jobfile::parse(shown, &text).map_err(|e| CtlError::Usage(e.to_string()))?;
+    // Checked here as the sidecar checks it, so a mistake is a usage error that names it.
+    crate::api::convert::from_proto(&config.job_name, &config, false)
+        .map_err(|e| CtlError::Usage(format!("job file {shown}: {e}")))?;
+    Ok(config)
 }
 
 async fn toggle_run(

@@ -13,15 +13,19 @@ pub mod telemetry;
 pub mod tracing_db;
 pub mod watch;
 
-use std::sync::Arc;
+use std::collections::{BTreeMap, HashMap};
+use std::sync::{Arc, Mutex};
 use std::time::Duration;
+
+use tracing::warn;
 
 use crate::coordination::Source;
 use crate::coordination::{ExecutionRecord, ItemFailure, ItemOutcome, Observer};
 use history::History;
 use metrics::Metrics;
 
-/// Records what the coordinator reports into the history and the metrics.
+/// Records what the coordinator reports into the history and the metrics, and reports failed
+/// items through their job's error handler.
 pub struct OpsObserver {
     pub history: Arc<History>,
     pub metrics: Arc<Metrics>,
@@ -29,6 +33,51 @@ pub struct OpsObserver {
     pub telemetry: Option<telemetry::Telemetry>,
     /// Rows for ElasticJob's tracing tables, when a database is configured.
     pub tracing_db: Option<Arc<tracing_db::TracingDb>>,
+    /// Sends the failures the jobs' error handlers report.
+    pub alerts: alerts::Alerts,
+    /// Each job's error handler, as last read from its config.
+    pub handlers: Handlers,
+}
+
+/// The error handler of each job, read again only when its type or props change.
+#[derive(Default)]
+pub struct Handlers {
+    by_job: Mutex<HashMap<String, Handler>>,
+}
+
+struct Handler {
+    kind: Option<String>,
+    props: BTreeMap<String, String>,
+    handler: Arc<alerts::ErrorHandler>,
+}
+
+impl Handlers {
+    /// The handler of `failure`'s job. A config that does not make one (written by a process
+    /// that did not check it) is reported once, and its failures are logged as LOG logs them.
+    fn of(&self, failure: &ItemFailure) -> Arc<alerts::ErrorHandler> {
+        let mut by_job = self.by_job.lock().unwrap_or_else(|e| e.into_inner());
+        if let Some(h) = by_job.get(&failure.job) {
+            if h.kind == failure.error_handler && h.props == failure.props {
+                return h.handler.clone();
+            }
+        }
+        let handler = alerts::ErrorHandler::parse(failure.error_handler.as_deref(), &failure.props)
+            .unwrap_or_else(|e| {
+                warn!(job = %failure.job, error = %e,
+                      "the job's error handler cannot be set up: its failures are logged instead (fix the job's config)");
+                alerts::ErrorHandler::Log
+            });
+        let handler = Arc::new(handler);
+        by_job.insert(
+            failure.job.clone(),
+            Handler {
+                kind: failure.error_handler.clone(),
+                props: failure.props.clone(),
+                handler: handler.clone(),
+            },
+        );
+        handler
+    }
 }
 
 impl Observer for OpsObserver {
@@ -60,10 +109,27 @@ impl Observer for OpsObserver {
         self.metrics.misfired(job, items.len());
     }
 
+    /// A failure is reported through the job's error handler once it stands: at once without
+    /// a retry policy, else once its attempts have run out (not for each attempt that will be
+    /// retried). The sidecar that recorded the failure reports it, once.
     fn item_failed(&self, failure: &ItemFailure) {
         if failure.retrying {
             self.metrics.retry(&failure.job, failure.retry.is_some());
         }
+        if failure.retry.is_some() {
+            return;
+        }
+        let report = alerts::Failure {
+            job: failure.job.clone(),
+            item: failure.item,
+            execution_id: failure.execution_id.clone(),
+            task_id: failure.task_id.clone(),
+            instance_id: failure.instance_id.clone(),
+            attempt: failure.attempt,
+            error: failure.error.clone(),
+            time: failure.at,
+        };
+        self.alerts.report(self.handlers.of(failure), report);
     }
 
     fn failover_taken(&self, job: &str, _item: i32) {

@@ -200,6 +200,8 @@ pub async fn run(
             metrics: metrics.clone(),
             telemetry,
             tracing_db: tracing_db.clone(),
+            alerts: crate::ops::alerts::Alerts::spawn(metrics.clone(), &tracker, cancel.clone()),
+            handlers: Default::default(),
         }),
         tracker.clone(),
     );

@@ -722,3 +722,172 @@ async fn email_reaches_a_real_smtp_server_over_tls_and_starttls() {
     run.tracker.wait().await;
     sink.stop(Duration::from_secs(5)).await;
 }
+
+/// Writes `yaml` as job `job`'s `config` straight into ZooKeeper, as an ElasticJob process
+/// writes it (its parents created first).
+async fn write_elasticjob_config(zk: &ZooKeeper, ns: &str, job: &str, yaml: &str) {
+    let client = zookeeper_client::Client::connect(&zk.connect_string())
+        .await
+        .expect("a ZooKeeper session");
+    let persistent =
+        zookeeper_client::CreateMode::Persistent.with_acls(zookeeper_client::Acls::anyone_all());
+    for path in [format!("/{ns}"), format!("/{ns}/{job}")] {
+        match client.create(&path, b"", &persistent).await {
+            Ok(_) | Err(zookeeper_client::Error::NodeExists) => {}
+            Err(e) => panic!("cannot create {path}: {e}"),
+        }
+    }
+    client
+        .create(&format!("/{ns}/{job}/config"), yaml.as_bytes(), &persistent)
+        .await
+        .expect("the config written");
+}
+
+/// Triggers `job` once through `car`'s Admin API.
+async fn trigger_once(car: &Sidecar, job: &str) {
+    let mut admin = AdminServiceClient::connect(car.endpoint())
+        .await
+        .expect("the admin API");
+    admin
+        .trigger_job(shardcar::proto::TriggerJobRequest {
+            job_name: job.into(),
+            job_parameter: None,
+        })
+        .await
+        .expect("triggered");
+}
+
+/// The requests taken at `path`.
+fn taken(requests: &Requests, path: &str) -> Vec<Request> {
+    requests
+        .lock()
+        .unwrap()
+        .iter()
+        .filter(|r| r.path == path)
+        .cloned()
+        .collect()
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_dingtalk_handler_elasticjob_wrote_sends_one_message_when_an_item_fails() {
+    let (addr, requests) = http_receiver().await;
+    let zk = ZooKeeper::start().await;
+    let ns = "alerts-dingtalk";
+    // ElasticJob 3.0.4's own YAML, as a Java process writes it.
+    let yaml = format!(
+        "cron: {NEVER}\njobName: ledger\nshardingTotalCount: 2\nmonitorExecution: true\n\
+         failover: false\nmisfire: true\nmaxTimeDiffSeconds: -1\nreconcileIntervalMinutes: 10\n\
+         jobErrorHandlerType: DINGTALK\nprops:\n  dingtalk.webhook: http://{addr}/robot/send?access_token=signed\n\
+         \x20 dingtalk.keyword: '{KEYWORD}'\n  dingtalk.secret: {SECRET}\n\
+         disabled: false\noverwrite: false\n"
+    );
+    write_elasticjob_config(&zk, ns, "ledger", &yaml).await;
+    let car = Sidecar::start(SidecarOptions {
+        namespace: ns.into(),
+        ..SidecarOptions::zk(zk.connect_string(), "127.0.0.2")
+    })
+    .await;
+    let w = TestWorker::subscribe(
+        &car.endpoint(),
+        SubscribeRequest {
+            config: None,
+            ..subscribe_request(job_config("ledger", NEVER, 2))
+        },
+    )
+    .await
+    .unwrap();
+    w.wait_items(|i| i.len() == 2, WAIT).await.unwrap();
+    trigger_once(&car, "ledger").await;
+    let t = w.next_trigger(WAIT).await.unwrap();
+    w.report_failure(&t.execution_id, 1, "ledger out of balance")
+        .await
+        .unwrap();
+    w.complete(&t.execution_id, &[0]).await.unwrap();
+    let sent = eventually(WAIT, || async {
+        Some(taken(&requests, "/robot/send")).filter(|r| !r.is_empty())
+    })
+    .await
+    .unwrap_or_else(|| panic!("no DingTalk message\n{}", car.log_tail(40)));
+    assert_eq!(sent.len(), 1);
+    assert!(
+        dingtalk_check(&sent[0]).is_ok(),
+        "signed and with the keyword"
+    );
+    let content = sent[0].json()["text"]["content"]
+        .as_str()
+        .unwrap()
+        .to_string();
+    assert!(
+        content.starts_with(&format!(
+            "{KEYWORD}Job 'ledger' exception occur in job processing, caused by ledger out of balance"
+        )),
+        "{content}"
+    );
+    assert!(content.contains("item 1,"), "{content}");
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    assert_eq!(
+        taken(&requests, "/robot/send").len(),
+        1,
+        "one failure, one message"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_retried_failure_alerts_once_its_attempts_have_run_out() {
+    let (addr, requests) = http_receiver().await;
+    let car = Sidecar::start(SidecarOptions::standalone()).await;
+    let mut config = job_config("retried", NEVER, 1);
+    config.job_error_handler_type = "WEBHOOK".into();
+    config.props = [
+        ("webhook.url".to_string(), format!("http://{addr}/hook")),
+        ("webhook.token".to_string(), TOKEN.to_string()),
+    ]
+    .into_iter()
+    .collect();
+    config.retry = Some(shardcar::proto::RetryPolicy {
+        max_attempts: 3,
+        initial_backoff: Some(prost_types::Duration {
+            seconds: 0,
+            nanos: 100_000_000,
+        }),
+        max_backoff: None,
+        multiplier: 1.0,
+    });
+    let w = TestWorker::subscribe(&car.endpoint(), subscribe_request(config))
+        .await
+        .unwrap();
+    w.wait_items(|i| i.len() == 1, WAIT).await.unwrap();
+    trigger_once(&car, "retried").await;
+    // Three runs in all, each failed: the first and two retries.
+    for attempt in 0..3 {
+        let t = w.next_trigger(WAIT).await.unwrap();
+        assert_eq!(t.attempt, attempt);
+        if attempt == 0 {
+            assert!(
+                taken(&requests, "/hook").is_empty(),
+                "nothing is sent before the first failure"
+            );
+        }
+        w.report_failure(&t.execution_id, 0, &format!("failed run {attempt}"))
+            .await
+            .unwrap();
+        if attempt < 2 {
+            tokio::time::sleep(Duration::from_millis(50)).await;
+            assert!(
+                taken(&requests, "/hook").is_empty(),
+                "a failure that will be retried is not reported"
+            );
+        }
+    }
+    let sent = eventually(WAIT, || async {
+        Some(taken(&requests, "/hook")).filter(|r| !r.is_empty())
+    })
+    .await
+    .unwrap_or_else(|| panic!("no webhook call\n{}", car.log_tail(40)));
+    let body = sent[0].json();
+    assert_eq!(body["jobName"], "retried");
+    assert_eq!(body["attempt"], 2);
+    assert_eq!(body["error"], "failed run 2");
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    assert_eq!(taken(&requests, "/hook").len(), 1);
+}

@@ -36,6 +36,17 @@ pub struct HandlerError {
     pub message: String,
 }
 
+impl HandlerError {
+    /// The field as the wire `JobConfig` names it: `config.job_error_handler_type`, or
+    /// `config.props["KEY"]`.
+    pub fn config_field(&self) -> String {
+        match self.field.strip_prefix("props") {
+            Some(key) => format!("config.props{key}"),
+            None => "config.job_error_handler_type".to_string(),
+        }
+    }
+}
+
 /// How one job's failures are reported: parsed once from its config with
 /// [`ErrorHandler::parse`], then handed with each failure to
 /// [`Alerts::report`](super::Alerts::report).

@@ -57,6 +57,12 @@ pub async fn put_job(
             // clients that predate the field leave it out).
             if config.job_error_handler_type.is_none() {
                 config.job_error_handler_type = old.job_error_handler_type;
+                // The props must still make that handler.
+                crate::ops::alerts::ErrorHandler::parse(
+                    config.job_error_handler_type.as_deref(),
+                    &config.props,
+                )
+                .map_err(|e| invalid(&e.config_field(), e.message))?;
             }
             config.job_listener_types = old.job_listener_types;
             config.job_extra_configurations = old.job_extra_configurations;
