@@ -429,11 +429,15 @@ impl Runs {
         ip: &str,
     ) -> Vec<Instant> {
         let wall = env.wall.timestamp_millis();
+        let executing = self.executing();
         instances
             .iter()
             .filter(|(_, l)| l.live())
             .flat_map(|(id, _)| view.items_of(id, ip))
-            .filter_map(|i| view.items.get(&i).and_then(|it| it.retry))
+            // A retry that runs keeps its node until it ends: nothing is due for it meanwhile.
+            .filter(|i| !executing.contains(i))
+            .filter_map(|i| view.items.get(&i).filter(|it| it.running.is_none()))
+            .filter_map(|it| it.retry)
             .map(|r| {
                 env.now
                     + std::time::Duration::from_millis(r.due_ms.saturating_sub(wall).max(0) as u64)

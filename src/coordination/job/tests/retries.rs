@@ -73,6 +73,14 @@ fn a_failed_item_runs_again_as_retry_with_growing_backoffs_until_it_completes() 
         r1.fencing_tokens[&1] > t.fencing_tokens[&1],
         "a new fencing token"
     );
+    // While it runs, its pending retry (kept until the run ends) wakes nothing.
+    let now = s.env.now;
+    let wake = s.state.next_wakeup(&s.env.clone());
+    assert!(
+        wake.is_none_or(|w| w > now + std::time::Duration::from_millis(150)),
+        "no polling while the retry runs: {:?}",
+        wake.map(|w| w - now)
+    );
     // The retry fails too: the next one waits twice as long.
     s.at(1400);
     let failed = s.fail(&r1.execution_id, &[1]);
