@@ -70,7 +70,7 @@ struct Slot {
     /// that run.
     claimed_fire: Option<DateTime<Utc>>,
     /// A revoke waits for its worker's acknowledgement: no renewals, no new work, until every
-    /// execution of the instance is over.
+    /// execution of the instance that was revoked is over.
     withheld: bool,
 }
 
@@ -341,12 +341,21 @@ impl Runs {
         let Some(exec) = self.executions.remove(execution_id) else {
             return;
         };
+        // Renewals resume once no revoke of the instance waits for its acknowledgement: the
+        // executions it runs on (a resident job's other holds) were never taken back.
+        let executions = &self.executions;
         if let Some(slot) = self.slots.get_mut(&exec.instance_id) {
             slot.executions.retain(|e| e != execution_id);
             if slot.held.as_deref() == Some(execution_id) {
                 slot.held = None;
             }
-            if slot.executions.is_empty() {
+            let waiting = slot.executions.iter().any(|e| {
+                executions
+                    .get(e)
+                    .and_then(|e| e.void.as_ref())
+                    .is_some_and(|v| v.waiting_ack)
+            });
+            if !waiting {
                 slot.withheld = false;
             }
         }
