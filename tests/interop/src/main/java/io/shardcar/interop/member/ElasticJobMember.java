@@ -145,6 +145,14 @@ public final class ElasticJobMember {
     if (s.has("disabled")) {
       b.disabled(s.flag("disabled"));
     }
+    if (s.has("jobErrorHandlerType")) {
+      b.jobErrorHandlerType(s.get("jobErrorHandlerType"));
+    }
+    for (String key : s.keys()) {
+      if (key.startsWith("prop.")) {
+        b.setProperty(key.substring("prop.".length()), s.get(key));
+      }
+    }
     return b.build();
   }
 

@@ -315,6 +315,20 @@ public final class Cluster implements AutoCloseable {
   }
 
   /**
+   * Nothing of {@code job} runs or is about to: every run recorded has ended, no item has a
+   * {@code sharding/{i}/running} node and no {@code trigger/{instance}} node is left. An ElasticJob
+   * member clears its running flag before it removes its running nodes, and drops a trigger that
+   * finds the flag set; a sidecar removes them when the worker's answer is written. So a trigger
+   * sent once this holds is run by every member, not dropped or turned into a misfire.
+   */
+  public boolean idle(String job) {
+    if (!runs(job).stream().allMatch(Run::finished) || !zk.children("/" + job + "/trigger").isEmpty()) {
+      return false;
+    }
+    return zk.children("/" + job + "/sharding").stream().noneMatch(i -> zk.exists("/" + job + "/sharding/" + i + "/running"));
+  }
+
+  /**
    * No two runs of one item of {@code job} overlap in time, whoever ran them, but for an overlap
    * with a run ElasticJob's leader made on a stale cache ({@link #staleLeaderRun}), which is shown
    * and set aside.
