@@ -228,11 +228,11 @@ class TracingRdbTest {
       // Failed: item 1 throws.
       Map<Side, Rows> failed = new LinkedHashMap<>();
       for (Side s : List.of(ej, sc)) {
-        TracingProcs.fail(s.cluster, a.get(s), 1);
+        s.cluster.fail(a.get(s), 1);
         Set<String> before = allIds();
         s.trigger();
         failed.put(s, awaitRows(s, "an execution whose item 1 fails", before, 2, 2, 3));
-        TracingProcs.fail(s.cluster, a.get(s));
+        s.cluster.fail(a.get(s));
       }
       compare("failed", failed, s -> Map.of(a.get(s).instanceId(JOB), "A"));
       failed.forEach((s, r) -> seen.get(s).addAll(r.ids()));

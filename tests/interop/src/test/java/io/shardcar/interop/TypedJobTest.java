@@ -5,7 +5,6 @@ import static org.junit.jupiter.api.Assertions.assertFalse;
 import static org.junit.jupiter.api.Assertions.assertTrue;
 
 import com.google.gson.JsonArray;
-import com.google.gson.JsonElement;
 import com.google.gson.JsonObject;
 import com.google.gson.JsonParser;
 import io.shardcar.interop.harness.Cluster;
@@ -25,7 +24,6 @@ import java.time.Duration;
 import java.util.ArrayList;
 import java.util.Arrays;
 import java.util.HashMap;
-import java.util.LinkedHashMap;
 import java.util.List;
 import java.util.Map;
 import java.util.Set;
@@ -490,18 +488,6 @@ class TypedJobTest {
     return System.currentTimeMillis();
   }
 
-  /** The sidecar's executions of {@code job} ({@code shardcar ctl executions --json}), by execution id. */
-  static Map<String, JsonObject> executionsById(Sidecar s, String job) {
-    String out = s.ctlOk("executions", job, "--limit", "200", "--json");
-    JsonElement root = JsonParser.parseString(out);
-    JsonArray list = root.getAsJsonObject().has("executions") ? root.getAsJsonObject().getAsJsonArray("executions") : new JsonArray();
-    Map<String, JsonObject> m = new LinkedHashMap<>();
-    for (JsonElement e : list) {
-      m.put(e.getAsJsonObject().get("executionId").getAsString(), e.getAsJsonObject());
-    }
-    return m;
-  }
-
   /**
    * The sidecar's record of execution {@code id}, once it is in its history (an execution is
    * recorded when it finished: its answers reach the sidecar after the script's end).
@@ -509,7 +495,7 @@ class TypedJobTest {
   static JsonObject awaitExecution(Cluster c, Sidecar s, String job, String id) {
     JsonObject[] found = new JsonObject[1];
     c.await(job, "execution " + id + " in the sidecar's history (ctl executions)", T, () -> {
-      found[0] = executionsById(s, job).get(id);
+      found[0] = s.executions(job).get(id);
       return found[0] != null;
     });
     assertEquals("EXECUTION_OUTCOME_COMPLETED", string(found[0], "outcome"), "the execution completed: " + found[0]);

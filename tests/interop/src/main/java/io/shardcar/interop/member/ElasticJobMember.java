@@ -23,7 +23,9 @@ import org.apache.shardingsphere.elasticjob.simple.job.SimpleJob;
  * runs: each item's start and end, its {@link ShardingContext}, and what ElasticJob had written
  * about the item in ZooKeeper at its start ({@code sharding/{i}/instance},
  * {@code sharding/{i}/failovering}, the latter being ElasticJob's mark of a failover run, and
- * {@code leader/election/instance}, who led then).
+ * {@code leader/election/instance}, who led then). The runs of the items its {@link FailSwitch} names
+ * throw once their body is over, so that ElasticJob sees a failed item (its error handler, its
+ * tracing).
  *
  * <p>Arguments: {@code --zk HOST:PORT --namespace NS --dir DIR --name MEMBER --session-ms N
  * [--item-ms N] [--parent PID] --job SPEC...}.
@@ -38,10 +40,11 @@ public final class ElasticJobMember {
     String member = args.get("name");
     Records records = new Records(dir, member);
     ItemBody body = new ItemBody(dir, member, Long.parseLong(args.get("item-ms", "200")));
+    FailSwitch fail = new FailSwitch(dir, member);
 
     ZookeeperRegistryCenter regCenter = registryCenter(args);
     runJobs(args, regCenter, records, spec -> {
-      new ScheduleJobBootstrap(regCenter, new RecordingJob(regCenter, records, body), toConfig(spec)).schedule();
+      new ScheduleJobBootstrap(regCenter, new RecordingJob(regCenter, records, body, fail), toConfig(spec)).schedule();
       return new Object[0];
     });
   }
@@ -142,19 +145,32 @@ public final class ElasticJobMember {
     if (s.has("disabled")) {
       b.disabled(s.flag("disabled"));
     }
+    if (s.has("jobErrorHandlerType")) {
+      b.jobErrorHandlerType(s.get("jobErrorHandlerType"));
+    }
+    for (String key : s.keys()) {
+      if (key.startsWith("prop.")) {
+        b.setProperty(key.substring("prop.".length()), s.get(key));
+      }
+    }
     return b.build();
   }
 
-  /** The job ElasticJob runs: records each item (see the class comment). */
+  /**
+   * The job ElasticJob runs: records each item (see the class comment) and, for the items
+   * {@code fail} names, throws once the body is over (end record outcome {@code failed}).
+   */
   public static final class RecordingJob implements SimpleJob {
     private final ZookeeperRegistryCenter regCenter;
     private final Records records;
     private final ItemBody body;
+    private final FailSwitch fail;
 
-    RecordingJob(ZookeeperRegistryCenter regCenter, Records records, ItemBody body) {
+    RecordingJob(ZookeeperRegistryCenter regCenter, Records records, ItemBody body, FailSwitch fail) {
       this.regCenter = regCenter;
       this.records = records;
       this.body = body;
+      this.fail = fail;
     }
 
     @Override
@@ -173,8 +189,12 @@ public final class ElasticJobMember {
           "taskId", ctx.getTaskId(), "owner", owner, "failovering", failovering, "leader", leader,
           "slow", slow));
       boolean done = body.run(slow, () -> false);
+      boolean failed = done && fail.fails(item);
       records.emit("end", kv("side", "elasticjob", "job", job, "instance", instance, "item", item, "run", run,
-          "outcome", done ? "completed" : "interrupted"));
+          "outcome", failed ? "failed" : done ? "completed" : "interrupted"));
+      if (failed) {
+        throw FailSwitch.failure(item);
+      }
     }
   }
 }

@@ -20,7 +20,9 @@ import java.util.UUID;
  * ({@code clients/java}) against one sidecar, one registration per {@code --job} spec. Records
  * its registration (instance id and the configuration the sidecar answered with), every
  * assignment, every item run with the trigger's source, and the sidecar's {@code Shutdown}.
- * Exits when the worker has no registration left (a remote shutdown ends it).
+ * The runs of the items its {@link FailSwitch} names throw once their body is over: the Java client
+ * then reports the item failed ({@code ReportFailure}) with the exception's text. Exits when the
+ * worker has no registration left (a remote shutdown ends it).
  *
  * <p>Arguments: {@code --target unix:///path --dir DIR --name MEMBER [--item-ms N] [--parent PID]
  * --job SPEC...}.
@@ -35,6 +37,7 @@ public final class ShardcarMember {
     String member = args.get("name");
     Records records = new Records(dir, member);
     ItemBody body = new ItemBody(dir, member, Long.parseLong(args.get("item-ms", "200")));
+    FailSwitch fail = new FailSwitch(dir, member);
 
     WorkerListener listener = new WorkerListener() {
       @Override
@@ -74,7 +77,7 @@ public final class ShardcarMember {
         .build();
     for (Path file : args.jobs()) {
       JobSpec spec = JobSpec.load(file);
-      JobHandler handler = ctx -> runItem(ctx, records, body);
+      JobHandler handler = ctx -> runItem(ctx, records, body, fail);
       JobRegistration r = spec.flag("withConfig")
           ? worker.register(toConfig(spec), handler)
           : worker.register(spec.jobName(), handler);
@@ -85,8 +88,11 @@ public final class ShardcarMember {
     System.exit(0);
   }
 
-  /** Runs one item's body, recording its start and end. */
-  static void runItem(ShardingContext ctx, Records records, ItemBody body) {
+  /**
+   * Runs one item's body, recording its start and end (outcome {@code completed}, {@code cancelled},
+   * or {@code failed} when {@code fail} names the item: then it throws, after the end record).
+   */
+  static void runItem(ShardingContext ctx, Records records, ItemBody body, FailSwitch fail) {
     boolean slow = body.slow();
     String run = UUID.randomUUID().toString();
     records.emit("start", kv("side", "shardcar", "job", ctx.getJobName(), "item", ctx.getShardingItem(), "run", run,
@@ -94,8 +100,12 @@ public final class ShardcarMember {
         "jobParameter", ctx.getJobParameter(), "taskId", ctx.getTaskId(), "execution", ctx.getExecutionId(),
         "token", ctx.getFencingToken(), "slow", slow));
     boolean done = body.run(slow, ctx::isCancelled);
+    boolean failed = done && fail.fails(ctx.getShardingItem());
     records.emit("end", kv("side", "shardcar", "job", ctx.getJobName(), "item", ctx.getShardingItem(), "run", run,
-        "outcome", done ? "completed" : "cancelled"));
+        "outcome", failed ? "failed" : done ? "completed" : "cancelled"));
+    if (failed) {
+      throw FailSwitch.failure(ctx.getShardingItem());
+    }
   }
 
   static JobConfig toConfig(JobSpec s) {

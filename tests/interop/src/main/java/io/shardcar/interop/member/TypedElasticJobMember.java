@@ -1,7 +1,6 @@
 package io.shardcar.interop.member;
 
 import java.nio.file.Path;
-import org.apache.shardingsphere.elasticjob.api.JobConfiguration;
 import org.apache.shardingsphere.elasticjob.lite.api.bootstrap.impl.ScheduleJobBootstrap;
 import org.apache.shardingsphere.elasticjob.reg.zookeeper.ZookeeperRegistryCenter;
 
@@ -29,13 +28,7 @@ public final class TypedElasticJobMember {
     ZookeeperRegistryCenter regCenter = ElasticJobMember.registryCenter(args);
     ElasticJobMember.runJobs(args, regCenter, records, spec -> {
       String type = spec.get("elasticJobType");
-      JobConfiguration config = ElasticJobMember.toConfig(spec);
-      for (String key : spec.keys()) {
-        if (key.startsWith("prop.")) {
-          config.getProps().setProperty(key.substring("prop.".length()), spec.get(key));
-        }
-      }
-      new ScheduleJobBootstrap(regCenter, type, config).schedule();
+      new ScheduleJobBootstrap(regCenter, type, ElasticJobMember.toConfig(spec)).schedule();
       return new Object[] {"type", type};
     });
   }

@@ -225,6 +225,39 @@ public final class Cluster implements AutoCloseable {
     }
   }
 
+  /**
+   * Makes {@code m}'s runs of {@code items} fail from now on, every time (none: no item fails). The
+   * member's job throws once the item's body is over, on either side (the member's
+   * {@code {member}.fail} file).
+   */
+  public void fail(Member m, Integer... items) {
+    control(m, ".fail", items);
+  }
+
+  /**
+   * Makes the next run of each of {@code items} by {@code m} fail, and only that run: the member takes
+   * the item out of its {@code {member}.fail-once} file as it fails it.
+   */
+  public void failOnce(Member m, Integer... items) {
+    control(m, ".fail-once", items);
+  }
+
+  private void control(Member m, String suffix, Integer... items) {
+    Path f = dir.resolve(m.member() + suffix);
+    try {
+      if (items.length == 0) {
+        Files.deleteIfExists(f);
+      } else {
+        // Written whole and moved into place: the member never reads half a file.
+        Path tmp = dir.resolve(m.member() + suffix + ".tmp");
+        Files.writeString(tmp, Stream.of(items).map(String::valueOf).collect(Collectors.joining(",")), StandardCharsets.UTF_8);
+        Files.move(tmp, f, java.nio.file.StandardCopyOption.ATOMIC_MOVE, java.nio.file.StandardCopyOption.REPLACE_EXISTING);
+      }
+    } catch (IOException e) {
+      throw new UncheckedIOException(e);
+    }
+  }
+
   // ---- facts ---------------------------------------------------------------------------------
 
   /** The records of one member. */
@@ -268,7 +301,7 @@ public final class Cluster implements AutoCloseable {
         if (r.is("start") && job.equals(r.job())) {
           Rec end = ends.get(r.get("run"));
           long until = end != null ? end.t() : e.getValue().killedAt() > 0 ? e.getValue().killedAt() : Long.MAX_VALUE;
-          runs.add(new Run(e.getKey(), r.get("side"), job, r.item(), r.t(), until, end != null, r));
+          runs.add(new Run(e.getKey(), r.get("side"), job, r.item(), r.t(), until, end != null, r, end));
         }
       }
     }
@@ -279,6 +312,20 @@ public final class Cluster implements AutoCloseable {
   /** Runs of {@code job} by {@code member} that started at or after {@code since}. */
   public List<Run> runsOf(String job, Member member, long since) {
     return runs(job).stream().filter(r -> r.member().equals(member.member()) && r.start() >= since).toList();
+  }
+
+  /**
+   * Nothing of {@code job} runs or is about to: every run recorded has ended, no item has a
+   * {@code sharding/{i}/running} node and no {@code trigger/{instance}} node is left. An ElasticJob
+   * member clears its running flag before it removes its running nodes, and drops a trigger that
+   * finds the flag set; a sidecar removes them when the worker's answer is written. So a trigger
+   * sent once this holds is run by every member, not dropped or turned into a misfire.
+   */
+  public boolean idle(String job) {
+    if (!runs(job).stream().allMatch(Run::finished) || !zk.children("/" + job + "/trigger").isEmpty()) {
+      return false;
+    }
+    return zk.children("/" + job + "/sharding").stream().noneMatch(i -> zk.exists("/" + job + "/sharding/" + i + "/running"));
   }
 
   /**

@@ -20,7 +20,8 @@ import java.util.function.Predicate;
  * The HTTP endpoint that HTTP jobs call in this suite: a plain HTTP/1.1 server on a free loopback
  * port (bound to port 0) that records every request as it came on the wire: the request line, each
  * header line's raw bytes (name and value as sent), the body, and when the request arrived and
- * when it was answered ({@code 200 ok}, {@code Connection: close}). A request that
+ * when it was answered ({@code 200} with the recorder's answer, by default {@code text/plain}
+ * {@code ok}; {@code Connection: close}). A request that
  * {@link #hold(Predicate)} matches is answered only once the hold is lifted, so that a test can kill
  * the caller in the middle of an item.
  */
@@ -68,6 +69,7 @@ public final class HttpRecorder implements AutoCloseable {
   private volatile boolean closed;
 
   private final java.nio.file.Path logFile;
+  private final byte[] answer;
 
   public HttpRecorder() {
     this(null);
@@ -75,7 +77,21 @@ public final class HttpRecorder implements AutoCloseable {
 
   /** A recorder that writes every request it saw to {@code logFile} when it is closed (for reading after a failure). */
   public HttpRecorder(java.nio.file.Path logFile) {
+    this(logFile, "text/plain", "ok");
+  }
+
+  /**
+   * A recorder that answers every request with {@code body} of {@code contentType} (e.g. a DingTalk
+   * robot's {@code {"errcode":0,"errmsg":"ok"}}), and writes what it saw to {@code logFile} when closed.
+   */
+  public HttpRecorder(java.nio.file.Path logFile, String contentType, String body) {
     this.logFile = logFile;
+    byte[] b = body.getBytes(StandardCharsets.UTF_8);
+    byte[] head = ("HTTP/1.1 200 OK\r\nContent-Type: " + contentType + "\r\nContent-Length: " + b.length
+        + "\r\nConnection: close\r\n\r\n").getBytes(StandardCharsets.ISO_8859_1);
+    this.answer = new byte[head.length + b.length];
+    System.arraycopy(head, 0, answer, 0, head.length);
+    System.arraycopy(b, 0, answer, head.length, b.length);
     try {
       server = new ServerSocket(0, 50, InetAddress.getLoopbackAddress());
     } catch (IOException e) {
@@ -156,8 +172,7 @@ public final class HttpRecorder implements AutoCloseable {
         }
       }
       OutputStream out = s.getOutputStream();
-      out.write("HTTP/1.1 200 OK\r\nContent-Type: text/plain\r\nContent-Length: 2\r\nConnection: close\r\n\r\nok"
-          .getBytes(StandardCharsets.ISO_8859_1));
+      out.write(answer);
       out.flush();
       long answered = System.currentTimeMillis();
       requests.set(requests.indexOf(pending), new Request(arrived, answered, pending.method(), pending.target(), headers, body));

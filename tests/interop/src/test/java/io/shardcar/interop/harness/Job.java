@@ -71,9 +71,14 @@ public final class Job {
     return set("elasticJobType", elasticJobType);
   }
 
-  /** One of the job's props ({@code script.command.line}, {@code http.uri}, ...). */
+  /** One of the job's props ({@code script.command.line}, {@code http.uri}, {@code dingtalk.webhook}, ...). */
   public Job prop(String key, String value) {
     return set("prop." + key, value);
+  }
+
+  /** ElasticJob's {@code jobErrorHandlerType} ({@code LOG}, {@code DINGTALK}, ...); its settings are {@link #prop}s. */
+  public Job errorHandler(String type) {
+    return set("jobErrorHandlerType", type);
   }
 
   /** shardcar workers: subscribe with this configuration ({@code false}: by job name only). */

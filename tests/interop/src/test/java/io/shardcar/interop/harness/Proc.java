@@ -72,9 +72,38 @@ public class Proc {
     return killedAt;
   }
 
-  /** SIGSTOP: the process freezes (its sockets stay open, its timers stop). */
+  /**
+   * SIGSTOP: the process freezes (its sockets stay open, its timers stop). Returns once every one of
+   * its threads is stopped ({@code T} in {@code /proc/{pid}/task/*}/stat): the signal is delivered
+   * asynchronously, and a thread still running could act on what the test does next.
+   */
   public void pause() {
     signal("STOP");
+    Await.until(name + " stopped in every thread", Duration.ofSeconds(10), this::stopped, () -> "threads: " + threadStates());
+  }
+
+  private boolean stopped() {
+    String states = threadStates();
+    return !states.isEmpty() && states.chars().allMatch(c -> c == 'T' || c == 't');
+  }
+
+  /** One state letter per thread of the process ({@code /proc/{pid}/task/{tid}/stat}), threads gone meanwhile left out. */
+  private String threadStates() {
+    StringBuilder sb = new StringBuilder();
+    try (java.util.stream.Stream<Path> tasks = Files.list(Path.of("/proc", Long.toString(process.pid()), "task"))) {
+      for (Path task : tasks.toList()) {
+        try {
+          String stat = Files.readString(task.resolve("stat"), StandardCharsets.US_ASCII);
+          // "tid (comm) S ...": the state follows the last ')' (comm may hold spaces and parentheses).
+          sb.append(stat.charAt(stat.lastIndexOf(')') + 2));
+        } catch (IOException e) {
+          // the thread ended meanwhile
+        }
+      }
+    } catch (IOException e) {
+      return "";
+    }
+    return sb.toString();
   }
 
   /** SIGCONT after {@link #pause()}. */

@@ -1,5 +1,8 @@
 package io.shardcar.interop.harness;
 
+import com.google.gson.JsonElement;
+import com.google.gson.JsonObject;
+import com.google.gson.JsonParser;
 import java.io.IOException;
 import java.net.UnixDomainSocketAddress;
 import java.nio.channels.SocketChannel;
@@ -8,6 +11,7 @@ import java.nio.file.Files;
 import java.nio.file.Path;
 import java.time.Duration;
 import java.util.ArrayList;
+import java.util.LinkedHashMap;
 import java.util.List;
 import java.util.Map;
 import java.util.concurrent.TimeUnit;
@@ -88,6 +92,22 @@ public final class Sidecar extends Proc {
       Thread.currentThread().interrupt();
       throw new IllegalStateException(e);
     }
+  }
+
+  /**
+   * This sidecar's executions of {@code job} as {@code shardcar ctl executions --json} lists them
+   * (proto3 JSON: {@code executionId}, {@code source}, {@code attempt}, {@code outcome}, ...; fields at
+   * their default left out), by execution id, newest first.
+   */
+  public Map<String, JsonObject> executions(String job) {
+    JsonObject root = JsonParser.parseString(ctlOk("executions", job, "--limit", "200", "--json")).getAsJsonObject();
+    Map<String, JsonObject> m = new LinkedHashMap<>();
+    if (root.has("executions")) {
+      for (JsonElement e : root.getAsJsonArray("executions")) {
+        m.put(e.getAsJsonObject().get("executionId").getAsString(), e.getAsJsonObject());
+      }
+    }
+    return m;
   }
 
   /** {@link #ctl} that must succeed (exit 0); returns its output. */

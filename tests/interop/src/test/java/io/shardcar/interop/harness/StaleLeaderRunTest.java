@@ -12,7 +12,7 @@ class StaleLeaderRunTest {
   private static final String SC = "127.0.0.2@-@200";
 
   private static Run run(String side, Map<String, String> start) {
-    return new Run("m", side, "j", 2, 0, 10, true, new Rec("m", start));
+    return new Run("m", side, "j", 2, 0, 10, true, new Rec("m", start), null);
   }
 
   @Test

@@ -16,10 +16,10 @@ import java.util.stream.Stream;
  * The processes of the tracing tests that {@link Cluster} does not start, each in a cluster's
  * namespace and test directory: sidecars writing into ElasticJob's tracing tables
  * ({@link TracingSidecar}), ElasticJob members configured with ElasticJob's RDB tracing
- * ({@code TracingElasticJobMember}) and shardcar workers whose items can be made to fail
- * ({@code FailingShardcarMember}); both kinds of member fail the items listed in their control file
- * {@code {dir}/{member}.fail} ({@link #fail}). {@link #close()} kills them all, members first (use
- * try-with-resources, closed before the clusters and the database).
+ * ({@code TracingElasticJobMember}) and shardcar workers ({@code ShardcarMember}) on those sidecars;
+ * both kinds of member fail the items listed in their control file ({@link Cluster#fail}).
+ * {@link #close()} kills them all, members first (use try-with-resources, closed before the
+ * clusters and the database).
  */
 public final class TracingProcs implements AutoCloseable {
   private final List<Proc> procs = new CopyOnWriteArrayList<>();
@@ -52,7 +52,7 @@ public final class TracingProcs implements AutoCloseable {
 
   /** A shardcar worker JVM on {@code sidecar}, waited for until registered. */
   public Member shardcar(Cluster c, String name, TracingSidecar sidecar, Job... jobs) {
-    return member(c, Member.Side.SHARDCAR, "io.shardcar.interop.member.FailingShardcarMember", name,
+    return member(c, Member.Side.SHARDCAR, "io.shardcar.interop.member.ShardcarMember", name,
         List.of("--target", sidecar.target()), jobs);
   }
 
@@ -88,20 +88,6 @@ public final class TracingProcs implements AutoCloseable {
       return Stream.of(jobs).allMatch(j -> m.readyInstance(j.name()).isPresent());
     }, () -> m.logTail(4000));
     return m;
-  }
-
-  /** Makes {@code m}'s runs of {@code items} fail from now on (none: no item fails). */
-  public static void fail(Cluster c, Member m, Integer... items) {
-    Path f = c.dir().resolve(m.member() + ".fail");
-    try {
-      if (items.length == 0) {
-        Files.deleteIfExists(f);
-      } else {
-        Files.writeString(f, String.join(",", Stream.of(items).map(String::valueOf).toList()), StandardCharsets.UTF_8);
-      }
-    } catch (IOException e) {
-      throw new UncheckedIOException(e);
-    }
   }
 
   /** Stops one process now (SIGKILL), e.g. a sidecar that was only needed for a while. */
