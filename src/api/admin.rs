@@ -462,6 +462,7 @@ pub fn job_to_wire(job: &JobInfo) -> proto::JobDetail {
                 server_ip: i.server_ip.clone(),
                 items: i.items.clone(),
                 leader: i.leader,
+                via_sidecar: i.via_sidecar,
             })
             .collect(),
         items: job
@@ -477,6 +478,7 @@ pub fn job_to_wire(job: &JobInfo) -> proto::JobDetail {
                 disabled: i.disabled,
                 failover_instance: i.failover_instance.clone(),
                 failover_pending: i.failover_pending,
+                handoff: i.handoff,
             })
             .collect(),
         sharding_necessary: job.sharding_necessary,

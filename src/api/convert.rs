@@ -141,8 +141,54 @@ pub fn from_proto(
             .map(retry_from_proto)
             .transpose()?
             .flatten(),
+        resident: c.resident,
     };
+    if c.resident {
+        check_resident(c)?;
+    }
     Ok((config, extras))
+}
+
+/// What a resident job cannot have: its items are held, not fired, and move only with the
+/// sharding, each hold guarded by its `running` node.
+fn check_resident(c: &proto::JobConfig) -> Result<(), CoordError> {
+    let refuse = |field: &str, what: &str| {
+        Err(invalid(
+            field,
+            format!("a resident job {what} (or make the job not resident)"),
+        ))
+    };
+    if !c.cron.trim().is_empty() {
+        return refuse(
+            "config.cron",
+            "has no cron: its items are held, not fired; leave the cron empty",
+        );
+    }
+    if c.failover {
+        return refuse(
+            "config.failover",
+            "moves its items with the sharding, not by failover; turn failover off",
+        );
+    }
+    if c.monitor_execution == Some(false) {
+        return refuse(
+            "config.monitor_execution",
+            "needs monitorExecution: each hold is guarded by the item's running node; turn it on",
+        );
+    }
+    if c.execution_timeout_seconds != 0 {
+        return refuse(
+            "config.execution_timeout_seconds",
+            "holds its items until they are revoked; leave the execution timeout at 0",
+        );
+    }
+    if c.job_type != proto::JobType::Unspecified as i32 {
+        return refuse(
+            "config.job_type",
+            "is held by workers; SCRIPT and HTTP jobs cannot be resident",
+        );
+    }
+    Ok(())
 }
 
 /// `jobErrorHandlerType` as ElasticJob writes it (empty: unset, LOG), checked with the props
@@ -321,6 +367,7 @@ pub fn to_proto(c: &JobConfiguration, extras: &JobExtras) -> proto::JobConfig {
         job_type: proto::JobType::Unspecified as i32,
         retry: extras.retry.as_ref().map(retry_to_proto),
         job_error_handler_type: c.job_error_handler_type.clone().unwrap_or_default(),
+        resident: extras.resident,
     }
 }
 
@@ -394,6 +441,29 @@ mod tests {
             (
                 |c| c.max_time_diff_seconds = Some(-2),
                 "config.max_time_diff_seconds",
+            ),
+            (
+                |c| {
+                    c.resident = true;
+                    c.cron = "0/5 * * * * ?".into();
+                },
+                "config.cron",
+            ),
+            (
+                |c| {
+                    c.resident = true;
+                    c.cron.clear();
+                    c.failover = true;
+                },
+                "config.failover",
+            ),
+            (
+                |c| {
+                    c.resident = true;
+                    c.cron.clear();
+                    c.execution_timeout_seconds = 30;
+                },
+                "config.execution_timeout_seconds",
             ),
             (
                 |c| c.job_error_handler_type = "PAGER".into(),

@@ -15,6 +15,7 @@ pub fn source(s: Source) -> proto::TriggerSource {
         Source::Failover => proto::TriggerSource::Failover,
         Source::Manual => proto::TriggerSource::Manual,
         Source::Retry => proto::TriggerSource::Retry,
+        Source::Resident => proto::TriggerSource::Resident,
     }
 }
 

@@ -85,6 +85,8 @@ struct RawJob {
     #[serde(alias = "jobErrorHandlerType")]
     job_error_handler_type: Option<String>,
     retry: Option<RawRetry>,
+    /// Items held continuously by their owners' workers (no cron).
+    resident: Option<bool>,
     #[serde(flatten)]
     other: BTreeMap<String, serde_yaml_ng::Value>,
 }
@@ -313,6 +315,7 @@ fn from_raw(file: &str, raw: RawJob) -> Result<proto::JobConfig, JobFileError> {
         job_type: job_type as i32,
         retry,
         job_error_handler_type: raw.job_error_handler_type.unwrap_or_default(),
+        resident: raw.resident.unwrap_or(false),
     })
 }
 

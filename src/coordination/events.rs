@@ -23,6 +23,8 @@ pub enum Source {
     Manual,
     /// A failed item run again under the job's retry policy.
     Retry,
+    /// An item of a resident job, held until it is revoked.
+    Resident,
 }
 
 impl Source {
@@ -34,6 +36,7 @@ impl Source {
             Source::Failover => "FAILOVER",
             Source::Manual => "MANUAL",
             Source::Retry => "RETRY",
+            Source::Resident => "RESIDENT",
         }
     }
 }

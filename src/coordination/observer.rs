@@ -106,6 +106,9 @@ pub trait Observer: Send + Sync {
     fn worker(&self, _job: &str, _joined: bool) {}
     /// One of this sidecar's instances became (`true`) or stopped being (`false`) the job's leader.
     fn leadership(&self, _job: &str, _leader: bool) {}
+    /// A resident item's hold started here: after a hand-off (`waited`, from reading that the
+    /// item is this sidecar's instance's to the start) or a restart (`None`).
+    fn hold_started(&self, _job: &str, _item: i32, _waited: Option<Duration>) {}
 }
 
 /// An observer that ignores everything.

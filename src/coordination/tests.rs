@@ -318,6 +318,7 @@ async fn an_unanswered_item_times_out_is_revoked_and_its_late_answer_refused() {
         JobExtras {
             execution_timeout_seconds: 1,
             retry: None,
+            resident: false,
         },
         1,
     )

@@ -156,6 +156,7 @@ pub fn items(items: &[proto::ItemInfo]) -> String {
                 match (i.running, i.running_instance.is_empty()) {
                     (false, _) => "-".into(),
                     (true, true) => "yes".into(),
+                    (true, false) if i.handoff => format!("{} (handing off)", i.running_instance),
                     (true, false) => i.running_instance.clone(),
                 },
                 yes(i.misfire),
@@ -237,8 +238,13 @@ pub fn job(j: &proto::JobDetail) -> String {
             .instances
             .iter()
             .map(|i| {
+                let instance = if i.via_sidecar {
+                    i.instance_id.clone()
+                } else {
+                    format!("{} (ElasticJob)", i.instance_id)
+                };
                 vec![
-                    i.instance_id.clone(),
+                    instance,
                     i.server_ip.clone(),
                     yes(i.leader),
                     items_text(&i.items),
@@ -409,6 +415,7 @@ mod tests {
                 server_ip: "10.0.0.1".into(),
                 leader: true,
                 items: vec![0, 1],
+                via_sidecar: true,
             }],
             items: vec![
                 proto::ItemInfo {

@@ -20,6 +20,8 @@ pub struct JobExtras {
     /// How a failed item runs again (`None`: it waits for the next fire, as in ElasticJob).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub retry: Option<RetryPolicy>,
+    /// Each item is held continuously by its owner's worker instead of run at fire instants.
+    pub resident: bool,
 }
 
 /// How a failed item (answered `ReportFailure`, or not answered within the execution timeout)
@@ -71,12 +73,26 @@ impl RetryPolicy {
 }
 
 impl JobExtras {
+    /// The backoffs between the holds of a resident job's item when its worker ended the last
+    /// one itself: the job's retry policy's, else 1 s doubling up to 1 min.
+    pub fn restart_policy(&self) -> RetryPolicy {
+        self.retry.unwrap_or(RetryPolicy {
+            max_attempts: RetryPolicy::MAX_ATTEMPTS,
+            initial_backoff_ms: RetryPolicy::DEFAULT_INITIAL_BACKOFF.as_millis() as u64,
+            max_backoff_ms: RetryPolicy::DEFAULT_MAX_BACKOFF.as_millis() as u64,
+            multiplier_permille: RetryPolicy::DEFAULT_MULTIPLIER_PERMILLE,
+        })
+    }
+
     /// The node's data.
     pub fn to_yaml(&self) -> String {
         let mut yaml = format!(
             "executionTimeoutSeconds: {}\n",
             self.execution_timeout_seconds
         );
+        if self.resident {
+            yaml.push_str("resident: true\n");
+        }
         if let Some(r) = &self.retry {
             yaml.push_str(&format!(
                 "retry:\n  maxAttempts: {}\n  initialBackoffMillis: {}\n  maxBackoffMillis: {}\n  multiplierPermille: {}\n",
@@ -150,6 +166,7 @@ mod tests {
         let extras = JobExtras {
             execution_timeout_seconds: 30,
             retry: None,
+            resident: false,
         };
         assert_eq!(extras.to_yaml(), "executionTimeoutSeconds: 30\n");
         assert_eq!(
@@ -165,6 +182,7 @@ mod tests {
         let with_retry = JobExtras {
             execution_timeout_seconds: 0,
             retry: Some(policy()),
+            resident: true,
         };
         assert_eq!(
             JobExtras::from_yaml(with_retry.to_yaml().as_bytes()).unwrap(),

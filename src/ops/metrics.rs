@@ -108,6 +108,8 @@ pub struct Metrics {
     misfires: Family<JobLabels, Counter>,
     retries: Family<JobLabels, Counter>,
     retries_exhausted: Family<JobLabels, Counter>,
+    holds_started: Family<JobLabels, Counter>,
+    handoffs: HistogramFamily,
     failovers: Family<JobLabels, Counter>,
     revokes: Family<JobLabels, Counter>,
     durations: HistogramFamily,
@@ -156,6 +158,10 @@ impl Metrics {
             misfires: Family::default(),
             retries: Family::default(),
             retries_exhausted: Family::default(),
+            holds_started: Family::default(),
+            handoffs: Family::new_with_constructor(|| {
+                Histogram::new(LATENCY_BUCKETS.iter().copied())
+            }),
             failovers: Family::default(),
             revokes: Family::default(),
             durations: Family::new_with_constructor(|| {
@@ -228,6 +234,16 @@ impl Metrics {
             "shardcar_execution_duration_seconds",
             "Time from sending a trigger to the end of the execution",
             m.durations.clone(),
+        );
+        r.register(
+            "shardcar_holds_started",
+            "Holds of resident items started here (hand-offs and restarts)",
+            m.holds_started.clone(),
+        );
+        r.register(
+            "shardcar_handoff_seconds",
+            "Time from reading that a resident item is a local instance's to starting its hold",
+            m.handoffs.clone(),
         );
         r.register(
             "shardcar_trigger_latency_seconds",
@@ -335,6 +351,17 @@ impl Metrics {
         self.misfires
             .get_or_create(&job(job_name))
             .inc_by(items as u64);
+    }
+
+    /// A resident item's hold started: after a hand-off that took `waited`, or a restart.
+    pub fn hold_started(&self, job_name: &str, waited: Option<Duration>) {
+        let labels = job(job_name);
+        self.holds_started.get_or_create(&labels).inc();
+        if let Some(w) = waited {
+            self.handoffs
+                .get_or_create(&labels)
+                .observe(w.as_secs_f64());
+        }
     }
 
     /// A failed item's retry was scheduled (`true`), or its attempts ran out (`false`).

@@ -147,4 +147,8 @@ impl Observer for OpsObserver {
     fn leadership(&self, job: &str, leader: bool) {
         self.metrics.leadership(job, leader);
     }
+
+    fn hold_started(&self, job: &str, _item: i32, waited: Option<Duration>) {
+        self.metrics.hold_started(job, waited);
+    }
 }

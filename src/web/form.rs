@@ -127,6 +127,12 @@ const FIELDS: &[(&str, &str, Kind, &str)] = &[
         "How a failure that stands is reported: LOG (empty), IGNORE, THROW, EMAIL, WECHAT, DINGTALK or WEBHOOK, with its settings in Properties (dingtalk.webhook, email.host, webhook.url, …).",
     ),
     (
+        "resident",
+        "Resident",
+        Kind::Check,
+        "Each item is held by its owner's worker until it moves (no cron, failover off, no execution timeout).",
+    ),
+    (
         "disabled",
         "Disabled at start",
         Kind::Check,
@@ -185,6 +191,7 @@ impl ConfigForm {
             ("misfire", c.misfire.unwrap_or(true)),
             ("monitor_execution", c.monitor_execution.unwrap_or(true)),
             ("disabled", c.disabled),
+            ("resident", c.resident),
         ] {
             if on {
                 put(k, "on".into());
@@ -365,6 +372,7 @@ impl ConfigForm {
             job_type,
             retry,
             job_error_handler_type: self.text("job_error_handler_type").trim().to_string(),
+            resident: self.checked("resident"),
         })
     }
 

@@ -242,7 +242,13 @@ fn items_table(out: &mut String, web: &Web, viewer: &Viewer, job: &JobInfo) {
             i = item.item,
             param = esc(&item.parameter),
             owner = esc(&item.owner),
-            running = if item.running {
+            running = if item.handoff {
+                format!(
+                    "{} {}",
+                    badge("handing off", "warn"),
+                    esc(&item.running_instance)
+                )
+            } else if item.running {
                 format!("{} {}", badge("running", "ok"), esc(&item.running_instance))
             } else {
                 String::new()
@@ -264,6 +270,8 @@ fn instances_table(out: &mut String, web: &Web, viewer: &Viewer, job: &JobInfo) 
             "worker of this sidecar: leased while its session lives".to_string()
         } else if i.via_sidecar {
             format!("worker of the sidecar on {}", i.server_ip)
+        } else if job.extras.resident {
+            "ElasticJob JVM: given no items of a resident job".to_string()
         } else {
             "ElasticJob JVM".to_string()
         };

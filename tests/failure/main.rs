@@ -15,6 +15,7 @@ mod concurrency;
 mod drain;
 mod fencing;
 mod ghosts;
+mod resident;
 mod retries;
 mod stalls;
 mod starvation;

@@ -295,6 +295,13 @@ pub(crate) enum Observation {
     Leadership {
         leading: bool,
     },
+    /// A resident item's hold started on a local instance; `waited` is from this sidecar
+    /// reading that the item is the instance's to the hold's start (a hand-off), `None` for a
+    /// restart after the holder ended the last hold.
+    HoldStarted {
+        item: i32,
+        waited: Option<Duration>,
+    },
 }
 
 /// Item → parameter of the job's config.

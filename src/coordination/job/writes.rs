@@ -42,7 +42,7 @@ pub enum Release {
 }
 
 fn failover_on(view: &JobView) -> bool {
-    view.config.as_ref().is_some_and(|c| c.failover)
+    view.failover_on()
 }
 
 /// Replaces `sharding/{i}`'s data at `version`: the fence of every write about item `i`.

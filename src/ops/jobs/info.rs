@@ -60,6 +60,8 @@ pub struct ItemInfo {
     pub failover_instance: String,
     /// Flagged under `leader/failover/items`.
     pub failover_pending: bool,
+    /// A resident item held by an instance that no longer owns it: its hand-off is going on.
+    pub handoff: bool,
 }
 
 /// The state of a job.
@@ -190,7 +192,11 @@ fn snapshot(
             _ => {}
         }
     }
-    for info in items.values() {
+    for info in items.values_mut() {
+        info.handoff = extras.resident
+            && info.running
+            && !info.running_instance.is_empty()
+            && info.running_instance != info.owner;
         if let Some(owner) = instances.get_mut(&info.owner) {
             owner.items.push(info.item);
         }

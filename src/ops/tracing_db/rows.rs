@@ -132,7 +132,7 @@ pub fn rows_of(r: &ExecutionRecord, hostname: &str) -> Vec<Row> {
     let source = match r.source {
         Source::Misfire => ExecutionSource::Misfire,
         // ElasticJob's tables know two sources: a retry is a normal trigger to them.
-        Source::Cron | Source::Manual | Source::Failover | Source::Retry => {
+        Source::Cron | Source::Manual | Source::Failover | Source::Retry | Source::Resident => {
             ExecutionSource::NormalTrigger
         }
     };

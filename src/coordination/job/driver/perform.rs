@@ -186,6 +186,7 @@ impl Driver {
             Observation::Revoked { items, reason } => observer.revoked(job, &items, &reason),
             Observation::Worker { joined } => observer.worker(job, joined),
             Observation::Leadership { leading } => observer.leadership(job, leading),
+            Observation::HoldStarted { item, waited } => observer.hold_started(job, item, waited),
         }
     }
 }

@@ -57,7 +57,7 @@ impl Failover {
     /// the latch's state ([`FreeClaims::LIMIT`] times in a row, or once because a contender is
     /// in it) does the claim take the latch, behind the contenders.
     pub(super) fn reconcile_claims(&mut self, cx: &mut Cx, runs: &mut Runs, instances: &Instances) {
-        let failover = cx.view().config.as_ref().is_some_and(|c| c.failover);
+        let failover = cx.view().failover_on();
         if !failover
             || cx.view().failover_items.is_empty()
             || cx
@@ -231,7 +231,7 @@ impl Failover {
         instances: &Instances,
         id: &str,
     ) -> Option<Taker> {
-        let failover = cx.view().config.as_ref().is_some_and(|c| c.failover);
+        let failover = cx.view().failover_on();
         if !failover || !self.free() || !cx.connected() {
             return None;
         }
@@ -329,7 +329,7 @@ impl Failover {
         let Some(config) = cx.view().config.as_ref() else {
             return;
         };
-        if !config.failover || !config.monitor_execution || !cx.connected() {
+        if !cx.view().failover_on() || !config.monitor_execution || !cx.connected() {
             return;
         }
         let spare = runs.claim_locals(cx, instances);

@@ -32,7 +32,15 @@ pub fn plan(view: &JobView, job_name: &str) -> Option<ShardingPlan> {
     if total <= 0 || view.processing {
         return None;
     }
-    let available = view.available_instances();
+    let mut available = view.available_instances();
+    if view.resident() {
+        // An ElasticJob member knows nothing of holds: it is given no items of a resident job.
+        available.retain(|id| {
+            view.instances
+                .get(id)
+                .is_some_and(|ip| view.sidecars.contains_key(ip))
+        });
+    }
     if available.is_empty() {
         return None;
     }
@@ -41,7 +49,11 @@ pub fn plan(view: &JobView, job_name: &str) -> Option<ShardingPlan> {
     let unowned = (0..total).any(|i| view.owner(i).is_none());
     let static_locked = config.static_sharding && view.items.values().any(|it| it.owner.is_some());
     let strategy = config.strategy().unwrap_or(StrategyType::AvgAllocation);
-    let assignment = shard(strategy, job_name, &available, total);
+    let assignment = if view.resident() {
+        sticky(view, &available, total)
+    } else {
+        shard(strategy, job_name, &available, total)
+    };
     // Item i's owner under the strategy (the last instance given it), compared without
     // copying a name: the leader asks this after every change it sees.
     let mut wanted: Vec<Option<&str>> = vec![None; total as usize];
@@ -71,6 +83,51 @@ pub fn plan(view: &JobView, job_name: &str) -> Option<ShardingPlan> {
         }
     }
     Some(ShardingPlan { owners, reason })
+}
+
+/// A resident job's assignment: balanced (each instance `total / n` items, the first
+/// `total % n` by current holdings one more) and moving as few items as it can, so that a join
+/// or a leave interrupts no hold it need not. Instances keep their items up to their share
+/// (lowest items first); the rest, and items without an available owner, go to the instances
+/// below their share, in `instances_desc` order, lowest items first.
+pub fn sticky(view: &JobView, instances_desc: &[String], total: i32) -> Vec<(String, Vec<i32>)> {
+    let n = instances_desc.len();
+    if n == 0 || total <= 0 {
+        return Vec::new();
+    }
+    let mut kept: Vec<Vec<i32>> = instances_desc
+        .iter()
+        .map(|id| (0..total).filter(|i| view.owner(*i) == Some(id)).collect())
+        .collect();
+    // Shares: the larger ones to the instances that hold most already (ties in order).
+    let base = total as usize / n;
+    let extra = total as usize % n;
+    let mut by_holdings: Vec<usize> = (0..n).collect();
+    by_holdings.sort_by_key(|k| std::cmp::Reverse(kept[*k].len()));
+    let mut share = vec![base; n];
+    for k in by_holdings.into_iter().take(extra) {
+        share[k] += 1;
+    }
+    let mut pool: Vec<i32> = (0..total)
+        .filter(|i| !kept.iter().any(|items| items.contains(i)))
+        .collect();
+    for (k, items) in kept.iter_mut().enumerate() {
+        if items.len() > share[k] {
+            pool.extend(items.drain(share[k]..));
+        }
+    }
+    pool.sort_unstable();
+    let mut pool = pool.into_iter();
+    for (k, items) in kept.iter_mut().enumerate() {
+        while items.len() < share[k] {
+            match pool.next() {
+                Some(i) => items.push(i),
+                None => break,
+            }
+        }
+        items.sort_unstable();
+    }
+    instances_desc.iter().cloned().zip(kept).collect()
 }
 
 /// The multi-op that commits `plan`: a check of the leader node's version, the owner nodes
@@ -217,6 +274,68 @@ mod tests {
             plan(&v, "demoJob").is_some(),
             "the resharding flag still counts"
         );
+    }
+
+    /// [`view`] of a resident job whose instances all have a sidecar.
+    fn resident(total: i32, instances: &[&str], owners: &[(i32, &str)]) -> JobView {
+        let mut v = view(total, instances, owners);
+        v.extras.resident = true;
+        for id in instances {
+            v.sidecars
+                .insert(id.split("@-@").next().unwrap().to_string(), 1);
+        }
+        v
+    }
+
+    fn moved(before: &JobView, plan: &ShardingPlan) -> usize {
+        plan.owners
+            .iter()
+            .filter(|(i, o)| before.owner(**i).is_some_and(|b| b != o.as_str()))
+            .count()
+    }
+
+    #[test]
+    fn a_resident_job_moves_only_the_items_a_join_or_a_leave_must() {
+        // 6 items over A and B, 3 each; C joins: it takes one from each, the rest stay.
+        let owned = [(0, A), (1, A), (2, A), (3, B), (4, B), (5, B)];
+        let v = resident(6, &[A, B, C], &owned);
+        let p = plan(&v, "j").expect("a reshard");
+        assert_eq!(moved(&v, &p), 2, "{:?}", owners(&p));
+        for who in [A, B, C] {
+            assert_eq!(p.owners.values().filter(|o| *o == who).count(), 2);
+        }
+        // The avg strategy would have moved four: C[0,1] B[2,3] A[4,5] over [C, B, A].
+        // B leaves: only its items move, and they are shared out.
+        let owned: Vec<(i32, &str)> = p.owners.iter().map(|(i, o)| (*i, o.as_str())).collect();
+        let v = resident(6, &[A, C], &owned);
+        let p2 = plan(&v, "j").expect("a reshard");
+        let from_b: Vec<i32> = owned
+            .iter()
+            .filter(|(_, o)| *o == B)
+            .map(|(i, _)| *i)
+            .collect();
+        for (i, o) in &p2.owners {
+            if !from_b.contains(i) {
+                assert_eq!(v.owner(*i), Some(o.as_str()), "item {i} kept its holder");
+            }
+        }
+        for who in [A, C] {
+            assert_eq!(p2.owners.values().filter(|o| *o == who).count(), 3);
+        }
+        assert_eq!(
+            plan(&resident(6, &[A, C], &owners(&p2)), "j"),
+            None,
+            "stable"
+        );
+    }
+
+    #[test]
+    fn a_resident_job_gives_elasticjob_members_no_items() {
+        let mut v = resident(4, &[A, B], &[]);
+        v.instances.insert(C.into(), "10.0.0.3".into()); // no sidecar on 10.0.0.3: Java
+        let p = plan(&v, "j").expect("a first sharding");
+        assert!(!p.owners.values().any(|o| o == C), "{:?}", owners(&p));
+        assert_eq!(p.owners.len(), 4);
     }
 
     #[test]

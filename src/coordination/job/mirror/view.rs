@@ -283,6 +283,17 @@ impl JobView {
         self.config.as_ref().map_or(0, |c| c.sharding_total_count)
     }
 
+    /// Whether the job is resident ([`JobExtras::resident`]): its items are held, not fired.
+    pub fn resident(&self) -> bool {
+        self.extras.resident
+    }
+
+    /// Whether failover applies: the config's flag, never for a resident job, whose items move
+    /// with the sharding.
+    pub fn failover_on(&self) -> bool {
+        !self.extras.resident && self.config.as_ref().is_some_and(|c| c.failover)
+    }
+
     /// Whether `servers/{ip}` is enabled (absent counts as enabled, as in ElasticJob).
     pub fn server_enabled(&self, ip: &str) -> bool {
         self.servers.get(ip).copied().unwrap_or(true)

@@ -41,6 +41,9 @@ impl Runs {
         if !instances.ready() || instances.is_empty() || fire_time <= cx.env.wall {
             return; // late: the fire itself comes at once
         }
+        if cx.view().resident() {
+            return; // held, not fired
+        }
         let Some(config) = cx.view().config.as_ref() else {
             return;
         };
@@ -49,7 +52,7 @@ impl Runs {
             // to claim.
             return;
         }
-        let failover = config.failover;
+        let failover = cx.view().failover_on();
         if cx.resharding_pending() || cx.io.reloading() {
             // A claim decided on a view about to be replaced would likely be refused.
             return;

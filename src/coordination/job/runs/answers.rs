@@ -12,7 +12,7 @@ use tracing::{debug, info};
 
 use super::execution::{Execution, HeldWrite};
 use super::Runs;
-use crate::coordination::events::ItemOutcome;
+use crate::coordination::events::{ItemOutcome, Source};
 use crate::coordination::job::instances::Instances;
 use crate::coordination::job::io::{Cx, Pending};
 use crate::coordination::job::mirror::JobView;
@@ -132,7 +132,8 @@ impl Runs {
             return;
         }
         // Each item's end, and with it what becomes of its pending retry: a failure schedules
-        // the next attempt the job's policy allows, a completion drops the one there.
+        // the next attempt the job's policy allows, a completion drops the one there. A hold
+        // its worker ended, either way, is restarted after the job's restart backoff.
         let mut ops = Vec::new();
         for i in &items {
             let item_ops = writes::finish_ops(
@@ -144,6 +145,9 @@ impl Runs {
                 exec.monitored,
             );
             let next = match exec.held.outcome(*i) {
+                _ if exec.source == Source::Resident => {
+                    Some(Runs::next_hold(cx, exec.attempt, exec.started))
+                }
                 Some(ItemOutcome::Failed(_)) => next_retry(cx, exec.attempt, *i),
                 _ => None,
             };

@@ -56,8 +56,8 @@ impl Runs {
         instances: &mut Instances,
         fire_time: DateTime<Utc>,
     ) {
-        if !instances.ready() || instances.is_empty() {
-            return;
+        if !instances.ready() || instances.is_empty() || cx.view().resident() {
+            return; // a resident job's items are held, not fired
         }
         let max_diff = cx
             .view()
@@ -232,7 +232,9 @@ impl Runs {
             Source::Failover => TraceContext::for_execution(&execution_id, None),
             _ => self.trace_for(cx, id, source, &execution_id),
         };
+        // A hold has no end of its own: no timeout, whatever the job's setting says.
         let timeout = match cx.view().extras.execution_timeout_seconds {
+            _ if source == Source::Resident => None,
             0 => None,
             s => Some(Duration::from_secs(u64::from(s))),
         };
@@ -504,7 +506,7 @@ pub(in crate::coordination::job) fn plan_fire(
             misfire,
         };
     }
-    if config.failover {
+    if view.failover_on() {
         let taken = view.failover_items_of(instance_id);
         if !taken.is_empty() {
             return FirePlan {
@@ -514,7 +516,7 @@ pub(in crate::coordination::job) fn plan_fire(
         }
     }
     FirePlan {
-        run: runnable(view, local, config.failover, config.monitor_execution),
+        run: runnable(view, local, view.failover_on(), config.monitor_execution),
         misfire: Vec::new(),
     }
 }

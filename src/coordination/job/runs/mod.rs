@@ -16,6 +16,7 @@ mod answers;
 pub(super) mod execution;
 mod fire;
 mod release;
+mod resident;
 mod work;
 
 use std::collections::BTreeSet;
@@ -89,12 +90,13 @@ impl Slot {
 /// landed: the view then shows the retry it scheduled, if any (none: the failure stands).
 pub(super) fn note_failure(cx: &mut Cx, exec: &Execution, i: i32, error: &str) {
     let view = cx.view();
+    // A resident hold is restarted whatever its end, not retried: each failure stands.
     let retry = view
         .items
         .get(&i)
         .and_then(|it| it.retry)
         .map(|r| r.attempt)
-        .filter(|a| *a > exec.attempt);
+        .filter(|a| *a > exec.attempt && !view.resident());
     let config = view.config.as_ref();
     let failure = ItemFailure {
         job: cx.name().to_string(),
@@ -106,7 +108,7 @@ pub(super) fn note_failure(cx: &mut Cx, exec: &Execution, i: i32, error: &str) {
         error: error.to_string(),
         at: SystemTime::from(cx.env.wall),
         retry,
-        retrying: view.extras.retry.is_some(),
+        retrying: view.extras.retry.is_some() && !view.resident(),
         error_handler: config.and_then(|c| c.job_error_handler_type.clone()),
         props: config.map(|c| c.props.clone()).unwrap_or_default(),
     };
@@ -145,6 +147,9 @@ pub(crate) struct Runs {
     manual: Option<ManualTrace>,
     /// Execution ids drawn so far (each from the step's `Env::entropy` and this count).
     ids_drawn: u64,
+    /// A resident job's items that are a local instance's to hold and are not held yet, since
+    /// when this sidecar has read so (the hand-off time).
+    holds_waiting: std::collections::BTreeMap<i32, Instant>,
 }
 
 impl Runs {

@@ -38,7 +38,7 @@ impl Runs {
         fire_time: DateTime<Utc>,
         parameter: Option<String>,
     ) -> bool {
-        let failover = cx.view().config.as_ref().is_some_and(|c| c.failover);
+        let failover = cx.view().failover_on();
         if !cx.resharding_pending() || (failover && !cx.view().failover_items_of(id).is_empty()) {
             return false;
         }
@@ -130,6 +130,13 @@ impl Runs {
             return;
         }
         take_trigger_requests(cx, instances);
+        if cx.view().resident() {
+            // Held, not fired: no held fires, retries or catch-ups.
+            for slot in self.slots.values_mut() {
+                slot.missed = false;
+            }
+            return self.reconcile_resident(cx, instances);
+        }
         self.reconcile_deferred_fires(cx, instances);
         self.reconcile_retries(cx, instances);
         let Some(misfire_on) = cx.view().config.as_ref().map(|c| c.misfire) else {
@@ -223,6 +230,10 @@ impl Runs {
     ) {
         if let Err(e) = result {
             return cx.write_failed("taking a trigger request", &e);
+        }
+        if cx.view().resident() {
+            info!(job = %cx.name(), instance = %id, "trigger request dropped: a resident job's items are held, not triggered");
+            return;
         }
         if !self.idle_locals(cx, instances).iter().any(|l| l == id) {
             if self.promote_held(cx, instances, id, parameter) {

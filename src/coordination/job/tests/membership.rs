@@ -206,7 +206,7 @@ fn assignments(actions: &[Action]) -> Vec<(Vec<i32>, i64)> {
 }
 
 /// Answers a multi-read with the nodes of `state` (absent when not there).
-fn answer_reads(
+pub(super) fn answer_reads(
     s: &mut Script,
     (op, paths): (OpId, Vec<String>),
     state: &BTreeMap<String, Node>,

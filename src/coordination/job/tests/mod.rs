@@ -540,6 +540,7 @@ mod membership;
 mod parts;
 mod plan;
 mod release;
+mod resident;
 mod retries;
 mod sessions;
 mod work;

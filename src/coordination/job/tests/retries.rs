@@ -14,6 +14,7 @@ fn retrying(total: i32, max_attempts: u32, timeout_s: u32) -> Script {
     tree.insert(s.paths.instance(ME), node(&instance_yaml(ME, IP), 0, 11));
     let extras = JobExtras {
         execution_timeout_seconds: timeout_s,
+        resident: false,
         retry: Some(RetryPolicy {
             max_attempts,
             initial_backoff_ms: 200,
@@ -200,6 +201,7 @@ fn a_retry_whose_worker_went_away_is_taken_over_and_goes_on_counting() {
     let mut tree = shared_with_peer(&s, true, ME);
     let extras = JobExtras {
         execution_timeout_seconds: 0,
+        resident: false,
         retry: Some(RetryPolicy {
             max_attempts: 4,
             initial_backoff_ms: 200,

@@ -29,6 +29,7 @@ class TriggerSource(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
     TRIGGER_SOURCE_FAILOVER: _ClassVar[TriggerSource]
     TRIGGER_SOURCE_MANUAL: _ClassVar[TriggerSource]
     TRIGGER_SOURCE_RETRY: _ClassVar[TriggerSource]
+    TRIGGER_SOURCE_RESIDENT: _ClassVar[TriggerSource]
 
 class ShutdownKind(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
     __slots__ = ()
@@ -63,6 +64,7 @@ TRIGGER_SOURCE_MISFIRE: TriggerSource
 TRIGGER_SOURCE_FAILOVER: TriggerSource
 TRIGGER_SOURCE_MANUAL: TriggerSource
 TRIGGER_SOURCE_RETRY: TriggerSource
+TRIGGER_SOURCE_RESIDENT: TriggerSource
 SHUTDOWN_KIND_UNSPECIFIED: ShutdownKind
 SHUTDOWN_KIND_DRAIN: ShutdownKind
 SHUTDOWN_KIND_REMOTE: ShutdownKind
@@ -104,7 +106,7 @@ class SubscribeRequest(_message.Message):
     def __init__(self, job_name: _Optional[str] = ..., config: _Optional[_Union[JobConfig, _Mapping]] = ..., overwrite: bool = ..., pid: _Optional[int] = ..., instance_id: _Optional[str] = ..., labels: _Optional[_Mapping[str, str]] = ..., instance_suffix: _Optional[str] = ..., max_concurrent_executions: _Optional[int] = ...) -> None: ...
 
 class JobConfig(_message.Message):
-    __slots__ = ("job_name", "cron", "time_zone", "sharding_total_count", "sharding_item_parameters", "job_parameter", "failover", "misfire", "monitor_execution", "sharding_strategy", "max_time_diff_seconds", "reconcile_interval_minutes", "description", "disabled", "props", "execution_timeout_seconds", "job_type", "retry", "job_error_handler_type")
+    __slots__ = ("job_name", "cron", "time_zone", "sharding_total_count", "sharding_item_parameters", "job_parameter", "failover", "misfire", "monitor_execution", "sharding_strategy", "max_time_diff_seconds", "reconcile_interval_minutes", "description", "disabled", "props", "execution_timeout_seconds", "job_type", "retry", "job_error_handler_type", "resident")
     class ShardingItemParametersEntry(_message.Message):
         __slots__ = ("key", "value")
         KEY_FIELD_NUMBER: _ClassVar[int]
@@ -138,6 +140,7 @@ class JobConfig(_message.Message):
     JOB_TYPE_FIELD_NUMBER: _ClassVar[int]
     RETRY_FIELD_NUMBER: _ClassVar[int]
     JOB_ERROR_HANDLER_TYPE_FIELD_NUMBER: _ClassVar[int]
+    RESIDENT_FIELD_NUMBER: _ClassVar[int]
     job_name: str
     cron: str
     time_zone: str
@@ -157,7 +160,8 @@ class JobConfig(_message.Message):
     job_type: JobType
     retry: RetryPolicy
     job_error_handler_type: str
-    def __init__(self, job_name: _Optional[str] = ..., cron: _Optional[str] = ..., time_zone: _Optional[str] = ..., sharding_total_count: _Optional[int] = ..., sharding_item_parameters: _Optional[_Mapping[int, str]] = ..., job_parameter: _Optional[str] = ..., failover: bool = ..., misfire: bool = ..., monitor_execution: bool = ..., sharding_strategy: _Optional[_Union[ShardingStrategy, str]] = ..., max_time_diff_seconds: _Optional[int] = ..., reconcile_interval_minutes: _Optional[int] = ..., description: _Optional[str] = ..., disabled: bool = ..., props: _Optional[_Mapping[str, str]] = ..., execution_timeout_seconds: _Optional[int] = ..., job_type: _Optional[_Union[JobType, str]] = ..., retry: _Optional[_Union[RetryPolicy, _Mapping]] = ..., job_error_handler_type: _Optional[str] = ...) -> None: ...
+    resident: bool
+    def __init__(self, job_name: _Optional[str] = ..., cron: _Optional[str] = ..., time_zone: _Optional[str] = ..., sharding_total_count: _Optional[int] = ..., sharding_item_parameters: _Optional[_Mapping[int, str]] = ..., job_parameter: _Optional[str] = ..., failover: bool = ..., misfire: bool = ..., monitor_execution: bool = ..., sharding_strategy: _Optional[_Union[ShardingStrategy, str]] = ..., max_time_diff_seconds: _Optional[int] = ..., reconcile_interval_minutes: _Optional[int] = ..., description: _Optional[str] = ..., disabled: bool = ..., props: _Optional[_Mapping[str, str]] = ..., execution_timeout_seconds: _Optional[int] = ..., job_type: _Optional[_Union[JobType, str]] = ..., retry: _Optional[_Union[RetryPolicy, _Mapping]] = ..., job_error_handler_type: _Optional[str] = ..., resident: bool = ...) -> None: ...
 
 class RetryPolicy(_message.Message):
     __slots__ = ("max_attempts", "initial_backoff", "max_backoff", "multiplier")
@@ -389,19 +393,21 @@ class ServerInfo(_message.Message):
     def __init__(self, ip: _Optional[str] = ..., disabled: bool = ..., instance_count: _Optional[int] = ...) -> None: ...
 
 class InstanceInfo(_message.Message):
-    __slots__ = ("instance_id", "server_ip", "leader", "items")
+    __slots__ = ("instance_id", "server_ip", "leader", "items", "via_sidecar")
     INSTANCE_ID_FIELD_NUMBER: _ClassVar[int]
     SERVER_IP_FIELD_NUMBER: _ClassVar[int]
     LEADER_FIELD_NUMBER: _ClassVar[int]
     ITEMS_FIELD_NUMBER: _ClassVar[int]
+    VIA_SIDECAR_FIELD_NUMBER: _ClassVar[int]
     instance_id: str
     server_ip: str
     leader: bool
     items: _containers.RepeatedScalarFieldContainer[int]
-    def __init__(self, instance_id: _Optional[str] = ..., server_ip: _Optional[str] = ..., leader: bool = ..., items: _Optional[_Iterable[int]] = ...) -> None: ...
+    via_sidecar: bool
+    def __init__(self, instance_id: _Optional[str] = ..., server_ip: _Optional[str] = ..., leader: bool = ..., items: _Optional[_Iterable[int]] = ..., via_sidecar: bool = ...) -> None: ...
 
 class ItemInfo(_message.Message):
-    __slots__ = ("item", "parameter", "owner", "running", "running_instance", "misfire", "disabled", "failover_instance", "failover_pending")
+    __slots__ = ("item", "parameter", "owner", "running", "running_instance", "misfire", "disabled", "failover_instance", "failover_pending", "handoff")
     ITEM_FIELD_NUMBER: _ClassVar[int]
     PARAMETER_FIELD_NUMBER: _ClassVar[int]
     OWNER_FIELD_NUMBER: _ClassVar[int]
@@ -411,6 +417,7 @@ class ItemInfo(_message.Message):
     DISABLED_FIELD_NUMBER: _ClassVar[int]
     FAILOVER_INSTANCE_FIELD_NUMBER: _ClassVar[int]
     FAILOVER_PENDING_FIELD_NUMBER: _ClassVar[int]
+    HANDOFF_FIELD_NUMBER: _ClassVar[int]
     item: int
     parameter: str
     owner: str
@@ -420,7 +427,8 @@ class ItemInfo(_message.Message):
     disabled: bool
     failover_instance: str
     failover_pending: bool
-    def __init__(self, item: _Optional[int] = ..., parameter: _Optional[str] = ..., owner: _Optional[str] = ..., running: bool = ..., running_instance: _Optional[str] = ..., misfire: bool = ..., disabled: bool = ..., failover_instance: _Optional[str] = ..., failover_pending: bool = ...) -> None: ...
+    handoff: bool
+    def __init__(self, item: _Optional[int] = ..., parameter: _Optional[str] = ..., owner: _Optional[str] = ..., running: bool = ..., running_instance: _Optional[str] = ..., misfire: bool = ..., disabled: bool = ..., failover_instance: _Optional[str] = ..., failover_pending: bool = ..., handoff: bool = ...) -> None: ...
 
 class PutJobRequest(_message.Message):
     __slots__ = ("config",)
