@@ -110,6 +110,7 @@ final class ProtoMapping {
       case TRIGGER_SOURCE_MISFIRE -> TriggerSource.MISFIRE;
       case TRIGGER_SOURCE_FAILOVER -> TriggerSource.FAILOVER;
       case TRIGGER_SOURCE_MANUAL -> TriggerSource.MANUAL;
+      case TRIGGER_SOURCE_RETRY -> TriggerSource.RETRY;
       case TRIGGER_SOURCE_UNSPECIFIED, UNRECOGNIZED -> TriggerSource.UNKNOWN;
     };
   }
@@ -133,7 +134,8 @@ final class ProtoMapping {
             t.getFencingTokensOrDefault(item.getItem(), 0L),
             fireTime,
             t.getTraceparent(),
-            t.getTracestate()))
+            t.getTracestate(),
+            t.getAttempt()))
         .toList();
   }
 }
