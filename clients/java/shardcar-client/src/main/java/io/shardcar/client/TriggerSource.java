@@ -11,7 +11,7 @@ public enum TriggerSource {
   /** Triggered once by an operator. */
   MANUAL,
   /**
-   * A failed item run again by the sidecar under the job's retry policy;
+   * A failed item run again by the sidecar under the job's {@link RetryPolicy};
    * {@link ShardingContext#getAttempt()} says which retry.
    */
   RETRY,
