@@ -419,7 +419,25 @@ def test_trigger_sources_map_from_the_prefixed_wire_values():
     assert source_of(pb.TRIGGER_SOURCE_MISFIRE) is TriggerSource.MISFIRE
     assert source_of(pb.TRIGGER_SOURCE_FAILOVER) is TriggerSource.FAILOVER
     assert source_of(pb.TRIGGER_SOURCE_MANUAL) is TriggerSource.MANUAL
-    assert [s.value for s in TriggerSource] == ["CRON", "MISFIRE", "FAILOVER", "MANUAL", "UNKNOWN"]
+    assert source_of(pb.TRIGGER_SOURCE_RETRY) is TriggerSource.RETRY
+    assert [s.value for s in TriggerSource] == ["CRON", "MISFIRE", "FAILOVER", "MANUAL", "RETRY",
+                                                "UNKNOWN"]
+
+
+def test_a_retry_trigger_carries_its_attempt_to_the_context():
+    ev = pb.SubscribeResponse(trigger=pb.Trigger(
+        execution_id="e2", items=[pb.ShardItem(item=1)], source=pb.TRIGGER_SOURCE_RETRY,
+        attempt=2, fencing_tokens={1: 7}))
+    trig = event_from_proto(ev, "j")
+    assert isinstance(trig, Trigger)
+    assert trig.source is TriggerSource.RETRY and trig.attempt == 2
+    (ctx,) = contexts_for(trig, "j", "i")
+    assert ctx.attempt == 2 and ctx.source is TriggerSource.RETRY and ctx.fencing_token == 7
+    assert "attempt=2" in repr(ctx)
+    # A first run, and a trigger from a sidecar older than the field: attempt 0.
+    first = event_from_proto(pb.SubscribeResponse(trigger=pb.Trigger(
+        execution_id="e1", items=[pb.ShardItem(item=1)], source=pb.TRIGGER_SOURCE_CRON)), "j")
+    assert isinstance(first, Trigger) and contexts_for(first, "j", "i")[0].attempt == 0
 
 
 def test_unspecified_trigger_source_is_unknown_not_cron():

@@ -18,7 +18,7 @@ Everything else a worker can be told is a :class:`WorkerOptions`:
 ``shardcar.aio.Worker`` is the asyncio twin (``async def`` handlers, ``await worker.run()``).
 """
 
-from .config import JobConfig, ShardingStrategy
+from .config import ERROR_HANDLER_TYPES, JobConfig, RetryPolicy, ShardingStrategy
 from .dataflow import STREAMING_PROCESS_KEY, AsyncDataflowJob, DataflowJob
 from .errors import (
     AnswerRejectedError,
@@ -58,6 +58,8 @@ __all__ = [
     "InstanceSuffix",
     "Handler",
     "JobConfig",
+    "RetryPolicy",
+    "ERROR_HANDLER_TYPES",
     "ShardingStrategy",
     "DataflowJob",
     "AsyncDataflowJob",

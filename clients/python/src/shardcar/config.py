@@ -1,4 +1,5 @@
-"""Job configuration: :class:`JobConfig`, the Python face of ``shardcar.v1.JobConfig``.
+"""Job configuration: :class:`JobConfig`, the Python face of ``shardcar.v1.JobConfig``, and
+its :class:`RetryPolicy`.
 
 Field names follow ElasticJob-Lite's ``JobConfiguration`` in snake case. The four optional
 fields (``misfire``, ``monitor_execution``, ``max_time_diff_seconds``,
@@ -10,11 +11,22 @@ from __future__ import annotations
 
 import enum
 from dataclasses import dataclass, field
-from typing import Mapping, Optional, Union
+from datetime import timedelta
+from typing import ClassVar, Mapping, Optional, Tuple, Union
 
 from ._proto import shardcar_pb2 as pb
 
-__all__ = ["JobConfig", "ShardingStrategy"]
+__all__ = ["JobConfig", "ShardingStrategy", "RetryPolicy", "ERROR_HANDLER_TYPES"]
+
+#: The values of ``JobConfig.job_error_handler_type`` (ElasticJob's ``jobErrorHandlerType``, plus
+#: shardcar's own ``WEBHOOK``); their settings are job ``props`` under ElasticJob's names
+#: (``dingtalk.webhook``, ``email.host``, ``webhook.url``, ...), which the sidecar checks.
+ERROR_HANDLER_TYPES: Tuple[str, ...] = (
+    "LOG", "IGNORE", "THROW", "EMAIL", "WECHAT", "DINGTALK", "WEBHOOK",
+)
+
+#: A backoff as :class:`RetryPolicy` takes it: a ``timedelta`` or a number of seconds.
+Backoff = Union[timedelta, float]
 
 
 class ShardingStrategy(enum.IntEnum):
@@ -57,13 +69,131 @@ class ShardingStrategy(enum.IntEnum):
         return cls(value)
 
 
+@dataclass(frozen=True, init=False)
+class RetryPolicy:
+    """How the sidecar runs a failed item again (``shardcar.v1.RetryPolicy``).
+
+    An item whose handler raised (or that ran past ``execution_timeout_seconds``) runs again as a
+    new execution of source ``RETRY`` on the item's owner, ``ctx.attempt`` 1 for the first retry,
+    after ``initial_backoff``; each further wait is the one before times ``multiplier``, at most
+    ``max_backoff``; ``max_attempts`` runs in all, the first included. Backoffs are a
+    ``timedelta`` or seconds, read back as a ``timedelta``; ``None`` leaves a field unset for the
+    sidecar's default (1 s, 1 min but never below ``initial_backoff``, 2).
+
+    ``ValueError`` naming the field (``retry.max_attempts``, ...) when the policy is made with a
+    value the sidecar refuses: ``max_attempts`` 1 to 100, backoffs 10 ms to 1 day,
+    ``max_backoff`` not below ``initial_backoff``, ``multiplier`` 1 to 10.
+    """
+
+    #: Runs of an item in all, the first included (3: the first run and two retries).
+    max_attempts: int
+    initial_backoff: Optional[timedelta] = None
+    max_backoff: Optional[timedelta] = None
+    multiplier: Optional[float] = None
+
+    #: The sidecar's limits, and the initial backoff it uses when none is given.
+    MAX_ATTEMPTS: ClassVar[int] = 100
+    MIN_BACKOFF: ClassVar[timedelta] = timedelta(milliseconds=10)
+    MAX_BACKOFF: ClassVar[timedelta] = timedelta(days=1)
+    DEFAULT_INITIAL_BACKOFF: ClassVar[timedelta] = timedelta(seconds=1)
+
+    def __init__(
+        self,
+        max_attempts: int,
+        initial_backoff: Optional[Backoff] = None,
+        max_backoff: Optional[Backoff] = None,
+        multiplier: Optional[float] = None,
+    ) -> None:
+        if isinstance(max_attempts, bool) or not isinstance(max_attempts, int) \
+                or not 1 <= max_attempts <= self.MAX_ATTEMPTS:
+            raise ValueError(
+                f"retry.max_attempts must be an int from 1 to {self.MAX_ATTEMPTS} (runs of an "
+                f"item in all, the first included), got {max_attempts!r}"
+            )
+        initial = _backoff("retry.initial_backoff", initial_backoff)
+        longest = _backoff("retry.max_backoff", max_backoff)
+        floor = initial if initial is not None else self.DEFAULT_INITIAL_BACKOFF
+        if longest is not None and longest < floor:
+            below = (f"retry.initial_backoff ({_seconds(initial)})" if initial is not None
+                     else f"the default initial_backoff ({_seconds(self.DEFAULT_INITIAL_BACKOFF)})")
+            raise ValueError(
+                f"retry.max_backoff ({_seconds(longest)}) must not be below {below}"
+            )
+        if multiplier is not None:
+            if isinstance(multiplier, bool) or not isinstance(multiplier, (int, float)) \
+                    or not 1 <= multiplier <= 10:  # NaN compares false
+                raise ValueError(
+                    f"retry.multiplier must be a number from 1 to 10 (each wait is the one "
+                    f"before times it), got {multiplier!r}"
+                )
+            multiplier = float(multiplier)
+        object.__setattr__(self, "max_attempts", max_attempts)
+        object.__setattr__(self, "initial_backoff", initial)
+        object.__setattr__(self, "max_backoff", longest)
+        object.__setattr__(self, "multiplier", multiplier)
+
+    def to_proto(self) -> pb.RetryPolicy:
+        """The wire message; unset fields stay unset (``multiplier`` 0)."""
+        msg = pb.RetryPolicy(max_attempts=self.max_attempts, multiplier=self.multiplier or 0.0)
+        if self.initial_backoff is not None:
+            msg.initial_backoff.FromTimedelta(self.initial_backoff)
+        if self.max_backoff is not None:
+            msg.max_backoff.FromTimedelta(self.max_backoff)
+        return msg
+
+    @classmethod
+    def from_proto(cls, msg: pb.RetryPolicy) -> "RetryPolicy":
+        """The policy a wire message says, taken as it is: what the sidecar sends is the job's
+        effective policy (every field set), which it checked when it was written; one it did not
+        check (data written to ZooKeeper by hand) must not stop a worker from reading its
+        stream."""
+        policy = cls.__new__(cls)
+        object.__setattr__(policy, "max_attempts", msg.max_attempts)
+        object.__setattr__(policy, "initial_backoff", msg.initial_backoff.ToTimedelta()
+                           if msg.HasField("initial_backoff") else None)
+        object.__setattr__(policy, "max_backoff", msg.max_backoff.ToTimedelta()
+                           if msg.HasField("max_backoff") else None)
+        object.__setattr__(policy, "multiplier", msg.multiplier or None)
+        return policy
+
+
+def _backoff(name: str, value: Optional[Backoff]) -> Optional[timedelta]:
+    """``value`` as a ``timedelta`` within the sidecar's limits; ``ValueError`` naming ``name``."""
+    if value is None:
+        return None
+    if isinstance(value, timedelta):
+        delta: Optional[timedelta] = value
+    elif isinstance(value, (int, float)) and not isinstance(value, bool):
+        # Checked as a number first: timedelta() overflows on huge ones and refuses NaN.
+        low, high = RetryPolicy.MIN_BACKOFF.total_seconds(), RetryPolicy.MAX_BACKOFF.total_seconds()
+        delta = timedelta(seconds=value) if low <= value <= high else None
+    else:
+        raise ValueError(f"{name} must be a timedelta or a number of seconds, got {value!r}")
+    if delta is None or not RetryPolicy.MIN_BACKOFF <= delta <= RetryPolicy.MAX_BACKOFF:
+        got = _seconds(value) if isinstance(value, timedelta) else f"{value!r} s"
+        raise ValueError(f"{name} must be between 10 ms and 1 day, got {got}")
+    return delta
+
+
+def _seconds(delta: Optional[timedelta]) -> str:
+    return "unset" if delta is None else f"{delta.total_seconds():g} s"
+
+
 @dataclass(frozen=True)
 class JobConfig:
     """A job's configuration, sent with the first subscription (creates the job if absent).
 
     ``cron`` is Quartz syntax with a seconds field (``"0/5 * * * * ?"``); empty means a one-off
     job that runs only when triggered through the admin API. Validation is the sidecar's: an
-    invalid value raises :class:`shardcar.InvalidJobConfigError` naming the field.
+    invalid value raises :class:`shardcar.InvalidJobConfigError` naming the field. ``retry`` and
+    ``job_error_handler_type`` are also checked when the config is made (``ValueError`` naming
+    the field), so a policy the sidecar would refuse fails where it is written.
+
+    ``retry``: how a failed item runs again (:class:`RetryPolicy`); ``None``: it does not, it
+    waits for the next fire, as in ElasticJob. ``job_error_handler_type``: ElasticJob's
+    ``jobErrorHandlerType``, how the sidecar reports a failure that stands (its retries, if any,
+    ran out): one of :data:`ERROR_HANDLER_TYPES` (any case; stored in upper case), its settings
+    in ``props``; empty: unset (ElasticJob's default, LOG).
     """
 
     job_name: str
@@ -83,11 +213,24 @@ class JobConfig:
     disabled: bool = False
     props: Mapping[str, str] = field(default_factory=dict)
     execution_timeout_seconds: int = 0
+    retry: Optional[RetryPolicy] = None
+    job_error_handler_type: str = ""
 
     def __post_init__(self) -> None:
         object.__setattr__(
             self, "sharding_strategy", ShardingStrategy.parse(self.sharding_strategy)
         )
+        if self.retry is not None and not isinstance(self.retry, RetryPolicy):
+            raise ValueError(
+                f"retry must be a RetryPolicy or None, got {type(self.retry).__name__}"
+            )
+        handler = self.job_error_handler_type
+        if not isinstance(handler, str) or handler.strip().upper() not in ("",) + ERROR_HANDLER_TYPES:
+            raise ValueError(
+                f"job_error_handler_type must be one of {', '.join(ERROR_HANDLER_TYPES)} (or "
+                f"empty: unset, LOG), got {handler!r}"
+            )
+        object.__setattr__(self, "job_error_handler_type", handler.strip().upper())
 
     def to_proto(self) -> pb.JobConfig:
         """The wire message; optional fields are set only when not ``None``."""
@@ -102,7 +245,10 @@ class JobConfig:
             description=self.description,
             disabled=self.disabled,
             execution_timeout_seconds=self.execution_timeout_seconds,
+            job_error_handler_type=self.job_error_handler_type,
         )
+        if self.retry is not None:
+            msg.retry.CopyFrom(self.retry.to_proto())
         for item, parameter in self.sharding_item_parameters.items():
             msg.sharding_item_parameters[int(item)] = str(parameter)
         for key, value in self.props.items():
@@ -119,12 +265,15 @@ class JobConfig:
 
     @classmethod
     def from_proto(cls, msg: pb.JobConfig) -> "JobConfig":
-        """Builds a config from the wire message (unset optional fields become ``None``)."""
+        """Builds a config from the wire message (unset optional fields become ``None``).
+
+        The error handler type is taken as it is: a job written by an ElasticJob process may
+        name a handler of its own (an SPI type) that this client does not know."""
 
         def opt(name: str) -> object:
             return getattr(msg, name) if msg.HasField(name) else None
 
-        return cls(
+        config = cls(
             job_name=msg.job_name,
             cron=msg.cron,
             sharding_total_count=msg.sharding_total_count,
@@ -141,4 +290,7 @@ class JobConfig:
             disabled=msg.disabled,
             props=dict(msg.props),
             execution_timeout_seconds=msg.execution_timeout_seconds,
+            retry=RetryPolicy.from_proto(msg.retry) if msg.HasField("retry") else None,
         )
+        object.__setattr__(config, "job_error_handler_type", msg.job_error_handler_type)
+        return config

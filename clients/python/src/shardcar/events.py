@@ -34,7 +34,11 @@ __all__ = [
 
 
 class TriggerSource(str, enum.Enum):
-    """Why an execution started (ElasticJob's execution sources, plus manual triggers).
+    """Why an execution started (ElasticJob's execution sources, plus manual triggers and
+    retries).
+
+    ``RETRY`` is a failed item run again by the sidecar under the job's
+    :class:`~shardcar.RetryPolicy` (``ShardingContext.attempt`` says which retry).
 
     ``UNKNOWN`` is a trigger whose source the sidecar left unset (``TRIGGER_SOURCE_UNSPECIFIED``,
     which it never sends) or sent as a value this client does not know: the work is still to be
@@ -45,6 +49,7 @@ class TriggerSource(str, enum.Enum):
     MISFIRE = "MISFIRE"
     FAILOVER = "FAILOVER"
     MANUAL = "MANUAL"
+    RETRY = "RETRY"
     UNKNOWN = "UNKNOWN"
 
     @classmethod
@@ -58,6 +63,7 @@ _SOURCE_FROM_PROTO: Dict[int, TriggerSource] = {
     pb.TRIGGER_SOURCE_MISFIRE: TriggerSource.MISFIRE,
     pb.TRIGGER_SOURCE_FAILOVER: TriggerSource.FAILOVER,
     pb.TRIGGER_SOURCE_MANUAL: TriggerSource.MANUAL,
+    pb.TRIGGER_SOURCE_RETRY: TriggerSource.RETRY,
 }
 
 
@@ -105,6 +111,9 @@ class Trigger:
     #: from a sidecar that does not send it.
     traceparent: str = ""
     tracestate: str = ""
+    #: Which retry of its items this run is: 0 for a first run, 1 for the first retry (source
+    #: ``RETRY``); a ``FAILOVER`` run that takes over a retry carries that retry's attempt.
+    attempt: int = 0
 
 
 @dataclass(frozen=True)
@@ -200,6 +209,7 @@ def event_from_proto(msg: pb.SubscribeResponse, job_name: str) -> Optional[Event
             fencing_tokens=dict(t.fencing_tokens),
             traceparent=t.traceparent,
             tracestate=t.tracestate,
+            attempt=t.attempt,
         )
     if kind == "revoke":
         return Revoke(items=tuple(msg.revoke.items), reason=msg.revoke.reason)
@@ -266,6 +276,10 @@ class ShardingContext:
     #: ``otel`` extra the handler runs in a child span of it (see ``Worker(tracing=...)``).
     traceparent: str = field(default="", repr=False)
     tracestate: str = field(default="", repr=False)
+    #: Which run of the item this is under the job's retry policy: 0 for a first run (a cron
+    #: fire, a trigger-once, a catch-up), 1 for the first retry (``source`` is ``RETRY``), and
+    #: so on; a ``FAILOVER`` run that takes over a retry carries that retry's attempt.
+    attempt: int = 0
     cancel_event: threading.Event = field(default_factory=threading.Event, repr=False)
     cancel_reason: str = field(default="", repr=False)
     _probe: Optional[Probe] = field(default=None, repr=False, compare=False)
@@ -397,6 +411,7 @@ def contexts_for(trigger: Trigger, job_name: str, instance_id: str) -> Tuple[Sha
             instance_id=instance_id,
             traceparent=trigger.traceparent,
             tracestate=trigger.tracestate,
+            attempt=trigger.attempt,
         )
         for si in trigger.items
     )

@@ -2,6 +2,8 @@ package io.shardcar.client;
 
 import java.util.Collections;
 import java.util.LinkedHashMap;
+import java.util.List;
+import java.util.Locale;
 import java.util.Map;
 import java.util.Objects;
 import java.util.Properties;
@@ -12,7 +14,9 @@ import java.util.TreeMap;
  * are left unset on the wire, and the sidecar applies ElasticJob's defaults ({@code misfire} and
  * {@code monitorExecution} true, {@code maxTimeDiffSeconds} -1, {@code reconcileIntervalMinutes}
  * 10). Validation (cron syntax, count range, ...) is the sidecar's: an invalid config fails
- * {@link ShardcarWorker#register} with an {@link InvalidJobConfigException} naming the field.
+ * {@link ShardcarWorker#register} with an {@link InvalidJobConfigException} naming the field. The
+ * builder checks some fields itself, with the same exception: the {@link RetryPolicy} and the
+ * error handler type among them, so that a value the sidecar would refuse fails where it is set.
  */
 public final class JobConfig {
   /**
@@ -21,6 +25,13 @@ public final class JobConfig {
    * or absent is one-off. See {@link DataflowHandler}.
    */
   public static final String STREAMING_PROCESS = "streaming.process";
+
+  /**
+   * The values of {@link #getJobErrorHandlerType()}: ElasticJob's {@code jobErrorHandlerType}
+   * names, plus shardcar's own {@code WEBHOOK}.
+   */
+  public static final List<String> ERROR_HANDLER_TYPES =
+      List.of("LOG", "IGNORE", "THROW", "EMAIL", "WECHAT", "DINGTALK", "WEBHOOK");
 
   private final String jobName;
   private final String cron;
@@ -38,6 +49,8 @@ public final class JobConfig {
   private final boolean disabled;
   private final Map<String, String> props;
   private final int executionTimeoutSeconds;
+  private final RetryPolicy retry;
+  private final String jobErrorHandlerType;
   private final boolean overwrite;
 
   private JobConfig(Builder b) {
@@ -57,6 +70,8 @@ public final class JobConfig {
     this.disabled = b.disabled;
     this.props = Collections.unmodifiableMap(new LinkedHashMap<>(b.props));
     this.executionTimeoutSeconds = b.executionTimeoutSeconds;
+    this.retry = b.retry;
+    this.jobErrorHandlerType = b.jobErrorHandlerType;
     this.overwrite = b.overwrite;
   }
 
@@ -85,7 +100,9 @@ public final class JobConfig {
         .disabled(disabled)
         .props(props)
         .executionTimeoutSeconds(executionTimeoutSeconds)
+        .retry(retry)
         .overwrite(overwrite);
+    b.jobErrorHandlerType = jobErrorHandlerType;
     b.misfire = misfire;
     b.monitorExecution = monitorExecution;
     b.maxTimeDiffSeconds = maxTimeDiffSeconds;
@@ -173,6 +190,23 @@ public final class JobConfig {
     return executionTimeoutSeconds;
   }
 
+  /**
+   * How a failed item runs again; {@code null} when unset: it does not, it waits for the next fire,
+   * as in ElasticJob.
+   */
+  public RetryPolicy getRetry() {
+    return retry;
+  }
+
+  /**
+   * ElasticJob's {@code jobErrorHandlerType}: how the sidecar reports a failure that stands (at once,
+   * or once its retries ran out), one of {@link #ERROR_HANDLER_TYPES}, set up by {@link #getProps()};
+   * empty when unset (ElasticJob's default, {@code LOG}).
+   */
+  public String getJobErrorHandlerType() {
+    return jobErrorHandlerType;
+  }
+
   /** Replace the job's stored configuration with this one when subscribing. */
   public boolean isOverwrite() {
     return overwrite;
@@ -188,6 +222,8 @@ public final class JobConfig {
         && failover == c.failover
         && disabled == c.disabled
         && executionTimeoutSeconds == c.executionTimeoutSeconds
+        && Objects.equals(retry, c.retry)
+        && jobErrorHandlerType.equals(c.jobErrorHandlerType)
         && overwrite == c.overwrite
         && jobName.equals(c.jobName)
         && cron.equals(c.cron)
@@ -218,7 +254,8 @@ public final class JobConfig {
         + ", maxTimeDiffSeconds=" + maxTimeDiffSeconds
         + ", reconcileIntervalMinutes=" + reconcileIntervalMinutes
         + ", description=" + description + ", disabled=" + disabled + ", props=" + props
-        + ", executionTimeoutSeconds=" + executionTimeoutSeconds + ", overwrite=" + overwrite + "}";
+        + ", executionTimeoutSeconds=" + executionTimeoutSeconds + ", retry=" + retry
+        + ", jobErrorHandlerType=" + jobErrorHandlerType + ", overwrite=" + overwrite + "}";
   }
 
   /** Builds a {@link JobConfig}; every setter returns the builder. */
@@ -239,6 +276,8 @@ public final class JobConfig {
     private boolean disabled;
     private final Map<String, String> props = new LinkedHashMap<>();
     private int executionTimeoutSeconds;
+    private RetryPolicy retry;
+    private String jobErrorHandlerType = "";
     private boolean overwrite;
 
     private Builder() {}
@@ -379,6 +418,42 @@ public final class JobConfig {
             null);
       }
       this.executionTimeoutSeconds = executionTimeoutSeconds;
+      return this;
+    }
+
+    /**
+     * How a failed item runs again ({@link RetryPolicy#newBuilder(int)}); null (default): it does
+     * not, it waits for the next fire, as in ElasticJob.
+     */
+    public Builder retry(RetryPolicy retry) {
+      this.retry = retry;
+      return this;
+    }
+
+    /**
+     * ElasticJob's {@code jobErrorHandlerType}: one of {@link JobConfig#ERROR_HANDLER_TYPES} (any
+     * case, kept in upper case), its settings in the props under ElasticJob's names
+     * ({@code dingtalk.webhook}, {@code email.host}, {@code webhook.url}, ...), which the sidecar
+     * checks; null or blank: unset ({@code LOG}).
+     *
+     * @throws InvalidJobConfigException (field {@code jobErrorHandlerType}) for any other name
+     */
+    public Builder jobErrorHandlerType(String type) {
+      String name = type == null ? "" : type.strip().toUpperCase(Locale.ROOT);
+      if (!name.isEmpty() && !ERROR_HANDLER_TYPES.contains(name)) {
+        throw new InvalidJobConfigException("jobErrorHandlerType", "jobErrorHandlerType must be one of "
+            + String.join(", ", ERROR_HANDLER_TYPES) + " (or empty: unset, LOG), got '" + type + "'", null);
+      }
+      this.jobErrorHandlerType = name;
+      return this;
+    }
+
+    /**
+     * The error handler type the sidecar sent, taken as it is: a job written by an ElasticJob
+     * process may name a handler of its own (an SPI type) that this client does not know.
+     */
+    Builder jobErrorHandlerTypeAsSent(String type) {
+      this.jobErrorHandlerType = orEmpty(type);
       return this;
     }
 

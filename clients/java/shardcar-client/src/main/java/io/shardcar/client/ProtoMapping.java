@@ -1,5 +1,6 @@
 package io.shardcar.client;
 
+import com.google.protobuf.Duration;
 import io.shardcar.v1.ShardItem;
 import java.time.Instant;
 import java.util.List;
@@ -22,7 +23,11 @@ final class ProtoMapping {
         .setDescription(c.getDescription())
         .setDisabled(c.isDisabled())
         .putAllProps(c.getProps())
-        .setExecutionTimeoutSeconds(c.getExecutionTimeoutSeconds());
+        .setExecutionTimeoutSeconds(c.getExecutionTimeoutSeconds())
+        .setJobErrorHandlerType(c.getJobErrorHandlerType());
+    if (c.getRetry() != null) {
+      b.setRetry(toProto(c.getRetry()));
+    }
     if (c.getMisfire() != null) {
       b.setMisfire(c.getMisfire());
     }
@@ -50,7 +55,11 @@ final class ProtoMapping {
         .description(p.getDescription())
         .disabled(p.getDisabled())
         .props(p.getPropsMap())
-        .executionTimeoutSeconds(p.getExecutionTimeoutSeconds());
+        .executionTimeoutSeconds(p.getExecutionTimeoutSeconds())
+        .jobErrorHandlerTypeAsSent(p.getJobErrorHandlerType());
+    if (p.hasRetry()) {
+      b.retry(fromProto(p.getRetry()));
+    }
     ShardingStrategy strategy = fromProto(p.getShardingStrategy());
     if (strategy != null) {
       b.shardingStrategy(strategy);
@@ -68,6 +77,37 @@ final class ProtoMapping {
       b.reconcileIntervalMinutes(p.getReconcileIntervalMinutes());
     }
     return b.build();
+  }
+
+  /** A retry policy on the wire: unset fields stay unset ({@code multiplier} 0). */
+  static io.shardcar.v1.RetryPolicy toProto(RetryPolicy r) {
+    io.shardcar.v1.RetryPolicy.Builder b = io.shardcar.v1.RetryPolicy.newBuilder()
+        .setMaxAttempts(r.getMaxAttempts())
+        .setMultiplier(r.getMultiplier() == null ? 0 : r.getMultiplier());
+    if (r.getInitialBackoff() != null) {
+      b.setInitialBackoff(toProto(r.getInitialBackoff()));
+    }
+    if (r.getMaxBackoff() != null) {
+      b.setMaxBackoff(toProto(r.getMaxBackoff()));
+    }
+    return b.build();
+  }
+
+  /** The policy the sidecar sent, as it is (see {@link RetryPolicy#asSent}). */
+  static RetryPolicy fromProto(io.shardcar.v1.RetryPolicy p) {
+    return RetryPolicy.asSent(
+        p.getMaxAttempts(),
+        p.hasInitialBackoff() ? fromProto(p.getInitialBackoff()) : null,
+        p.hasMaxBackoff() ? fromProto(p.getMaxBackoff()) : null,
+        p.getMultiplier() == 0 ? null : p.getMultiplier());
+  }
+
+  private static Duration toProto(java.time.Duration d) {
+    return Duration.newBuilder().setSeconds(d.getSeconds()).setNanos(d.getNano()).build();
+  }
+
+  private static java.time.Duration fromProto(Duration d) {
+    return java.time.Duration.ofSeconds(d.getSeconds(), d.getNanos());
   }
 
   static Assignment fromProto(io.shardcar.v1.Assignment a) {
@@ -110,6 +150,7 @@ final class ProtoMapping {
       case TRIGGER_SOURCE_MISFIRE -> TriggerSource.MISFIRE;
       case TRIGGER_SOURCE_FAILOVER -> TriggerSource.FAILOVER;
       case TRIGGER_SOURCE_MANUAL -> TriggerSource.MANUAL;
+      case TRIGGER_SOURCE_RETRY -> TriggerSource.RETRY;
       case TRIGGER_SOURCE_UNSPECIFIED, UNRECOGNIZED -> TriggerSource.UNKNOWN;
     };
   }
@@ -133,7 +174,8 @@ final class ProtoMapping {
             t.getFencingTokensOrDefault(item.getItem(), 0L),
             fireTime,
             t.getTraceparent(),
-            t.getTracestate()))
+            t.getTracestate(),
+            t.getAttempt()))
         .toList();
   }
 }

@@ -7,7 +7,7 @@ import java.util.function.BooleanSupplier;
 /**
  * What a {@link JobHandler} gets for one item of one execution: ElasticJob's
  * {@code ShardingContext} fields (same names) plus the execution id, the trigger source, the
- * item's fencing token and the trigger's W3C trace context.
+ * attempt, the item's fencing token and the trigger's W3C trace context.
  */
 public final class ShardingContext {
   private final String jobName;
@@ -22,6 +22,7 @@ public final class ShardingContext {
   private final Instant fireTime;
   private final String traceparent;
   private final String tracestate;
+  private final int attempt;
   private volatile BooleanSupplier cancellation;
   /**
    * The latest assignment of the stream that delivered this item's trigger, when the worker started
@@ -46,7 +47,10 @@ public final class ShardingContext {
         fencingToken, fireTime, "", "");
   }
 
-  /** A context with the trigger's W3C {@code traceparent} and {@code tracestate} (null reads as empty). */
+  /**
+   * A context of a first run (attempt 0) with the trigger's W3C {@code traceparent} and
+   * {@code tracestate} (null reads as empty).
+   */
   public ShardingContext(
       String jobName,
       String taskId,
@@ -60,6 +64,28 @@ public final class ShardingContext {
       Instant fireTime,
       String traceparent,
       String tracestate) {
+    this(jobName, taskId, shardingTotalCount, jobParameter, shardingItem, shardingParameter, executionId, source,
+        fencingToken, fireTime, traceparent, tracestate, 0);
+  }
+
+  /**
+   * A context with the trigger's W3C trace context and its {@code attempt} (0 for a first run, 1
+   * for the first retry).
+   */
+  public ShardingContext(
+      String jobName,
+      String taskId,
+      int shardingTotalCount,
+      String jobParameter,
+      int shardingItem,
+      String shardingParameter,
+      String executionId,
+      TriggerSource source,
+      long fencingToken,
+      Instant fireTime,
+      String traceparent,
+      String tracestate,
+      int attempt) {
     this.jobName = Objects.requireNonNull(jobName, "jobName");
     this.taskId = Objects.requireNonNullElse(taskId, "");
     this.shardingTotalCount = shardingTotalCount;
@@ -72,6 +98,7 @@ public final class ShardingContext {
     this.fireTime = fireTime;
     this.traceparent = Objects.requireNonNullElse(traceparent, "");
     this.tracestate = Objects.requireNonNullElse(tracestate, "");
+    this.attempt = attempt;
   }
 
   public String getJobName() {
@@ -108,6 +135,16 @@ public final class ShardingContext {
   /** Why the execution started; {@link TriggerSource#UNKNOWN} when the sidecar did not say. */
   public TriggerSource getSource() {
     return source;
+  }
+
+  /**
+   * Which run of this item it is under the job's retry policy: 0 for a first run (a cron fire, a
+   * trigger-once, a catch-up), 1 for the first retry ({@link #getSource()} is
+   * {@link TriggerSource#RETRY}), and so on. A {@link TriggerSource#FAILOVER} run that takes over
+   * a retry carries that retry's attempt.
+   */
+  public int getAttempt() {
+    return attempt;
   }
 
   /**
@@ -171,7 +208,7 @@ public final class ShardingContext {
     return "ShardingContext{jobName=" + jobName + ", taskId=" + taskId
         + ", shardingTotalCount=" + shardingTotalCount + ", jobParameter=" + jobParameter
         + ", shardingItem=" + shardingItem + ", shardingParameter=" + shardingParameter
-        + ", executionId=" + executionId + ", source=" + source
+        + ", executionId=" + executionId + ", source=" + source + ", attempt=" + attempt
         + ", fencingToken=" + fencingToken + ", traceparent=" + traceparent + "}";
   }
 }

@@ -11,6 +11,11 @@ public enum TriggerSource {
   /** Triggered once by an operator. */
   MANUAL,
   /**
+   * A failed item run again by the sidecar under the job's {@link RetryPolicy};
+   * {@link ShardingContext#getAttempt()} says which retry.
+   */
+  RETRY,
+  /**
    * The sidecar did not say, or sent a source this client does not know (a newer sidecar, or
    * {@code TRIGGER_SOURCE_UNSPECIFIED}). Never assumed to be a cron fire.
    */

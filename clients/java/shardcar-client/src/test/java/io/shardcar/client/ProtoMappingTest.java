@@ -2,6 +2,7 @@ package io.shardcar.client;
 
 import static org.junit.jupiter.api.Assertions.assertEquals;
 import static org.junit.jupiter.api.Assertions.assertNull;
+import static org.junit.jupiter.api.Assertions.assertTrue;
 
 import io.shardcar.v1.ShardItem;
 import io.shardcar.v1.Trigger;
@@ -16,6 +17,27 @@ class ProtoMappingTest {
     assertEquals(TriggerSource.MISFIRE, ProtoMapping.fromProto(io.shardcar.v1.TriggerSource.TRIGGER_SOURCE_MISFIRE));
     assertEquals(TriggerSource.FAILOVER, ProtoMapping.fromProto(io.shardcar.v1.TriggerSource.TRIGGER_SOURCE_FAILOVER));
     assertEquals(TriggerSource.MANUAL, ProtoMapping.fromProto(io.shardcar.v1.TriggerSource.TRIGGER_SOURCE_MANUAL));
+    assertEquals(TriggerSource.RETRY, ProtoMapping.fromProto(io.shardcar.v1.TriggerSource.TRIGGER_SOURCE_RETRY));
+  }
+
+  @Test
+  void aRetryTriggerCarriesItsAttemptToTheContext() {
+    Trigger retry = Trigger.newBuilder()
+        .setExecutionId("e2")
+        .addItems(ShardItem.newBuilder().setItem(1))
+        .setSource(io.shardcar.v1.TriggerSource.TRIGGER_SOURCE_RETRY)
+        .setAttempt(2)
+        .putFencingTokens(1, 7L)
+        .build();
+    ShardingContext ctx = ProtoMapping.contexts("job", retry).get(0);
+    assertEquals(2, ctx.getAttempt());
+    assertEquals(TriggerSource.RETRY, ctx.getSource());
+    assertEquals(7L, ctx.getFencingToken());
+    assertTrue(ctx.toString().contains("attempt=2"), ctx.toString());
+    // A first run, from a sidecar older than the field too, and a context built without one: 0.
+    Trigger first = retry.toBuilder().clearAttempt().setSource(io.shardcar.v1.TriggerSource.TRIGGER_SOURCE_CRON).build();
+    assertEquals(0, ProtoMapping.contexts("job", first).get(0).getAttempt());
+    assertEquals(0, new ShardingContext("job", "", 1, "", 0, "", "e", null, 0, null).getAttempt());
   }
 
   @Test

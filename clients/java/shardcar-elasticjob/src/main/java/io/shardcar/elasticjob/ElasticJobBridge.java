@@ -194,10 +194,12 @@ public final class ElasticJobBridge {
   }
 
   /**
-   * Maps every {@link JobConfiguration} setting shardcar shares with ElasticJob. Settings that
-   * belong to ElasticJob's in-process executor (executor service handler, error handler,
-   * listeners, extra configurations, label, static sharding) have no meaning here and are
-   * ignored with a warning when set.
+   * Maps every {@link JobConfiguration} setting shardcar shares with ElasticJob, the error handler
+   * ({@code jobErrorHandlerType}, which the sidecar runs, with its props) among them. Settings that
+   * belong to ElasticJob's in-process executor (executor service handler, listeners, extra
+   * configurations, label, static sharding) have no meaning here and are ignored with a warning
+   * when set, as is an error handler type the sidecar does not have (an SPI handler of the
+   * application's own).
    *
    * @throws io.shardcar.client.InvalidJobConfigException for a malformed
    *     {@code shardingItemParameters} or an unknown sharding strategy
@@ -208,7 +210,10 @@ public final class ElasticJobBridge {
     if (notBlank(c.getJobExecutorServiceHandlerType())) {
       ignored.add("jobExecutorServiceHandlerType");
     }
-    if (notBlank(c.getJobErrorHandlerType())) {
+    String errorHandler = c.getJobErrorHandlerType();
+    boolean knownErrorHandler = notBlank(errorHandler)
+        && JobConfig.ERROR_HANDLER_TYPES.contains(errorHandler.strip().toUpperCase(java.util.Locale.ROOT));
+    if (notBlank(errorHandler) && !knownErrorHandler) {
       ignored.add("jobErrorHandlerType");
     }
     if (c.getJobListenerTypes() != null && !c.getJobListenerTypes().isEmpty()) {
@@ -243,6 +248,9 @@ public final class ElasticJobBridge {
         .overwrite(c.isOverwrite());
     if (c.getProps() != null) {
       b.props(c.getProps());
+    }
+    if (knownErrorHandler) {
+      b.jobErrorHandlerType(errorHandler);
     }
     return b.build();
   }

@@ -73,6 +73,19 @@ class ElasticJobBridgeTest {
   }
 
   @Test
+  void theErrorHandlerGoesToTheSidecarUnlessItIsAnSpiHandlerOfTheApplications() {
+    JobConfig dingtalk = ElasticJobBridge.toJobConfig(JobConfiguration.newBuilder("j", 1)
+        .jobErrorHandlerType("DINGTALK").setProperty("dingtalk.webhook", "https://oapi.dingtalk.com/robot/send").build());
+    assertEquals("DINGTALK", dingtalk.getJobErrorHandlerType());
+    assertEquals(Map.of("dingtalk.webhook", "https://oapi.dingtalk.com/robot/send"), dingtalk.getProps());
+    // ElasticJob loads handlers by type through its SPI: a type of the application's own cannot run
+    // in a sidecar, and is ignored with a warning as the executor's other settings are.
+    assertEquals("", ElasticJobBridge.toJobConfig(JobConfiguration.newBuilder("j", 1)
+        .jobErrorHandlerType("MY_PAGER").build()).getJobErrorHandlerType());
+    assertEquals("", ElasticJobBridge.toJobConfig(JobConfiguration.newBuilder("j", 1).build()).getJobErrorHandlerType());
+  }
+
+  @Test
   void unsupportedStrategyIsRefusedNamingTheField() {
     JobConfiguration ej = JobConfiguration.newBuilder("j", 1).jobShardingStrategyType("MY_STRATEGY").build();
     InvalidJobConfigException e = assertThrows(InvalidJobConfigException.class, () -> ElasticJobBridge.toJobConfig(ej));

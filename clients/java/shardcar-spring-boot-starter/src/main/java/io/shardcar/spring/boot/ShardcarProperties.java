@@ -237,7 +237,11 @@ public class ShardcarProperties {
     /** ElasticJob executor setting: does not apply under shardcar (ignored with a warning). */
     private String jobExecutorServiceHandlerType;
 
-    /** ElasticJob executor setting: does not apply under shardcar (ignored with a warning). */
+    /**
+     * How a failure that stands is reported, ElasticJob's types ({@code LOG}, {@code EMAIL},
+     * {@code DINGTALK}, ...) or shardcar's {@code WEBHOOK}, set up by {@code props}; run by the
+     * sidecar. Another type (an SPI handler of the application's own) is ignored with a warning.
+     */
     private String jobErrorHandlerType;
 
     /** ElasticJob executor setting: does not apply under shardcar (ignored with a warning). */
