@@ -420,8 +420,9 @@ def test_trigger_sources_map_from_the_prefixed_wire_values():
     assert source_of(pb.TRIGGER_SOURCE_FAILOVER) is TriggerSource.FAILOVER
     assert source_of(pb.TRIGGER_SOURCE_MANUAL) is TriggerSource.MANUAL
     assert source_of(pb.TRIGGER_SOURCE_RETRY) is TriggerSource.RETRY
+    assert source_of(pb.TRIGGER_SOURCE_RESIDENT) is TriggerSource.RESIDENT
     assert [s.value for s in TriggerSource] == ["CRON", "MISFIRE", "FAILOVER", "MANUAL", "RETRY",
-                                                "UNKNOWN"]
+                                                "RESIDENT", "UNKNOWN"]
 
 
 def test_a_retry_trigger_carries_its_attempt_to_the_context():

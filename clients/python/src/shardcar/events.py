@@ -50,6 +50,7 @@ class TriggerSource(str, enum.Enum):
     FAILOVER = "FAILOVER"
     MANUAL = "MANUAL"
     RETRY = "RETRY"
+    RESIDENT = "RESIDENT"
     UNKNOWN = "UNKNOWN"
 
     @classmethod
@@ -64,6 +65,7 @@ _SOURCE_FROM_PROTO: Dict[int, TriggerSource] = {
     pb.TRIGGER_SOURCE_FAILOVER: TriggerSource.FAILOVER,
     pb.TRIGGER_SOURCE_MANUAL: TriggerSource.MANUAL,
     pb.TRIGGER_SOURCE_RETRY: TriggerSource.RETRY,
+    pb.TRIGGER_SOURCE_RESIDENT: TriggerSource.RESIDENT,
 }
 
 

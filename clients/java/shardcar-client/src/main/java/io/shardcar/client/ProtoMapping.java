@@ -151,6 +151,7 @@ final class ProtoMapping {
       case TRIGGER_SOURCE_FAILOVER -> TriggerSource.FAILOVER;
       case TRIGGER_SOURCE_MANUAL -> TriggerSource.MANUAL;
       case TRIGGER_SOURCE_RETRY -> TriggerSource.RETRY;
+      case TRIGGER_SOURCE_RESIDENT -> TriggerSource.RESIDENT;
       case TRIGGER_SOURCE_UNSPECIFIED, UNRECOGNIZED -> TriggerSource.UNKNOWN;
     };
   }

@@ -16,6 +16,11 @@ public enum TriggerSource {
    */
   RETRY,
   /**
+   * An item of a resident job, held until the sidecar revokes it or the lease runs out;
+   * {@link ShardingContext#getAttempt()} counts the restarts after the holder ended a hold.
+   */
+  RESIDENT,
+  /**
    * The sidecar did not say, or sent a source this client does not know (a newer sidecar, or
    * {@code TRIGGER_SOURCE_UNSPECIFIED}). Never assumed to be a cron fire.
    */

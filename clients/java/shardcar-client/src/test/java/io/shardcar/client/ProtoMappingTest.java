@@ -18,6 +18,9 @@ class ProtoMappingTest {
     assertEquals(TriggerSource.FAILOVER, ProtoMapping.fromProto(io.shardcar.v1.TriggerSource.TRIGGER_SOURCE_FAILOVER));
     assertEquals(TriggerSource.MANUAL, ProtoMapping.fromProto(io.shardcar.v1.TriggerSource.TRIGGER_SOURCE_MANUAL));
     assertEquals(TriggerSource.RETRY, ProtoMapping.fromProto(io.shardcar.v1.TriggerSource.TRIGGER_SOURCE_RETRY));
+    assertEquals(
+        TriggerSource.RESIDENT,
+        ProtoMapping.fromProto(io.shardcar.v1.TriggerSource.TRIGGER_SOURCE_RESIDENT));
   }
 
   @Test
