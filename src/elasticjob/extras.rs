@@ -118,33 +118,31 @@ impl JobExtras {
 }
 
 /// A failed item's next run, kept in `shardcar/retries/{i}` so that it outlives the sidecar
-/// that decided it: the attempt it is, and when it is due on the wall clock.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+/// that decided it: the attempt it is, when it is due on the wall clock, and the job parameter
+/// the failed run carried when its trigger named one (a `TriggerJob` with a parameter).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
 pub struct PendingRetry {
     pub attempt: u32,
     /// Milliseconds since the Unix epoch.
+    #[serde(rename = "dueAt")]
     pub due_ms: i64,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub parameter: Option<String>,
 }
 
 impl PendingRetry {
-    /// The node's data: `attempt: N` and `dueAt: MILLIS`.
+    /// The node's data: YAML with `attempt`, `dueAt` (milliseconds) and, when the run had
+    /// one of its own, `parameter`.
     pub fn to_data(&self) -> Vec<u8> {
-        format!("attempt: {}\ndueAt: {}\n", self.attempt, self.due_ms).into_bytes()
+        serde_yaml_ng::to_string(self)
+            .unwrap_or_else(|_| format!("attempt: {}\ndueAt: {}\n", self.attempt, self.due_ms))
+            .into_bytes()
     }
 
     /// Reads the node's data (`None` when it is not what [`PendingRetry::to_data`] writes).
     pub fn from_data(data: &[u8]) -> Option<PendingRetry> {
-        #[derive(Deserialize)]
-        #[serde(rename_all = "camelCase")]
-        struct Node {
-            attempt: u32,
-            due_at: i64,
-        }
-        let node: Node = serde_yaml_ng::from_slice(data).ok()?;
-        Some(PendingRetry {
-            attempt: node.attempt,
-            due_ms: node.due_at,
-        })
+        serde_yaml_ng::from_slice(data).ok()
     }
 }
 
@@ -205,8 +203,18 @@ mod tests {
         let r = PendingRetry {
             attempt: 2,
             due_ms: 1_764_388_800_123,
+            parameter: None,
         };
+        assert_eq!(
+            String::from_utf8(r.to_data()).unwrap(),
+            "attempt: 2\ndueAt: 1764388800123\n"
+        );
         assert_eq!(PendingRetry::from_data(&r.to_data()), Some(r));
+        let odd = PendingRetry {
+            parameter: Some("a: b\n'c' #d".into()),
+            ..PendingRetry::from_data(b"attempt: 1\ndueAt: 5\n").unwrap()
+        };
+        assert_eq!(PendingRetry::from_data(&odd.to_data()), Some(odd));
         assert_eq!(PendingRetry::from_data(b"garbage"), None);
     }
 }

@@ -148,7 +148,9 @@ impl Runs {
                 _ if exec.source == Source::Resident => {
                     Some(Runs::next_hold(cx, exec.attempt, exec.started))
                 }
-                Some(ItemOutcome::Failed(_)) => next_retry(cx, exec.attempt, *i),
+                Some(ItemOutcome::Failed(_)) => {
+                    next_retry(cx, exec.attempt, exec.job_parameter.as_ref(), *i)
+                }
                 _ => None,
             };
             if !item_ops.is_empty() || !exec.monitored {
@@ -385,20 +387,23 @@ impl Runs {
 /// After a run of item `i` (attempt `attempt`) failed: the retry due next under the job's
 /// policy, or `None` when there is no policy or its attempts ran out. The attempt the item is
 /// at is its pending retry's, when it has one (a run other than a retry or a FAILOVER run of
-/// one removed it as it started), else the run's.
-pub(super) fn next_retry(cx: &Cx, attempt: u32, i: i32) -> Option<PendingRetry> {
+/// one removed it as it started), else the run's. The retry carries the job parameter the
+/// failed run had of its own (`parameter`, a trigger's), so every attempt runs with it.
+pub(super) fn next_retry(
+    cx: &Cx,
+    attempt: u32,
+    parameter: Option<&String>,
+    i: i32,
+) -> Option<PendingRetry> {
     let policy = cx.view().extras.retry?;
-    let current = cx
-        .view()
-        .items
-        .get(&i)
-        .and_then(|it| it.retry)
-        .map_or(attempt, |r| r.attempt);
+    let pending = cx.view().items.get(&i).and_then(|it| it.retry.as_ref());
+    let current = pending.map_or(attempt, |r| r.attempt);
     let next = policy.next_attempt(current)?;
     let wait = policy.backoff(next);
     Some(PendingRetry {
         attempt: next,
         due_ms: cx.env.wall.timestamp_millis() + wait.as_millis() as i64,
+        parameter: parameter.cloned(),
     })
 }
 

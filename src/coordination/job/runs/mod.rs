@@ -94,7 +94,7 @@ pub(super) fn note_failure(cx: &mut Cx, exec: &Execution, i: i32, error: &str) {
     let retry = view
         .items
         .get(&i)
-        .and_then(|it| it.retry)
+        .and_then(|it| it.retry.as_ref())
         .map(|r| r.attempt)
         .filter(|a| *a > exec.attempt && !view.resident());
     let config = view.config.as_ref();
@@ -451,7 +451,7 @@ impl Runs {
             // A retry that runs keeps its node until it ends: nothing is due for it meanwhile.
             .filter(|i| !executing.contains(i))
             .filter_map(|i| view.items.get(&i).filter(|it| it.running.is_none()))
-            .filter_map(|it| it.retry)
+            .filter_map(|it| it.retry.as_ref())
             .map(|r| {
                 env.now
                     + std::time::Duration::from_millis(r.due_ms.saturating_sub(wall).max(0) as u64)

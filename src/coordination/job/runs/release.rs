@@ -256,7 +256,8 @@ impl Runs {
         if release == Release::Failed && !ops.is_empty() {
             // Timed out: a failure, retried as the job's policy says.
             for i in items {
-                let next = super::answers::next_retry(cx, exec.attempt, *i);
+                let next =
+                    super::answers::next_retry(cx, exec.attempt, exec.job_parameter.as_ref(), *i);
                 ops.extend(writes::retry_ops(cx.view(), cx.paths(), *i, next));
             }
         }

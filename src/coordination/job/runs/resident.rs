@@ -45,7 +45,7 @@ impl Runs {
         }
         for id in ready {
             for i in self.runnable_now(cx, &id) {
-                let pending = cx.view().items.get(&i).and_then(|it| it.retry);
+                let pending = cx.view().items.get(&i).and_then(|it| it.retry.as_ref());
                 if pending.is_some_and(|r| r.due_ms > now_ms) {
                     continue; // restarted when due (`retries_due` wakes the job)
                 }
@@ -118,6 +118,7 @@ impl Runs {
         PendingRetry {
             attempt: next,
             due_ms: cx.env.wall.timestamp_millis() + policy.backoff(next).as_millis() as i64,
+            parameter: None,
         }
     }
 }

@@ -182,7 +182,8 @@ impl Runs {
     }
 
     /// Pending retries that are due (`shardcar/retries/{i}`) run on their item's owner, if it is
-    /// a local instance with room: one RETRY execution per attempt, its start fenced like any
+    /// a local instance with room: one RETRY execution per attempt (and per job parameter a
+    /// trigger gave the failed run), its start fenced like any
     /// other (never beside another run of the item), its pending retry kept until the run ends
     /// (a failure moves it to the next attempt, a completion removes it; a FAILOVER run of it
     /// counts from it).
@@ -192,7 +193,7 @@ impl Runs {
             cx.view()
                 .items
                 .get(i)
-                .and_then(|it| it.retry)
+                .and_then(|it| it.retry.as_ref())
                 .is_some_and(|r| r.due_ms <= now_ms)
         };
         for id in self.spare_locals(cx, instances) {
@@ -200,17 +201,22 @@ impl Runs {
             if !owned.iter().any(|i| due(cx, i)) {
                 continue;
             }
-            let mut by_attempt: BTreeMap<u32, Vec<i32>> = BTreeMap::new();
+            let mut by_attempt: BTreeMap<(u32, Option<String>), Vec<i32>> = BTreeMap::new();
             for i in self.runnable_now(cx, &id) {
                 if owned.contains(&i) && due(cx, &i) {
-                    let attempt = cx.view().items[&i].retry.map_or(1, |r| r.attempt);
-                    by_attempt.entry(attempt).or_default().push(i);
+                    let pending = cx.view().items[&i].retry.as_ref();
+                    let key = (
+                        pending.map_or(1, |r| r.attempt),
+                        pending.and_then(|r| r.parameter.clone()),
+                    );
+                    by_attempt.entry(key).or_default().push(i);
                 }
             }
-            for (attempt, items) in by_attempt {
+            for ((attempt, job_parameter), items) in by_attempt {
                 info!(job = %cx.name(), instance = %id, items = ?items, attempt, "retrying failed items");
                 let what = Start {
                     attempt,
+                    job_parameter,
                     ..Start::of(Source::Retry, cx.env.wall)
                 };
                 self.start(cx, instances, &id, items, what, Vec::new());
@@ -269,12 +275,13 @@ impl Runs {
         info!(job = %cx.name(), instance = %id, items = ?items, "taking over failed items");
         let mut exec = self.new_execution(cx, id, items, Source::Failover, cx.env.wall, monitored);
         // A retry taken over goes on counting: the worker is told the attempt it continues.
-        exec.attempt = items
-            .iter()
-            .filter_map(|i| cx.view().items.get(i).and_then(|it| it.retry))
-            .map(|r| r.attempt)
-            .max()
-            .unwrap_or(0);
+        let retried = || {
+            items
+                .iter()
+                .filter_map(|i| cx.view().items.get(i).and_then(|it| it.retry.as_ref()))
+        };
+        exec.attempt = retried().map(|r| r.attempt).max().unwrap_or(0);
+        exec.job_parameter = retried().find_map(|r| r.parameter.clone());
         let execution_id = exec.id.clone();
         self.insert(exec);
         execution_id

@@ -206,7 +206,10 @@ fn a_hold_its_worker_ends_starts_again_after_a_growing_backoff_and_failures_stan
         failures[0].retry, None,
         "a hold's failure stands (and alerts)"
     );
-    let restart = s.state.mirror.view().items[&0].retry.expect("a restart");
+    let restart = s.state.mirror.view().items[&0]
+        .retry
+        .clone()
+        .expect("a restart");
     assert_eq!(restart.attempt, 2);
     let due = (wall0() + chrono::Duration::milliseconds(1200)).timestamp_millis() + 2000;
     assert_eq!(restart.due_ms, due, "twice the first backoff");

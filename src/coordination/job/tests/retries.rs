@@ -38,7 +38,12 @@ fn failures(actions: &[Action]) -> Vec<ItemFailure> {
 }
 
 fn pending(s: &Script, i: i32) -> Option<PendingRetry> {
-    s.state.mirror.view().items.get(&i).and_then(|it| it.retry)
+    s.state
+        .mirror
+        .view()
+        .items
+        .get(&i)
+        .and_then(|it| it.retry.clone())
 }
 
 #[test]
@@ -213,6 +218,7 @@ fn a_retry_whose_worker_went_away_is_taken_over_and_goes_on_counting() {
     let kept = PendingRetry {
         attempt: 2,
         due_ms: wall0().timestamp_millis(),
+        parameter: Some("p=1".into()),
     };
     let data = String::from_utf8(kept.to_data()).unwrap();
     tree.insert(s.paths.retry(2), node(&data, 0, 13));
@@ -222,6 +228,10 @@ fn a_retry_whose_worker_went_away_is_taken_over_and_goes_on_counting() {
     let t = triggers(&actions);
     assert_eq!(t.len(), 1, "{:?}", kinds(&actions));
     assert_eq!((t[0].source, t[0].attempt), (Source::Failover, 2));
+    assert_eq!(
+        t[0].job_parameter, "p=1",
+        "the retry's trigger parameter goes on too"
+    );
     assert!(
         !writes(&actions).contains(&"-/j/shardcar/retries/2".to_string()),
         "the take-over keeps the pending retry: {:?}",
@@ -232,4 +242,33 @@ fn a_retry_whose_worker_went_away_is_taken_over_and_goes_on_counting() {
     let failed = s.fail(&t[0].execution_id, &[2]);
     s.commit_all(failed);
     assert_eq!(pending(&s, 2).map(|r| r.attempt), Some(3));
+}
+
+#[test]
+fn the_retries_of_a_run_triggered_with_a_parameter_carry_it() {
+    let mut s = retrying(1, 3, 0);
+    let p = s.paths.clone();
+    s.at(500);
+    let seen = super::membership::seen(
+        &mut s,
+        WatchEvent::Created(p.trigger(ME)),
+        Some(node("p=42", 0, 20)),
+    );
+    let taken = s.commit_all(seen);
+    let t = triggers(&taken);
+    assert_eq!(
+        (t[0].source, t[0].job_parameter.as_str()),
+        (Source::Manual, "p=42")
+    );
+    let failed = s.fail(&t[0].execution_id, &[0]);
+    s.commit_all(failed);
+    assert_eq!(
+        pending(&s, 0).and_then(|r| r.parameter).as_deref(),
+        Some("p=42")
+    );
+    let retried = triggers(&s.tick(1000));
+    assert_eq!(
+        (retried[0].source, retried[0].job_parameter.as_str()),
+        (Source::Retry, "p=42")
+    );
 }
