@@ -6,7 +6,7 @@
 //! Run: `cargo bench --bench core` (release build of the sidecar and of this program);
 //! `cargo bench --bench core -- trigger` runs only the figures whose names start so
 //! (floor, resharding, growth, trigger, scale1000, scale500, standalone, transactions,
-//! failover, retry; `scale` runs both scale figures, or the shapes `SHARDCAR_BENCH_SCALE=200x64,1000x8`
+//! failover, retry, resident; `scale` runs both scale figures, or the shapes `SHARDCAR_BENCH_SCALE=200x64,1000x8`
 //! names, and `standalone` runs the same shapes on a standalone sidecar).
 //!
 //! Figures:
@@ -31,7 +31,9 @@
 //!    worker on another sidecar, and at one on its own sidecar
 //!    (`SHARDCAR_BENCH_FAILOVER_ROUNDS` rounds each, 10 by default); and the same for a
 //!    sidecar SIGKILLed (default 10 s session);
-//! 8. retry: a failed item's backoff's end → its RETRY trigger received (`core/retry.rs`).
+//! 8. retry: a failed item's backoff's end → its RETRY trigger received (`core/retry.rs`);
+//! 9. resident: hand-off times of a resident job's items on a join and a leave
+//!    (`core/resident.rs`).
 //!
 //! `SHARDCAR_BENCH_CLAIM_AHEAD=<duration>` runs the trigger and scale sidecars with that
 //! `--claim-ahead` (its default, 100ms, otherwise; `0s` claims each run at its instant).
@@ -57,6 +59,8 @@ mod child;
 mod common;
 #[path = "shared/measure.rs"]
 mod measure;
+#[path = "core/resident.rs"]
+mod resident;
 #[path = "core/retry.rs"]
 mod retry;
 
@@ -1374,6 +1378,9 @@ fn main() {
         }
         if wanted("retry") {
             retry::bench_retry(&zk, 2).await;
+        }
+        if wanted("resident") {
+            resident::bench_resident(&zk, 30).await;
         }
     });
 }
