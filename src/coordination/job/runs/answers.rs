@@ -335,10 +335,11 @@ impl Runs {
         } else {
             items
         };
+        // Items declined before and not released yet are given back already.
         let open: Vec<i32> = exec
             .unreleased()
             .into_iter()
-            .filter(|i| items.contains(i))
+            .filter(|i| items.contains(i) && !exec.declined.contains(i))
             .collect();
         let reason = if reason.is_empty() {
             "declined by the worker".to_string()
@@ -347,7 +348,8 @@ impl Runs {
         };
         info!(job = %cx.name(), execution = %execution_id, instance = %instance_id, items = ?open, reason = %reason, "items declined");
         let voided = exec.void.is_some();
-        let all_open = open.len() == exec.unreleased().len() && exec.held.is_empty();
+        let all_open =
+            open.len() + exec.declined.len() == exec.unreleased().len() && exec.held.is_empty();
         if let Some(exec) = self.executions.get_mut(execution_id) {
             exec.note(
                 SystemTime::from(cx.env.wall),
@@ -366,8 +368,14 @@ impl Runs {
                 Release::Abandoned,
                 false,
             );
-        } else if !open.is_empty() && cx.connected() {
-            self.release_items(cx, execution_id, &open, Release::Abandoned, &reason);
+        } else if !open.is_empty() {
+            // Held: the sidecar writes their release itself, now or once the session is back,
+            // and again after a write that did not land (`Runs::reconcile_executions`).
+            let exec = self.executions.get_mut(execution_id).expect("checked");
+            exec.declined.extend(open.iter().copied());
+            if cx.connected() {
+                self.release_items(cx, execution_id, &open, Release::Abandoned, &reason);
+            }
         }
         cx.reply(reply, Reply::Answered(Ok(())));
     }

@@ -48,6 +48,9 @@ pub struct Execution {
     pub held: HeldAnswers,
     /// Items whose release is being written.
     pub releasing: BTreeSet<i32>,
+    /// Items the worker gave back (a `Decline` of some of them) whose release is still to be
+    /// written: held like answers, and written by the reconcile until it lands.
+    pub declined: BTreeSet<i32>,
     /// Set once the execution no longer holds its items.
     pub void: Option<Void>,
     /// Its trace (the `traceparent` its trigger carries) and what happened to it, for its span.
@@ -97,6 +100,7 @@ impl Execution {
             outcomes: BTreeMap::new(),
             held: HeldAnswers::default(),
             releasing: BTreeSet::new(),
+            declined: BTreeSet::new(),
             void: None,
             trace,
             events: Vec::new(),

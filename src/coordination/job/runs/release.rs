@@ -206,18 +206,32 @@ impl Runs {
         }
     }
 
-    /// Void executions whose items can be released now: their worker acknowledged, or its
-    /// lease ran out, or it never got the trigger. A gone instance's items go with its leave.
+    /// Items whose release can be written now: those of void executions whose worker
+    /// acknowledged, or whose lease ran out, or that never got the trigger; and those a worker
+    /// declined whose release has not landed yet (the session was down, or the write got no
+    /// reply). A gone instance's items go with its leave.
     fn release_due(&mut self, cx: &mut Cx, instances: &Instances) {
         let due: Vec<(String, Vec<i32>, Release, String)> = self
             .executions
             .iter()
             .filter_map(|(id, e)| {
-                let void = e.void.as_ref()?;
                 let gone = instances
                     .get(&e.instance_id)
                     .is_some_and(|l| l.gone().is_some());
-                if gone || void.waiting_ack {
+                if gone {
+                    return None;
+                }
+                let Some(void) = e.void.as_ref() else {
+                    let items: Vec<i32> = e
+                        .unreleased()
+                        .into_iter()
+                        .filter(|i| e.declined.contains(i))
+                        .collect();
+                    let reason = "declined by the worker".to_string();
+                    return (!items.is_empty())
+                        .then(|| (id.clone(), items, Release::Abandoned, reason));
+                };
+                if void.waiting_ack {
                     return None;
                 }
                 let items = e.unreleased();

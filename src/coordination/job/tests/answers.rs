@@ -242,3 +242,60 @@ fn a_held_answer_of_a_session_that_expired_is_refused_and_the_execution_ends() {
     assert!(error.contains("session expired"), "{error}");
     assert!(s.state.runs.is_empty(), "nothing waits on the worker");
 }
+
+#[test]
+fn a_partial_decline_that_comes_while_zookeeper_is_away_is_released_when_it_is_back() {
+    // A worker gives one item of two back while the session is down: the sidecar replied OK and
+    // holds the decline; nothing may wait for the worker to send it again.
+    let (mut s, _) = ready(2, false);
+    let t = run(&mut s, 1000);
+    assert_eq!(t.items.len(), 2);
+    s.at(1200);
+    s.unhealthy();
+    s.at(1400);
+    let declined = s.decline_items(&t.execution_id, &[1]);
+    assert!(writes(&declined).is_empty(), "nothing can be written now");
+    assert_eq!(answered(&declined), [Ok(())], "the decline is taken");
+    s.at(1800);
+    s.healthy();
+    let back = s.step(Input::Session(s.env.session.clone()));
+    let reload = reload_op(&back).expect("a fresh read once connected again");
+    let tree = as_read(&s);
+    let after = s.step(Input::Done {
+        op: reload,
+        result: IoResult::Loaded(Ok(tree)),
+    });
+    let mut all = after.clone();
+    all.extend(s.commit_all(after));
+    assert!(
+        writes(&all).contains(&"-/j/sharding/1/running".to_string()),
+        "the declined item is released by the sidecar itself: {:?}",
+        writes(&all)
+    );
+    let answered_0 = s.answer(&t.execution_id, &[0]);
+    let done = s.commit_all(answered_0);
+    assert_eq!(answered(&done), [Ok(())]);
+    assert!(s.state.runs.is_empty(), "the execution is over");
+    let next = run(&mut s, 6000);
+    assert_eq!(next.items.len(), 2, "and both items run again");
+}
+
+#[test]
+fn a_partial_decline_whose_release_got_no_reply_is_written_again() {
+    let (mut s, _) = ready(2, false);
+    let t = run(&mut s, 1000);
+    s.at(1400);
+    let declined = s.decline_items(&t.execution_id, &[1]);
+    assert_eq!(answered(&declined), [Ok(())]);
+    let op = commit_op(&declined).expect("the release's write");
+    let all = unconfirmed_then_reread(&mut s, op, RegError::ConnectionLoss, 2400, as_read);
+    assert!(
+        writes(&all).contains(&"-/j/sharding/1/running".to_string()),
+        "written again: {:?}",
+        kinds(&all)
+    );
+    let done = s.answer(&t.execution_id, &[0]);
+    let done = s.commit_all(done);
+    assert_eq!(answered(&done), [Ok(())]);
+    assert!(s.state.runs.is_empty(), "the execution is over");
+}

@@ -350,12 +350,17 @@ impl Script {
     }
 
     pub(super) fn decline(&mut self, execution_id: &str) -> Vec<Action> {
+        self.decline_items(execution_id, &[])
+    }
+
+    /// A `Decline` of `items` of an execution (empty: all of them).
+    pub(super) fn decline_items(&mut self, execution_id: &str, items: &[i32]) -> Vec<Action> {
         self.next_reply += 1;
         self.step(Input::Decline {
             reply: self.next_reply,
             instance_id: ME.into(),
             execution_id: execution_id.into(),
-            items: Vec::new(),
+            items: items.to_vec(),
             reason: "stopped".into(),
         })
     }
