@@ -103,6 +103,22 @@ fn check_text(field: &str, text: &str) -> Result<(), Status> {
     Ok(())
 }
 
+/// Runs an answer's or a decline's hand-off to its job to the end, whatever becomes of the call:
+/// the server drops a handler whose caller gave up (its deadline passed, the call was
+/// cancelled), and an answer dropped on its way to the job would leave its execution waiting
+/// for a resend the contract does not require (rule 3). Spawned, it reaches the job, which
+/// then holds it and records it itself.
+async fn to_the_end<F>(call: F) -> Result<(), CoordError>
+where
+    F: std::future::Future<Output = Result<(), CoordError>> + Send + 'static,
+{
+    tokio::spawn(call).await.unwrap_or_else(|_| {
+        Err(CoordError::Unavailable(
+            "the sidecar is stopping; the call was not taken".into(),
+        ))
+    })
+}
+
 fn check_execution_id(id: &str) -> Result<(), Status> {
     if id.is_empty() {
         return Err(invalid(
@@ -184,9 +200,13 @@ impl WorkerService for WorkerApi {
             .iter()
             .map(|i| (*i, ItemOutcome::Completed))
             .collect();
-        self.coordinator
-            .answer(&req.instance_id, &req.execution_id, outcomes)
-            .await?;
+        let coordinator = self.coordinator.clone();
+        to_the_end(async move {
+            coordinator
+                .answer(&req.instance_id, &req.execution_id, outcomes)
+                .await
+        })
+        .await?;
         Ok(Response::new(CompleteResponse {}))
     }
 
@@ -203,13 +223,14 @@ impl WorkerService for WorkerApi {
         } else {
             req.error
         };
-        self.coordinator
-            .answer(
-                &req.instance_id,
-                &req.execution_id,
-                vec![(req.item, ItemOutcome::Failed(error))],
-            )
-            .await?;
+        let coordinator = self.coordinator.clone();
+        to_the_end(async move {
+            let outcomes = vec![(req.item, ItemOutcome::Failed(error))];
+            coordinator
+                .answer(&req.instance_id, &req.execution_id, outcomes)
+                .await
+        })
+        .await?;
         Ok(Response::new(ReportFailureResponse {}))
     }
 
@@ -221,9 +242,13 @@ impl WorkerService for WorkerApi {
         check_instance_id(&req.instance_id)?;
         check_execution_id(&req.execution_id)?;
         check_text("reason", &req.reason)?;
-        self.coordinator
-            .decline(&req.instance_id, &req.execution_id, req.items, &req.reason)
-            .await?;
+        let coordinator = self.coordinator.clone();
+        to_the_end(async move {
+            coordinator
+                .decline(&req.instance_id, &req.execution_id, req.items, &req.reason)
+                .await
+        })
+        .await?;
         Ok(Response::new(DeclineResponse {}))
     }
 }

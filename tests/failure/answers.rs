@@ -83,6 +83,29 @@ async fn an_answer_whose_write_never_reached_zookeeper_is_written_again_by_the_s
         .find(|(at, t)| *at >= since && t.execution_id != trigger.execution_id)
         .map(|(at, _)| *at - since)
         .unwrap_or_default();
+    // The answer itself was recorded (the item ran again because it was over, not because a
+    // lease ran out and the sidecar took it back).
+    let mut admin =
+        shardcar::proto::admin_service_client::AdminServiceClient::connect(car.endpoint())
+            .await
+            .expect("the admin API");
+    let record = admin
+        .list_executions(shardcar::proto::ListExecutionsRequest {
+            job_name: "lost".into(),
+            limit: 0,
+        })
+        .await
+        .expect("the history")
+        .into_inner()
+        .executions
+        .into_iter()
+        .find(|e| e.execution_id == trigger.execution_id)
+        .expect("the answered execution's record");
+    assert_eq!(
+        record.outcome,
+        shardcar::proto::ExecutionOutcome::Completed as i32,
+        "the worker's Complete was recorded: {record:?}"
+    );
     eprintln!(
         "the answer's call: {}; the item ran again {} ms after ZooKeeper was reachable again",
         reply.map_or_else(|s| format!("{:?}", s.code()), |_| "OK".into()),
