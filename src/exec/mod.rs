@@ -51,10 +51,6 @@ impl TypedJobs {
 
 /// Runs the typed jobs this sidecar should run until `cancel` fires. `target` is the sidecar's
 /// own Worker API (`host:port` or `unix:///path`), bound already.
-#[allow(
-    clippy::disallowed_methods,
-    reason = "the typed-job supervisor polls the namespace on the clock: an I/O edge"
-)]
 pub async fn supervise(
     registry: Registry,
     target: String,
@@ -126,9 +122,7 @@ pub async fn supervise(
                 let Some(Some(job_type)) = types.get(job) else {
                     continue;
                 };
-                let due = retry_at
-                    .get(job)
-                    .is_none_or(|at| *at <= tokio::time::Instant::now());
+                let due = retry_at.get(job).is_none_or(|at| *at <= clock_now());
                 if running.contains_key(job) || stopped.contains(job) || !due {
                     continue;
                 }
@@ -166,7 +160,7 @@ pub async fn supervise(
                     }
                     Ended::Retry(reason) => {
                         warn!(job = %job, %reason, "joining the job again");
-                        retry_at.insert(job, tokio::time::Instant::now() + POLL);
+                        retry_at.insert(job, clock_now() + POLL);
                     }
                 }
             }
@@ -203,4 +197,13 @@ pub fn own_target(bound: std::net::SocketAddr) -> String {
         ip => ip,
     };
     std::net::SocketAddr::new(ip, bound.port()).to_string()
+}
+
+/// The monotonic clock, read where the typed-job supervisor polls the namespace.
+#[allow(
+    clippy::disallowed_methods,
+    reason = "the typed-job supervisor polls the namespace on the clock: an I/O edge"
+)]
+fn clock_now() -> tokio::time::Instant {
+    tokio::time::Instant::now()
 }

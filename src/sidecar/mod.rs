@@ -85,10 +85,6 @@ impl RunError {
 ///
 /// # Errors
 /// When the registry cannot be reached or the listen address cannot be bound.
-#[allow(
-    clippy::disallowed_methods,
-    reason = "the process's shutdown is timed against its grace on the clock"
-)]
 pub async fn run(
     config: Config,
     shutdown: impl Future<Output = ()> + Send + 'static,
@@ -290,7 +286,7 @@ pub async fn run(
         let draining = draining.clone();
         async move {
             shutdown.await;
-            let started = std::time::Instant::now();
+            let started = clock_now();
             let _ = hard_deadline_tx.send(Some(started));
             info!(
                 grace_ms = grace.as_millis() as u64,
@@ -404,8 +400,8 @@ pub async fn run(
     let end = shutdown_started
         .lock()
         .unwrap_or_else(|e| e.into_inner())
-        .map_or_else(|| std::time::Instant::now() + cleanup, |s| s + grace);
-    let left = || end.saturating_duration_since(std::time::Instant::now());
+        .map_or_else(|| clock_now() + cleanup, |s| s + grace);
+    let left = || end.saturating_duration_since(clock_now());
     if let Some(db) = &tracing_db {
         // What is still queued goes out while the session closes, within the grace.
         db.close(end.checked_sub(Duration::from_millis(100)).unwrap_or(end));
@@ -414,8 +410,8 @@ pub async fn run(
         // Every job answered its drain with no instance left; each driver retires a moment
         // later. Wait for that, briefly: a job still in the table then (a worker that
         // subscribed after its drain) keeps the session open to expire, as below.
-        let until = std::time::Instant::now() + (left() / 4).min(Duration::from_secs(1));
-        while !coordinator.is_empty() && std::time::Instant::now() < until {
+        let until = clock_now() + (left() / 4).min(Duration::from_secs(1));
+        while !coordinator.is_empty() && clock_now() < until {
             tokio::time::sleep(Duration::from_millis(5)).await;
         }
     }
@@ -494,4 +490,13 @@ async fn put_declared_jobs(registry: &Registry, jobs: Vec<DeclaredJob>) -> Resul
         info!(job = %name, "declared job written");
     }
     Ok(())
+}
+
+/// The monotonic clock, read where the process times its shutdown against its grace.
+#[allow(
+    clippy::disallowed_methods,
+    reason = "the process's shutdown is timed against its grace on the clock: an I/O edge"
+)]
+fn clock_now() -> std::time::Instant {
+    std::time::Instant::now()
 }

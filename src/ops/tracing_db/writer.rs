@@ -239,6 +239,10 @@ async fn table_exists(
 struct Backoff(Duration);
 
 impl Backoff {
+    #[allow(
+        clippy::disallowed_methods,
+        reason = "the writer's reconnect jitter, an I/O edge: no decision of a job's state"
+    )]
     fn next(&mut self) -> Duration {
         let base = self.0;
         self.0 = (self.0 * 2).min(BACKOFF_MAX);
