@@ -8,7 +8,6 @@ use super::instances::{DRAINING, REMOTE_SHUTDOWN};
 use super::io::{Handed, Pending};
 use super::results::handed_execution;
 use super::state::{cx, JobState};
-use super::writes::{self, Release};
 use super::{Action, Env, ReplyId, StreamKey};
 use crate::coordination::events::StreamEnd;
 use crate::registry::{Error as RegError, Op, OpResult, SessionState};
@@ -118,24 +117,9 @@ impl JobState {
         let Some(local) = self.instances.get(id) else {
             return;
         };
-        let execs: Vec<_> = self
-            .runs
-            .of_instance(id)
-            .iter()
-            .filter_map(|e| self.runs.get(e))
-            .collect();
-        if execs.iter().any(|e| !e.held.is_empty()) {
-            return; // answers being recorded: leave after them
-        }
         let generation = self.io.generation();
         let current = local.current(generation);
         let removed_remotely = local.gone().is_some_and(|g| g.removed_remotely);
-        let view = self.mirror.view();
-        let paths = &self.job.paths;
-        let mut ops = Vec::new();
-        if current && !removed_remotely && view.instances.contains_key(id) {
-            ops.push(Op::delete(paths.instance(id)));
-        }
         let mut scratch = Vec::new();
         let taker = if current {
             let cx = cx!(self, env, &mut scratch);
@@ -143,53 +127,21 @@ impl JobState {
         } else {
             None
         };
+        let Some(runs) = self.runs.leave_ops(
+            cx!(ref self, env, &mut scratch),
+            id,
+            taker.as_ref().map(|t| t.id()),
+        ) else {
+            return; // answers being recorded: leave after them
+        };
         let view = self.mirror.view();
-        let mut items = Vec::new();
-        let mut handed = Vec::new();
-        for exec in self
-            .runs
-            .of_instance(id)
-            .iter()
-            .filter_map(|e| self.runs.get(e))
-        {
-            let unreleased = exec.unreleased();
-            // Claimed ahead of an instant it never reached: nothing ran, nothing to hand on.
-            let unrun = exec
-                .void
-                .as_ref()
-                .is_some_and(|v| v.release == Release::Unrun);
-            let handover = taker.as_ref().filter(|_| !unrun).and_then(|taker| {
-                writes::handover_ops(
-                    view,
-                    paths,
-                    id,
-                    taker.id(),
-                    &unreleased,
-                    &exec.versions,
-                    exec.monitored,
-                )
-            });
-            match handover {
-                Some(handover) => {
-                    ops.extend(handover);
-                    handed.extend(unreleased.iter().copied());
-                }
-                None => ops.extend(writes::release_ops(
-                    view,
-                    paths,
-                    id,
-                    &unreleased,
-                    &exec.versions,
-                    exec.monitored,
-                    if unrun {
-                        Release::Unrun
-                    } else {
-                        Release::Abandoned
-                    },
-                )),
-            }
-            items.extend(unreleased);
+        let paths = &self.job.paths;
+        let mut ops = Vec::new();
+        if current && !removed_remotely && view.instances.contains_key(id) {
+            ops.push(Op::delete(paths.instance(id)));
         }
+        ops.extend(runs.ops);
+        let (items, mut handed) = (runs.items, runs.handed);
         if let Some((leader, version)) = &view.leader {
             if leader == id && current {
                 ops.push(Op::Delete {
@@ -226,13 +178,7 @@ impl JobState {
         env: &Env,
         out: &mut Vec<Action>,
     ) {
-        let items: Vec<i32> = self
-            .runs
-            .of_instance(id)
-            .iter()
-            .filter_map(|e| self.runs.get(e))
-            .flat_map(|e| e.unreleased())
-            .collect();
+        let items = self.runs.open_items_of(id);
         self.io.unlock(&items);
         match result {
             Ok(results) => {

@@ -154,11 +154,7 @@ impl Failover {
         if let Some(latch) = latch {
             cx.out.push(Action::ReleaseLatch { latch });
         }
-        let items: Vec<i32> = executions
-            .iter()
-            .filter_map(|e| runs.get(e))
-            .flat_map(|e| e.items.iter().copied())
-            .collect();
+        let items = runs.items_of(&executions);
         cx.io.unlock(&items);
         match result {
             Ok(results) => {
@@ -289,10 +285,7 @@ impl Failover {
     ) {
         match handed {
             Some(Handed::Here(execution_id)) => {
-                let taken = runs
-                    .get(&execution_id)
-                    .map(|e| e.items.iter().copied().collect())
-                    .unwrap_or_default();
+                let taken = runs.items_of(std::slice::from_ref(&execution_id));
                 self.claimed_free(cx, taken);
                 runs.deliver_claimed(cx, instances, &execution_id, ops, results);
             }

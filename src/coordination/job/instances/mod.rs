@@ -13,7 +13,6 @@
 mod assignments;
 mod drain;
 mod join;
-mod lease;
 mod leases;
 mod registration;
 
@@ -21,7 +20,7 @@ use std::time::Instant;
 
 use tracing::info;
 
-pub(crate) use lease::WorkerLease;
+pub(crate) use leases::WorkerLease;
 
 use super::io::Cx;
 use super::{Action, Input, Observation, ReplyId, StreamKey};

@@ -303,10 +303,7 @@ fn release_stale(cx: &mut Cx, runs: &Runs, instances: &Instances) {
     let ip = cx.settings().ip.clone();
     // (instance, item) of every execution here, gathered once rather than searched for each
     // item.
-    let executing: BTreeSet<(&str, i32)> = runs
-        .iter()
-        .flat_map(|e| e.items.iter().map(|i| (e.instance_id.as_str(), *i)))
-        .collect();
+    let executing: BTreeSet<(&str, i32)> = runs.executing_on().collect();
     let view = cx.view();
     let writes::Stale {
         ops,

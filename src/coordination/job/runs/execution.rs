@@ -10,59 +10,59 @@ use crate::coordination::job::writes::Release;
 /// Why an execution no longer holds its items, and what becomes of their nodes.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Void {
-    pub reason: String,
-    pub release: Release,
+    pub(super) reason: String,
+    pub(super) release: Release,
     /// `Revoke` was sent: the items are released once the worker declines them (or answers)
     /// or its lease runs out, whichever comes first.
-    pub waiting_ack: bool,
+    pub(super) waiting_ack: bool,
 }
 
 /// One execution on a local instance.
 #[derive(Debug, Clone)]
 pub struct Execution {
-    pub id: String,
-    pub instance_id: String,
-    pub source: Source,
-    pub items: BTreeSet<i32>,
-    pub fire_time: chrono::DateTime<chrono::Utc>,
-    pub started: Instant,
+    pub(super) id: String,
+    pub(super) instance_id: String,
+    pub(super) source: Source,
+    pub(super) items: BTreeSet<i32>,
+    pub(super) fire_time: chrono::DateTime<chrono::Utc>,
+    pub(super) started: Instant,
     /// Wall-clock start, for the execution history.
-    pub started_at: std::time::SystemTime,
+    pub(super) started_at: std::time::SystemTime,
     /// Unanswered items fail after this long (`execution_timeout_seconds`).
-    pub timeout: Option<std::time::Duration>,
+    pub(super) timeout: Option<std::time::Duration>,
     /// Created `running` nodes (monitorExecution on when the execution started).
-    pub monitored: bool,
+    pub(super) monitored: bool,
     /// The registry session it was started in.
-    pub generation: u64,
+    pub(super) generation: u64,
     /// The worker's lease epoch when the trigger was sent (see `WorkerLease::epoch`).
-    pub lease_epoch: u64,
+    pub(super) lease_epoch: u64,
     /// Whether the `Trigger` was sent (false while its `running` nodes are being written).
-    pub delivered: bool,
-    pub fencing_tokens: BTreeMap<i32, i64>,
+    pub(super) delivered: bool,
+    pub(super) fencing_tokens: BTreeMap<i32, i64>,
     /// Per item: the data version of `sharding/{i}` after this execution started; ending the
     /// item is conditional on it.
-    pub versions: BTreeMap<i32, i32>,
+    pub(super) versions: BTreeMap<i32, i32>,
     /// Items answered (or released), with how.
-    pub outcomes: BTreeMap<i32, ItemOutcome>,
+    pub(super) outcomes: BTreeMap<i32, ItemOutcome>,
     /// Answers received and not recorded yet, and the calls waiting to hear of them.
-    pub held: HeldAnswers,
+    pub(super) held: HeldAnswers,
     /// Items whose release is being written.
-    pub releasing: BTreeSet<i32>,
+    pub(super) releasing: BTreeSet<i32>,
     /// Items the worker gave back (a `Decline` of some of them) whose release is still to be
     /// written: held like answers, and written by the reconcile until it lands.
-    pub declined: BTreeSet<i32>,
+    pub(super) declined: BTreeSet<i32>,
     /// Set once the execution no longer holds its items.
-    pub void: Option<Void>,
+    pub(super) void: Option<Void>,
     /// Its trace (the `traceparent` its trigger carries) and what happened to it, for its span.
-    pub trace: crate::coordination::trace::TraceContext,
-    pub events: Vec<crate::coordination::trace::SpanEvent>,
+    pub(super) trace: crate::coordination::trace::TraceContext,
+    pub(super) events: Vec<crate::coordination::trace::SpanEvent>,
     /// Which retry of its items this run is (0: a first run).
-    pub attempt: u32,
+    pub(super) attempt: u32,
     /// The job parameter its trigger carries instead of the job's own (a trigger-once request
     /// that named one).
-    pub job_parameter: Option<String>,
+    pub(super) job_parameter: Option<String>,
     /// ElasticJob's task id, set when the trigger is sent.
-    pub task_id: String,
+    pub(super) task_id: String,
 }
 
 impl Execution {

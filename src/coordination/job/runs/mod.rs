@@ -153,10 +153,6 @@ pub(crate) struct Runs {
 }
 
 impl Runs {
-    pub(super) fn get(&self, execution_id: &str) -> Option<&Execution> {
-        self.executions.get(execution_id).map(|e| &**e)
-    }
-
     pub(super) fn contains(&self, execution_id: &str) -> bool {
         self.executions.contains_key(execution_id)
     }
@@ -165,9 +161,11 @@ impl Runs {
         self.executions.is_empty()
     }
 
-    /// Every execution in flight.
-    pub(super) fn iter(&self) -> impl Iterator<Item = &Execution> {
-        self.executions.values().map(|e| &**e)
+    /// (instance, item) of every execution in flight.
+    pub(super) fn executing_on(&self) -> impl Iterator<Item = (&str, i32)> {
+        self.executions
+            .values()
+            .flat_map(|e| e.items.iter().map(|i| (e.instance_id.as_str(), *i)))
     }
 
     /// The executions of local instance `id`, oldest first.

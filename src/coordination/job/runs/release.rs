@@ -6,7 +6,7 @@ use std::time::{Duration, SystemTime};
 
 use tracing::warn;
 
-use super::execution::Void;
+use super::execution::{Execution, Void};
 use super::Runs;
 use crate::coordination::events::{ItemOutcome, WorkerEvent};
 use crate::coordination::job::instances::Instances;
@@ -415,4 +415,93 @@ impl Runs {
             self.revoke(cx, instances, &id, &reason, Release::Abandoned);
         }
     }
+
+    /// What the leave of local instance `id` writes about its runs: each execution's open
+    /// items are handed over to `taker` in the same write (when there is one and the run
+    /// ran), or released. `None` while answers of its runs are being recorded: the leave
+    /// comes after them.
+    pub(in crate::coordination::job) fn leave_ops(
+        &self,
+        cx: &Cx,
+        id: &str,
+        taker: Option<&str>,
+    ) -> Option<LeaveOps> {
+        let execs: Vec<&Execution> = self
+            .of_instance(id)
+            .iter()
+            .filter_map(|e| self.executions.get(e).map(|e| &**e))
+            .collect();
+        if execs.iter().any(|e| !e.held.is_empty()) {
+            return None;
+        }
+        let mut leave = LeaveOps::default();
+        for exec in execs {
+            let unreleased = exec.unreleased();
+            // Claimed ahead of an instant it never reached: nothing ran, nothing to hand on.
+            let unrun = exec
+                .void
+                .as_ref()
+                .is_some_and(|v| v.release == Release::Unrun);
+            let handover = taker.filter(|_| !unrun).and_then(|taker| {
+                writes::handover_ops(
+                    cx.view(),
+                    cx.paths(),
+                    id,
+                    taker,
+                    &unreleased,
+                    &exec.versions,
+                    exec.monitored,
+                )
+            });
+            match handover {
+                Some(handover) => {
+                    leave.ops.extend(handover);
+                    leave.handed.extend(unreleased.iter().copied());
+                }
+                None => leave.ops.extend(writes::release_ops(
+                    cx.view(),
+                    cx.paths(),
+                    id,
+                    &unreleased,
+                    &exec.versions,
+                    exec.monitored,
+                    if unrun {
+                        Release::Unrun
+                    } else {
+                        Release::Abandoned
+                    },
+                )),
+            }
+            leave.items.extend(unreleased);
+        }
+        Some(leave)
+    }
+
+    /// The items of local instance `id`'s runs that are neither answered nor released.
+    pub(in crate::coordination::job) fn open_items_of(&self, id: &str) -> Vec<i32> {
+        self.of_instance(id)
+            .iter()
+            .filter_map(|e| self.executions.get(e))
+            .flat_map(|e| e.unreleased())
+            .collect()
+    }
+
+    /// Every item of the executions `ids`.
+    pub(in crate::coordination::job) fn items_of(&self, ids: &[String]) -> Vec<i32> {
+        ids.iter()
+            .filter_map(|e| self.executions.get(e))
+            .flat_map(|e| e.items.iter().copied())
+            .collect()
+    }
+}
+
+/// What a leave writes about the runs of the instance that leaves.
+#[derive(Debug, Default)]
+pub(in crate::coordination::job) struct LeaveOps {
+    /// The releases and hand-overs.
+    pub ops: Vec<crate::registry::Op>,
+    /// Every item they write about (locked while the leave is in flight).
+    pub items: Vec<i32>,
+    /// The items handed over to the taker.
+    pub handed: Vec<i32>,
 }
