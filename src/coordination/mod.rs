@@ -120,16 +120,21 @@ impl Shared {
     }
 
     /// The reply to an answer for an execution no job holds: remembered, or unknown.
+    /// The reply to an answer (or, with `decline`, a decline) for an execution no job holds,
+    /// from the sidecar's memory of finished executions ([`job::remembered_reply`]).
     pub(crate) fn remembered(
         &self,
         execution_id: &str,
         instance_id: &str,
+        decline: bool,
     ) -> Result<(), CoordError> {
-        self.finished
+        let remembered = self
+            .finished
             .lock()
             .expect("finished table poisoned")
             .reply(execution_id, instance_id)
-            .unwrap_or_else(|| Err(CoordError::unknown_execution(execution_id)))
+            .unwrap_or_else(|| Err(CoordError::unknown_execution(execution_id)));
+        job::remembered_reply(decline, remembered)
     }
 }
 
@@ -317,7 +322,7 @@ impl Coordinator {
     ) -> Result<(), CoordError> {
         self.after_the_fires().await;
         let Some(driver) = self.driver_of(execution_id) else {
-            return self.shared.remembered(execution_id, instance_id);
+            return self.shared.remembered(execution_id, instance_id, false);
         };
         let (reply_tx, reply_rx) = oneshot::channel();
         let cmd = JobCmd::Answer {
@@ -327,11 +332,11 @@ impl Coordinator {
             reply: reply_tx,
         };
         if driver.send(Box::new(cmd)).await.is_err() {
-            return self.shared.remembered(execution_id, instance_id);
+            return self.shared.remembered(execution_id, instance_id, false);
         }
         match tokio::time::timeout(self.shared.answer_wait(), reply_rx).await {
             Ok(reply) => {
-                reply.unwrap_or_else(|_| self.shared.remembered(execution_id, instance_id))
+                reply.unwrap_or_else(|_| self.shared.remembered(execution_id, instance_id, false))
             }
             Err(_) => Err(CoordError::Unavailable(format!(
                 "ZooKeeper has not confirmed the answer for execution {execution_id} within {} ms; \
@@ -353,12 +358,8 @@ impl Coordinator {
         items: Vec<i32>,
         reason: &str,
     ) -> Result<(), CoordError> {
-        let settle = |r: Result<(), CoordError>| match r {
-            Err(e @ CoordError::PermissionDenied(_)) => Err(e),
-            _ => Ok(()),
-        };
         let Some(driver) = self.driver_of(execution_id) else {
-            return settle(self.shared.remembered(execution_id, instance_id));
+            return self.shared.remembered(execution_id, instance_id, true);
         };
         let (reply_tx, reply_rx) = oneshot::channel();
         let cmd = JobCmd::Decline {
@@ -369,11 +370,11 @@ impl Coordinator {
             reply: reply_tx,
         };
         if driver.send(Box::new(cmd)).await.is_err() {
-            return settle(self.shared.remembered(execution_id, instance_id));
+            return self.shared.remembered(execution_id, instance_id, true);
         }
         reply_rx
             .await
-            .unwrap_or_else(|_| settle(self.shared.remembered(execution_id, instance_id)))
+            .unwrap_or_else(|_| self.shared.remembered(execution_id, instance_id, true))
     }
 
     /// A `TriggerJob` call for `job` is about to write its trigger nodes: the MANUAL execution

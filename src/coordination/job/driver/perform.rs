@@ -52,10 +52,7 @@ impl Driver {
                 decline,
             } => {
                 if let Some(ReplyTx::Answer(tx)) = self.replies.remove(&reply) {
-                    let remembered = self.shared.remembered(&execution_id, &instance_id);
-                    let _ = tx.send(crate::coordination::job::remembered_reply(
-                        decline, remembered,
-                    ));
+                    let _ = tx.send(self.shared.remembered(&execution_id, &instance_id, decline));
                 }
             }
             Action::SetUp {
