@@ -3,6 +3,7 @@
 use std::collections::BTreeMap;
 use std::time::Instant;
 
+use crate::coordination::job::instances::ConfigSetup;
 use crate::coordination::CoordError;
 use crate::elasticjob::config::JobConfiguration;
 use crate::elasticjob::extras::JobExtras;
@@ -18,24 +19,13 @@ pub(super) async fn set_up(
     config: Option<Box<(JobConfiguration, JobExtras)>>,
     overwrite: bool,
 ) -> Result<(Watch, BTreeMap<String, Node>), CoordError> {
-    let job = paths.job_name();
     let existing = registry.get(&paths.config()).await?;
-    let disabled = match (existing, config) {
-        (None, None) => {
-            return Err(CoordError::NotFound(format!(
-                "job {job} does not exist; subscribe with a config to create it"
-            )))
-        }
-        (None, Some(c)) => write_config(registry, paths, &c).await?,
-        (Some(_), Some(c)) if overwrite => write_config(registry, paths, &c).await?,
-        (Some(node), _) => {
-            let config = JobConfiguration::from_yaml(&node.data).map_err(|e| {
-                CoordError::FailedPrecondition(format!(
-                    "the config of job {job} in the registry is unreadable: {e}"
-                ))
-            })?;
-            config.disabled
-        }
+    let existing = existing.as_ref().map(|n| n.data.as_ref());
+    let decided = ConfigSetup::decide(paths.job_name(), existing, config.is_some(), overwrite)?;
+    let disabled = match (decided, &config) {
+        (ConfigSetup::Keep { disabled }, _) => disabled,
+        (ConfigSetup::Write, Some(c)) => write_config(registry, paths, c).await?,
+        (ConfigSetup::Write, None) => false, // never decided: a write needs a config brought
     };
     let status = if disabled {
         ServerStatus::Disabled

@@ -247,3 +247,45 @@ impl Instances {
             .then_some(id)
     }
 }
+
+/// What the job's setup does about its config, decided from the config node it found
+/// (`existing`), the config the first worker brought and whether it may overwrite one.
+#[derive(Debug, Clone, PartialEq)]
+pub(crate) enum ConfigSetup {
+    /// Write the worker's config (the job has none, or the worker overwrites it), as
+    /// ElasticJob's `setUpJobConfiguration` does.
+    Write,
+    /// Keep the one there: the server is marked enabled or disabled as it says.
+    Keep { disabled: bool },
+}
+
+impl ConfigSetup {
+    /// # Errors
+    /// `NotFound` for a job with no config when the worker brought none; `FailedPrecondition`
+    /// for a config node that cannot be read as one.
+    pub(crate) fn decide(
+        job: &str,
+        existing: Option<&[u8]>,
+        brought: bool,
+        overwrite: bool,
+    ) -> Result<ConfigSetup, CoordError> {
+        match (existing, brought) {
+            (None, false) => Err(CoordError::NotFound(format!(
+                "job {job} does not exist; subscribe with a config to create it"
+            ))),
+            (None, true) => Ok(ConfigSetup::Write),
+            (Some(_), true) if overwrite => Ok(ConfigSetup::Write),
+            (Some(data), _) => {
+                let config =
+                    crate::elasticjob::config::JobConfiguration::from_yaml(data).map_err(|e| {
+                        CoordError::FailedPrecondition(format!(
+                            "the config of job {job} in the registry is unreadable: {e}"
+                        ))
+                    })?;
+                Ok(ConfigSetup::Keep {
+                    disabled: config.disabled,
+                })
+            }
+        }
+    }
+}

@@ -20,6 +20,7 @@ use std::time::Instant;
 
 use tracing::info;
 
+pub(crate) use join::ConfigSetup;
 pub(crate) use leases::WorkerLease;
 
 use super::io::Cx;

@@ -9,7 +9,7 @@
 //! leases ran out before anyone could see its instances disappear.
 
 pub(super) mod election;
-mod reshard;
+pub(super) mod reshard;
 pub(super) mod sharding;
 
 use std::collections::BTreeSet;

@@ -179,7 +179,7 @@ fn sharding_digest(cx: &Cx, plan: &sharding::ShardingPlan) -> u64 {
 /// runs its new items, the new owner ran its old ones. Written after the instant and its fires,
 /// the reshard moves items between runs, as any other time. Items whose owner is gone are not
 /// held back: no one else would run them at that fire.
-fn quiet_until(
+pub(in crate::coordination::job) fn quiet_until(
     cx: &Cx,
     cron: Option<&CronSchedule>,
     plan: &sharding::ShardingPlan,

@@ -1,7 +1,8 @@
 //! Table tests of the state's parts one at a time, each given what it needs of the others (as
 //! raft-rs tests its `ProgressTracker` apart from `Raft`): the mirror's reading of events and
-//! results, the reads [`Io`] owes, an instance's assignments and leases, and the answers a run
-//! holds.
+//! results, the reads [`Io`] owes, an instance's assignments and leases, the job's setup, the
+//! answers a run holds, when the leader may write a reshard, and how failover tells a claim
+//! refused by ElasticJob's latch from one refused by the items.
 
 use std::collections::BTreeSet;
 
@@ -413,4 +414,262 @@ fn a_held_answer_call_settles_when_all_its_items_have_an_outcome() {
         "refused: one of its items was taken back"
     );
     assert!(held.settled(&outcomes).is_empty(), "each call settles once");
+}
+
+/// [`job`] with the claim lead `ahead`.
+fn job_ahead(ahead: Duration) -> Job {
+    let mut job = job();
+    job.settings.claim_ahead = ahead;
+    job
+}
+
+#[test]
+fn the_leader_keeps_a_reshard_that_moves_a_live_owners_item_off_the_fire_instants() {
+    use crate::coordination::job::leadership::reshard::quiet_until;
+    use crate::coordination::job::leadership::sharding::ShardingPlan;
+    use crate::schedule::CronSchedule;
+    // Every 5 s: the first fire after wall0 (12:00:02.5) is 2500 ms into the test.
+    let cron = CronSchedule::parse("0/5 * * * * ?", "").expect("a cron");
+    let s = Script::new("j");
+    let gone = "10.0.0.3@-@1";
+    let mut tree = s.tree(&config(2, false), &[(0, ME), (1, gone)], ME);
+    tree.insert(s.paths.instance(ME), node(&instance_yaml(ME, IP), 0, 11));
+    tree.insert(
+        s.paths.instance(PEER),
+        node(&instance_yaml(PEER, "10.0.0.2"), 0, 12),
+    );
+    let mut m = Mirror::new(&JobPaths::new("j"));
+    m.arrange(with_ancestors(tree));
+    let plan = |moves: &[(i32, &str)]| ShardingPlan {
+        owners: moves.iter().map(|(i, o)| (*i, o.to_string())).collect(),
+        reason: "membership or server status changed",
+    };
+    let live_moved = plan(&[(0, PEER), (1, PEER)]);
+    let gone_moved = plan(&[(0, ME), (1, PEER)]);
+    let t0 = crate::testing::epoch();
+    // (what, now in ms, claim lead in ms, the plan, the cron, written at: None now, else ms)
+    type Case<'a> = (&'a str, u64, u64, &'a ShardingPlan, bool, Option<u64>);
+    let cases: Vec<Case> = vec![
+        ("far from an instant", 1000, 0, &live_moved, true, None),
+        (
+            "just before an instant",
+            2450,
+            0,
+            &live_moved,
+            true,
+            Some(2600),
+        ),
+        (
+            "just after an instant",
+            2550,
+            0,
+            &live_moved,
+            true,
+            Some(2600),
+        ),
+        ("past the quiet time", 2650, 0, &live_moved, true, None),
+        (
+            "within the claim lead's quiet time",
+            2350,
+            100,
+            &live_moved,
+            true,
+            Some(2600),
+        ),
+        ("before it without a lead", 2350, 0, &live_moved, true, None),
+        (
+            "only a gone owner's item moves",
+            2450,
+            0,
+            &gone_moved,
+            true,
+            None,
+        ),
+        ("no cron", 2450, 0, &live_moved, false, None),
+    ];
+    for (what, ms, ahead, plan, with_cron, expected) in cases {
+        let job = job_ahead(Duration::from_millis(ahead));
+        let env = env(t0, ms);
+        let (mut io, mut out) = (Io::default(), Vec::new());
+        let cx = Cx {
+            job: &job,
+            env: &env,
+            mirror: &m,
+            io: &mut io,
+            out: &mut out,
+        };
+        let at = quiet_until(&cx, with_cron.then_some(&cron), plan);
+        let expected = expected.map(|ms| t0 + Duration::from_millis(ms));
+        assert_eq!(at, expected, "{what}");
+    }
+}
+
+#[test]
+fn a_latch_free_claim_refused_by_the_latch_is_told_from_one_refused_by_the_items() {
+    use crate::coordination::job::failover::{Failover, FreeClaims};
+    use crate::coordination::job::writes::latch_free_ops;
+    let job = job();
+    let p = &job.paths;
+    let m = mirror(1);
+    let t0 = crate::testing::epoch();
+    let env = env(t0, 0);
+    // The latch-free assertion when its directory is believed gone (create, delete), then an
+    // op of the claim itself.
+    let mut ops = latch_free_ops(p, false);
+    ops.push(Op::Check {
+        path: p.item(0),
+        version: 3,
+    });
+    let failed = |index: usize, source: RegError| RegError::MultiFailed {
+        index,
+        source: Box::new(source),
+    };
+    let dir = p.failover_latch();
+    // (what, the error, refused by the latch, the directory believed there, refusals, free)
+    type Case = (&'static str, RegError, bool, bool, u32, bool);
+    let cases: Vec<Case> = vec![
+        (
+            "the directory exists",
+            failed(0, RegError::NodeExists(dir.clone())),
+            true,
+            true,
+            1,
+            true,
+        ),
+        (
+            "the directory is gone",
+            failed(1, RegError::NoNode(dir.clone())),
+            true,
+            false,
+            1,
+            true,
+        ),
+        (
+            "a process holds or waits for the latch",
+            failed(1, RegError::NotEmpty(dir.clone())),
+            true,
+            true,
+            FreeClaims::LIMIT + 1,
+            false,
+        ),
+        (
+            "an item's version moved",
+            failed(2, RegError::BadVersion(p.item(0))),
+            false,
+            false,
+            0,
+            true,
+        ),
+        ("no answer", RegError::ConnectionLoss, false, false, 0, true),
+    ];
+    for (what, error, refused, dir_there, count, free) in cases {
+        let mut failover = Failover::default();
+        let (mut io, mut out) = (Io::default(), Vec::new());
+        let cx = Cx {
+            job: &job,
+            env: &env,
+            mirror: &m,
+            io: &mut io,
+            out: &mut out,
+        };
+        assert_eq!(failover.latch_refused(&cx, &error, &ops), refused, "{what}");
+        let claims = failover.claims();
+        assert_eq!(claims.latch_dir, dir_there, "{what}: the directory");
+        assert_eq!(claims.refused, count, "{what}: refusals in a row");
+        assert_eq!(
+            claims.refused < FreeClaims::LIMIT,
+            free,
+            "{what}: the next claim goes free"
+        );
+    }
+    // Refused by the latch's state twice in a row: the next claim takes the latch.
+    let mut failover = Failover::default();
+    let (mut io, mut out) = (Io::default(), Vec::new());
+    let cx = Cx {
+        job: &job,
+        env: &env,
+        mirror: &m,
+        io: &mut io,
+        out: &mut out,
+    };
+    for _ in 0..FreeClaims::LIMIT {
+        assert!(failover.latch_refused(&cx, &failed(0, RegError::NodeExists(dir.clone())), &ops));
+    }
+    assert_eq!(failover.claims().refused, FreeClaims::LIMIT);
+}
+
+#[test]
+fn the_first_worker_writes_the_config_only_where_the_job_has_none_or_it_overwrites() {
+    use crate::coordination::job::instances::ConfigSetup;
+    let enabled = config(2, false).to_yaml();
+    let mut off = config(2, false);
+    off.disabled = true;
+    let disabled = off.to_yaml();
+    // (what, the config node, a config brought, overwrite, what the setup does)
+    type Case<'a> = (
+        &'a str,
+        Option<&'a [u8]>,
+        bool,
+        bool,
+        Result<ConfigSetup, &'a str>,
+    );
+    let cases: Vec<Case> = vec![
+        (
+            "no job, no config brought",
+            None,
+            false,
+            false,
+            Err("does not exist"),
+        ),
+        (
+            "no job: the worker's is written",
+            None,
+            true,
+            false,
+            Ok(ConfigSetup::Write),
+        ),
+        (
+            "a job: its own is kept",
+            Some(enabled.as_bytes()),
+            true,
+            false,
+            Ok(ConfigSetup::Keep { disabled: false }),
+        ),
+        (
+            "a disabled job is kept disabled",
+            Some(disabled.as_bytes()),
+            false,
+            false,
+            Ok(ConfigSetup::Keep { disabled: true }),
+        ),
+        (
+            "overwrite writes the worker's",
+            Some(disabled.as_bytes()),
+            true,
+            true,
+            Ok(ConfigSetup::Write),
+        ),
+        (
+            "overwrite without a config keeps the job's",
+            Some(disabled.as_bytes()),
+            false,
+            true,
+            Ok(ConfigSetup::Keep { disabled: true }),
+        ),
+        (
+            "an unreadable config is refused",
+            Some(b"shardingTotalCount: [".as_slice()),
+            false,
+            false,
+            Err("unreadable"),
+        ),
+    ];
+    for (what, existing, brought, overwrite, expected) in cases {
+        let got = ConfigSetup::decide("j", existing, brought, overwrite);
+        match (got, expected) {
+            (Ok(got), Ok(expected)) => assert_eq!(got, expected, "{what}"),
+            (Err(e), Err(text)) => assert!(e.to_string().contains(text), "{what}: {e}"),
+            (got, expected) => panic!("{what}: got {got:?}, expected {expected:?}"),
+        }
+    }
 }
