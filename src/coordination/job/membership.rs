@@ -91,6 +91,10 @@ impl JobState {
         for id in self.instances.detect_remote_shutdown(cx!(self, env, out)) {
             self.runs
                 .revoke_all_of(cx!(self, env, out), &self.instances, &id, REMOTE_SHUTDOWN);
+        }
+        // The stream ends once what was revoked is over: declined, or its lease ran out.
+        let runs = &self.runs;
+        for id in self.instances.shut_down_and_idle(|id| runs.idle(id)) {
             self.end_local(&id, StreamEnd::BySidecar, env, out);
             self.instances.removed_remotely(&id);
         }

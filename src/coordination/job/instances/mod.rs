@@ -60,6 +60,9 @@ pub(super) struct Local {
     max_concurrent: u32,
     /// `Shutdown` was sent (drain, remote shutdown): no new work.
     shutting_down: bool,
+    /// Its instance node was removed by someone else (ElasticJob's console, ShutdownInstance):
+    /// `Shutdown` was sent and its runs revoked; its stream ends once they are over.
+    shut_down_remotely: bool,
     /// The stream ended (or is being ended): how, and when its items may be released.
     gone: Option<Gone>,
 }
@@ -86,6 +89,7 @@ impl Local {
             lease: WorkerLease::new(),
             max_concurrent,
             shutting_down: false,
+            shut_down_remotely: false,
             gone: None,
         }
     }
@@ -269,7 +273,7 @@ impl Instances {
         let generation = cx.io.generation();
         let mut removed = Vec::new();
         for (id, local) in self.locals.iter_mut() {
-            if !local.registered || local.gone.is_some() {
+            if !local.registered || local.gone.is_some() || local.shut_down_remotely {
                 continue;
             }
             if cx.view().instances.contains_key(id) {
@@ -279,7 +283,10 @@ impl Instances {
             }
         }
         for id in &removed {
-            let stream = self.locals[id].stream;
+            let local = self.locals.get_mut(id).expect("listed");
+            local.shutting_down = true;
+            local.shut_down_remotely = true;
+            let stream = local.stream;
             info!(job = %cx.name(), instance = %id, "{REMOTE_SHUTDOWN}: shutting the worker down");
             cx.send(
                 stream,
@@ -290,6 +297,17 @@ impl Instances {
             );
         }
         removed
+    }
+
+    /// Instances shut down remotely whose runs are all over (`idle`): their streams end now.
+    /// Until then the stream stays open, so that the worker's `Decline` of what was revoked
+    /// can reach the sidecar and hand the items on at once, not at the end of its lease.
+    pub(super) fn shut_down_and_idle(&self, idle: impl Fn(&str) -> bool) -> Vec<String> {
+        self.locals
+            .iter()
+            .filter(|(id, l)| l.shut_down_remotely && l.gone.is_none() && idle(id))
+            .map(|(id, _)| id.clone())
+            .collect()
     }
 
     /// Frees what emptied (see [`super::io::Io::give_back_emptied`]).

@@ -662,3 +662,66 @@ fn a_member_under_a_leading_peer_sidecar_leaves_the_resharding_to_it() {
         writes(&joined)
     );
 }
+
+#[test]
+fn a_remote_shutdown_keeps_the_stream_open_until_what_it_revoked_is_declined() {
+    // The nemesis, seed 1: the stream was ended in the step that revoked the run, so the
+    // worker's Decline came on a closed stream and the items waited out the worker's lease.
+    let (mut s, _) = ready(1, false);
+    let t = run(&mut s, 1000);
+    s.at(1500);
+    let path = s.paths.instance(ME);
+    let removed = seen(&mut s, WatchEvent::Deleted(path), None);
+    let told: Vec<&str> = events(&removed)
+        .iter()
+        .map(|e| match e {
+            WorkerEvent::Revoke { .. } => "Revoke",
+            WorkerEvent::Shutdown { .. } => "Shutdown",
+            _ => "other",
+        })
+        .filter(|k| *k != "other")
+        .collect();
+    assert_eq!(told, ["Shutdown", "Revoke"], "{:?}", kinds(&removed));
+    assert!(
+        !kinds(&removed).contains(&"EndStream"),
+        "the stream stays open for the Decline: {:?}",
+        kinds(&removed)
+    );
+    s.at(1600);
+    let declined = s.decline(&t.execution_id);
+    assert_eq!(answered(&declined), [Ok(())]);
+    let mut all = declined.clone();
+    all.extend(s.commit_all(declined));
+    assert!(
+        writes(&all).contains(&"-/j/sharding/0/running".to_string()),
+        "released on the Decline, not at the end of the lease: {:?}",
+        writes(&all)
+    );
+    assert!(
+        kinds(&all).contains(&"EndStream"),
+        "and then the stream ends: {:?}",
+        kinds(&all)
+    );
+}
+
+#[test]
+fn a_remote_shutdown_that_is_never_declined_ends_the_stream_at_the_end_of_the_lease() {
+    let (mut s, _) = ready(1, false);
+    let t = run(&mut s, 1000);
+    s.at(1500);
+    let path = s.paths.instance(ME);
+    let removed = seen(&mut s, WatchEvent::Deleted(path), None);
+    assert!(!kinds(&removed).contains(&"EndStream"));
+    // No Decline: no lease is renewed after the Revoke, and the last ran out by 1000 + LEASE.
+    let late = 1000 + LEASE.as_millis() as u64 + 100;
+    let lapsed = s.tick(late);
+    let mut all = lapsed.clone();
+    all.extend(s.commit_all(lapsed));
+    assert!(
+        writes(&all).contains(&"-/j/sharding/0/running".to_string()),
+        "released once the lease ran out: {:?}",
+        writes(&all)
+    );
+    assert!(kinds(&all).contains(&"EndStream"), "{:?}", kinds(&all));
+    let _ = t;
+}
