@@ -9,8 +9,11 @@
 //! 3. Answers belong to their stream: resent after a transport error while that stream is
 //!    open, dropped once it has ended.
 //! 4. `Revoke`: stop those items now, then `Decline` them.
-//! 5. `Shutdown`: take no new work, finish and answer what runs while the lease lasts; the
-//!    process exits once the sidecar ends the stream (the nemesis starts a new one later).
+//! 5. `Shutdown`: take no new work, finish and answer what runs while the lease lasts. Once
+//!    the sidecar has ended the stream, `Shutdown.kind` says what follows: after a DRAIN (or
+//!    a sidecar that leaves the kind unspecified) the worker subscribes again, with backoff,
+//!    until the sidecar is back; after a REMOTE shutdown it does not subscribe to its job again
+//!    and the process exits (the nemesis starts a new process for the slot a second later).
 //!
 //! At the end of an item the worker checks its lease and, only if it is valid, writes the run
 //! into the fencing store with the item's token; the store's reply decides the answer
@@ -49,7 +52,7 @@ use serde_json::{json, Value};
 use shardcar::proto::subscribe_response::Event;
 use shardcar::proto::worker_service_client::WorkerServiceClient as WorkerClient;
 use shardcar::proto::{
-    CompleteRequest, DeclineRequest, ReportFailureRequest, SubscribeRequest,
+    CompleteRequest, DeclineRequest, ReportFailureRequest, ShutdownKind, SubscribeRequest,
     SubscribeResponse as WorkerEvent, Trigger,
 };
 use std::collections::{BTreeMap, HashMap, HashSet};
@@ -80,6 +83,12 @@ pub struct WorkerArgs {
     /// Minimal mode (see the module docs).
     pub minimal: bool,
 }
+
+/// A strict worker's wait before it subscribes again after a stream ended.
+const RESUBSCRIBE: Duration = Duration::from_millis(300);
+/// The longest wait between two subscribe attempts that failed (the wait doubles from
+/// [`RESUBSCRIBE`]).
+const RESUBSCRIBE_MAX: Duration = Duration::from_secs(2);
 
 /// The answer-aimed faults' hold on the worker's next answer (`ARM`, `GO` on stdin).
 struct Gate {
@@ -160,7 +169,8 @@ struct Stream {
     gen: u64,
     instance: String,
     lease_until: u64,
-    shutting_down: bool,
+    /// The kind of the `Shutdown` the stream got, if it got one (rule 5).
+    shutting_down: Option<ShutdownKind>,
     execs: BTreeMap<String, BTreeMap<i32, ItemRun>>,
     last_exec_of_item: HashMap<i32, String>,
     /// Executions received while the worker "never answers" (HANG): no Complete, failure or
@@ -382,7 +392,7 @@ impl Answerer {
 }
 
 /// The worker process: subscribes, works, and subscribes again whenever its stream ends
-/// (except after a `Shutdown`, when it exits).
+/// (except after a REMOTE `Shutdown`, when it exits).
 pub async fn run(args: WorkerArgs) {
     let (cmd_tx, mut cmd_rx) = mpsc::channel::<Modes>(16);
     let gate = Arc::new(Gate {
@@ -422,6 +432,8 @@ pub async fn run(args: WorkerArgs) {
     let mut gen = 0u64;
     // Minimal: the end of the last lease of the stream that ended (no new stream before it).
     let mut last_lease_until = 0u64;
+    // Strict: the wait after the next failed subscribe (doubling while they fail).
+    let mut backoff = RESUBSCRIBE;
     loop {
         gen += 1;
         if args.minimal && gen > 1 {
@@ -452,7 +464,8 @@ pub async fn run(args: WorkerArgs) {
                             "msg": status.message()}),
                     );
                     if !args.minimal {
-                        tokio::time::sleep(Duration::from_millis(300)).await;
+                        tokio::time::sleep(backoff).await;
+                        backoff = (backoff * 2).min(RESUBSCRIBE_MAX);
                     }
                     continue;
                 }
@@ -461,6 +474,7 @@ pub async fn run(args: WorkerArgs) {
                     continue;
                 }
             };
+        backoff = RESUBSCRIBE;
         open.store(gen, Ordering::SeqCst);
         let lease_until = Arc::new(AtomicU64::new(0));
         let answerer = Answerer {
@@ -474,29 +488,35 @@ pub async fn run(args: WorkerArgs) {
         let shutdown = serve(&args, stream, answerer, &mut cmd_rx, &mut modes).await;
         open.store(0, Ordering::SeqCst);
         last_lease_until = lease_until.load(Ordering::SeqCst);
-        if shutdown {
-            emit(json!({"k": "exit", "gen": gen}));
-            std::process::exit(0);
+        match shutdown {
+            Some(ShutdownKind::Remote) => {
+                // An operator shut this instance down: never subscribe to the job again.
+                emit(json!({"k": "exit", "gen": gen, "why": "remote shutdown"}));
+                std::process::exit(0);
+            }
+            // A drain (or a sidecar that does not say): the sidecar is restarting; subscribe
+            // again, with backoff, until it is back.
+            Some(ShutdownKind::Drain | ShutdownKind::Unspecified) | None => {}
         }
         if !args.minimal {
-            tokio::time::sleep(Duration::from_millis(300)).await;
+            tokio::time::sleep(RESUBSCRIBE).await;
         }
     }
 }
 
-/// Serves one stream until it ends; returns whether a `Shutdown` came.
+/// Serves one stream until it ends; returns the kind of the `Shutdown` that came, if one did.
 async fn serve(
     args: &WorkerArgs,
     mut events: tonic::Streaming<WorkerEvent>,
     answerer: Answerer,
     cmd_rx: &mut mpsc::Receiver<Modes>,
     modes: &mut Modes,
-) -> bool {
+) -> Option<ShutdownKind> {
     let mut st = Stream {
         gen: answerer.gen,
         instance: String::new(),
         lease_until: 0,
-        shutting_down: false,
+        shutting_down: None,
         execs: BTreeMap::new(),
         last_exec_of_item: HashMap::new(),
         muted: HashSet::new(),
@@ -531,6 +551,15 @@ async fn serve(
     }
     emit(json!({"k": "end", "t": now, "gen": st.gen, "status": end}));
     st.shutting_down
+}
+
+/// The name of a shutdown kind in the worker's events.
+fn kind_name(kind: ShutdownKind) -> &'static str {
+    match kind {
+        ShutdownKind::Drain => "drain",
+        ShutdownKind::Remote => "remote",
+        ShutdownKind::Unspecified => "unspecified",
+    }
 }
 
 /// Rule 1: a lease that ran out stops every item at once; each is declined once stopped.
@@ -641,8 +670,12 @@ fn on_event(
             }
         }
         Some(Event::Shutdown(s)) => {
-            st.shutting_down = true;
-            emit(json!({"k": "shutdown", "t": now, "gen": gen, "reason": s.reason}));
+            let kind = ShutdownKind::try_from(s.kind).unwrap_or(ShutdownKind::Unspecified);
+            st.shutting_down = Some(kind);
+            emit(
+                json!({"k": "shutdown", "t": now, "gen": gen, "reason": s.reason,
+                        "kind": kind_name(kind)}),
+            );
         }
         None => {}
     }
@@ -665,7 +698,7 @@ fn on_trigger(
         emit(json!({"k": "dup", "t": now, "gen": st.gen, "exec": t.execution_id}));
         return;
     }
-    let refuse = if st.shutting_down {
+    let refuse = if st.shutting_down.is_some() {
         Some("shutting down")
     } else if !st.lease_valid(now) {
         Some("no valid lease")
