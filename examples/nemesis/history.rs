@@ -127,7 +127,7 @@ pub struct Run {
     pub token: i64,
     /// The trigger's receipt.
     pub start: u64,
-    /// Planned duration (-1: hanging).
+    /// Planned duration (-1: hanging, or a resident hold).
     pub plan_ms: i64,
     /// The worker stopped it without finishing (lease, revoke, stream end).
     pub stop: Option<(u64, String)>,

@@ -20,7 +20,7 @@
 //! (`Complete` when accepted, `ReportFailure` when refused). Every step is reported to the
 //! nemesis as one `EV {json}` line on stdout, stamped on the host's wall clock ([`wall_us`]).
 //!
-//! A worker runs in one of two modes (`--minimal`; which slots run which:
+//! A worker of a cron job runs in one of two modes (`--minimal`; which slots run which:
 //! [`spec::MINIMAL_JOBS`]):
 //!
 //! - **Strict** (the default) also does what the contract allows: it sends an answer or a
@@ -37,13 +37,22 @@
 //!   time it took and whether an UNAVAILABLE carried the sidecar's details ("accepted, not yet
 //!   recorded") or was a transport error.
 //!
+//! A worker of the resident job ([`spec::RESIDENT_JOB`]) **holds** each item from its
+//! `Trigger` (source RESIDENT) until a `Revoke` names it, its lease runs out or its stream
+//! ends, and never ends a hold itself (no `Complete`, no `ReportFailure`, no store write);
+//! it then declines the item once, as a minimal worker answers: one call, never sent again,
+//! and no acknowledgement of a revoke for an item it does not hold. After a stream ends it
+//! subscribes again as a strict worker does (300 ms, then a backoff while subscribing fails).
+//!
 //! stdin carries behaviour changes from the schedule: `SLOW until_us` (items take 2–4.5 s, so
-//! past the lease and the cron period) and `HANG until_us` (never answering: items do not end
-//! on their own and nothing is answered for them, not even a Decline, until then; the worker
-//! still stops them on Revoke and when its lease runs out). An answer-aimed fault arms a
-//! worker with `ARM until_us`: its next `Complete` or `ReportFailure` before then, if its lease
-//! has at least [`ARM_LEASE_LEFT`] left, is announced as an `armed` event and held until the
-//! nemesis says `GO {execution}` (it has cut or frozen the sidecar's ZooKeeper connections) or
+//! past the lease and the cron period; nothing for a resident worker) and `HANG until_us`
+//! (never answering: items do not end on their own and nothing is answered for them, not even
+//! a Decline, until then; the worker still stops them on Revoke and when its lease runs out; a
+//! resident worker never declines a hold it was given then and stopped before the hang was
+//! over, so the sidecar waits for the lease). An answer-aimed fault arms a worker with
+//! `ARM until_us`: its next `Complete` or `ReportFailure` before then, if its lease has at
+//! least [`ARM_LEASE_LEFT`] left, is announced as an `armed` event and held until the nemesis
+//! says `GO {execution}` (it has cut or frozen the sidecar's ZooKeeper connections) or
 //! [`GO_WAIT`] has passed; the lease is checked again before the call goes out (rule 1). When
 //! stdin closes (the nemesis is gone) the worker exits.
 
@@ -84,7 +93,20 @@ pub struct WorkerArgs {
     pub minimal: bool,
 }
 
-/// A strict worker's wait before it subscribes again after a stream ended.
+impl WorkerArgs {
+    /// A worker of the resident job (see the module docs).
+    fn resident(&self) -> bool {
+        JOBS[self.job].resident
+    }
+
+    /// Whether each answer and decline is one call, and a revoke of an item the worker no
+    /// longer runs goes unacknowledged: minimal and resident workers.
+    fn answers_once(&self) -> bool {
+        self.minimal || self.resident()
+    }
+}
+
+/// A strict or resident worker's wait before it subscribes again after a stream ended.
 const RESUBSCRIBE: Duration = Duration::from_millis(300);
 /// The longest wait between two subscribe attempts that failed (the wait doubles from
 /// [`RESUBSCRIBE`]).
@@ -151,9 +173,12 @@ enum Phase {
 
 struct ItemRun {
     token: i64,
-    /// When the work is over (`None`: hanging).
+    /// When the work is over (`None`: hanging, or a resident hold).
     end_at: Option<u64>,
     phase: Phase,
+    /// A resident hold: it never ends on its own, only on Revoke, the lease's end or the
+    /// stream's.
+    hold: bool,
 }
 
 struct WriteResult {
@@ -432,7 +457,7 @@ pub async fn run(args: WorkerArgs) {
     let mut gen = 0u64;
     // Minimal: the end of the last lease of the stream that ended (no new stream before it).
     let mut last_lease_until = 0u64;
-    // Strict: the wait after the next failed subscribe (doubling while they fail).
+    // Strict and resident: the wait after the next failed subscribe (doubling while they fail).
     let mut backoff = RESUBSCRIBE;
     loop {
         gen += 1;
@@ -481,7 +506,7 @@ pub async fn run(args: WorkerArgs) {
             client,
             open: open.clone(),
             gen,
-            minimal: args.minimal,
+            minimal: args.answers_once(),
             gate: gate.clone(),
             lease_until: lease_until.clone(),
         };
@@ -655,7 +680,7 @@ fn on_event(
                                 "why": "revoke"}),
                     );
                 }
-                if active.is_empty() && !args.minimal {
+                if active.is_empty() && !args.answers_once() {
                     // Nothing runs it any more: acknowledge anyway (a Decline is always safe).
                     // A MAY: the minimal worker declines only what it stopped (rule 4).
                     active.extend(st.last_exec_of_item.get(item).cloned());
@@ -722,8 +747,15 @@ fn on_trigger(
     }
     let mut runs = BTreeMap::new();
     let mut listed = Vec::new();
+    // A resident worker holds what it is given until it is taken back (whatever the source:
+    // the sidecar sends it nothing else).
+    let hold = args.resident();
     for item in &items {
-        let plan = plan_ms(args, &t, *item, now, modes);
+        let plan = if hold {
+            None
+        } else {
+            plan_ms(args, &t, *item, now, modes)
+        };
         let token = t.fencing_tokens.get(item).copied().unwrap_or(-1);
         listed.push(json!({"i": item, "tok": token, "plan": plan.map_or(-1, |p| p as i64)}));
         runs.insert(
@@ -732,6 +764,7 @@ fn on_trigger(
                 token,
                 end_at: plan.map(|p| now + p * 1_000),
                 phase: Phase::Working,
+                hold,
             },
         );
         st.last_exec_of_item.insert(*item, t.execution_id.clone());
@@ -762,7 +795,7 @@ fn progress(
     let until = st.lease_until;
     for (exec, items) in st.execs.iter_mut() {
         for (item, run) in items.iter_mut() {
-            if run.phase != Phase::Working {
+            if run.phase != Phase::Working || run.hold {
                 continue;
             }
             if run.end_at.is_none() && now >= modes.hang_until {
