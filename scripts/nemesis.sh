@@ -2,29 +2,37 @@
 # The nemesis: a randomized, seeded fault soak of shardcar that finds coordination bugs on its
 # own. A real 3-node ZooKeeper ensemble, three real sidecars (each behind a TCP proxy per
 # ZooKeeper node), proto-only workers in child processes for four cron jobs (strict ones, and
-# minimal ones that keep every MUST of the contract and none of its MAYs); faults from a schedule
-# that depends on the seed only, some aimed at the moment a minimal worker answers; safety,
-# fencing, lost-fire, liveness, execution-end and failover-bound invariants checked continuously
-# and at the end (examples/nemesis/).
+# minimal ones that keep every MUST of the contract and none of its MAYs) and a resident job of
+# 6 items (#50: each item held by one worker from its Trigger until a Revoke or the end of its
+# lease, then declined once); faults from a schedule that depends on the seed only, some aimed
+# at the moment a minimal worker answers; safety, fencing, lost-fire, liveness, execution-end,
+# failover-bound and resident-hold invariants checked continuously and at the end
+# (examples/nemesis/). Workers honour Shutdown.kind: after a drain they subscribe again with
+# backoff until the sidecar is back; after a remote shutdown they exit.
 #
 # Usage: scripts/nemesis.sh [--seed N] [--duration 60s] [--ensemble 3] [--only 3,7] [--out DIR]
 #        scripts/nemesis.sh --print-schedule [--seed N] [--duration 60s] [--ensemble 3]
+#        scripts/nemesis.sh --recheck target/nemesis/seed-N/history.json
 #        scripts/nemesis.sh --self-check
 #   --seed N          the schedule's seed (default: drawn from the clock, and printed)
 #   --duration D      how long faults are injected, e.g. 60s or 2m (default 60s); liveness is
-#                     then required within session timeout + 3 s of the last fault
+#                     then required within session timeout + 3 s of the last fault, and every
+#                     resident item held by a live worker within twice the session timeout
 #   --ensemble N      ZooKeeper nodes: 3 (default) or more; 1 runs without node kills
 #   --only LIST       inject only these faults of the seed's schedule (e.g. 3,7), to reduce a
 #                     failing seed; the schedule itself is unchanged
 #   --out DIR         logs and report (default: $CARGO_TARGET_DIR/nemesis/seed-N): the fault
-#                     log, every worker event (events.log), each sidecar's and ZooKeeper node's log
+#                     log, every worker event (events.log), each sidecar's and ZooKeeper node's
+#                     log, and the history --recheck reads
+#   --recheck FILE    the end-of-soak checks again over a soak's saved history (no cluster)
 #   --print-schedule  print the seed's fault schedule and exit
 #   --self-check      feed the invariant checker histories that break each invariant; it must
 #                     report every one (also: cargo test --example nemesis)
 #
 # It prints the fault schedule, a timed fault log, figures (worst worker-crash and member-crash
-# failover, executions' ends, the minimal workers' replies, the answer-aimed faults), every
-# violation, and last exactly one line:
+# failover, executions' ends, the minimal workers' replies, the answer-aimed faults, the
+# resident holds: when every item was held again, hand-off times on joins and leaves as median,
+# p99 and count), every violation, and last exactly one line:
 #   nemesis: seed S, F faults, R runs, V violations
 # Exit status: 0 without violations, 1 with violations, 2 when the cluster could not be set up,
 # 64 for bad arguments, 130 when interrupted. A failing seed replays the same fault schedule.
@@ -41,7 +49,7 @@ ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 cd "$ROOT"
 
 case "${1:-}" in
-    -h|--help) sed -n '2,37p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
+    -h|--help) sed -n '2,45p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
 esac
 
 TARGET_DIR="${CARGO_TARGET_DIR:-$ROOT/target}"

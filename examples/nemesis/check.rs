@@ -27,6 +27,8 @@
 //!   frozen past its session or partitioned into session expiry: each of its running items must
 //!   run again within session + the run's planned length + 1 s when another sidecar stayed
 //!   healthy throughout with a worker of the job.
+//! - **Resident holds** ([`crate::resident`]): no two holds of a resident item overlap; every
+//!   item is held by a live worker again within twice the session timeout of the last fault.
 //! - **Every execution ends** (liveness). Once its worker has let go of a run (answered or
 //!   declined it once, stopped it, or went away), the item's `running` node carrying the run's
 //!   token must leave ZooKeeper (the answer recorded, or the item released) within a bound
@@ -91,6 +93,8 @@ pub struct Figures {
     pub aimed_lines: Vec<String>,
     /// Minimal workers' answers and declines, by the reply to their one call.
     pub minimal_replies: BTreeMap<String, usize>,
+    /// The resident job's holds and hand-offs.
+    pub resident: crate::resident::Figures,
 }
 
 /// What the end-of-soak checks need besides the history.
@@ -112,11 +116,15 @@ type Hold = (u64, u64, usize);
 
 // ----- safety ---------------------------------------------------------------------------------
 
-/// Every pair of runs of one item holding it at the same time.
+/// Every pair of runs of one item holding it at the same time (for the resident job, of holds:
+/// [`crate::resident::overlaps`]).
 pub fn safety(h: &History, now: u64) -> Vec<Violation> {
     // (job, item) -> (start, end, run index) of every hold.
     let mut by_item: BTreeMap<(usize, i32), Vec<Hold>> = BTreeMap::new();
     for (i, r) in h.runs.iter().enumerate() {
+        if JOBS[r.job].resident {
+            continue;
+        }
         let end = h.run_end_or(r, now);
         if end > r.start {
             by_item
@@ -151,6 +159,7 @@ pub fn safety(h: &History, now: u64) -> Vec<Violation> {
             active.push((end, i));
         }
     }
+    out.extend(crate::resident::overlaps(h, now));
     out
 }
 
@@ -296,7 +305,7 @@ const FIRE_DECISION: u64 = 300 * MS;
 pub fn lost_fires(h: &History, p: &Params, fig: &mut Figures) -> Vec<Violation> {
     let now = p.t_end;
     let mut out = Vec::new();
-    for (job, spec) in JOBS.iter().enumerate() {
+    for (job, spec) in JOBS.iter().enumerate().filter(|(_, s)| !s.resident) {
         let period = spec.period_s * SEC;
         let mut runs: Vec<&Run> = h.runs.iter().filter(|r| r.job == job).collect();
         runs.sort_by_key(|r| r.start);
@@ -1365,6 +1374,7 @@ pub fn self_check() -> Result<Vec<String>, String> {
         "bounds: a 3 s worker-crash failover with an idle member caught, 0.3 s passes".into(),
     );
     report.push(crate::ends::self_check(&p, &clean)?);
+    report.push(crate::resident::self_check()?);
     Ok(report)
 }
 

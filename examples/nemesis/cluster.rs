@@ -294,8 +294,8 @@ impl World {
         }
     }
 
-    /// Waits until every slot's worker holds an open stream and every item of every job is
-    /// assigned to one of them.
+    /// Waits until every slot's worker holds an open stream, every item of every job is
+    /// assigned to one of them, and every resident item is held.
     pub async fn wait_warm(&self, timeout: Duration) -> Result<(), String> {
         let deadline = Instant::now() + timeout;
         loop {
@@ -320,6 +320,10 @@ impl World {
                     if assigned.len() != spec.items as usize {
                         problem = Some(format!("{} has items {assigned:?} assigned", spec.name));
                     }
+                }
+                let unheld = crate::resident::unheld(&h, now);
+                if !unheld.is_empty() {
+                    problem = Some(format!("resident items {unheld:?} are not held"));
                 }
                 problem
             };
@@ -856,7 +860,9 @@ impl World {
                         problems.push(format!("{name}: sharding/{item}/disabled is still set"));
                     }
                 }
-                if !ran[job][item] {
+                // A resident item never completes: whether it is held again is
+                // `resident::held_again`'s business, with its own bound.
+                if !ran[job][item] && !spec.resident {
                     problems.push(format!(
                         "{name}: item {item} has not completed a run since the last fault"
                     ));

@@ -56,6 +56,9 @@ pub struct StreamRec {
     pub ended: Option<u64>,
     pub status: String,
     pub shutdown: Option<u64>,
+    /// The `Shutdown`'s kind as the worker read it: "drain", "remote" or "unspecified".
+    #[serde(default)]
+    pub shutdown_kind: String,
     /// (received, valid until) per `Lease`, in order.
     pub leases: Vec<(u64, u64)>,
     /// (received, items) per `Assignment`, in order.
@@ -124,7 +127,7 @@ pub struct Run {
     pub token: i64,
     /// The trigger's receipt.
     pub start: u64,
-    /// Planned duration (-1: hanging).
+    /// Planned duration (-1: hanging, or a resident hold).
     pub plan_ms: i64,
     /// The worker stopped it without finishing (lease, revoke, stream end).
     pub stop: Option<(u64, String)>,
@@ -442,7 +445,10 @@ impl History {
             }
             "shutdown" => {
                 if let Some(st) = self.streams.get_mut(&key) {
-                    st.shutdown.get_or_insert(t);
+                    if st.shutdown.is_none() {
+                        st.shutdown = Some(t);
+                        st.shutdown_kind = s(&v, "kind");
+                    }
                 }
             }
             "join" => self.joins.push(Join {

@@ -46,6 +46,7 @@ mod check;
 mod cluster;
 mod ends;
 mod history;
+mod resident;
 mod schedule;
 mod spec;
 mod store;
@@ -295,14 +296,18 @@ fn header(args: &Args, seed: u64, full: &[Fault], schedule: &[Fault]) -> Vec<Str
         format!(
             "jobs: {}",
             JOBS.iter()
-                .map(|j| format!(
-                    "{} (cron {:?}, {} items, failover {}, timeout {}s)",
-                    j.name,
-                    j.cron,
-                    j.items,
-                    if j.failover { "on" } else { "off" },
-                    j.timeout_s
-                ))
+                .map(|j| if j.resident {
+                    format!("{} (resident, {} items)", j.name, j.items)
+                } else {
+                    format!(
+                        "{} (cron {:?}, {} items, failover {}, timeout {}s)",
+                        j.name,
+                        j.cron,
+                        j.items,
+                        if j.failover { "on" } else { "off" },
+                        j.timeout_s
+                    )
+                })
                 .collect::<Vec<_>>()
                 .join("; ")
         ),
@@ -526,6 +531,29 @@ async fn soak(args: &Args, seed: u64, full: &[Fault], schedule: Vec<Fault>) -> u
         )),
         None => world.say("LIVENESS FAILED (see the violations)"),
     }
+    // The resident items: held by live workers again within their own bound, which the
+    // observation must reach before the end-of-soak check judges it (`resident::held_again`).
+    let resident_limit = last_fault_end + resident::HELD_AGAIN.as_micros() as u64;
+    loop {
+        let now = wall_us();
+        let unheld = resident::unheld(&history.lock().unwrap_or_else(|e| e.into_inner()), now);
+        if unheld.is_empty() {
+            world.say(&format!(
+                "every resident item is held by a live worker at {} ({:.2}s after the last fault)",
+                rel(now),
+                now.saturating_sub(last_fault_end) as f64 / 1e6
+            ));
+            break;
+        }
+        if now > resident_limit + 1_000_000 {
+            world.say(&format!(
+                "resident items {unheld:?} not held by a live worker by {} (see the violations)",
+                rel(resident_limit)
+            ));
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
     // Observe to the end of the soak's duration at least, then 2 s more.
     let soak_end = t0_instant + args.duration;
     if tokio::time::Instant::now() < soak_end {
@@ -640,6 +668,13 @@ fn verdict(snapshot: history::Snapshot) -> (Vec<String>, String, bool) {
         &mut fig,
     ));
     violations.extend(liveness);
+    violations.extend(resident::held_again(
+        &h,
+        t_end,
+        last_fault_end,
+        &mut fig.resident,
+    ));
+    resident::handoffs(&h, t_end, &mut fig.resident);
     let mut text = figures(&h, &fig, live_since, last_fault_end, limit);
     text.push("==== violations ====".into());
     if violations.is_empty() {
@@ -784,6 +819,7 @@ fn figures(
     for line in &fig.aimed_lines {
         lines.push(format!("  {line}"));
     }
+    lines.extend(resident::lines(h, &fig.resident, last_fault_end));
     if !h.subscribe_failures.is_empty() {
         lines.push(format!(
             "subscribe failures (retried): {:?}",

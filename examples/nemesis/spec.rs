@@ -38,17 +38,21 @@ pub const PROBE: Duration = Duration::from_millis(250);
 #[derive(Clone, Copy, Debug)]
 pub struct JobSpec {
     pub name: &'static str,
+    /// Empty for the resident job.
     pub cron: &'static str,
-    /// Seconds between fires (the cron fires on every multiple of it).
+    /// Seconds between fires (the cron fires on every multiple of it); 0 for the resident job.
     pub period_s: u64,
     pub items: i32,
     pub failover: bool,
     /// `execution_timeout_seconds` (0: none).
     pub timeout_s: u32,
+    /// `JobConfig.resident`: each item held by one worker until a `Revoke` or its lease's end.
+    pub resident: bool,
 }
 
-/// Cron jobs of 1 s and 2 s, failover on and off, monitorExecution on everywhere.
-pub const JOBS: [JobSpec; 4] = [
+/// Cron jobs of 1 s and 2 s, failover on and off, and one resident job ([`RESIDENT_JOB`]);
+/// monitorExecution on everywhere.
+pub const JOBS: [JobSpec; 5] = [
     JobSpec {
         name: "nem-fo-1s",
         cron: "* * * * * ?",
@@ -56,6 +60,7 @@ pub const JOBS: [JobSpec; 4] = [
         items: 2,
         failover: true,
         timeout_s: 6,
+        resident: false,
     },
     JobSpec {
         name: "nem-fo-2s",
@@ -64,6 +69,7 @@ pub const JOBS: [JobSpec; 4] = [
         items: 4,
         failover: true,
         timeout_s: 6,
+        resident: false,
     },
     JobSpec {
         name: "nem-nofo-1s",
@@ -72,6 +78,7 @@ pub const JOBS: [JobSpec; 4] = [
         items: 3,
         failover: false,
         timeout_s: 6,
+        resident: false,
     },
     JobSpec {
         name: "nem-nofo-2s",
@@ -80,8 +87,24 @@ pub const JOBS: [JobSpec; 4] = [
         items: 2,
         failover: false,
         timeout_s: 0,
+        resident: false,
+    },
+    // #50: no cron, failover off, no timeout (the sidecar refuses them for a resident job).
+    JobSpec {
+        name: "nem-resident",
+        cron: "",
+        period_s: 0,
+        items: 6,
+        failover: false,
+        timeout_s: 0,
+        resident: true,
     },
 ];
+
+/// The resident job: its workers hold each item from its `Trigger` (source RESIDENT) until a
+/// `Revoke` or the end of their lease, then `Decline` it once, never sending anything again
+/// ([`crate::worker`]); its invariants are [`crate::resident`]'s.
+pub const RESIDENT_JOB: usize = 4;
 
 /// The jobs whose workers are all minimal ([`crate::worker`]): they keep every MUST of the
 /// contract and none of its MAYs (one call per answer or decline, whatever its reply; no
@@ -135,6 +158,7 @@ pub fn car_ip(car: usize) -> String {
 pub const CRON: i32 = TriggerSource::Cron as i32;
 pub const FAILOVER: i32 = TriggerSource::Failover as i32;
 pub const MISFIRE: i32 = TriggerSource::Misfire as i32;
+pub const RESIDENT: i32 = TriggerSource::Resident as i32;
 
 /// The configuration every worker of job `job` subscribes with.
 pub fn job_config(job: usize) -> JobConfig {
@@ -144,10 +168,12 @@ pub fn job_config(job: usize) -> JobConfig {
         cron: spec.cron.to_string(),
         sharding_total_count: spec.items,
         failover: spec.failover,
-        misfire: Some(true),
+        // Misfire has no meaning for a resident job (nothing fires).
+        misfire: Some(!spec.resident),
         monitor_execution: Some(true),
         execution_timeout_seconds: spec.timeout_s,
         description: "nemesis soak job".to_string(),
+        resident: spec.resident,
         ..Default::default()
     }
 }
@@ -200,5 +226,18 @@ mod tests {
             }
         }
         assert_eq!((0..SLOTS).filter(|s| is_minimal(*s)).count(), 6);
+    }
+
+    #[test]
+    fn the_resident_job_is_one_the_sidecar_accepts() {
+        let spec = JOBS[RESIDENT_JOB];
+        assert!(spec.resident && JOBS.iter().filter(|j| j.resident).count() == 1);
+        assert!(!MINIMAL_JOBS.contains(&RESIDENT_JOB));
+        let config = job_config(RESIDENT_JOB);
+        assert!(config.resident && config.cron.is_empty() && !config.failover);
+        assert_eq!(config.monitor_execution, Some(true));
+        assert_eq!(config.execution_timeout_seconds, 0);
+        assert_eq!(config.sharding_total_count, 6);
+        assert!(!job_config(0).resident);
     }
 }

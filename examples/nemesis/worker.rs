@@ -9,15 +9,18 @@
 //! 3. Answers belong to their stream: resent after a transport error while that stream is
 //!    open, dropped once it has ended.
 //! 4. `Revoke`: stop those items now, then `Decline` them.
-//! 5. `Shutdown`: take no new work, finish and answer what runs while the lease lasts; the
-//!    process exits once the sidecar ends the stream (the nemesis starts a new one later).
+//! 5. `Shutdown`: take no new work, finish and answer what runs while the lease lasts. Once
+//!    the sidecar has ended the stream, `Shutdown.kind` says what follows: after a DRAIN (or
+//!    a sidecar that leaves the kind unspecified) the worker subscribes again, with backoff,
+//!    until the sidecar is back; after a REMOTE shutdown it does not subscribe to its job again
+//!    and the process exits (the nemesis starts a new process for the slot a second later).
 //!
 //! At the end of an item the worker checks its lease and, only if it is valid, writes the run
 //! into the fencing store with the item's token; the store's reply decides the answer
 //! (`Complete` when accepted, `ReportFailure` when refused). Every step is reported to the
 //! nemesis as one `EV {json}` line on stdout, stamped on the host's wall clock ([`wall_us`]).
 //!
-//! A worker runs in one of two modes (`--minimal`; which slots run which:
+//! A worker of a cron job runs in one of two modes (`--minimal`; which slots run which:
 //! [`spec::MINIMAL_JOBS`]):
 //!
 //! - **Strict** (the default) also does what the contract allows: it sends an answer or a
@@ -34,13 +37,22 @@
 //!   time it took and whether an UNAVAILABLE carried the sidecar's details ("accepted, not yet
 //!   recorded") or was a transport error.
 //!
+//! A worker of the resident job ([`spec::RESIDENT_JOB`]) **holds** each item from its
+//! `Trigger` (source RESIDENT) until a `Revoke` names it, its lease runs out or its stream
+//! ends, and never ends a hold itself (no `Complete`, no `ReportFailure`, no store write);
+//! it then declines the item once, as a minimal worker answers: one call, never sent again,
+//! and no acknowledgement of a revoke for an item it does not hold. After a stream ends it
+//! subscribes again as a strict worker does (300 ms, then a backoff while subscribing fails).
+//!
 //! stdin carries behaviour changes from the schedule: `SLOW until_us` (items take 2–4.5 s, so
-//! past the lease and the cron period) and `HANG until_us` (never answering: items do not end
-//! on their own and nothing is answered for them, not even a Decline, until then; the worker
-//! still stops them on Revoke and when its lease runs out). An answer-aimed fault arms a
-//! worker with `ARM until_us`: its next `Complete` or `ReportFailure` before then, if its lease
-//! has at least [`ARM_LEASE_LEFT`] left, is announced as an `armed` event and held until the
-//! nemesis says `GO {execution}` (it has cut or frozen the sidecar's ZooKeeper connections) or
+//! past the lease and the cron period; nothing for a resident worker) and `HANG until_us`
+//! (never answering: items do not end on their own and nothing is answered for them, not even
+//! a Decline, until then; the worker still stops them on Revoke and when its lease runs out; a
+//! resident worker never declines a hold it was given then and stopped before the hang was
+//! over, so the sidecar waits for the lease). An answer-aimed fault arms a worker with
+//! `ARM until_us`: its next `Complete` or `ReportFailure` before then, if its lease has at
+//! least [`ARM_LEASE_LEFT`] left, is announced as an `armed` event and held until the nemesis
+//! says `GO {execution}` (it has cut or frozen the sidecar's ZooKeeper connections) or
 //! [`GO_WAIT`] has passed; the lease is checked again before the call goes out (rule 1). When
 //! stdin closes (the nemesis is gone) the worker exits.
 
@@ -49,7 +61,7 @@ use serde_json::{json, Value};
 use shardcar::proto::subscribe_response::Event;
 use shardcar::proto::worker_service_client::WorkerServiceClient as WorkerClient;
 use shardcar::proto::{
-    CompleteRequest, DeclineRequest, ReportFailureRequest, SubscribeRequest,
+    CompleteRequest, DeclineRequest, ReportFailureRequest, ShutdownKind, SubscribeRequest,
     SubscribeResponse as WorkerEvent, Trigger,
 };
 use std::collections::{BTreeMap, HashMap, HashSet};
@@ -80,6 +92,25 @@ pub struct WorkerArgs {
     /// Minimal mode (see the module docs).
     pub minimal: bool,
 }
+
+impl WorkerArgs {
+    /// A worker of the resident job (see the module docs).
+    fn resident(&self) -> bool {
+        JOBS[self.job].resident
+    }
+
+    /// Whether each answer and decline is one call, and a revoke of an item the worker no
+    /// longer runs goes unacknowledged: minimal and resident workers.
+    fn answers_once(&self) -> bool {
+        self.minimal || self.resident()
+    }
+}
+
+/// A strict or resident worker's wait before it subscribes again after a stream ended.
+const RESUBSCRIBE: Duration = Duration::from_millis(300);
+/// The longest wait between two subscribe attempts that failed (the wait doubles from
+/// [`RESUBSCRIBE`]).
+const RESUBSCRIBE_MAX: Duration = Duration::from_secs(2);
 
 /// The answer-aimed faults' hold on the worker's next answer (`ARM`, `GO` on stdin).
 struct Gate {
@@ -142,9 +173,12 @@ enum Phase {
 
 struct ItemRun {
     token: i64,
-    /// When the work is over (`None`: hanging).
+    /// When the work is over (`None`: hanging, or a resident hold).
     end_at: Option<u64>,
     phase: Phase,
+    /// A resident hold: it never ends on its own, only on Revoke, the lease's end or the
+    /// stream's.
+    hold: bool,
 }
 
 struct WriteResult {
@@ -160,7 +194,8 @@ struct Stream {
     gen: u64,
     instance: String,
     lease_until: u64,
-    shutting_down: bool,
+    /// The kind of the `Shutdown` the stream got, if it got one (rule 5).
+    shutting_down: Option<ShutdownKind>,
     execs: BTreeMap<String, BTreeMap<i32, ItemRun>>,
     last_exec_of_item: HashMap<i32, String>,
     /// Executions received while the worker "never answers" (HANG): no Complete, failure or
@@ -382,7 +417,7 @@ impl Answerer {
 }
 
 /// The worker process: subscribes, works, and subscribes again whenever its stream ends
-/// (except after a `Shutdown`, when it exits).
+/// (except after a REMOTE `Shutdown`, when it exits).
 pub async fn run(args: WorkerArgs) {
     let (cmd_tx, mut cmd_rx) = mpsc::channel::<Modes>(16);
     let gate = Arc::new(Gate {
@@ -422,6 +457,8 @@ pub async fn run(args: WorkerArgs) {
     let mut gen = 0u64;
     // Minimal: the end of the last lease of the stream that ended (no new stream before it).
     let mut last_lease_until = 0u64;
+    // Strict and resident: the wait after the next failed subscribe (doubling while they fail).
+    let mut backoff = RESUBSCRIBE;
     loop {
         gen += 1;
         if args.minimal && gen > 1 {
@@ -452,7 +489,8 @@ pub async fn run(args: WorkerArgs) {
                             "msg": status.message()}),
                     );
                     if !args.minimal {
-                        tokio::time::sleep(Duration::from_millis(300)).await;
+                        tokio::time::sleep(backoff).await;
+                        backoff = (backoff * 2).min(RESUBSCRIBE_MAX);
                     }
                     continue;
                 }
@@ -461,42 +499,49 @@ pub async fn run(args: WorkerArgs) {
                     continue;
                 }
             };
+        backoff = RESUBSCRIBE;
         open.store(gen, Ordering::SeqCst);
         let lease_until = Arc::new(AtomicU64::new(0));
         let answerer = Answerer {
             client,
             open: open.clone(),
             gen,
-            minimal: args.minimal,
+            minimal: args.answers_once(),
             gate: gate.clone(),
             lease_until: lease_until.clone(),
         };
         let shutdown = serve(&args, stream, answerer, &mut cmd_rx, &mut modes).await;
         open.store(0, Ordering::SeqCst);
         last_lease_until = lease_until.load(Ordering::SeqCst);
-        if shutdown {
-            emit(json!({"k": "exit", "gen": gen}));
-            std::process::exit(0);
+        match shutdown {
+            Some(ShutdownKind::Remote) => {
+                // An operator shut this instance down: never subscribe to the job again.
+                emit(json!({"k": "exit", "gen": gen, "why": "remote shutdown"}));
+                std::process::exit(0);
+            }
+            // A drain (or a sidecar that does not say): the sidecar is restarting; subscribe
+            // again, with backoff, until it is back.
+            Some(ShutdownKind::Drain | ShutdownKind::Unspecified) | None => {}
         }
         if !args.minimal {
-            tokio::time::sleep(Duration::from_millis(300)).await;
+            tokio::time::sleep(RESUBSCRIBE).await;
         }
     }
 }
 
-/// Serves one stream until it ends; returns whether a `Shutdown` came.
+/// Serves one stream until it ends; returns the kind of the `Shutdown` that came, if one did.
 async fn serve(
     args: &WorkerArgs,
     mut events: tonic::Streaming<WorkerEvent>,
     answerer: Answerer,
     cmd_rx: &mut mpsc::Receiver<Modes>,
     modes: &mut Modes,
-) -> bool {
+) -> Option<ShutdownKind> {
     let mut st = Stream {
         gen: answerer.gen,
         instance: String::new(),
         lease_until: 0,
-        shutting_down: false,
+        shutting_down: None,
         execs: BTreeMap::new(),
         last_exec_of_item: HashMap::new(),
         muted: HashSet::new(),
@@ -531,6 +576,15 @@ async fn serve(
     }
     emit(json!({"k": "end", "t": now, "gen": st.gen, "status": end}));
     st.shutting_down
+}
+
+/// The name of a shutdown kind in the worker's events.
+fn kind_name(kind: ShutdownKind) -> &'static str {
+    match kind {
+        ShutdownKind::Drain => "drain",
+        ShutdownKind::Remote => "remote",
+        ShutdownKind::Unspecified => "unspecified",
+    }
 }
 
 /// Rule 1: a lease that ran out stops every item at once; each is declined once stopped.
@@ -626,7 +680,7 @@ fn on_event(
                                 "why": "revoke"}),
                     );
                 }
-                if active.is_empty() && !args.minimal {
+                if active.is_empty() && !args.answers_once() {
                     // Nothing runs it any more: acknowledge anyway (a Decline is always safe).
                     // A MAY: the minimal worker declines only what it stopped (rule 4).
                     active.extend(st.last_exec_of_item.get(item).cloned());
@@ -641,8 +695,12 @@ fn on_event(
             }
         }
         Some(Event::Shutdown(s)) => {
-            st.shutting_down = true;
-            emit(json!({"k": "shutdown", "t": now, "gen": gen, "reason": s.reason}));
+            let kind = ShutdownKind::try_from(s.kind).unwrap_or(ShutdownKind::Unspecified);
+            st.shutting_down = Some(kind);
+            emit(
+                json!({"k": "shutdown", "t": now, "gen": gen, "reason": s.reason,
+                        "kind": kind_name(kind)}),
+            );
         }
         None => {}
     }
@@ -665,7 +723,7 @@ fn on_trigger(
         emit(json!({"k": "dup", "t": now, "gen": st.gen, "exec": t.execution_id}));
         return;
     }
-    let refuse = if st.shutting_down {
+    let refuse = if st.shutting_down.is_some() {
         Some("shutting down")
     } else if !st.lease_valid(now) {
         Some("no valid lease")
@@ -689,8 +747,15 @@ fn on_trigger(
     }
     let mut runs = BTreeMap::new();
     let mut listed = Vec::new();
+    // A resident worker holds what it is given until it is taken back (whatever the source:
+    // the sidecar sends it nothing else).
+    let hold = args.resident();
     for item in &items {
-        let plan = plan_ms(args, &t, *item, now, modes);
+        let plan = if hold {
+            None
+        } else {
+            plan_ms(args, &t, *item, now, modes)
+        };
         let token = t.fencing_tokens.get(item).copied().unwrap_or(-1);
         listed.push(json!({"i": item, "tok": token, "plan": plan.map_or(-1, |p| p as i64)}));
         runs.insert(
@@ -699,6 +764,7 @@ fn on_trigger(
                 token,
                 end_at: plan.map(|p| now + p * 1_000),
                 phase: Phase::Working,
+                hold,
             },
         );
         st.last_exec_of_item.insert(*item, t.execution_id.clone());
@@ -729,7 +795,7 @@ fn progress(
     let until = st.lease_until;
     for (exec, items) in st.execs.iter_mut() {
         for (item, run) in items.iter_mut() {
-            if run.phase != Phase::Working {
+            if run.phase != Phase::Working || run.hold {
                 continue;
             }
             if run.end_at.is_none() && now >= modes.hang_until {
