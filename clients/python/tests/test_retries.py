@@ -1,7 +1,7 @@
 """Retries (``JobConfig.retry``) and the error handler (``JobConfig.job_error_handler_type``).
 
 * Without a sidecar: :class:`RetryPolicy` takes backoffs as a ``timedelta`` or seconds and
-  refuses, naming the field, every value the sidecar refuses (``max_attempts`` 1 to 100,
+  refuses, naming the field, every value the sidecar refuses (``max_attempts`` 0 to 100,
   backoffs 10 ms to 1 day, ``max_backoff`` not below ``initial_backoff``, ``multiplier`` 1 to
   10); unset fields stay unset on the wire; what the sidecar sends back is read as it is; the
   error handler type is one of ElasticJob's names. (A ``RETRY`` trigger's ``attempt`` on the
@@ -57,14 +57,16 @@ def test_a_policy_takes_backoffs_as_a_timedelta_or_seconds():
     # The limits themselves are accepted.
     RetryPolicy(100, initial_backoff=0.01, max_backoff=timedelta(days=1), multiplier=10)
     RetryPolicy(1, initial_backoff=timedelta(days=1), multiplier=1)
+    # 0 is the sidecar's "no retries", as 1 is (proto: "0 or 1: no retries"), and goes on the
+    # wire as it is.
+    assert RetryPolicy(0).to_proto().max_attempts == 0
 
 
 @pytest.mark.parametrize(
     "kwargs, field, says",
     [
-        (dict(max_attempts=0), "retry.max_attempts", "from 1 to 100"),
-        (dict(max_attempts=101), "retry.max_attempts", "from 1 to 100"),
-        (dict(max_attempts=-1), "retry.max_attempts", "from 1 to 100"),
+        (dict(max_attempts=101), "retry.max_attempts", "from 0 to 100"),
+        (dict(max_attempts=-1), "retry.max_attempts", "from 0 to 100"),
         (dict(max_attempts=3.0), "retry.max_attempts", "an int"),
         (dict(max_attempts=True), "retry.max_attempts", "an int"),
         (dict(max_attempts=3, initial_backoff=0.009), "retry.initial_backoff", "10 ms and 1 day"),

@@ -81,11 +81,17 @@ class RetryPolicy:
     sidecar's default (1 s, 1 min but never below ``initial_backoff``, 2).
 
     ``ValueError`` naming the field (``retry.max_attempts``, ...) when the policy is made with a
-    value the sidecar refuses: ``max_attempts`` 1 to 100, backoffs 10 ms to 1 day,
-    ``max_backoff`` not below ``initial_backoff``, ``multiplier`` 1 to 10.
+    value the sidecar refuses: ``max_attempts`` 0 to 100 (0 and 1 both mean no retries, as the
+    sidecar reads them), backoffs 10 ms to 1 day, ``max_backoff`` not below ``initial_backoff``,
+    ``multiplier`` 1 to 10.
+
+    A resident job (``JobConfig(resident=True)``) uses the backoffs, not the attempts: they are
+    the waits before a hold its worker ended is started again. The sidecar keeps a policy only
+    when ``max_attempts`` is at least 2; with 0 or 1 a resident job waits 1 s doubling to 1 min.
     """
 
-    #: Runs of an item in all, the first included (3: the first run and two retries).
+    #: Runs of an item in all, the first included (3: the first run and two retries); 0 or 1:
+    #: no retries.
     max_attempts: int
     initial_backoff: Optional[timedelta] = None
     max_backoff: Optional[timedelta] = None
@@ -105,10 +111,10 @@ class RetryPolicy:
         multiplier: Optional[float] = None,
     ) -> None:
         if isinstance(max_attempts, bool) or not isinstance(max_attempts, int) \
-                or not 1 <= max_attempts <= self.MAX_ATTEMPTS:
+                or not 0 <= max_attempts <= self.MAX_ATTEMPTS:
             raise ValueError(
-                f"retry.max_attempts must be an int from 1 to {self.MAX_ATTEMPTS} (runs of an "
-                f"item in all, the first included), got {max_attempts!r}"
+                f"retry.max_attempts must be an int from 0 to {self.MAX_ATTEMPTS} (runs of an "
+                f"item in all, the first included; 0 or 1: no retries), got {max_attempts!r}"
             )
         initial = _backoff("retry.initial_backoff", initial_backoff)
         longest = _backoff("retry.max_backoff", max_backoff)
