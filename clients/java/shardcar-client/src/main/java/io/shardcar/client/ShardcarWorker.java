@@ -12,6 +12,8 @@ import java.util.LinkedHashMap;
 import java.util.List;
 import java.util.Map;
 import java.util.Objects;
+import java.util.Set;
+import java.util.concurrent.ConcurrentHashMap;
 import java.util.concurrent.CopyOnWriteArrayList;
 import java.util.concurrent.CountDownLatch;
 import java.util.concurrent.TimeUnit;
@@ -368,6 +370,24 @@ public final class ShardcarWorker implements AutoCloseable {
     closed.countDown();
   }
 
+  /** The deprecated option names a warning was logged for, so that each is logged once per JVM. */
+  static final Set<String> DEPRECATED_USED = ConcurrentHashMap.newKeySet();
+
+  /**
+   * Logs a warning (once per JVM and name) that the deprecated option {@code name} was used, as the
+   * Python client's {@code DeprecationWarning} does: {@code @Deprecated} alone tells only a compiler.
+   *
+   * @return whether this call logged it (the first use of {@code name})
+   */
+  static boolean warnDeprecated(String name, String replacement) {
+    if (!DEPRECATED_USED.add(name)) {
+      return false;
+    }
+    System.getLogger(ShardcarWorker.class.getName()).log(System.Logger.Level.WARNING,
+        "shardcar: ShardcarWorker.Builder.{0} is deprecated and will be removed: use {1}", name, replacement);
+    return true;
+  }
+
   /** Configures a {@link ShardcarWorker}. */
   public static final class Builder {
     private String target;
@@ -586,6 +606,7 @@ public final class ShardcarWorker implements AutoCloseable {
      */
     @Deprecated(since = "0.1.0", forRemoval = true)
     public Builder shutdownGracePeriod(Duration grace) {
+      warnDeprecated("shutdownGracePeriod(Duration)", "drainTimeout(Duration), the same setting");
       return drainTimeout(grace);
     }
 
@@ -618,6 +639,8 @@ public final class ShardcarWorker implements AutoCloseable {
      */
     @Deprecated(since = "0.1.0", forRemoval = true)
     public Builder reconnectAfterShutdown(boolean reconnect) {
+      warnDeprecated("reconnectAfterShutdown(boolean)",
+          "stopOnDrain(boolean), of the opposite sense: reconnectAfterShutdown(r) is stopOnDrain(!r)");
       return stopOnDrain(!reconnect);
     }
 
