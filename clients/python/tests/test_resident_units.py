@@ -177,3 +177,19 @@ def test_core_a_registration_of_the_wrong_kind_stops_naming_resident(resident):
     core.on_event(_lease(clock))
     assert not any(kind[0] == "start" for kind in _kinds(core.on_event(_hold("h0", 0))))
     assert core.stream_ended("worker stopped") == []
+
+
+def test_core_a_hold_runs_only_under_a_valid_lease():
+    clock = Clock()
+    core = _core.ProtocolCore("p", clock, resident=True)
+    core.stream_opened()
+    core.on_event(shardcar.Registered("1.2.3.4@-@9", JobConfig(job_name="p", resident=True)))
+    # No lease yet: declined at once, never run (and never queued for a later lease).
+    assert _kinds(core.on_event(_hold("h0", 0))) == [("decline", "h0", (0,))]
+    core.on_event(_lease(clock, valid_for=2.0))
+    (start,) = core.on_event(_hold("h1", 1))
+    # The lease runs out unrenewed: the hold is cancelled, and declined once it returned.
+    clock.now += 2.5
+    assert _kinds(core.tick()) == [("cancel", "h1", 1)]
+    assert start.ctx.cancelled and "lease expired" in start.ctx.cancel_reason
+    assert _kinds(core.handler_done("h1", 1, _core.Outcome.COMPLETE)) == [("decline", "h1", (1,))]

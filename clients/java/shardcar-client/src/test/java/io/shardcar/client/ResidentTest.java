@@ -225,6 +225,25 @@ class ResidentTest {
     assertTrue(only(plain.close("closed", Duration.ofSeconds(30), Duration.ofSeconds(10)), Cancel.class).isEmpty());
   }
 
+  @Test
+  void aHoldRunsOnlyUnderAValidLease() {
+    RegistrationState s = new RegistrationState("p", clock, false, ReconnectPolicy.defaults("p"), true);
+    s.streamOpened();
+    s.onEvent(s.generation(), registered(true));
+    // No lease yet: declined at once, never run (and never queued for a later lease).
+    List<Output> early = s.onEvent(s.generation(), hold("h0", 0));
+    assertTrue(only(early, Start.class).isEmpty());
+    assertEquals(Rpc.DECLINE, answer(early).rpc());
+    s.onEvent(s.generation(), SubscribeResponse.newBuilder().setLease(Lease.newBuilder()
+        .setValidFor(com.google.protobuf.Duration.newBuilder().setSeconds(2))
+        .setExpiresAt(ProtocolCasesTest.wall(2_000))).build());
+    ItemKey h1 = started(s, "h1", 1);
+    // The lease runs out unrenewed: the hold is cancelled, and declined once it returned.
+    clock.nowMillis = 2_500;
+    assertEquals(List.of(h1), only(s.tick(), Cancel.class).stream().map(Cancel::key).toList());
+    assertEquals(Rpc.DECLINE, answer(s.itemDone(h1, null)).rpc());
+  }
+
   @ParameterizedTest
   @ValueSource(booleans = {true, false})
   void aShutdownGivesEveryHoldBack(boolean drain) {
