@@ -3,7 +3,10 @@
 # installs each into a fresh venv and checks that the installed package works without a sidecar:
 # it imports, builds a JobConfig, its committed stubs import (SubscribeRequest has
 # instance_suffix and max_concurrent_executions), the rich error details decode, and py.typed and the .pyi ship; the base
-# install has no opentelemetry, and the wheel with the otel extra has it and traces.
+# install has no opentelemetry, and the wheel with the otel extra has it and traces. Last, it
+# installs the checkout itself, as the README says (`pip install clients/python`), and checks that
+# the install left nothing behind in the checkout: no build/, dist/ or *.egg-info, no new
+# untracked file (pip builds a local directory in place).
 #
 # Usage: clients/python/scripts/package_smoke.sh
 #   PYTHON=python3.9 clients/python/scripts/package_smoke.sh     # another interpreter
@@ -132,4 +135,27 @@ smoke() {  # smoke NAME ARTIFACT [SMOKE_OTEL]
 smoke wheel "${wheels[0]}"
 smoke sdist "${sdists[0]}"
 smoke wheel-otel "${wheels[0]}[otel]" 1
-step "package smoke passed: $(basename "${sdists[0]}") $(basename "${wheels[0]}")"
+
+# What the checkout holds that git does not track (ignored files included: build/ and
+# *.egg-info are ignored by most .gitignore files, and would hide there).
+leftovers() {
+  if git -C "$pkg_root" rev-parse --is-inside-work-tree >/dev/null 2>&1; then
+    git -C "$pkg_root" status --porcelain --ignored --untracked-files=all -- . \
+      | grep -v -e '__pycache__/' -e '\.pyc$' -e '\.pytest_cache/' || true
+  fi
+  find "$pkg_root" -maxdepth 3 \( -name build -o -name dist -o -name '*.egg-info' \) -print \
+    | sed "s|^$pkg_root/|found |"
+}
+step "install the checkout itself ($pkg_root) and check that it leaves nothing behind"
+before="$(leftovers)"
+"$python" -m venv "$tmp/venv-checkout"
+"$tmp/venv-checkout/bin/pip" install --quiet --disable-pip-version-check "$pkg_root"
+(cd "$tmp" && "$tmp/venv-checkout/bin/python" "$tmp/smoke.py")
+after="$(leftovers)"
+if [[ "$after" != "$before" ]]; then
+  echo "pip install $pkg_root left files in the checkout:" >&2
+  diff <(printf '%s\n' "$before") <(printf '%s\n' "$after") | sed -n 's/^> /  /p' >&2
+  exit 1
+fi
+echo "the checkout is as it was"
+step "package smoke passed: $(basename "${sdists[0]}") $(basename "${wheels[0]}"), and the checkout"

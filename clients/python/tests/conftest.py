@@ -234,6 +234,27 @@ def spawn_child(request) -> Iterator:
 
 
 @pytest.fixture
+def running() -> Iterator:
+    """Factory: ``running(api, target, register, options=None)`` → a started
+    :class:`helpers.Running` (a sync or asyncio worker in a thread); each is stopped when the
+    test ends, also when it failed."""
+    from helpers import Running
+
+    started: List[Running] = []
+
+    def start(api: str, target: str, register, options=None) -> Running:
+        run = Running(api, target, register, options)
+        started.append(run)
+        return run.start()
+
+    try:
+        yield start
+    finally:
+        for run in started:
+            run.stop()
+
+
+@pytest.fixture
 def sidecar(make_sidecar) -> Sidecar:
     """A standalone (in-memory) sidecar on a free loopback port."""
     return make_sidecar()

@@ -1,8 +1,9 @@
-"""Small helpers for the integration tests: run a sync Worker in a thread, collect calls, run a
-worker in a child process."""
+"""Small helpers for the integration tests: run a sync Worker in a thread (or either worker,
+:class:`Running`), collect calls, run a worker in a child process."""
 
 from __future__ import annotations
 
+import asyncio
 import json
 import signal
 import subprocess
@@ -12,7 +13,8 @@ import time
 from pathlib import Path
 from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple
 
-from shardcar import ShardingContext, Worker
+import shardcar.aio
+from shardcar import ShardingContext, Worker, WorkerOptions
 
 from conftest import stop_process
 
@@ -161,3 +163,64 @@ class ChildWorker:
     def output(self) -> str:
         with self._cond:
             return "\n".join(self.lines[-400:])
+
+
+class Running:
+    """A sync or asyncio worker run in a thread (the asyncio one in its own event loop, created
+    there as grpc.aio requires) until :meth:`stop`."""
+
+    def __init__(self, api: str, target: str, register: Callable[[Any], None],
+                 options: Optional[WorkerOptions] = None) -> None:
+        self.api = api
+        self.target = target
+        self.register = register
+        self.options = options or WorkerOptions(connect_timeout=5, drain_timeout=5)
+        self.error: Optional[BaseException] = None
+        self.worker: Any = None
+        self.loop: Optional[asyncio.AbstractEventLoop] = None
+        self.ready = threading.Event()
+        self.thread = threading.Thread(target=self._main, daemon=True)
+
+    def _main(self) -> None:
+        try:
+            if self.api == "sync":
+                self.worker = Worker(self.target, options=self.options)
+                self.register(self.worker)
+                self.ready.set()
+                self.worker.run(handle_signals=False)
+            else:
+                asyncio.run(self._amain())
+        except BaseException as exc:  # handed to the test thread
+            self.error = exc
+        finally:
+            self.ready.set()
+
+    async def _amain(self) -> None:
+        worker = shardcar.aio.Worker(self.target, options=self.options)
+        self.register(worker)
+        self.worker, self.loop = worker, asyncio.get_running_loop()
+        self.ready.set()
+        try:
+            await worker.run(handle_signals=False)
+        finally:
+            await worker.close()
+
+    def start(self) -> "Running":
+        self.thread.start()
+        assert self.ready.wait(10), "the worker did not start"
+        return self
+
+    def stop(self) -> None:
+        worker = self.worker
+        if worker is not None and self.thread.is_alive():
+            if self.api == "sync":
+                worker.stop()
+            elif self.loop is not None:
+                try:
+                    self.loop.call_soon_threadsafe(worker.stop)
+                except RuntimeError:  # the loop has already ended
+                    pass
+        self.thread.join(20)
+        assert not self.thread.is_alive(), "run() did not return after stop()"
+        if self.api == "sync" and worker is not None:
+            worker.close()

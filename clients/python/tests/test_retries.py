@@ -1,7 +1,7 @@
 """Retries (``JobConfig.retry``) and the error handler (``JobConfig.job_error_handler_type``).
 
 * Without a sidecar: :class:`RetryPolicy` takes backoffs as a ``timedelta`` or seconds and
-  refuses, naming the field, every value the sidecar refuses (``max_attempts`` 1 to 100,
+  refuses, naming the field, every value the sidecar refuses (``max_attempts`` 0 to 100,
   backoffs 10 ms to 1 day, ``max_backoff`` not below ``initial_backoff``, ``multiplier`` 1 to
   10); unset fields stay unset on the wire; what the sidecar sends back is read as it is; the
   error handler type is one of ElasticJob's names. (A ``RETRY`` trigger's ``attempt`` on the
@@ -21,13 +21,12 @@ import math
 import threading
 import time
 from datetime import timedelta
-from typing import Any, Callable, List, Optional
+from typing import Any, List
 
 import grpc
 import pytest
 
 import shardcar
-import shardcar.aio
 from shardcar import (
     ERROR_HANDLER_TYPES,
     Assignment,
@@ -37,7 +36,6 @@ from shardcar import (
     ShardingContext,
     TriggerSource,
     Worker,
-    WorkerOptions,
 )
 from shardcar._proto import shardcar_pb2 as pb
 from shardcar._proto import shardcar_pb2_grpc as pb_grpc
@@ -57,14 +55,16 @@ def test_a_policy_takes_backoffs_as_a_timedelta_or_seconds():
     # The limits themselves are accepted.
     RetryPolicy(100, initial_backoff=0.01, max_backoff=timedelta(days=1), multiplier=10)
     RetryPolicy(1, initial_backoff=timedelta(days=1), multiplier=1)
+    # 0 is the sidecar's "no retries", as 1 is (proto: "0 or 1: no retries"), and goes on the
+    # wire as it is.
+    assert RetryPolicy(0).to_proto().max_attempts == 0
 
 
 @pytest.mark.parametrize(
     "kwargs, field, says",
     [
-        (dict(max_attempts=0), "retry.max_attempts", "from 1 to 100"),
-        (dict(max_attempts=101), "retry.max_attempts", "from 1 to 100"),
-        (dict(max_attempts=-1), "retry.max_attempts", "from 1 to 100"),
+        (dict(max_attempts=101), "retry.max_attempts", "from 0 to 100"),
+        (dict(max_attempts=-1), "retry.max_attempts", "from 0 to 100"),
         (dict(max_attempts=3.0), "retry.max_attempts", "an int"),
         (dict(max_attempts=True), "retry.max_attempts", "an int"),
         (dict(max_attempts=3, initial_backoff=0.009), "retry.initial_backoff", "10 ms and 1 day"),
@@ -169,82 +169,6 @@ def fail_item_1_until_attempt_2(seen: Seen, ctx: ShardingContext) -> None:
     seen.add(ctx)
     if ctx.sharding_item == 1 and ctx.attempt < 2:
         raise RuntimeError(f"item 1 fails on attempt {ctx.attempt}")
-
-
-class Running:
-    """A sync or asyncio worker run in a thread (the asyncio one in its own event loop, created
-    there as grpc.aio requires) until :meth:`stop`."""
-
-    def __init__(self, api: str, target: str, register: Callable[[Any], None]) -> None:
-        self.api = api
-        self.target = target
-        self.register = register
-        self.options = WorkerOptions(connect_timeout=5, drain_timeout=5)
-        self.error: Optional[BaseException] = None
-        self.worker: Any = None
-        self.loop: Optional[asyncio.AbstractEventLoop] = None
-        self.ready = threading.Event()
-        self.thread = threading.Thread(target=self._main, daemon=True)
-
-    def _main(self) -> None:
-        try:
-            if self.api == "sync":
-                self.worker = Worker(self.target, options=self.options)
-                self.register(self.worker)
-                self.ready.set()
-                self.worker.run(handle_signals=False)
-            else:
-                asyncio.run(self._amain())
-        except BaseException as exc:  # handed to the test thread
-            self.error = exc
-        finally:
-            self.ready.set()
-
-    async def _amain(self) -> None:
-        worker = shardcar.aio.Worker(self.target, options=self.options)
-        self.register(worker)
-        self.worker, self.loop = worker, asyncio.get_running_loop()
-        self.ready.set()
-        try:
-            await worker.run(handle_signals=False)
-        finally:
-            await worker.close()
-
-    def start(self) -> "Running":
-        self.thread.start()
-        assert self.ready.wait(10), "the worker did not start"
-        return self
-
-    def stop(self) -> None:
-        worker = self.worker
-        if worker is not None and self.thread.is_alive():
-            if self.api == "sync":
-                worker.stop()
-            elif self.loop is not None:
-                try:
-                    self.loop.call_soon_threadsafe(worker.stop)
-                except RuntimeError:  # the loop has already ended
-                    pass
-        self.thread.join(20)
-        assert not self.thread.is_alive(), "run() did not return after stop()"
-        if self.api == "sync" and worker is not None:
-            worker.close()
-
-
-@pytest.fixture
-def running():
-    """Factory: ``running(api, target, register)`` → a started :class:`Running`; each is stopped
-    when the test ends, also when it failed."""
-    started: List[Running] = []
-
-    def start(api: str, target: str, register: Callable[[Any], None]) -> Running:
-        run = Running(api, target, register)
-        started.append(run)
-        return run.start()
-
-    yield start
-    for run in started:
-        run.stop()
 
 
 def retried_job(name: str) -> JobConfig:

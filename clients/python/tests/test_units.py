@@ -685,8 +685,8 @@ def test_a_worker_has_no_public_way_to_take_triggers_without_a_lease():
     for cls in (shardcar.Worker, shardcar.aio.Worker):
         assert not hasattr(cls, "subscribe")
         public = {n for n in dir(cls) if not n.startswith("_")}
-        assert public == {"job", "dataflow", "on_assignment", "run", "stop", "close",
-                          "instance_suffix"}, public
+        assert public == {"job", "dataflow", "resident", "on_assignment", "run", "stop",
+                          "close", "instance_suffix"}, public
 
 
 def _subscribe_error(code, reason=None):

@@ -15,6 +15,9 @@ Everything else a worker can be told is a :class:`WorkerOptions`:
 
 ``@worker.dataflow(config, streaming=True)`` registers a dataflow job instead (ElasticJob's
 ``DataflowJob``: ``fetch(ctx) -> list`` and ``process(ctx, data)``; see :mod:`shardcar.dataflow`).
+``@worker.resident(config)`` registers a resident job: ``handler(ctx)`` holds one item (a
+partition, a key range) until ``ctx.cancelled``, and the item is handed to its next holder only
+once it has returned.
 ``shardcar.aio.Worker`` is the asyncio twin (``async def`` handlers, ``await worker.run()``).
 """
 

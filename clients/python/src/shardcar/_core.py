@@ -24,6 +24,18 @@ thing by each rule:
 * **Lease lapse.** Every running item is cancelled; once its handler returns it is declined,
   never answered.
 * **Revoke.** Those items are cancelled and declined once their handlers return.
+* **Resident jobs** (``resident``): every trigger is a hold of one item (source ``RESIDENT``),
+  which the handler runs until it is cancelled: by a ``Revoke`` or a lease lapse as any run, and
+  also when the worker stops or the sidecar sends ``Shutdown`` (a hold never finishes by
+  itself, so it is given back at once for its next holder). A cancelled hold is declined; one
+  whose handler returned by itself is answered ``Complete``, one that raised ``ReportFailure``
+  (the sidecar starts it again after a backoff). When the worker stops, though, a hold is given
+  back by the end of the stream, which the driver closes once every handler has returned (the
+  sidecar releases the items of a stream its worker ended at once), and neither it nor a hold
+  that arrives meanwhile is declined: the sidecar starts a hold it did not revoke again at once
+  on the same worker, so a decline would only bring it back, again and again until the stream
+  ends. A registration whose effective config (in ``Registered``) is not of its kind, resident
+  or not, stops with :class:`~shardcar.InvalidJobConfigError` naming ``resident``.
 * **Shutdown.** New triggers are declined; running items finish and are answered. Once the
   stream has ended, after a drain (the sidecar restarts; ``ShutdownKind.DRAIN``, also when the
   sidecar does not say) the worker subscribes again with the reconnect backoff until the
@@ -351,8 +363,11 @@ class ProtocolCore:
         retry_max: float = 5.0,
         reconnect: Optional[ReconnectPolicy] = None,
         max_concurrent_executions: Optional[int] = None,
+        resident: bool = False,
     ) -> None:
         self.job_name = job_name
+        #: Whether this registration holds a resident job's items (see the module docs).
+        self.resident = resident
         # What the worker told the sidecar (None: not checked). A trigger that arrives while
         # that many executions already run is still run, and logged: the sidecar sent too many.
         self.max_concurrent_executions = max_concurrent_executions
@@ -527,6 +542,8 @@ class ProtocolCore:
             if not self._open and not self._stopped:
                 self._stopped = True
                 return [Stop("stop requested")]
+            if self.resident:
+                return self._give_back("the worker is stopping")
             return []
 
     # -- inputs: events --------------------------------------------------------------------------
@@ -539,6 +556,7 @@ class ProtocolCore:
                 self._instance_id = event.instance_id
                 self.reconnect.on_registered()
                 log.info("job %s: registered as %s", self.job_name, event.instance_id)
+                out += self._check_kind(event)
             elif isinstance(event, Lease):
                 self._on_lease(event, now, wall)
             elif isinstance(event, Trigger):
@@ -553,7 +571,38 @@ class ProtocolCore:
                     event.kind.value,
                     event.reason or "no reason given",
                 )
+                if self.resident:
+                    out += self._give_back("the sidecar sent Shutdown")
             return out
+
+    def _check_kind(self, registered: Registered) -> List[Output]:
+        """A registration of the wrong kind for its job's effective config stops: a resident
+        handler would hold a cron job's runs forever, a plain one end every hold at once."""
+        config = registered.config
+        if config is None or config.resident == self.resident or self._stopped:
+            return []
+        if self.resident:
+            why = (f"job {self.job_name!r} is not resident (its stored config says "
+                   f"resident=False): register its handler with @worker.job, or subscribe with "
+                   f"a resident JobConfig and overwrite=True to make it resident")
+        else:
+            why = (f"job {self.job_name!r} is resident (its stored config says resident=True): "
+                   f"register its handler with @worker.resident")
+        error = InvalidJobConfigError(why, field="resident")
+        log.warning("job %s: %s; the worker stops", self.job_name, why)
+        self._stopping = True
+        self._stopped = True
+        self._stop_error = error
+        return [Stop(why, error)]
+
+    def _give_back(self, why: str) -> List[Output]:
+        """Cancels every hold of a resident job, to be declined once its handler returned."""
+        out: List[Output] = []
+        for run in list(self._runs.values()):
+            out += self._cancel(run, f"{why}: the resident item is given back")
+        if out:
+            log.info("job %s: %s; giving back %d held item(s)", self.job_name, why, len(out))
+        return out
 
     def _on_lease(self, lease: Lease, now: float, wall: float) -> None:
         self._lease = _Lease(now, lease.valid_for, lease.expires_at_wall, lease.sequence)
@@ -579,6 +628,15 @@ class ProtocolCore:
         for ctx in contexts:
             self._remember((ctx.execution_id, ctx.sharding_item))
         refusal = self._refusal(now, wall)
+        if refusal is not None and self.resident and self._stopping and self._open:
+            log.info(
+                "job %s: hold %s of items %s not run (the worker is stopping); given back when "
+                "the stream ends",
+                self.job_name,
+                trigger.execution_id,
+                [c.sharding_item for c in contexts],
+            )
+            return []
         if refusal is not None:
             return self._decline(trigger.execution_id, [c.sharding_item for c in contexts], refusal)
         out: List[Output] = []
@@ -662,6 +720,15 @@ class ProtocolCore:
                 # The lease ran out before this input could notice (no check, no tick).
                 run.cancelled = True
                 ctx._cancel("lease expired without renewal")
+            if self.resident and self._stopping and (run.cancelled or outcome is Outcome.STOPPED):
+                log.info(
+                    "job %s item %d of %s: hold given back when the stream ends (%s)",
+                    self.job_name,
+                    item,
+                    execution_id,
+                    ctx.cancel_reason or "the worker is stopping",
+                )
+                return out
             if run.cancelled or outcome is Outcome.STOPPED:
                 reason = ctx.cancel_reason or "the handler stopped without an outcome"
                 log.info(

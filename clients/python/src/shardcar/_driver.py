@@ -9,6 +9,7 @@ how things run: threads and blocking calls, or tasks and ``await``.
 
 from __future__ import annotations
 
+import dataclasses
 import threading
 from collections import OrderedDict
 from typing import (
@@ -180,9 +181,41 @@ class WorkerBase(Generic[H]):
         name of ``item_concurrency``).
         """
         concurrency = _item_concurrency(item_concurrency, max_concurrency)
+        refuse_resident(config, "job")
 
         def register(handler: H) -> H:
             self._register(config, handler, overwrite, concurrency, max_concurrent_executions)
+            return handler
+
+        return register
+
+    def resident(self, config: JobSpec, *, overwrite: bool = False) -> Callable[[H], H]:
+        """Decorator: a resident job (``JobConfig.resident``, which this sets): ``handler(ctx)``
+        (``async def`` on the asyncio worker) *holds* one item, from the sidecar's ``RESIDENT``
+        trigger until ``ctx.cancelled``: consume the partition, serve the key range, and return
+        soon once cancelled (``ctx.wait(t)`` / ``await ctx.wait_async(t)`` sleep until then).
+
+        The hold is cancelled when the sidecar revokes it (the item moves to another worker, or
+        is disabled), the lease runs out, the stream is lost, the sidecar sends ``Shutdown`` or
+        the worker stops; once the handler has returned the item is declined, and only then (or
+        once the lease has run out) does its next holder start. A handler that returns while
+        not cancelled is answered ``Complete``, one that raises ``ReportFailure``: either way
+        the sidecar starts the item again after a backoff (the job's ``retry`` backoffs, else
+        1 s doubling up to 1 min; ``ctx.attempt`` counts the restarts). Each hold runs on its own
+        thread (its own task on the asyncio worker), whatever ``item_concurrency`` says.
+
+        ``config``: a :class:`~shardcar.JobConfig` (``ValueError`` naming the field when it has
+        what a resident job cannot: a ``cron``, ``failover``, an execution timeout,
+        ``monitor_execution=False``), or the name of a resident job that exists. ``overwrite`` as
+        for :meth:`job`. ``run()`` raises :class:`~shardcar.InvalidJobConfigError` (field
+        ``resident``) when the job exists and is not resident.
+        """
+        spec: JobSpec = config
+        if isinstance(config, JobConfig) and not config.resident:
+            spec = dataclasses.replace(config, resident=True)
+
+        def register(handler: H) -> H:
+            self._register(spec, handler, overwrite, None, None, resident=True)
             return handler
 
         return register
@@ -194,18 +227,26 @@ class WorkerBase(Generic[H]):
         overwrite: bool,
         item_concurrency: Optional[int],
         max_concurrent_executions: Optional[int] = None,
+        *,
+        resident: bool = False,
     ) -> Any:
-        """Adds a job's runner (one handler per job and worker); returns the runner."""
+        """Adds a job's runner (one handler per job and worker); returns the runner. A resident
+        runner has no pool bound and sends no ``max_concurrent_executions``: the sidecar holds
+        every item a worker owns at once, each in an execution of its own."""
         name = job_name_of(config)
         if any(r.job_name == name for r in self._jobs):
             raise ValueError(f"job {name!r} already has a handler on this worker")
         if item_concurrency is not None and item_concurrency < 1:
             raise ValueError("item_concurrency must be at least 1")
         concurrency = item_concurrency or self.options.item_concurrency
-        if max_concurrent_executions is None:
-            max_concurrent_executions = self.options.max_concurrent_executions
-        executions = resolve_max_concurrent_executions(max_concurrent_executions, concurrency)
+        executions: Optional[int] = None
+        if not resident:
+            if max_concurrent_executions is None:
+                max_concurrent_executions = self.options.max_concurrent_executions
+            executions = resolve_max_concurrent_executions(max_concurrent_executions, concurrency)
         runner = self._runner(config, handler, overwrite, concurrency, executions)
+        runner.resident = resident
+        runner.core.resident = resident
         self._jobs.append(runner)
         return runner
 
@@ -254,7 +295,7 @@ class RunnerBase(Generic[H]):
         handler: H,
         overwrite: bool,
         item_concurrency: int,
-        max_concurrent_executions: int = 1,
+        max_concurrent_executions: Optional[int] = 1,
     ) -> None:
         self.worker = worker
         self.config = config
@@ -263,8 +304,11 @@ class RunnerBase(Generic[H]):
         self.overwrite = overwrite
         #: The executor size: handlers of this job (items of any of its executions) at once.
         self.item_concurrency = item_concurrency
-        #: Executions of this job at once, as every ``SubscribeRequest`` of the job says.
+        #: Executions of this job at once, as every ``SubscribeRequest`` of the job says
+        #: (``None``: unset, for a resident job).
         self.max_concurrent_executions = max_concurrent_executions
+        #: A resident job's runner (``Worker.resident``): each hold on its own thread or task.
+        self.resident = False
         options = worker.options
         backoff_initial, backoff_max = options.reconnect_backoff
         self.core = ProtocolCore(
@@ -346,6 +390,15 @@ class RunnerBase(Generic[H]):
         outputs, cancelled, lease_left = self.core.check(ctx.execution_id, ctx.sharding_item)
         self._perform(outputs)
         return cancelled, lease_left
+
+
+def refuse_resident(config: JobSpec, kind: str) -> None:
+    """``ValueError`` for a resident config given to ``@worker.job`` or ``@worker.dataflow``."""
+    if isinstance(config, JobConfig) and config.resident:
+        raise ValueError(
+            f"resident: job {config.job_name!r} is resident; register its handler with "
+            f"@worker.resident(config), not @worker.{kind}(config)"
+        )
 
 
 def _item_concurrency(

@@ -34,13 +34,14 @@ import grpc
 import grpc.aio
 
 from ._common import JobSpec, answer_request, channel_options, failure_text, log
-from ._core import AnswerCall, CancelItem, Outcome, Output, Reconnect, SendCall, StartItem
+from ._core import AnswerCall, CancelItem, Outcome, Output, Reconnect, SendCall, StartItem, Stop
 from ._driver import (
     AssignmentCallback,
     RunnerBase,
     SubscriptionBase,
     WorkerBase,
     _item_concurrency,
+    refuse_resident,
     rpc_status,
 )
 from ._proto import shardcar_pb2_grpc as pb_grpc
@@ -158,6 +159,7 @@ class Worker(WorkerBase[AsyncHandler]):
         process(ctx, data)``; the same semantics as :meth:`shardcar.Worker.dataflow`. A
         cancelled item's task is also cancelled (``asyncio.CancelledError`` at its next
         ``await``)."""
+        refuse_resident(config, "dataflow")
         spec = with_streaming(config, streaming)
         concurrency = _item_concurrency(item_concurrency, max_concurrency)
 
@@ -309,6 +311,10 @@ class _JobRunner(RunnerBase[AsyncHandler]):
                 call_task = loop.create_task(self._send(out.call))
                 self._calls.add(call_task)
                 call_task.add_done_callback(self._calls.discard)
+            elif isinstance(out, Stop) and out.error is not None and not self.done.done():
+                # Stopped with an error while its stream is open (a registration of the wrong
+                # kind): run() wakes, drains and raises it.
+                self.done.set_result(None)
         if self._timer_wake is not None:
             self._timer_wake.set()
 
@@ -386,22 +392,29 @@ class _JobRunner(RunnerBase[AsyncHandler]):
     # -- items ----------------------------------------------------------------------------------
     async def _run_item(self, ctx: ShardingContext) -> Tuple[Outcome, str]:
         assert self._sem is not None
+        if self.resident:
+            # A hold lasts until it is cancelled: bounded, the items beyond the bound would
+            # wait, held by nobody.
+            return await self._call_handler(ctx)
         async with self._sem:
-            if ctx.cancelled:  # checked now: the lease may have run out while it waited
-                return Outcome.STOPPED, ""
-            try:
-                with self._handler_span(ctx):
-                    await self.handler(ctx)
-            except asyncio.CancelledError:
-                raise
-            except Exception as exc:  # the handler's failure is reported, not raised
-                if not ctx.cancelled:
-                    log.warning(
-                        "job %s item %d failed: %s", self.job_name, ctx.sharding_item, exc,
-                        exc_info=True,
-                    )
-                return Outcome.FAILURE, failure_text(exc)
-            return Outcome.COMPLETE, ""
+            return await self._call_handler(ctx)
+
+    async def _call_handler(self, ctx: ShardingContext) -> Tuple[Outcome, str]:
+        if ctx.cancelled:  # checked now: the lease may have run out while it waited
+            return Outcome.STOPPED, ""
+        try:
+            with self._handler_span(ctx):
+                await self.handler(ctx)
+        except asyncio.CancelledError:
+            raise
+        except Exception as exc:  # the handler's failure is reported, not raised
+            if not ctx.cancelled:
+                log.warning(
+                    "job %s item %d failed: %s", self.job_name, ctx.sharding_item, exc,
+                    exc_info=True,
+                )
+            return Outcome.FAILURE, failure_text(exc)
+        return Outcome.COMPLETE, ""
 
     def _item_done(self, ctx: ShardingContext, task: "asyncio.Task[Tuple[Outcome, str]]") -> None:
         key = (ctx.execution_id, ctx.sharding_item)

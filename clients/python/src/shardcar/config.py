@@ -81,11 +81,17 @@ class RetryPolicy:
     sidecar's default (1 s, 1 min but never below ``initial_backoff``, 2).
 
     ``ValueError`` naming the field (``retry.max_attempts``, ...) when the policy is made with a
-    value the sidecar refuses: ``max_attempts`` 1 to 100, backoffs 10 ms to 1 day,
-    ``max_backoff`` not below ``initial_backoff``, ``multiplier`` 1 to 10.
+    value the sidecar refuses: ``max_attempts`` 0 to 100 (0 and 1 both mean no retries, as the
+    sidecar reads them), backoffs 10 ms to 1 day, ``max_backoff`` not below ``initial_backoff``,
+    ``multiplier`` 1 to 10.
+
+    A resident job (``JobConfig(resident=True)``) uses the backoffs, not the attempts: they are
+    the waits before a hold its worker ended is started again. The sidecar keeps a policy only
+    when ``max_attempts`` is at least 2; with 0 or 1 a resident job waits 1 s doubling to 1 min.
     """
 
-    #: Runs of an item in all, the first included (3: the first run and two retries).
+    #: Runs of an item in all, the first included (3: the first run and two retries); 0 or 1:
+    #: no retries.
     max_attempts: int
     initial_backoff: Optional[timedelta] = None
     max_backoff: Optional[timedelta] = None
@@ -105,10 +111,10 @@ class RetryPolicy:
         multiplier: Optional[float] = None,
     ) -> None:
         if isinstance(max_attempts, bool) or not isinstance(max_attempts, int) \
-                or not 1 <= max_attempts <= self.MAX_ATTEMPTS:
+                or not 0 <= max_attempts <= self.MAX_ATTEMPTS:
             raise ValueError(
-                f"retry.max_attempts must be an int from 1 to {self.MAX_ATTEMPTS} (runs of an "
-                f"item in all, the first included), got {max_attempts!r}"
+                f"retry.max_attempts must be an int from 0 to {self.MAX_ATTEMPTS} (runs of an "
+                f"item in all, the first included; 0 or 1: no retries), got {max_attempts!r}"
             )
         initial = _backoff("retry.initial_backoff", initial_backoff)
         longest = _backoff("retry.max_backoff", max_backoff)
@@ -194,6 +200,13 @@ class JobConfig:
     ``jobErrorHandlerType``, how the sidecar reports a failure that stands (its retries, if any,
     ran out): one of :data:`ERROR_HANDLER_TYPES` (any case; stored in upper case), its settings
     in ``props``; empty: unset (ElasticJob's default, LOG).
+
+    ``resident``: each item is *held* by one worker, its owner's, instead of run at fire
+    instants (register the handler with ``@worker.resident``, which sets it). A resident job has
+    no ``cron``, no ``failover`` and no ``execution_timeout_seconds``, and keeps
+    ``monitor_execution`` on: the config refuses those at once (``ValueError`` naming the field),
+    as the sidecar would. ``retry`` gives the backoffs before a hold its worker ended is started
+    again (1 s doubling to 1 min without one).
     """
 
     job_name: str
@@ -215,6 +228,7 @@ class JobConfig:
     execution_timeout_seconds: int = 0
     retry: Optional[RetryPolicy] = None
     job_error_handler_type: str = ""
+    resident: bool = False
 
     def __post_init__(self) -> None:
         object.__setattr__(
@@ -231,6 +245,12 @@ class JobConfig:
                 f"empty: unset, LOG), got {handler!r}"
             )
         object.__setattr__(self, "job_error_handler_type", handler.strip().upper())
+        if not isinstance(self.resident, bool):
+            raise ValueError(f"resident must be True or False, got {self.resident!r}")
+        if self.resident:
+            refusal = resident_refusal(self)
+            if refusal is not None:
+                raise ValueError(refusal)
 
     def to_proto(self) -> pb.JobConfig:
         """The wire message; optional fields are set only when not ``None``."""
@@ -246,6 +266,7 @@ class JobConfig:
             disabled=self.disabled,
             execution_timeout_seconds=self.execution_timeout_seconds,
             job_error_handler_type=self.job_error_handler_type,
+            resident=self.resident,
         )
         if self.retry is not None:
             msg.retry.CopyFrom(self.retry.to_proto())
@@ -268,7 +289,8 @@ class JobConfig:
         """Builds a config from the wire message (unset optional fields become ``None``).
 
         The error handler type is taken as it is: a job written by an ElasticJob process may
-        name a handler of its own (an SPI type) that this client does not know."""
+        name a handler of its own (an SPI type) that this client does not know; so is
+        ``resident``, whatever the rest says (the sidecar checked it when it was written)."""
 
         def opt(name: str) -> object:
             return getattr(msg, name) if msg.HasField(name) else None
@@ -293,4 +315,25 @@ class JobConfig:
             retry=RetryPolicy.from_proto(msg.retry) if msg.HasField("retry") else None,
         )
         object.__setattr__(config, "job_error_handler_type", msg.job_error_handler_type)
+        object.__setattr__(config, "resident", msg.resident)
         return config
+
+
+def resident_refusal(config: JobConfig) -> Optional[str]:
+    """Why the sidecar refuses ``config`` as a resident job (``check_resident`` of its config
+    checks), naming the field; ``None`` when it takes it."""
+    unless = " (or make the job not resident)"
+    if config.cron.strip():
+        return (f"cron: a resident job has no cron: its items are held, not fired; leave the "
+                f"cron empty, got {config.cron!r}{unless}")
+    if config.failover:
+        return ("failover: a resident job moves its items with the sharding, not by failover; "
+                "turn failover off" + unless)
+    if config.monitor_execution is False:
+        return ("monitor_execution: a resident job needs monitorExecution: each hold is guarded "
+                "by the item's running node; turn it on or leave it unset" + unless)
+    if config.execution_timeout_seconds != 0:
+        return (f"execution_timeout_seconds: a resident job holds its items until they are "
+                f"revoked; leave the execution timeout at 0, got "
+                f"{config.execution_timeout_seconds}{unless}")
+    return None

@@ -275,7 +275,8 @@ class ShardingContext:
     fire_time: Optional[datetime] = None
     instance_id: str = ""
     #: The trigger's W3C Trace Context (the sidecar's ``shardcar.execution`` span): with the
-    #: ``otel`` extra the handler runs in a child span of it (see ``Worker(tracing=...)``).
+    #: ``otel`` extra the handler runs in a child span of it (see
+    #: ``WorkerOptions(tracing=...)``).
     traceparent: str = field(default="", repr=False)
     tracestate: str = field(default="", repr=False)
     #: Which run of the item this is under the job's retry policy: 0 for a first run (a cron

@@ -24,7 +24,14 @@ import grpc
 
 from ._common import JobSpec, answer_request, channel_options, failure_text, log
 from ._core import AnswerCall, Outcome, Output, Reconnect, SendCall, StartItem, Stop
-from ._driver import RunnerBase, SubscriptionBase, WorkerBase, _item_concurrency, rpc_status
+from ._driver import (
+    RunnerBase,
+    SubscriptionBase,
+    WorkerBase,
+    _item_concurrency,
+    refuse_resident,
+    rpc_status,
+)
 from ._proto import shardcar_pb2_grpc as pb_grpc
 from .dataflow import SyncDataflow, SyncJobLike, with_streaming
 from .errors import ShardcarError
@@ -101,7 +108,8 @@ class Worker(WorkerBase[Handler]):
     keywords of 0.1 (``max_concurrency=``, ``connect_timeout=``, ``drain_timeout=``,
     ``exit_on_shutdown=``, ...) still work, with a ``DeprecationWarning``.
 
-    ``@worker.job(config)`` registers a handler, :meth:`run` runs every job until stopped. The
+    ``@worker.job(config)`` registers a handler (``@worker.resident(config)`` one that holds
+    the items of a resident job), :meth:`run` runs every job until stopped. The
     first subscription that fails for ``connect_timeout`` raises
     :class:`SidecarUnavailableError` from :meth:`run`; once registered, lost streams and sidecar
     drains are followed by new subscriptions for as long as the worker runs, unless the sidecar
@@ -159,6 +167,7 @@ class Worker(WorkerBase[Handler]):
         it existed) decides. See :mod:`shardcar.dataflow`. ``overwrite``, ``item_concurrency``
         and ``max_concurrent_executions`` as for :meth:`job`.
         """
+        refuse_resident(config, "dataflow")
         spec = with_streaming(config, streaming)
         concurrency = _item_concurrency(item_concurrency, max_concurrency)
 
@@ -285,7 +294,10 @@ class _JobRunner(RunnerBase[Handler]):
                 ctx = out.ctx
                 ctx._probe = functools.partial(self._probe, ctx)
                 try:
-                    self._pool.submit(self._run_item, ctx)
+                    if self.resident:
+                        self._hold(ctx)
+                    else:
+                        self._pool.submit(self._run_item, ctx)
                 except RuntimeError:  # the pool is shut down: the worker is closing
                     self._perform(self.core.handler_done(
                         ctx.execution_id, ctx.sharding_item, Outcome.STOPPED))
@@ -363,6 +375,19 @@ class _JobRunner(RunnerBase[Handler]):
             self._timer_wake.clear()
 
     # -- items ----------------------------------------------------------------------------------
+    def _hold(self, ctx: ShardingContext) -> None:
+        """A resident item's hold, on a thread of its own: a hold lasts until it is cancelled,
+        so a bounded pool would leave the items beyond its size waiting, held by nobody."""
+        if self._closing.is_set():
+            raise RuntimeError("the worker is closing")
+        thread = threading.Thread(
+            target=self._run_item,
+            args=(ctx,),
+            name=f"shardcar-{self.job_name}-hold-{ctx.sharding_item}",
+            daemon=True,
+        )
+        thread.start()
+
     def _run_item(self, ctx: ShardingContext) -> None:
         outcome, error = Outcome.COMPLETE, ""
         if ctx.cancelled:  # checked now: the lease may have run out while it waited for a slot

@@ -17,6 +17,11 @@ import java.util.TreeMap;
  * {@link ShardcarWorker#register} with an {@link InvalidJobConfigException} naming the field. The
  * builder checks some fields itself, with the same exception: the {@link RetryPolicy} and the
  * error handler type among them, so that a value the sidecar would refuse fails where it is set.
+ *
+ * <p>A {@linkplain Builder#resident(boolean) resident} job (register its handler with
+ * {@link ShardcarWorker#registerResident(JobConfig, ResidentHandler)}, which sets it) has no cron, no
+ * failover and no execution timeout, and keeps {@code monitorExecution} on: {@code build()} refuses
+ * those with an {@link InvalidJobConfigException} naming the field, as the sidecar would.
  */
 public final class JobConfig {
   /**
@@ -51,6 +56,7 @@ public final class JobConfig {
   private final int executionTimeoutSeconds;
   private final RetryPolicy retry;
   private final String jobErrorHandlerType;
+  private final boolean resident;
   private final boolean overwrite;
 
   private JobConfig(Builder b) {
@@ -72,6 +78,7 @@ public final class JobConfig {
     this.executionTimeoutSeconds = b.executionTimeoutSeconds;
     this.retry = b.retry;
     this.jobErrorHandlerType = b.jobErrorHandlerType;
+    this.resident = b.resident;
     this.overwrite = b.overwrite;
   }
 
@@ -103,6 +110,7 @@ public final class JobConfig {
         .retry(retry)
         .overwrite(overwrite);
     b.jobErrorHandlerType = jobErrorHandlerType;
+    b.resident = resident;
     b.misfire = misfire;
     b.monitorExecution = monitorExecution;
     b.maxTimeDiffSeconds = maxTimeDiffSeconds;
@@ -207,6 +215,15 @@ public final class JobConfig {
     return jobErrorHandlerType;
   }
 
+  /**
+   * Whether the job is resident: each item is held by one worker, its owner's, from a
+   * {@link TriggerSource#RESIDENT} trigger until it is revoked, instead of run at fire instants
+   * (see {@link ResidentHandler}).
+   */
+  public boolean isResident() {
+    return resident;
+  }
+
   /** Replace the job's stored configuration with this one when subscribing. */
   public boolean isOverwrite() {
     return overwrite;
@@ -224,6 +241,7 @@ public final class JobConfig {
         && executionTimeoutSeconds == c.executionTimeoutSeconds
         && Objects.equals(retry, c.retry)
         && jobErrorHandlerType.equals(c.jobErrorHandlerType)
+        && resident == c.resident
         && overwrite == c.overwrite
         && jobName.equals(c.jobName)
         && cron.equals(c.cron)
@@ -255,7 +273,8 @@ public final class JobConfig {
         + ", reconcileIntervalMinutes=" + reconcileIntervalMinutes
         + ", description=" + description + ", disabled=" + disabled + ", props=" + props
         + ", executionTimeoutSeconds=" + executionTimeoutSeconds + ", retry=" + retry
-        + ", jobErrorHandlerType=" + jobErrorHandlerType + ", overwrite=" + overwrite + "}";
+        + ", jobErrorHandlerType=" + jobErrorHandlerType + ", resident=" + resident
+        + ", overwrite=" + overwrite + "}";
   }
 
   /** Builds a {@link JobConfig}; every setter returns the builder. */
@@ -278,6 +297,9 @@ public final class JobConfig {
     private int executionTimeoutSeconds;
     private RetryPolicy retry;
     private String jobErrorHandlerType = "";
+    private boolean resident;
+    /** Whether {@link #build()} checks a resident job's fields (not for one the sidecar sent). */
+    private boolean residentChecked = true;
     private boolean overwrite;
 
     private Builder() {}
@@ -457,6 +479,29 @@ public final class JobConfig {
       return this;
     }
 
+    /**
+     * A resident job: each item is held continuously by one worker, its owner's, instead of run at
+     * fire instants; the sidecar starts each hold with a {@link TriggerSource#RESIDENT} trigger and
+     * revokes it when the item moves. Such a job has no cron, no failover and no execution timeout,
+     * and keeps {@code monitorExecution} on ({@link #build()} refuses the others, naming the
+     * field); {@link #retry(RetryPolicy)} gives the backoffs before a hold its worker ended is
+     * started again (1 s doubling up to 1 min without one). Its handler is a
+     * {@link ResidentHandler}: {@link ShardcarWorker#registerResident(JobConfig, ResidentHandler)}
+     * sets this itself.
+     */
+    public Builder resident(boolean resident) {
+      this.resident = resident;
+      this.residentChecked = true;
+      return this;
+    }
+
+    /** What the sidecar sent, taken as it is (it checked the job when it was written). */
+    Builder residentAsSent(boolean resident) {
+      this.resident = resident;
+      this.residentChecked = false;
+      return this;
+    }
+
     /** Replace the stored configuration of an existing job with this one when subscribing. */
     public Builder overwrite(boolean overwrite) {
       this.overwrite = overwrite;
@@ -464,13 +509,41 @@ public final class JobConfig {
     }
 
     /**
-     * @throws InvalidJobConfigException when {@code jobName} is missing
+     * @throws InvalidJobConfigException when {@code jobName} is missing, or a resident job has what
+     *     a resident job cannot (the field is named: {@code cron}, {@code failover},
+     *     {@code monitorExecution}, {@code executionTimeoutSeconds})
      */
     public JobConfig build() {
       if (jobName == null || jobName.isEmpty()) {
         throw new InvalidJobConfigException("jobName", "jobName must be set and not empty", null);
       }
+      if (resident && residentChecked) {
+        checkResident();
+      }
       return new JobConfig(this);
+    }
+
+    /** What the sidecar refuses in a resident job ({@code check_resident}), named as the client names it. */
+    private void checkResident() {
+      String unless = " (or make the job not resident)";
+      if (!cron.isBlank()) {
+        throw new InvalidJobConfigException("cron", "cron: a resident job has no cron: its items are held, "
+            + "not fired; leave the cron empty, got '" + cron + "'" + unless, null);
+      }
+      if (failover) {
+        throw new InvalidJobConfigException("failover", "failover: a resident job moves its items with the "
+            + "sharding, not by failover; turn failover off" + unless, null);
+      }
+      if (Boolean.FALSE.equals(monitorExecution)) {
+        throw new InvalidJobConfigException("monitorExecution", "monitorExecution: a resident job needs "
+            + "monitorExecution: each hold is guarded by the item's running node; turn it on or leave it unset"
+            + unless, null);
+      }
+      if (executionTimeoutSeconds != 0) {
+        throw new InvalidJobConfigException("executionTimeoutSeconds", "executionTimeoutSeconds: a resident "
+            + "job holds its items until they are revoked; leave the execution timeout at 0, got "
+            + executionTimeoutSeconds + unless, null);
+      }
     }
   }
 

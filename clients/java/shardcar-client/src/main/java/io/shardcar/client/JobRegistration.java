@@ -20,6 +20,7 @@ import java.util.concurrent.LinkedBlockingQueue;
 import java.util.concurrent.RejectedExecutionException;
 import java.util.concurrent.ScheduledFuture;
 import java.util.concurrent.ScheduledThreadPoolExecutor;
+import java.util.concurrent.SynchronousQueue;
 import java.util.concurrent.ThreadFactory;
 import java.util.concurrent.ThreadPoolExecutor;
 import java.util.concurrent.TimeUnit;
@@ -44,7 +45,10 @@ import java.util.function.Function;
  * send a FAILOVER or MISFIRE trigger while an execution runs; its items are started at once, beside
  * the others, and each item is answered on its own. Nothing here keeps "the" current execution:
  * runs are keyed by (stream, execution, item), a revoke cancels the items it names, and a lapsed
- * lease, a lost stream or a close cancels the items of every execution.
+ * lease, a lost stream or a close cancels the items of every execution. A resident job's
+ * registration ({@link ShardcarWorker#registerResident}) runs each hold on a thread of its own
+ * (a hold lasts until it is cancelled: a bounded pool would leave the items beyond its size held by
+ * nobody) and sends no {@code max_concurrent_executions}.
  */
 public final class JobRegistration implements AutoCloseable {
   /** Where a registration is in its life. */
@@ -71,6 +75,7 @@ public final class JobRegistration implements AutoCloseable {
   private final String jobName;
   private final JobConfig config;
   private final JobHandler handler;
+  private final boolean resident;
   private final WorkerListener listener;
   private final ItemTracing tracing;
   private final Consumer<Boolean> onTerminated;
@@ -109,8 +114,10 @@ public final class JobRegistration implements AutoCloseable {
       String jobName,
       JobConfig config,
       JobHandler handler,
+      boolean resident,
       Consumer<Boolean> onTerminated) {
     this.settings = settings;
+    this.resident = resident;
     this.channel = channel;
     this.stub = WorkerServiceGrpc.newStub(channel);
     this.answers = new Answers(stub, settings);
@@ -123,7 +130,8 @@ public final class JobRegistration implements AutoCloseable {
     this.onTerminated = onTerminated;
     this.protocol = new RegistrationState(jobName, RegistrationState.Clock.SYSTEM, settings.stopOnDrain(),
         new ReconnectPolicy(settings.target(), jobName, settings.connectTimeout(),
-            new Backoff(settings.backoffInitial(), settings.backoffMax())));
+            new Backoff(settings.backoffInitial(), settings.backoffMax())),
+        resident);
     ThreadFactory eventThreads = namedDaemon("shardcar-" + jobName + "-events");
     this.events = new ScheduledThreadPoolExecutor(1, r -> {
       Thread t = eventThreads.newThread(r);
@@ -132,14 +140,20 @@ public final class JobRegistration implements AutoCloseable {
     });
     this.events.setExecuteExistingDelayedTasksAfterShutdownPolicy(false);
     this.events.setRemoveOnCancelPolicy(true);
-    this.items = new ThreadPoolExecutor(
-        settings.itemConcurrency(),
-        settings.itemConcurrency(),
-        30,
-        TimeUnit.SECONDS,
-        new LinkedBlockingQueue<>(),
-        namedDaemon("shardcar-" + jobName + "-item"));
-    this.items.allowCoreThreadTimeOut(true);
+    if (resident) {
+      this.items = new ThreadPoolExecutor(
+          0, Integer.MAX_VALUE, 30, TimeUnit.SECONDS, new SynchronousQueue<>(),
+          namedDaemon("shardcar-" + jobName + "-hold"));
+    } else {
+      this.items = new ThreadPoolExecutor(
+          settings.itemConcurrency(),
+          settings.itemConcurrency(),
+          30,
+          TimeUnit.SECONDS,
+          new LinkedBlockingQueue<>(),
+          namedDaemon("shardcar-" + jobName + "-item"));
+      this.items.allowCoreThreadTimeOut(true);
+    }
   }
 
   /** Starts subscribing and waits for the first {@code Registered} and assignment (or a definite failure). */
@@ -368,7 +382,7 @@ public final class JobRegistration implements AutoCloseable {
       // The channel keeps its own (long) reconnect backoff; ours decides when to try.
       channel.resetConnectBackoff();
     }
-    stub.subscribe(subscribeRequest(settings, jobName, config), new ClientResponseObserver<SubscribeRequest, SubscribeResponse>() {
+    stub.subscribe(subscribeRequest(settings, jobName, config, resident), new ClientResponseObserver<SubscribeRequest, SubscribeResponse>() {
       @Override
       public void beforeStart(ClientCallStreamObserver<SubscribeRequest> requestStream) {
         call = requestStream; // runs synchronously inside subscribe(), on the event thread
@@ -399,13 +413,20 @@ public final class JobRegistration implements AutoCloseable {
    * pool runs the items of all of them).
    */
   static SubscribeRequest subscribeRequest(Settings settings, String jobName, JobConfig config) {
+    return subscribeRequest(settings, jobName, config, false);
+  }
+
+  /** {@link #subscribeRequest(Settings, String, JobConfig)}; a resident one sends no {@code max_concurrent_executions}. */
+  static SubscribeRequest subscribeRequest(Settings settings, String jobName, JobConfig config, boolean resident) {
     SubscribeRequest.Builder request = SubscribeRequest.newBuilder()
         .setJobName(jobName)
         .setPid((int) settings.pid())
         .setInstanceId(settings.instanceId())
         .setInstanceSuffix(settings.instanceSuffix())
-        .setMaxConcurrentExecutions(settings.maxConcurrentExecutions())
         .putAllLabels(settings.labels());
+    if (!resident) {
+      request.setMaxConcurrentExecutions(settings.maxConcurrentExecutions());
+    }
     if (config != null) {
       request.setConfig(ProtoMapping.toProto(config)).setOverwrite(config.isOverwrite());
     }

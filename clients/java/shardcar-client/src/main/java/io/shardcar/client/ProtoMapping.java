@@ -24,7 +24,8 @@ final class ProtoMapping {
         .setDisabled(c.isDisabled())
         .putAllProps(c.getProps())
         .setExecutionTimeoutSeconds(c.getExecutionTimeoutSeconds())
-        .setJobErrorHandlerType(c.getJobErrorHandlerType());
+        .setJobErrorHandlerType(c.getJobErrorHandlerType())
+        .setResident(c.isResident());
     if (c.getRetry() != null) {
       b.setRetry(toProto(c.getRetry()));
     }
@@ -56,7 +57,8 @@ final class ProtoMapping {
         .disabled(p.getDisabled())
         .props(p.getPropsMap())
         .executionTimeoutSeconds(p.getExecutionTimeoutSeconds())
-        .jobErrorHandlerTypeAsSent(p.getJobErrorHandlerType());
+        .jobErrorHandlerTypeAsSent(p.getJobErrorHandlerType())
+        .residentAsSent(p.getResident());
     if (p.hasRetry()) {
       b.retry(fromProto(p.getRetry()));
     }

@@ -50,6 +50,18 @@ import java.util.concurrent.TimeUnit;
  *       sidecar restarts; {@code SHUTDOWN_KIND_DRAIN}, or a sidecar that does not say) is followed
  *       by a {@link Reconnect} with the backoff, until the sidecar is back, unless
  *       {@code stopOnDrain} is on.
+ *   <li><b>Resident jobs</b> ({@code resident}): every trigger is a hold of one item, which its
+ *       handler runs until it is cancelled: by a {@code Revoke} or a lapse as any run, and also by
+ *       {@link #close} and by {@code Shutdown} (a hold never finishes by itself, so it is given
+ *       back at once for its next holder). A cancelled hold is declined; one whose handler returned
+ *       by itself is answered {@code Complete}, one that threw {@code ReportFailure}. On a
+ *       {@link #close}, though, a hold is given back by the end of the stream, which ends once
+ *       every handler has returned (the sidecar releases the items of a stream its worker ended
+ *       at once), and neither it nor a hold that arrives meanwhile is declined: the sidecar starts
+ *       a hold it did not revoke again at once on the same worker, so a decline would only bring
+ *       it back, again and again until the stream ends. A registration whose effective
+ *       configuration ({@code Registered}) is not of its kind, resident or not, stops with an
+ *       {@link InvalidJobConfigException} naming {@code resident}.
  *   <li><b>Reconnects and fatal errors</b> ({@link ReconnectPolicy}): every end of a stream while
  *       the registration still runs is decided in this order: after a {@link #close} it stops
  *       without an error; a fatal error (the sidecar refused the job, or the first subscription
@@ -234,6 +246,7 @@ final class RegistrationState {
   private final Clock clock;
   private final boolean stopOnDrain;
   private final ReconnectPolicy reconnect;
+  private final boolean resident;
 
   private Phase phase = Phase.RUNNING;
   private int generation;
@@ -262,10 +275,18 @@ final class RegistrationState {
    * @param reconnect when to subscribe again after a lost stream, and when to give up
    */
   RegistrationState(String jobName, Clock clock, boolean stopOnDrain, ReconnectPolicy reconnect) {
+    this(jobName, clock, stopOnDrain, reconnect, false);
+  }
+
+  /**
+   * @param resident whether this registration holds a resident job's items (see the class docs)
+   */
+  RegistrationState(String jobName, Clock clock, boolean stopOnDrain, ReconnectPolicy reconnect, boolean resident) {
     this.jobName = jobName;
     this.clock = clock;
     this.stopOnDrain = stopOnDrain;
     this.reconnect = reconnect;
+    this.resident = resident;
   }
 
   /** With the reconnect policy of a worker built with the defaults ({@link ReconnectPolicy#defaults}). */
@@ -376,6 +397,7 @@ final class RegistrationState {
         instanceId = event.getRegistered().getInstanceId();
         reconnect.registered();
         out.add(new Registered(event.getRegistered()));
+        checkKind(event.getRegistered(), out);
       }
       case ASSIGNMENT -> {
         reconnect.assigned();
@@ -396,6 +418,9 @@ final class RegistrationState {
         shutdownKind = event.getShutdown().getKind();
         out.add(new ShutdownReceived(event.getShutdown().getReason(),
             shutdownKind != ShutdownKind.SHUTDOWN_KIND_REMOTE));
+        if (resident) {
+          cancelRunning("the sidecar sent Shutdown: the resident item is given back", out);
+        }
       }
       default -> {
         // An event this client does not know: nothing to do.
@@ -419,6 +444,8 @@ final class RegistrationState {
     if (run != null) {
       if (key.generation() != generation || !streamOpen) {
         // Its stream has ended: the execution is void, nothing is sent (it was cancelled then).
+      } else if (resident && phase == Phase.CLOSING && run.cancelReason != null) {
+        // Given back by the end of the stream, once every hold has returned (see the class docs).
       } else if (run.cancelReason != null || !leaseHeld) {
         String why = run.cancelReason != null ? run.cancelReason : LEASE_RAN_OUT;
         send(Rpc.DECLINE, key.executionId(), List.of(key.item()), "stopped: " + why, out);
@@ -509,8 +536,29 @@ final class RegistrationState {
     graceDeadline = now() + grace.toNanos();
     hardDeadline = graceDeadline + answerGrace.toNanos();
     advance(out);
+    if (resident) {
+      cancelRunning(reason + ": the resident item is given back", out);
+    }
     maybeStop(out);
     return out;
+  }
+
+  /**
+   * A registration of the wrong kind for its job's effective configuration stops: a resident
+   * handler would hold a cron job's runs forever, a plain one end every hold at once.
+   */
+  private void checkKind(io.shardcar.v1.Registered registered, List<Output> out) {
+    if (!registered.hasConfig() || registered.getConfig().getResident() == resident) {
+      return;
+    }
+    String why = resident
+        ? "job '" + jobName + "' is not resident (its stored configuration says resident=false): register its "
+            + "handler with register(), or subscribe with a resident JobConfig and overwrite(true) to make it resident"
+        : "job '" + jobName + "' is resident (its stored configuration says resident=true): register its "
+            + "handler with registerResident()";
+    phase = Phase.CLOSING;
+    closeReason = why;
+    stop(why, false, new InvalidJobConfigException("resident", why, null), out);
   }
 
   // ---- reads --------------------------------------------------------------------------------
@@ -601,6 +649,9 @@ final class RegistrationState {
       return; // an item of an execution runs once
     }
     List<Integer> items = fresh.stream().map(ShardingContext::getShardingItem).toList();
+    if (resident && phase == Phase.CLOSING) {
+      return; // not run, nor declined: given back by the end of the stream (see the class docs)
+    }
     if (phase != Phase.RUNNING || shutdownKind != null) {
       send(Rpc.DECLINE, trigger.getExecutionId(), items, "the worker is shutting down", out);
     } else if (!leaseHeld) {

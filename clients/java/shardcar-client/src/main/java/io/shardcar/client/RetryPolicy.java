@@ -15,9 +15,14 @@ import java.util.Objects;
  * 1 min (never below {@code initialBackoff}), 2.
  *
  * <p>The builder refuses what the sidecar refuses, with an {@link InvalidJobConfigException} naming
- * the field as the sidecar's refusal would ({@code retry.maxAttempts}, ...): {@code maxAttempts} 1
- * to 100, backoffs 10 ms to 1 day, {@code maxBackoff} not below {@code initialBackoff},
- * {@code multiplier} 1 to 10.
+ * the field as the sidecar's refusal would ({@code retry.maxAttempts}, ...): {@code maxAttempts} 0
+ * to 100 (0 and 1: no retries), backoffs 10 ms to 1 day, {@code maxBackoff} not below
+ * {@code initialBackoff}, {@code multiplier} 1 to 10.
+ *
+ * <p>A {@link JobConfig.Builder#resident(boolean) resident} job uses the backoffs, not the attempts:
+ * they are the waits before a hold its worker ended is started again. The sidecar keeps a policy
+ * only when {@code maxAttempts} is at least 2; with 0 or 1 a resident job waits 1 s doubling to
+ * 1 min.
  */
 public final class RetryPolicy {
   /** The most runs of an item a policy may ask for. */
@@ -118,14 +123,15 @@ public final class RetryPolicy {
     private Builder() {}
 
     /**
-     * Runs of an item in all, the first included: 1 to 100.
+     * Runs of an item in all, the first included: 0 to 100, where 0 and 1 both mean no retries (as
+     * the sidecar reads them).
      *
      * @throws InvalidJobConfigException (field {@code retry.maxAttempts}) out of that range
      */
     public Builder maxAttempts(int maxAttempts) {
-      if (maxAttempts < 1 || maxAttempts > MAX_ATTEMPTS) {
-        throw invalid("retry.maxAttempts", "retry.maxAttempts must be from 1 to " + MAX_ATTEMPTS
-            + " (runs of an item in all, the first included), got " + maxAttempts);
+      if (maxAttempts < 0 || maxAttempts > MAX_ATTEMPTS) {
+        throw invalid("retry.maxAttempts", "retry.maxAttempts must be from 0 to " + MAX_ATTEMPTS
+            + " (runs of an item in all, the first included; 0 or 1: no retries), got " + maxAttempts);
       }
       this.maxAttempts = maxAttempts;
       return this;

@@ -12,6 +12,8 @@ import java.util.LinkedHashMap;
 import java.util.List;
 import java.util.Map;
 import java.util.Objects;
+import java.util.Set;
+import java.util.concurrent.ConcurrentHashMap;
 import java.util.concurrent.CopyOnWriteArrayList;
 import java.util.concurrent.CountDownLatch;
 import java.util.concurrent.TimeUnit;
@@ -189,6 +191,7 @@ public final class ShardcarWorker implements AutoCloseable {
    */
   public JobRegistration register(JobConfig config, JobHandler handler) {
     Objects.requireNonNull(config, "config");
+    refuseResident(config, "register(config, JobHandler)");
     return doRegister(config.getJobName(), config, handler);
   }
 
@@ -223,6 +226,7 @@ public final class ShardcarWorker implements AutoCloseable {
    */
   public <T> JobRegistration register(JobConfig config, DataflowHandler<T> handler) {
     Objects.requireNonNull(config, "config");
+    refuseResident(config, "register(config, DataflowHandler)");
     return doRegisterDataflow(config.getJobName(), config, handler, null);
   }
 
@@ -244,6 +248,7 @@ public final class ShardcarWorker implements AutoCloseable {
    */
   public <T> JobRegistration register(JobConfig config, DataflowHandler<T> handler, boolean streaming) {
     Objects.requireNonNull(config, "config");
+    refuseResident(config, "register(config, DataflowHandler, streaming)");
     return doRegisterDataflow(config.getJobName(), config.toBuilder().streamingProcess(streaming).build(), handler,
         streaming);
   }
@@ -264,11 +269,68 @@ public final class ShardcarWorker implements AutoCloseable {
     return doRegisterDataflow(jobName, null, handler, null);
   }
 
+  /**
+   * Subscribes to a resident job ({@link JobConfig.Builder#resident(boolean)}, which this sets),
+   * creating it with {@code config} when it does not exist (as {@link #register(JobConfig, JobHandler)}),
+   * and runs {@code handler} for each item this worker holds, from the sidecar's
+   * {@link TriggerSource#RESIDENT} trigger until the hold is cancelled (a revoke when the item moves,
+   * the lease running out, a lost stream, a {@code Shutdown}, {@link #close()}); see
+   * {@link ResidentHandler} for how the end of a hold is answered. Each hold runs on its own thread.
+   * Blocks until the sidecar registered the instance.
+   *
+   * <p>Not an overload of {@code register}: a lambda would fit both {@link JobHandler} and
+   * {@link ResidentHandler}.
+   *
+   * @param config the job's configuration (a cron, failover, an execution timeout or
+   *     {@code monitorExecution(false)} are refused, naming the field)
+   * @param handler holds each item
+   * @return the open registration
+   * @throws InvalidJobConfigException when the configuration cannot be resident, or the sidecar
+   *     rejects it
+   * @throws SidecarUnavailableException when the sidecar cannot be reached within the connect timeout
+   * @throws InstanceConflictException when the instance id is already live for this job
+   * @throws WorkerClosedException after {@link #close()}
+   */
+  public JobRegistration registerResident(JobConfig config, ResidentHandler handler) {
+    Objects.requireNonNull(config, "config");
+    JobConfig resident = config.isResident() ? config : config.toBuilder().resident(true).build();
+    return doRegisterResident(config.getJobName(), resident, handler);
+  }
+
+  /**
+   * Subscribes to a resident job that already exists (its configuration is the stored one), as
+   * {@link #registerResident(JobConfig, ResidentHandler)}.
+   *
+   * @param jobName the job
+   * @param handler holds each item
+   * @return the open registration
+   * @throws InvalidJobConfigException (field {@code resident}) when the stored job is not resident
+   * @throws JobNotFoundException when the sidecar does not know the job
+   * @throws SidecarUnavailableException when the sidecar cannot be reached within the connect timeout
+   */
+  public JobRegistration registerResident(String jobName, ResidentHandler handler) {
+    Objects.requireNonNull(jobName, "jobName");
+    return doRegisterResident(jobName, null, handler);
+  }
+
+  private JobRegistration doRegisterResident(String jobName, JobConfig config, ResidentHandler handler) {
+    Objects.requireNonNull(handler, "handler");
+    return registerWith(jobName, config, true, self -> handler::hold);
+  }
+
+  private static void refuseResident(JobConfig config, String method) {
+    if (config.isResident()) {
+      throw new InvalidJobConfigException("resident", "resident: job '" + config.getJobName()
+          + "' is resident; register its handler, a ResidentHandler, with registerResident(config, handler), not "
+          + method, null);
+    }
+  }
+
   private <T> JobRegistration doRegisterDataflow(
       String jobName, JobConfig config, DataflowHandler<T> handler, Boolean streaming) {
     Objects.requireNonNull(handler, "handler");
     AtomicReference<DataflowRunner<T>> runner = new AtomicReference<>();
-    JobRegistration registration = registerWith(jobName, config, self -> {
+    JobRegistration registration = registerWith(jobName, config, false, self -> {
       runner.set(new DataflowRunner<>(
           jobName,
           handler,
@@ -284,18 +346,20 @@ public final class ShardcarWorker implements AutoCloseable {
 
   private JobRegistration doRegister(String jobName, JobConfig config, JobHandler handler) {
     Objects.requireNonNull(handler, "handler");
-    return registerWith(jobName, config, self -> handler);
+    return registerWith(jobName, config, false, self -> handler);
   }
 
   /** {@code handlerOf} gets the registration (readable once its handlers run) and returns its handler. */
   private JobRegistration registerWith(
-      String jobName, JobConfig config, Function<Supplier<JobRegistration>, JobHandler> handlerOf) {
+      String jobName, JobConfig config, boolean resident,
+      Function<Supplier<JobRegistration>, JobHandler> handlerOf) {
     if (closing) {
       throw new WorkerClosedException("register(" + jobName + ") on a closed ShardcarWorker");
     }
     AtomicReference<JobRegistration> self = new AtomicReference<>();
     JobRegistration registration = new JobRegistration(
-        settings, channel, jobName, config, handlerOf.apply(self::get), bySidecar -> terminated(self.get(), bySidecar));
+        settings, channel, jobName, config, handlerOf.apply(self::get), resident,
+        bySidecar -> terminated(self.get(), bySidecar));
     self.set(registration);
     registrations.add(registration);
     registration.start();
@@ -366,6 +430,24 @@ public final class ShardcarWorker implements AutoCloseable {
       Thread.currentThread().interrupt();
     }
     closed.countDown();
+  }
+
+  /** The deprecated option names a warning was logged for, so that each is logged once per JVM. */
+  static final Set<String> DEPRECATED_USED = ConcurrentHashMap.newKeySet();
+
+  /**
+   * Logs a warning (once per JVM and name) that the deprecated option {@code name} was used, as the
+   * Python client's {@code DeprecationWarning} does: {@code @Deprecated} alone tells only a compiler.
+   *
+   * @return whether this call logged it (the first use of {@code name})
+   */
+  static boolean warnDeprecated(String name, String replacement) {
+    if (!DEPRECATED_USED.add(name)) {
+      return false;
+    }
+    System.getLogger(ShardcarWorker.class.getName()).log(System.Logger.Level.WARNING,
+        "shardcar: ShardcarWorker.Builder.{0} is deprecated and will be removed: use {1}", name, replacement);
+    return true;
   }
 
   /** Configures a {@link ShardcarWorker}. */
@@ -586,6 +668,7 @@ public final class ShardcarWorker implements AutoCloseable {
      */
     @Deprecated(since = "0.1.0", forRemoval = true)
     public Builder shutdownGracePeriod(Duration grace) {
+      warnDeprecated("shutdownGracePeriod(Duration)", "drainTimeout(Duration), the same setting");
       return drainTimeout(grace);
     }
 
@@ -618,6 +701,8 @@ public final class ShardcarWorker implements AutoCloseable {
      */
     @Deprecated(since = "0.1.0", forRemoval = true)
     public Builder reconnectAfterShutdown(boolean reconnect) {
+      warnDeprecated("reconnectAfterShutdown(boolean)",
+          "stopOnDrain(boolean), of the opposite sense: reconnectAfterShutdown(r) is stopOnDrain(!r)");
       return stopOnDrain(!reconnect);
     }
 

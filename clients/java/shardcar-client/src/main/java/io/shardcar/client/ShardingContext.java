@@ -1,7 +1,9 @@
 package io.shardcar.client;
 
+import java.time.Duration;
 import java.time.Instant;
 import java.util.Objects;
+import java.util.concurrent.TimeUnit;
 import java.util.function.BooleanSupplier;
 
 /**
@@ -178,7 +180,9 @@ public final class ShardingContext {
 
   /**
    * True once this item was revoked, the lease ran out, the stream was lost, or the worker's
-   * drain timeout is over: its result will not be reported, so the handler should stop.
+   * drain timeout is over (for a {@link ResidentHandler}'s hold also once the sidecar sent
+   * {@code Shutdown} or the worker closes): its result will not be reported, so the handler
+   * should stop.
    * Evaluated when called: the lease deadline is compared with the clock now, so the first call
    * after the process was paused past its lease already returns true. The handler's thread is
    * interrupted as well, once a timer notices. After the handler returned: false when its answer
@@ -188,6 +192,46 @@ public final class ShardingContext {
     BooleanSupplier c = cancellation;
     return c != null && c.getAsBoolean();
   }
+
+  /**
+   * Waits up to {@code timeout} for this item to be cancelled (see {@link #isCancelled()}), for a
+   * handler that works in steps, a {@link ResidentHandler} above all:
+   * {@code while (!ctx.awaitCancelled(Duration.ofSeconds(1))) { poll(); }}. Returns true as soon as
+   * the item is cancelled (at once if it already is), false when the time is up first. A cancel
+   * interrupts the handler's thread, which ends the wait at once; the lease is compared with the
+   * clock at every check, so a wait across a pause of the process sees the lapse when it resumes.
+   * The cancel's interrupt is consumed: the handler may still clean up (close a consumer, write a
+   * last checkpoint under its fencing token) before it returns.
+   *
+   * @param timeout how long to wait at most; zero or negative checks once
+   * @return true when the item is cancelled
+   * @throws InterruptedException when the thread is interrupted for another reason than the item's
+   *     cancellation
+   */
+  public boolean awaitCancelled(Duration timeout) throws InterruptedException {
+    long end = System.nanoTime() + Math.max(0, Objects.requireNonNull(timeout, "timeout").toNanos());
+    while (true) {
+      if (isCancelled()) {
+        Thread.interrupted(); // the cancel's own interrupt, if it came already
+        return true;
+      }
+      long left = end - System.nanoTime();
+      if (left <= 0) {
+        return false;
+      }
+      try {
+        TimeUnit.NANOSECONDS.sleep(Math.min(left, MAX_WAIT_STEP_NANOS));
+      } catch (InterruptedException e) {
+        if (isCancelled()) {
+          return true;
+        }
+        throw e;
+      }
+    }
+  }
+
+  /** The longest sleep of {@link #awaitCancelled} between two checks (a cancel also interrupts it). */
+  private static final long MAX_WAIT_STEP_NANOS = TimeUnit.MILLISECONDS.toNanos(100);
 
   /** Set by the worker before the handler runs. */
   void attach(BooleanSupplier cancellation) {

@@ -41,6 +41,8 @@ class RetryPolicyTest {
     RetryPolicy.newBuilder(100).initialBackoff(Duration.ofMillis(10)).maxBackoff(Duration.ofDays(1)).multiplier(10.0)
         .build();
     RetryPolicy.newBuilder(1).initialBackoff(Duration.ofDays(1)).multiplier(1.0).build();
+    // 0 is the sidecar's "no retries", as 1 is (proto: "0 or 1: no retries").
+    assertEquals(0, RetryPolicy.newBuilder(0).build().getMaxAttempts());
     RetryPolicy unset = RetryPolicy.newBuilder(2).build();
     assertNull(unset.getInitialBackoff());
     assertNull(unset.getMaxBackoff());
@@ -49,9 +51,8 @@ class RetryPolicyTest {
 
   @Test
   void aPolicyTheSidecarWouldRefuseNamesItsField() {
-    refused("retry.maxAttempts", "from 1 to 100", () -> RetryPolicy.newBuilder(0));
-    refused("retry.maxAttempts", "from 1 to 100", () -> RetryPolicy.newBuilder(101));
-    refused("retry.maxAttempts", "from 1 to 100", () -> RetryPolicy.newBuilder(-1));
+    refused("retry.maxAttempts", "from 0 to 100", () -> RetryPolicy.newBuilder(101));
+    refused("retry.maxAttempts", "from 0 to 100", () -> RetryPolicy.newBuilder(-1));
     refused("retry.initialBackoff", "10 ms and 1 day",
         () -> RetryPolicy.newBuilder(3).initialBackoff(Duration.ofNanos(9_999_999)));
     refused("retry.initialBackoff", "10 ms and 1 day", () -> RetryPolicy.newBuilder(3).initialBackoff(Duration.ZERO));

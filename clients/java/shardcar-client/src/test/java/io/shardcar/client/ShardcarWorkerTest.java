@@ -10,6 +10,7 @@ import io.shardcar.v1.SubscribeRequest;
 import java.io.IOException;
 import java.net.ServerSocket;
 import java.time.Duration;
+import java.util.List;
 import java.util.Map;
 import java.util.Set;
 import org.junit.jupiter.api.Test;
@@ -88,6 +89,45 @@ class ShardcarWorkerTest {
     // reconnectAfterShutdown(r), deprecated, is stopOnDrain(!r).
     assertTrue(ShardcarWorker.builder().reconnectAfterShutdown(false).settings().stopOnDrain());
     assertFalse(ShardcarWorker.builder().reconnectAfterShutdown(true).settings().stopOnDrain());
+  }
+
+  @Test
+  @SuppressWarnings("removal") // the deprecated names are what this tests
+  void aDeprecatedNameLogsOneWarningAtRunTimeNamingItsReplacement() {
+    java.util.logging.Logger log = java.util.logging.Logger.getLogger(ShardcarWorker.class.getName());
+    List<java.util.logging.LogRecord> records = new java.util.concurrent.CopyOnWriteArrayList<>();
+    java.util.logging.Handler handler = new java.util.logging.Handler() {
+      @Override
+      public void publish(java.util.logging.LogRecord record) {
+        records.add(record);
+      }
+
+      @Override
+      public void flush() {}
+
+      @Override
+      public void close() {}
+    };
+    log.addHandler(handler);
+    try {
+      ShardcarWorker.DEPRECATED_USED.clear();
+      ShardcarWorker.builder().shutdownGracePeriod(Duration.ofSeconds(5));
+      ShardcarWorker.builder().shutdownGracePeriod(Duration.ofSeconds(6));
+      ShardcarWorker.builder().reconnectAfterShutdown(true).reconnectAfterShutdown(false);
+      ShardcarWorker.builder().drainTimeout(Duration.ofSeconds(1)).stopOnDrain(true);
+      java.util.logging.SimpleFormatter text = new java.util.logging.SimpleFormatter();
+      List<String> warnings = records.stream()
+          .filter(r -> r.getLevel() == java.util.logging.Level.WARNING)
+          .map(text::formatMessage)
+          .toList();
+      assertEquals(2, warnings.size(), warnings.toString());
+      assertTrue(warnings.get(0).contains("shutdownGracePeriod(Duration) is deprecated")
+          && warnings.get(0).contains("use drainTimeout(Duration)"), warnings.get(0));
+      assertTrue(warnings.get(1).contains("reconnectAfterShutdown(boolean) is deprecated")
+          && warnings.get(1).contains("stopOnDrain(!r)"), warnings.get(1));
+    } finally {
+      log.removeHandler(handler);
+    }
   }
 
   @Test

@@ -133,8 +133,18 @@ public class ShardcarProperties {
    */
   @Deprecated(since = "0.1.0", forRemoval = true)
   public void setShutdownGracePeriod(Duration shutdownGracePeriod) {
+    if (DEPRECATED_WARNED.compareAndSet(false, true)) {
+      // Spring's metadata marks it deprecated for IDEs; this tells the running application.
+      System.getLogger(ShardcarProperties.class.getName()).log(System.Logger.Level.WARNING,
+          "shardcar: the property shardcar.shutdown-grace-period is deprecated and will be removed: "
+              + "use shardcar.drain-timeout, the same setting");
+    }
     this.drainTimeout = shutdownGracePeriod;
   }
+
+  /** Whether the deprecated property's warning was logged (once per JVM). */
+  private static final java.util.concurrent.atomic.AtomicBoolean DEPRECATED_WARNED =
+      new java.util.concurrent.atomic.AtomicBoolean();
 
   public Integer getItemConcurrency() {
     return itemConcurrency;
