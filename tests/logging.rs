@@ -33,24 +33,24 @@ fn contains(haystack: &[u8], needle: &str) -> bool {
 #[tokio::test]
 async fn a_log_file_gets_no_colour_codes() {
     // An empty NO_COLOR counts as unset (no-color.org), so only the file turns colour off here.
-    let mut car = Sidecar::start(SidecarOptions {
+    let car = Sidecar::start(SidecarOptions {
         env: vec![("NO_COLOR".into(), String::new())],
         ..SidecarOptions::standalone()
     })
     .await;
-    car.terminate();
-    let status = car.wait_exit(WAIT).await;
+    // The line comes with fields (`listen=…`), which the text format sets in italics when it
+    // colours. No SIGTERM here: one that lands between the bind and the sidecar's first poll of
+    // its shutdown signal ends it by the default action, which this test is not about.
+    let listening = eventually(WAIT, || async {
+        contains(&read(car.log_path()), "shardcar listening").then_some(())
+    })
+    .await;
     assert!(
-        status.is_some_and(|s| s.success()),
-        "the sidecar did not stop cleanly on SIGTERM ({status:?}):\n{}",
+        listening.is_some(),
+        "the sidecar did not log 'shardcar listening':\n{}",
         car.log_tail(40)
     );
     let log = read(car.log_path());
-    assert!(
-        contains(&log, "shardcar listening") && contains(&log, "shardcar stopped"),
-        "the log lacks the start and stop lines:\n{}",
-        car.log_tail(40)
-    );
     assert!(
         !log.contains(&ESC),
         "the log file holds ANSI escape codes:\n{}",
