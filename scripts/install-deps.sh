@@ -6,23 +6,30 @@
 # from npm), cargo-deb (for scripts/package.sh), and — when the client directories exist — the
 # Python venv (.venv, with aiosmtpd for the error handlers' tests) and the Java build tools.
 #
+# --demo installs only what scripts/demo.sh needs: a C compiler (gcc, libc6-dev: the build's
+# C code and its link) and ca-certificates (cargo's and pip's downloads) when missing, and the
+# Python client in .venv, without its test extras (not with --no-python). Nothing else: no
+# ZooKeeper, Java, PostgreSQL, browser, buf or cargo-deb.
+#
 # Idempotent: `apt-get update` runs only when a package is missing, the venv is refreshed only
 # when clients/python/pyproject.toml changed. Runs as root, or through sudo when available.
 # The Rust toolchain (cargo, rustfmt, clippy) is expected to be installed already (rustup).
 #
-# Usage: scripts/install-deps.sh [--no-python] [--no-java] [--no-package]
+# Usage: scripts/install-deps.sh [--demo] [--no-python] [--no-java] [--no-package]
 set -euo pipefail
 
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 WITH_PYTHON=1
 WITH_JAVA=1
 WITH_PACKAGE=1
+DEMO=0
 for arg in "$@"; do
     case "$arg" in
+        --demo) DEMO=1 ;;
         --no-python) WITH_PYTHON=0 ;;
         --no-java) WITH_JAVA=0 ;;
         --no-package) WITH_PACKAGE=0 ;;
-        -h|--help) sed -n '2,10p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
+        -h|--help) sed -n '2,18p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
         *) echo "install-deps.sh: unknown argument: $arg" >&2; exit 64 ;;
     esac
 done
@@ -42,6 +49,16 @@ package_installed() {
     dpkg-query -W -f='${Status}' "$1" 2>/dev/null | grep -q 'install ok installed'
 }
 
+# quietly CMD...: runs CMD with its output held back, and shows that output only if it fails
+# (apt and debconf chatter on stderr even when they succeed).
+quietly() {
+    local out
+    if ! out="$("$@" 2>&1)"; then
+        printf '%s\n' "$out" >&2
+        die "failed: $*"
+    fi
+}
+
 APT_UPDATED=0
 # apt_install PKG...: installs the packages that are missing; `apt-get update` once, only if needed.
 apt_install() {
@@ -58,11 +75,11 @@ apt_install() {
     export DEBIAN_FRONTEND=noninteractive
     if [ "$APT_UPDATED" -eq 0 ]; then
         log "apt-get update"
-        "${SUDO[@]}" apt-get update -qq
+        quietly "${SUDO[@]}" apt-get update -qq
         APT_UPDATED=1
     fi
     log "apt-get install ${missing[*]}"
-    "${SUDO[@]}" apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null
+    quietly "${SUDO[@]}" apt-get install -y -qq --no-install-recommends "${missing[@]}"
 }
 
 install_system_deps() {
@@ -102,11 +119,7 @@ install_rust_components() {
 install_python_deps() {
     local project="$ROOT/clients/python" venv="$ROOT/.venv"
     [ -d "$project" ] || return 0
-    if ! command -v python3 >/dev/null 2>&1 || ! python3 -c 'import venv, ensurepip' >/dev/null 2>&1; then
-        apt_install python3 python3-venv python3-pip
-    fi
-    python3 -c 'import sys; sys.exit(sys.version_info < (3, 9))' ||
-        die "python3 is $(python3 -V 2>&1); the Python client needs 3.9 or newer"
+    install_python
     local stamp="$venv/.shardcar-deps"
     if [ -x "$venv/bin/python" ] && [ -f "$stamp" ] &&
         [ "$stamp" -nt "$project/pyproject.toml" ]; then
@@ -121,6 +134,48 @@ install_python_deps() {
     "$venv/bin/python" -m pip install -q --disable-pip-version-check -e "${project}[test]"
     touch "$stamp"
     install_smtp_sink
+}
+
+# python3 with venv and ensurepip (Debian splits them off), 3.9 or newer.
+install_python() {
+    if ! command -v python3 >/dev/null 2>&1 || ! python3 -c 'import venv, ensurepip' >/dev/null 2>&1; then
+        apt_install python3 python3-venv python3-pip
+    fi
+    python3 -c 'import sys; sys.exit(sys.version_info < (3, 9))' ||
+        die "python3 is $(python3 -V 2>&1); the Python client needs 3.9 or newer"
+}
+
+# The demo's share of the above: clients/python installed editable into .venv, without the test
+# extras. Skipped when the client imports and neither stamp is older than its pyproject.toml.
+install_python_client() {
+    local project="$ROOT/clients/python" venv="$ROOT/.venv" stamp
+    [ -d "$project" ] || die "no clients/python in $ROOT: the demo's worker needs the Python client"
+    install_python
+    if [ -x "$venv/bin/python" ] && "$venv/bin/python" -c 'import shardcar' >/dev/null 2>&1; then
+        for stamp in "$venv/.shardcar-deps" "$venv/.shardcar-client"; do
+            [ -f "$stamp" ] && [ "$stamp" -nt "$project/pyproject.toml" ] && return 0
+        done
+    fi
+    if [ ! -x "$venv/bin/python" ]; then
+        log "python3 -m venv .venv"
+        python3 -m venv "$venv"
+    fi
+    log "pip install -e clients/python (into .venv)"
+    "$venv/bin/python" -m pip install -q --disable-pip-version-check -e "$project"
+    touch "$venv/.shardcar-client"
+}
+
+# What the demo's build needs besides cargo: a C compiler and the C library's headers and start
+# files (crates with C code, ring's among them, and the link), and the CA certificates that
+# cargo's downloads check.
+install_demo_system_deps() {
+    if command -v dpkg-query >/dev/null 2>&1; then
+        apt_install ca-certificates
+        command -v cc >/dev/null 2>&1 || apt_install gcc libc6-dev
+    fi
+    command -v cc >/dev/null 2>&1 || die "no C compiler (cc): install Debian's 'gcc' package"
+    command -v cargo >/dev/null 2>&1 ||
+        die "cargo not found: install Rust (https://rustup.rs), 1.88 or newer"
 }
 
 # aiosmtpd, pinned, into the same venv: the SMTP server that the EMAIL error handler's tests
@@ -165,6 +220,12 @@ install_java_deps() {
     command -v mvn >/dev/null 2>&1 || apt_install maven
 }
 
+if [ "$DEMO" -eq 1 ]; then
+    install_demo_system_deps
+    if [ "$WITH_PYTHON" -eq 1 ]; then install_python_client; fi
+    log "ok (the demo's share: cargo, a C compiler$([ "$WITH_PYTHON" -eq 1 ] && echo ', the Python client in .venv'))"
+    exit 0
+fi
 install_system_deps
 install_rust_components
 install_buf

@@ -2,6 +2,7 @@
 //! [`shardcar::sidecar::run`].
 
 use std::collections::HashMap;
+use std::io::IsTerminal;
 use std::process::ExitCode;
 
 use clap::{CommandFactory, FromArgMatches, Parser, Subcommand};
@@ -65,7 +66,7 @@ fn main() -> ExitCode {
             return ExitCode::from(EXIT_USAGE);
         }
     };
-    init_logging(&config.settings);
+    init_logging(&config.settings, &env);
     let runtime = match tokio::runtime::Builder::new_multi_thread()
         .enable_all()
         .build()
@@ -122,13 +123,18 @@ fn ctl(args: shardcar::ctl::CtlArgs) -> ExitCode {
     }
 }
 
-fn init_logging(settings: &Settings) {
+/// Logs to stderr, in colour only where a person reads it: when stderr is a terminal and
+/// `NO_COLOR` is unset or empty (no-color.org). A log file, a pipe or journald gets plain text.
+fn init_logging(settings: &Settings, env: &HashMap<String, String>) {
     // `Settings` already chose between --log-level, RUST_LOG and the rest, and checked it.
     let filter = tracing_subscriber::EnvFilter::try_new(&settings.log_level)
         .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info"));
+    let ansi =
+        std::io::stderr().is_terminal() && env.get("NO_COLOR").is_none_or(|value| value.is_empty());
     let builder = tracing_subscriber::fmt()
         .with_env_filter(filter)
-        .with_writer(std::io::stderr);
+        .with_writer(std::io::stderr)
+        .with_ansi(ansi);
     match settings.log_format {
         LogFormat::Json => builder.json().init(),
         LogFormat::Text => builder.init(),

@@ -19,6 +19,7 @@ import logging
 import os
 import random
 import sys
+import threading
 import time
 
 from shardcar import Assignment, JobConfig, ShardingContext, Worker, WorkerOptions
@@ -42,8 +43,16 @@ def pending_orders(region: str) -> list:
     return [f"{region}-{random.randrange(10_000):04d}" for _ in range(random.randrange(1, 4))]
 
 
+_say_lock = threading.Lock()
+
+
 def say(line: str) -> None:
-    print(f"[pid {os.getpid()}] {line}", flush=True)
+    """Prints one whole line: handlers run on several threads, and print() writes the text and
+    its newline separately, so two threads' lines could run into each other."""
+    text = f"[pid {os.getpid()}] {line}\n"
+    with _say_lock:
+        sys.stdout.write(text)
+        sys.stdout.flush()
 
 
 def describe(ctx: ShardingContext) -> str:
