@@ -12,7 +12,6 @@ use super::{sharding, Leadership, ELASTICJOB_HOLD, RESHARD_QUIET};
 use crate::coordination::job::instances::Instances;
 use crate::coordination::job::io::{Cx, Pending};
 use crate::elasticjob::config::JobConfiguration;
-use crate::elasticjob::instance::ip_of;
 use crate::registry::{CreateMode, Op};
 use crate::schedule::CronSchedule;
 
@@ -124,7 +123,7 @@ impl Leadership {
 /// Whether instance `id` is an ElasticJob member's: neither local nor of a host with a sidecar
 /// (`shardcar/sidecars/{ip}`).
 fn is_elasticjob_member(cx: &Cx, instances: &Instances, id: &str) -> bool {
-    !instances.contains(id) && !cx.view().sidecars.contains_key(ip_of(id))
+    !instances.contains(id) && !cx.view().via_sidecar(id)
 }
 
 /// Whether `plan` moves an item away from a live ElasticJob member, which starts its items

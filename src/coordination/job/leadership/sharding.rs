@@ -35,11 +35,7 @@ pub fn plan(view: &JobView, job_name: &str) -> Option<ShardingPlan> {
     let mut available = view.available_instances();
     if view.resident() {
         // An ElasticJob member knows nothing of holds: it is given no items of a resident job.
-        available.retain(|id| {
-            view.instances
-                .get(id)
-                .is_some_and(|ip| view.sidecars.contains_key(ip))
-        });
+        available.retain(|id| view.via_sidecar(id));
     }
     if available.is_empty() {
         return None;
@@ -276,13 +272,16 @@ mod tests {
         );
     }
 
-    /// [`view`] of a resident job whose instances all have a sidecar.
+    /// [`view`] of a resident job whose instances are each a sidecar's: its instance node
+    /// and the sidecar's node belong to one session (one per host here).
     fn resident(total: i32, instances: &[&str], owners: &[(i32, &str)]) -> JobView {
         let mut v = view(total, instances, owners);
         v.extras.resident = true;
-        for id in instances {
+        for (n, id) in instances.iter().enumerate() {
+            let session = 100 + n as i64;
             v.sidecars
-                .insert(id.split("@-@").next().unwrap().to_string(), 1);
+                .insert(id.split("@-@").next().unwrap().to_string(), session);
+            v.instance_sessions.insert(id.to_string(), session);
         }
         v
     }
@@ -333,8 +332,18 @@ mod tests {
     fn a_resident_job_gives_elasticjob_members_no_items() {
         let mut v = resident(4, &[A, B], &[]);
         v.instances.insert(C.into(), "10.0.0.3".into()); // no sidecar on 10.0.0.3: Java
+        v.instance_sessions.insert(C.into(), 7);
         let p = plan(&v, "j").expect("a first sharding");
         assert!(!p.owners.values().any(|o| o == C), "{:?}", owners(&p));
+        assert_eq!(p.owners.len(), 4);
+        // A JVM on a sidecar's own host: the host has a sidecar, but the JVM's node is its
+        // own session's, not the sidecar's.
+        let jvm = "10.0.0.1@-@4242";
+        let mut v = resident(4, &[A, B], &[]);
+        v.instances.insert(jvm.into(), "10.0.0.1".into());
+        v.instance_sessions.insert(jvm.into(), 8);
+        let p = plan(&v, "j").expect("a first sharding");
+        assert!(!p.owners.values().any(|o| o == jvm), "{:?}", owners(&p));
         assert_eq!(p.owners.len(), 4);
     }
 

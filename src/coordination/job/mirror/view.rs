@@ -46,6 +46,8 @@ pub struct JobView {
     pub extras: JobExtras,
     /// Live instances: id → the server IP from its YAML (or from the id).
     pub instances: SmallMap<String, String>,
+    /// Live instances: id → the session that owns its (ephemeral) node.
+    pub instance_sessions: SmallMap<String, i64>,
     /// `servers/{ip}` → enabled.
     pub servers: SmallMap<String, bool>,
     /// `leader/election/instance`: the leader's id and the node's data version.
@@ -172,7 +174,12 @@ impl JobView {
         memo.instance_ips
             .retain(|id, _| ids.binary_search(id).is_ok());
         for id in ids {
-            let ip = memo.instance_ip(&id, cache.data(&paths.instance(&id)));
+            let node = cache.get(&paths.instance(&id));
+            if let Some(node) = node {
+                view.instance_sessions
+                    .insert(id.clone(), node.stat.ephemeral_owner);
+            }
+            let ip = memo.instance_ip(&id, node.map(|n| n.data.as_ref()));
             view.instances.insert(id, ip);
         }
         for ip in cache.children(&paths.servers()) {
@@ -297,6 +304,18 @@ impl JobView {
     /// Whether `servers/{ip}` is enabled (absent counts as enabled, as in ElasticJob).
     pub fn server_enabled(&self, ip: &str) -> bool {
         self.servers.get(ip).copied().unwrap_or(true)
+    }
+
+    /// Whether live instance `id` is a shardcar sidecar's: its node belongs to the session of
+    /// a sidecar node of this job (both are ephemeral nodes of the one session of the sidecar
+    /// that registered it). An ElasticJob JVM on the same host as a sidecar has a session of
+    /// its own, so the host alone does not tell.
+    pub fn via_sidecar(&self, id: &str) -> bool {
+        let Some(session) = self.instance_sessions.get(id) else {
+            return false;
+        };
+        // 0 is no session: a persistent node, never a sidecar's ephemeral one.
+        *session != 0 && self.sidecars.values().any(|s| s == session)
     }
 
     /// ElasticJob's available instances: live instances whose server is enabled, in

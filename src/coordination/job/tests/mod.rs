@@ -508,9 +508,18 @@ pub(super) fn with_peer_sidecar_node(
     s: &Script,
     mut tree: BTreeMap<String, Node>,
 ) -> BTreeMap<String, Node> {
-    tree.insert(s.paths.sidecar("10.0.0.2"), node("", 0, 13));
+    let mut sidecar = node("", 0, 13);
+    sidecar.stat.ephemeral_owner = PEER_SESSION;
+    tree.insert(s.paths.sidecar("10.0.0.2"), sidecar);
+    // The peer's instance node is on the same session as its sidecar's node.
+    if let Some(peer) = tree.get_mut(&s.paths.instance(PEER)) {
+        peer.stat.ephemeral_owner = PEER_SESSION;
+    }
     with_ancestors(tree)
 }
+
+/// The session of the peer sidecar (`10.0.0.2`) and of the instance nodes it registered.
+pub(super) const PEER_SESSION: i64 = 55;
 
 /// A job of `total` items all owned by the local instance (leader), joined, with its lease.
 pub(super) fn ready(total: i32, failover: bool) -> (Script, StreamKey) {

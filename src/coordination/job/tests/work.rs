@@ -988,9 +988,6 @@ fn created_by_the_leave(actions: &[Action], path: &str) -> Option<Vec<u8>> {
     })
 }
 
-/// The session that holds the peer sidecar's nodes in the tests below.
-const PEER_SESSION: i64 = 55;
-
 /// A job of 2 items, both run here (led here), with a peer worker at 10.0.0.2 whose instance
 /// node is on session `peer_owner` and whose sidecar node is on [`PEER_SESSION`]; `peer_runs`
 /// makes the mirror show the peer running item 1 of another execution (item 1 then is not
