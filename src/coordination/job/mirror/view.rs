@@ -295,6 +295,13 @@ impl JobView {
         self.extras.resident
     }
 
+    /// Whether runs write `running` nodes: the config's `monitorExecution`, and always for a
+    /// resident job, whose hand-offs rest on them (a config edited later to turn it off does
+    /// not take that fence away).
+    pub fn monitored(&self) -> bool {
+        self.resident() || self.config.as_ref().is_some_and(|c| c.monitor_execution)
+    }
+
     /// Whether failover applies: the config's flag, never for a resident job, whose items move
     /// with the sharding.
     pub fn failover_on(&self) -> bool {

@@ -360,6 +360,10 @@ impl Runs {
         if voided {
             self.acknowledged(cx, instances, execution_id);
         } else if all_open {
+            let hold = self
+                .executions
+                .get(execution_id)
+                .is_some_and(|e| e.source == Source::Resident);
             self.void(
                 cx,
                 instances,
@@ -368,6 +372,16 @@ impl Runs {
                 Release::Abandoned,
                 false,
             );
+            if hold {
+                // Given back unasked: restarted after the backoff, not at once.
+                if let Some(void) = self
+                    .executions
+                    .get_mut(execution_id)
+                    .and_then(|e| e.void.as_mut())
+                {
+                    void.restart = true;
+                }
+            }
         } else if !open.is_empty() {
             // Held: the sidecar writes their release itself, now or once the session is back,
             // and again after a write that did not land (`Runs::reconcile_executions`).

@@ -15,6 +15,10 @@ pub struct Void {
     /// `Revoke` was sent: the items are released once the worker declines them (or answers)
     /// or its lease runs out, whichever comes first.
     pub(super) waiting_ack: bool,
+    /// A resident hold its worker gave back unasked: its release schedules the hold's
+    /// restart after the job's restart backoff, as its end by `Complete` would, so that a
+    /// worker that keeps declining is not handed the item again at once.
+    pub(super) restart: bool,
 }
 
 /// One execution on a local instance.

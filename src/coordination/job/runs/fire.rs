@@ -266,7 +266,8 @@ impl Runs {
         what: Start,
         mut extra: Vec<Op>,
     ) -> Option<String> {
-        let monitored = cx.view().config.as_ref()?.monitor_execution;
+        cx.view().config.as_ref()?;
+        let monitored = cx.view().monitored();
         if what.source != Source::Retry {
             // A fire that runs an item first drops its pending retry: that run is the next.
             for i in &items {
@@ -510,13 +511,13 @@ pub(in crate::coordination::job) fn plan_fire(
         let taken = view.failover_items_of(instance_id);
         if !taken.is_empty() {
             return FirePlan {
-                run: runnable(view, taken, false, config.monitor_execution),
+                run: runnable(view, taken, false, view.monitored()),
                 misfire: Vec::new(),
             };
         }
     }
     FirePlan {
-        run: runnable(view, local, view.failover_on(), config.monitor_execution),
+        run: runnable(view, local, view.failover_on(), view.monitored()),
         misfire: Vec::new(),
     }
 }

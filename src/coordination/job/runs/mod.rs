@@ -418,6 +418,7 @@ impl Runs {
                     reason: "the worker left".into(),
                     release: super::writes::Release::None,
                     waiting_ack: false,
+                    restart: false,
                 })
                 .reason
                 .clone();

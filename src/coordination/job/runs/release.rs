@@ -46,6 +46,7 @@ impl Runs {
             reason: reason.to_string(),
             release,
             waiting_ack: false,
+            restart: false,
         });
         let items = exec.unreleased();
         let instance = exec.instance_id.clone();
@@ -273,6 +274,18 @@ impl Runs {
                 let next =
                     super::answers::next_retry(cx, exec.attempt, exec.job_parameter.as_ref(), *i);
                 ops.extend(writes::retry_ops(cx.view(), cx.paths(), *i, next));
+            }
+        }
+        if exec.void.as_ref().is_some_and(|v| v.restart) && !ops.is_empty() {
+            // A hold given back unasked: its restart waits for the backoff.
+            let next = Runs::next_hold(cx, exec.attempt, exec.started);
+            for i in items {
+                ops.extend(writes::retry_ops(
+                    cx.view(),
+                    cx.paths(),
+                    *i,
+                    Some(next.clone()),
+                ));
             }
         }
         exec.releasing.extend(items.iter().copied());

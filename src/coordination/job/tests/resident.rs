@@ -214,3 +214,168 @@ fn a_hold_its_worker_ends_starts_again_after_a_growing_backoff_and_failures_stan
     let due = (wall0() + chrono::Duration::milliseconds(1200)).timestamp_millis() + 2000;
     assert_eq!(restart.due_ms, due, "twice the first backoff");
 }
+
+#[test]
+fn a_hold_given_back_unasked_starts_again_after_the_backoff_not_at_once() {
+    // A worker that declines a hold nobody revoked (its own stop, a bug) is not handed the
+    // item again at once: that would loop as fast as the two can talk.
+    let (mut s, holds) = holding();
+    s.at(100);
+    let declined = s.decline(&holds[0].execution_id);
+    let done = s.commit_all(declined.clone());
+    let mut all = writes(&declined);
+    all.extend(writes(&done));
+    assert!(
+        all.contains(&"-/j/sharding/0/running".to_string()),
+        "{all:?}"
+    );
+    assert!(
+        all.contains(&"+/j/shardcar/retries/0".to_string()),
+        "the restart is scheduled with the release: {all:?}"
+    );
+    assert!(triggers(&done).is_empty(), "not at once");
+    assert!(triggers(&s.tick(1050)).is_empty(), "nor before the backoff");
+    let again = triggers(&s.tick(1150));
+    assert_eq!(again.len(), 1, "after the first backoff (1 s)");
+    assert_eq!(
+        (again[0].source, items(&again[0])),
+        (Source::Resident, vec![0])
+    );
+}
+
+#[test]
+fn a_revoked_hold_is_given_to_its_next_holder_without_a_backoff() {
+    // A hand-off is not a restart: once the old holder let go the new one starts at once.
+    let (mut s, holds) = holding();
+    s.at(100);
+    let moved = owners_become(
+        &mut s,
+        &[(0, PEER), (1, ME), (2, PEER), (3, PEER)],
+        &[(0, ME), (1, ME), (2, PEER)],
+    );
+    assert_eq!(revoked(&moved), [vec![0]]);
+    let declined = s.decline(&holds[0].execution_id);
+    let done = s.commit_all(declined.clone());
+    let mut all = writes(&declined);
+    all.extend(writes(&done));
+    assert!(
+        all.contains(&"-/j/sharding/0/running".to_string()),
+        "{all:?}"
+    );
+    assert!(
+        !all.iter().any(|w| w.contains("/shardcar/retries/0")),
+        "no restart backoff for the next holder: {all:?}"
+    );
+}
+
+#[test]
+fn every_hold_is_revoked_when_its_server_is_disabled() {
+    let (mut s, _) = holding();
+    s.at(100);
+    let path = s.paths.server(IP);
+    let changed = seen(
+        &mut s,
+        WatchEvent::DataChanged(path),
+        Some(node("DISABLED", 1, 200)),
+    );
+    let mut got = revoked(&changed);
+    got.sort();
+    assert_eq!(got, [vec![0], vec![1]], "{:?}", kinds(&changed));
+    assert!(triggers(&changed).is_empty(), "nothing starts meanwhile");
+}
+
+#[test]
+fn a_disabled_items_hold_is_revoked_alone() {
+    let (mut s, _) = holding();
+    s.at(100);
+    let p = s.paths.clone();
+    // ElasticJob's console disables an item with a `disabled` child of its node.
+    let changed = seen(
+        &mut s,
+        WatchEvent::Created(p.item_disabled(1)),
+        Some(node("", 0, 210)),
+    );
+    assert_eq!(revoked(&changed), [vec![1]], "{:?}", kinds(&changed));
+}
+
+#[test]
+fn a_hold_whose_worker_never_declines_is_released_at_the_end_of_its_lease() {
+    let (mut s, holds) = holding();
+    s.at(100);
+    let moved = owners_become(
+        &mut s,
+        &[(0, PEER), (1, ME), (2, PEER), (3, PEER)],
+        &[(0, ME), (1, ME), (2, PEER)],
+    );
+    assert_eq!(revoked(&moved), [vec![0]]);
+    // No Decline; no renewal goes out meanwhile, so the lease sent at the join runs out.
+    let before = s.tick(LEASE.as_millis() as u64 - 100);
+    assert!(
+        !writes(&before).contains(&"-/j/sharding/0/running".to_string()),
+        "not while the worker may still hold it: {:?}",
+        writes(&before)
+    );
+    let after = s.tick(LEASE.as_millis() as u64 + 200);
+    let mut all = after.clone();
+    all.extend(s.commit_all(after));
+    assert!(
+        writes(&all).contains(&"-/j/sharding/0/running".to_string()),
+        "{:?}",
+        writes(&all)
+    );
+    let _ = holds;
+}
+
+#[test]
+fn a_drain_revokes_every_hold() {
+    let (mut s, _) = holding();
+    s.at(100);
+    let deadline = s.env.now + Duration::from_secs(10);
+    let drained = s.step(Input::Drain {
+        reply: 99,
+        deadline,
+    });
+    let mut got = revoked(&drained);
+    got.sort();
+    assert_eq!(got, [vec![0], vec![1]], "{:?}", kinds(&drained));
+}
+
+#[test]
+fn a_hold_that_lasted_longer_than_the_longest_backoff_restarts_from_the_first() {
+    // A worker whose hold ended after a long life is not punished for earlier short ones.
+    let (mut s, holds) = holding();
+    s.at(1000);
+    let ended = s.answer(&holds[0].execution_id, &[0]);
+    s.commit_all(ended);
+    let first = triggers(&s.tick(2100));
+    assert_eq!(first[0].attempt, 1);
+    // This hold lasts past the longest backoff (1 min by default): the next restart is a first.
+    s.at(2100 + 61_000);
+    let ended = s.answer(&first[0].execution_id, &[0]);
+    s.commit_all(ended);
+    let restart = s.state.mirror.view().items[&0]
+        .retry
+        .clone()
+        .expect("a restart");
+    assert_eq!(restart.attempt, 1, "the backoff starts over");
+}
+
+#[test]
+fn a_resize_revokes_the_holds_of_items_beyond_the_new_count() {
+    let (mut s, _) = holding();
+    s.at(100);
+    let p = s.paths.clone();
+    let mut smaller = config(1, false);
+    smaller.cron = None;
+    let resized = seen(
+        &mut s,
+        WatchEvent::DataChanged(p.config()),
+        Some(node(&smaller.to_yaml(), 1, 400)),
+    );
+    assert_eq!(
+        revoked(&resized),
+        [vec![1]],
+        "item 1 is beyond the count; item 0's hold goes on: {:?}",
+        kinds(&resized)
+    );
+}
