@@ -77,7 +77,13 @@ fn main() -> ExitCode {
             return ExitCode::FAILURE;
         }
     };
-    let result = runtime.block_on(shardcar::sidecar::run(config, shutdown_signal()));
+    // The handlers are installed before anything binds: a SIGTERM that comes as the sidecar
+    // starts is a drain like any other, not the default action that ends the process at once.
+    let shutdown = {
+        let _entered = runtime.enter();
+        shutdown_signal()
+    };
+    let result = runtime.block_on(shardcar::sidecar::run(config, shutdown));
     // Tasks still running (a ZooKeeper client's, a stream's) are not waited for: the drain
     // already gave back what matters.
     runtime.shutdown_timeout(std::time::Duration::from_millis(20));
@@ -141,26 +147,34 @@ fn init_logging(settings: &Settings, env: &HashMap<String, String>) {
     }
 }
 
-/// Resolves on SIGTERM or Ctrl-C.
-async fn shutdown_signal() {
-    let ctrl_c = tokio::signal::ctrl_c();
-    #[cfg(unix)]
-    {
-        let mut term =
-            match tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()) {
-                Ok(term) => term,
-                Err(_) => {
-                    let _ = ctrl_c.await;
-                    return;
+/// Installs the SIGTERM and SIGINT handlers now (inside the runtime) and returns what resolves
+/// on either.
+#[cfg(unix)]
+fn shutdown_signal() -> impl std::future::Future<Output = ()> + Send + 'static {
+    use tokio::signal::unix::{signal, SignalKind};
+    let term = signal(SignalKind::terminate());
+    let interrupt = signal(SignalKind::interrupt());
+    async move {
+        match (term, interrupt) {
+            (Ok(mut term), Ok(mut interrupt)) => {
+                tokio::select! {
+                    _ = term.recv() => {}
+                    _ = interrupt.recv() => {}
                 }
-            };
-        tokio::select! {
-            _ = ctrl_c => {}
-            _ = term.recv() => {}
+            }
+            (Ok(mut one), Err(_)) | (Err(_), Ok(mut one)) => {
+                one.recv().await;
+            }
+            (Err(_), Err(_)) => {
+                let _ = tokio::signal::ctrl_c().await;
+            }
         }
     }
-    #[cfg(not(unix))]
-    {
-        let _ = ctrl_c.await;
+}
+
+#[cfg(not(unix))]
+fn shutdown_signal() -> impl std::future::Future<Output = ()> + Send + 'static {
+    async {
+        let _ = tokio::signal::ctrl_c().await;
     }
 }

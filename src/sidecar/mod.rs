@@ -98,12 +98,31 @@ pub async fn run(
     } = config;
     let cancel = CancellationToken::new();
     let tracker = TaskTracker::new();
+    // The shutdown is watched from the start: one that comes while the sidecar still connects
+    // ends it there, with nothing joined and nothing to drain.
+    let stop = CancellationToken::new();
+    {
+        let stop = stop.clone();
+        tokio::spawn(async move {
+            shutdown.await;
+            stop.cancel();
+        });
+    }
+    let stopped_while_starting = || {
+        info!("shutting down before the sidecar started: nothing to drain");
+    };
     // The tracing database first: a login it refuses stops the sidecar before it joins anything.
     let tracing_db_started = match &tracing_db_settings {
-        Some(db) => Some((
-            db,
-            crate::ops::tracing_db::connect_at_start(db, &tracker).await?,
-        )),
+        Some(db) => {
+            let connected = tokio::select! {
+                c = crate::ops::tracing_db::connect_at_start(db, &tracker) => c?,
+                () = stop.cancelled() => {
+                    stopped_while_starting();
+                    return Ok(());
+                }
+            };
+            Some((db, connected))
+        }
         None => None,
     };
     let registry = match &settings.zk {
@@ -117,12 +136,17 @@ pub async fn run(
                 // Well inside the self-fencing window (2/3 of the session timeout).
                 op_timeout: settings.session_timeout / 4,
             };
-            let registry = Registry::zookeeper(zk)
-                .await
-                .map_err(|source| RunError::Registry {
+            info!(zk = %connect, namespace = %settings.namespace, "connecting to ZooKeeper");
+            let registry = tokio::select! {
+                r = Registry::zookeeper(zk) => r.map_err(|source| RunError::Registry {
                     connect: connect.clone(),
                     source,
-                })?;
+                })?,
+                () = stop.cancelled() => {
+                    stopped_while_starting();
+                    return Ok(());
+                }
+            };
             info!(zk = %connect, namespace = %settings.namespace, "connected to ZooKeeper");
             registry
         }
@@ -285,7 +309,7 @@ pub async fn run(
         let released = released.clone();
         let draining = draining.clone();
         async move {
-            shutdown.await;
+            stop.cancelled().await;
             let started = clock_now();
             let _ = hard_deadline_tx.send(Some(started));
             info!(

@@ -96,6 +96,13 @@ impl Sidecar {
     /// # Panics
     /// When it exits or does not accept connections within 30 s; the message has its log tail.
     pub async fn start(options: SidecarOptions) -> Sidecar {
+        let mut sidecar = Sidecar::spawn_only(options);
+        sidecar.wait_ready(READY_TIMEOUT).await;
+        sidecar
+    }
+
+    /// Starts `shardcar run` and returns at once, ready or not.
+    pub fn spawn_only(options: SidecarOptions) -> Sidecar {
         let dir = tempfile::Builder::new()
             .prefix("shardcar-sidecar-")
             .tempdir()
@@ -109,7 +116,6 @@ impl Sidecar {
             _dir: dir,
         };
         sidecar.spawn();
-        sidecar.wait_ready(READY_TIMEOUT).await;
         sidecar
     }
 

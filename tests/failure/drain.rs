@@ -231,3 +231,35 @@ async fn a_subscribe_that_comes_during_a_drain_is_refused_for_any_job() {
     let exited = a.wait_exit(GRACE + Duration::from_secs(5)).await;
     assert!(exited.is_some_and(|s| s.success()), "{}", a.log_tail(30));
 }
+
+/// A SIGTERM that comes while the sidecar still connects to ZooKeeper (before it binds
+/// anything) ends it at once and cleanly: the signal's handler is installed before the start,
+/// not when the drain first waits for it (before, the default action killed the process).
+#[tokio::test(flavor = "multi_thread")]
+async fn sigterm_while_still_connecting_exits_at_once_and_cleanly() {
+    use std::os::unix::process::ExitStatusExt;
+    // Nothing listens there: the connect retries until its timeout.
+    let nowhere = format!("127.0.0.1:{}", common::free_port());
+    let mut a = Sidecar::spawn_only(SidecarOptions {
+        namespace: "drain-starting".into(),
+        ..SidecarOptions::zk(nowhere, "127.0.0.2")
+    });
+    // Long enough for the process to be past its settings and connecting.
+    common::eventually(Duration::from_secs(10), || async {
+        a.log().contains("connecting to ZooKeeper").then_some(())
+    })
+    .await;
+    let term = Instant::now();
+    a.terminate();
+    let exited = a.wait_exit(Duration::from_secs(5)).await;
+    let took = term.elapsed();
+    let status = exited.unwrap_or_else(|| panic!("did not exit\n{}", a.log_tail(30)));
+    assert_eq!(
+        status.signal(),
+        None,
+        "ended by the signal itself\n{}",
+        a.log_tail(30)
+    );
+    assert!(status.success(), "{status:?}\n{}", a.log_tail(30));
+    assert!(took < Duration::from_secs(2), "took {took:?}");
+}
