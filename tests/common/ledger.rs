@@ -25,6 +25,9 @@ pub enum Stop {
     Worker(Instant),
     /// Its sidecar was killed or frozen then: the worker worked on until its lease ran out.
     Sidecar(Instant),
+    /// The worker process was frozen then: it is counted as working on until its lease ran
+    /// out (it may wake and run on until it reads the time), the strictest reading.
+    Frozen(Instant),
 }
 
 /// One run of one item by one worker.
@@ -87,7 +90,7 @@ impl Ledger {
     ) {
         let stopped_at = stop.map(|s| match s {
             Stop::Worker(at) => at,
-            Stop::Sidecar(at) => lease_end(events, at).unwrap_or(at),
+            Stop::Sidecar(at) | Stop::Frozen(at) => lease_end(events, at).unwrap_or(at),
         });
         for (start, event) in events {
             let Some(Event::Trigger(t)) = &event.event else {
@@ -135,7 +138,7 @@ impl Ledger {
     ) {
         let stopped_at = stop.map(|s| match s {
             Stop::Worker(at) => at,
-            Stop::Sidecar(at) => lease_end(events, at).unwrap_or(at),
+            Stop::Sidecar(at) | Stop::Frozen(at) => lease_end(events, at).unwrap_or(at),
         });
         for run in runs {
             if run.outcome == Some(super::worker::RunEnd::Declined) {

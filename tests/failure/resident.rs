@@ -88,6 +88,12 @@ async fn a_join_moves_only_what_it_must_and_each_moved_item_starts_after_its_hol
         handoffs.push(run.start.duration_since(joined));
     }
     eprintln!("a join: B held its three items {handoffs:?} after it subscribed");
+    for took in &handoffs {
+        assert!(
+            *took <= Duration::from_secs(1),
+            "a moved item is held by the joining worker within 1 s of its Subscribe: {handoffs:?}"
+        );
+    }
     let mut ledger = Ledger::new();
     ledger.record_strict("a", &wa.strict_runs(), &wa.events(), None);
     ledger.record_strict("b", &wb.strict_runs(), &wb.events(), None);
@@ -165,7 +171,8 @@ async fn holds_survive_leaves_kills_and_freezes_without_overlap() {
         Some(Stop::Sidecar(sidecar_killed)),
     );
     ledger.record("doomed", &doomed.events(), &[], Some(Stop::Worker(killed)));
-    ledger.record("frozen", &frozen.events(), &[], Some(Stop::Worker(froze)));
+    // A frozen worker holds what it held until its lease ran out, for all it knows.
+    ledger.record("frozen", &frozen.events(), &[], Some(Stop::Frozen(froze)));
     ledger.assert_no_overlap();
     frozen.resume();
 }
