@@ -140,9 +140,9 @@ settings! {
     claim_ahead {
         env: "SHARDCAR_CLAIM_AHEAD",
         value_name: "DURATION",
-        default: "100ms",
-        meaning: "how long before each cron instant the fire's items are claimed in ZooKeeper (their running nodes written), so that the trigger reaches the worker at the instant instead of a write later; raise it when many jobs fire at the same instant (0s: claim at the instant; at most 500ms)",
-        example: r#""100ms""#,
+        default: "500ms",
+        meaning: "the longest lead before a cron instant at which its fires' items are claimed in ZooKeeper (their running nodes written), so that each trigger reaches its worker at the instant instead of a write later; the sidecar sizes each instant's lead within it from the fires due then and what recent claims took (0s: claim at the instant; at most 500ms)",
+        example: r#""500ms""#,
     }
     digest {
         env: "SHARDCAR_DIGEST",

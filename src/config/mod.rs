@@ -35,6 +35,10 @@ pub use layers::{parse_duration, Given};
 
 use layers::{flag_of, Layers, Origin};
 
+/// The longest claim lead, and `claim_ahead`'s default: the lead of each instant is sized from
+/// what the sidecar measures, within it (`schedule::ClaimLead`).
+pub const CLAIM_AHEAD_DEFAULT: Duration = Duration::from_millis(500);
+
 /// Everything `shardcar run` needs.
 #[derive(Debug, Clone, PartialEq)]
 pub struct Settings {
@@ -254,8 +258,8 @@ impl Settings {
                 "must be at most 100ms: by then ZooKeeper's threads have gone back to sleep",
             ));
         }
-        let (claim_ahead, origin) = layers.duration("claim_ahead", Duration::from_millis(100))?;
-        if claim_ahead > Duration::from_millis(500) {
+        let (claim_ahead, origin) = layers.duration("claim_ahead", CLAIM_AHEAD_DEFAULT)?;
+        if claim_ahead > CLAIM_AHEAD_DEFAULT {
             return Err(bad(
                 &origin,
                 "must be at most 500ms: a leader keeps its reshards off the claim lead before each fire instant, and a longer lead would leave jobs that fire every second hardly a moment to reshard in",

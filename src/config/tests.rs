@@ -64,7 +64,7 @@ fn flags_win_over_env_and_defaults_apply() {
     assert_eq!(s.session_timeout, Duration::from_secs(10));
     assert_eq!(s.lease, Duration::from_secs(5));
     assert_eq!(s.zk_warm_up, Duration::from_millis(2));
-    assert_eq!(s.claim_ahead, Duration::from_millis(100));
+    assert_eq!(s.claim_ahead, Duration::from_millis(500));
 }
 
 #[test]

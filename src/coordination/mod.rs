@@ -78,8 +78,6 @@ pub(crate) struct Shared {
     pub lease: Duration,
     /// The registry session timeout: self-fencing starts after 2/3 of it without a reply.
     pub session_timeout: Duration,
-    /// The timer's claim lead (see [`CoordinatorSettings::claim_ahead`]).
-    pub claim_ahead: Duration,
     /// Told about executions, misfires, failovers, revokes, workers and leadership.
     pub observer: Arc<dyn Observer>,
     /// Every task of the coordinator, so a shutdown can wait for them.
@@ -115,7 +113,6 @@ impl Shared {
             ip: self.ip.clone(),
             session_timeout: self.session_timeout,
             lease: self.lease,
-            claim_ahead: self.claim_ahead,
         }
     }
 
@@ -198,9 +195,6 @@ pub struct CoordinatorSettings {
     /// Worker lease length (capped at half the session timeout).
     pub lease: Duration,
     pub session_timeout: Duration,
-    /// How long before a cron instant a fire's run is claimed: the lead of the timer's notices
-    /// (zero: none).
-    pub claim_ahead: Duration,
 }
 
 /// The handle used by the gRPC services.
@@ -225,7 +219,6 @@ impl Coordinator {
                 ip: settings.ip,
                 lease: settings.lease.min(settings.session_timeout / 2),
                 session_timeout: settings.session_timeout,
-                claim_ahead: settings.claim_ahead,
                 observer,
                 tracker,
                 jobs: Mutex::new(HashMap::new()),

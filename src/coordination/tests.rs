@@ -14,6 +14,7 @@ use super::*;
 use crate::elasticjob::config::JobConfiguration;
 use crate::elasticjob::extras::JobExtras;
 use crate::registry::MemoryStore;
+use crate::schedule::ClaimLead;
 
 type Event = WorkerEvent;
 
@@ -22,7 +23,7 @@ struct TestCar {
     registry: Registry,
 }
 
-const CLAIM_AHEAD: Duration = Duration::from_millis(100);
+const CLAIM_AHEAD: Duration = crate::config::CLAIM_AHEAD_DEFAULT;
 
 fn car(store: &MemoryStore, ip: &str) -> TestCar {
     let registry = store.session();
@@ -30,12 +31,11 @@ fn car(store: &MemoryStore, ip: &str) -> TestCar {
         registry.clone(),
         // The sidecar's default claim lead, so that these runs are claimed ahead as in
         // production.
-        Timer::spawn_with(&TaskTracker::new(), CLAIM_AHEAD, None),
+        Timer::spawn_with(&TaskTracker::new(), ClaimLead::new(CLAIM_AHEAD), None),
         CoordinatorSettings {
             ip: ip.to_string(),
             lease: Duration::from_secs(5),
             session_timeout: Duration::from_secs(10),
-            claim_ahead: CLAIM_AHEAD,
         },
         Arc::new(NoObserver),
         TaskTracker::new(),

@@ -1,45 +1,64 @@
 //! The timer's schedules and their deadlines, without a clock: the thread ([`super::timer`])
 //! says what time it is.
 
-use std::cmp::Reverse;
-use std::collections::{BinaryHeap, HashMap};
-use std::time::Duration;
+use std::collections::{BTreeMap, HashMap};
 
 use chrono::{DateTime, Utc};
 
 use super::cron::CronSchedule;
 use super::fire::{Fire, FireSender};
+use super::lead::ClaimLead;
 
-/// A live schedule, where its fires go, and its generation (a replaced schedule gets a new one).
+/// A live schedule, where its fires go, and the instant it fires next.
 struct Entry {
-    generation: u64,
     schedule: CronSchedule,
     tx: FireSender,
+    next: Option<DateTime<Utc>>,
 }
 
-/// One deadline of the heap: when, the schedule's generation and key, and whether it is the
-/// notice `ahead` of an instant (the instant is then the deadline plus the lead).
-type Deadline = (DateTime<Utc>, u64, String, bool);
-
-/// The timer's state: the live schedules and a min-heap of their next deadlines, and whether
-/// the timer is closed. Heap entries of cancelled or replaced schedules are recognised by their
-/// generation and dropped.
+/// The schedules that fire at one instant, and whether their notices went out.
 #[derive(Default)]
+struct Due {
+    keys: Vec<String>,
+    noticed: bool,
+}
+
+/// What came due: the fires and notices to send, and the instants whose notices went out (with
+/// how many fires each has), for the claim lead's measurements.
+#[derive(Default)]
+pub(super) struct DueNow {
+    pub sends: Vec<(FireSender, Box<Fire>)>,
+    pub noticed: Vec<(DateTime<Utc>, usize)>,
+}
+
+/// The timer's state: the live schedules, the instants they fire next (each with the schedules
+/// that fire then), and whether the timer is closed. Each instant's notices go out its claim
+/// lead before it, the lead sized by [`ClaimLead`] from the number of schedules firing then.
 pub(super) struct Deadlines {
     entries: HashMap<String, Entry>,
-    heap: BinaryHeap<Reverse<Deadline>>,
-    next_generation: u64,
+    instants: BTreeMap<DateTime<Utc>, Due>,
+    /// Schedules put at an instant whose notices went out already: theirs go out at once.
+    late: Vec<String>,
     closed: bool,
-    /// The claim lead: how long before each instant its notice goes out (zero: none).
-    ahead: Duration,
+    lead: ClaimLead,
+}
+
+impl Default for Deadlines {
+    /// No schedule, no claim lead.
+    fn default() -> Deadlines {
+        Deadlines::new(ClaimLead::new(std::time::Duration::ZERO))
+    }
 }
 
 impl Deadlines {
-    /// No schedule yet; each instant's notice goes out `ahead` before it (zero: none).
-    pub(super) fn new(ahead: Duration) -> Deadlines {
+    /// No schedule yet; each instant's notice goes out as `lead` says (zero cap: none).
+    pub(super) fn new(lead: ClaimLead) -> Deadlines {
         Deadlines {
-            ahead,
-            ..Deadlines::default()
+            entries: HashMap::new(),
+            instants: BTreeMap::new(),
+            late: Vec::new(),
+            closed: false,
+            lead,
         }
     }
 
@@ -68,102 +87,136 @@ impl Deadlines {
         tx: FireSender,
         now: DateTime<Utc>,
     ) {
-        self.next_generation += 1;
-        let generation = self.next_generation;
-        if let Some(at) = schedule.next_after(now) {
-            self.push(at, generation, &key);
-        }
+        self.cancel(&key);
+        let next = schedule.next_after(now);
         self.entries.insert(
-            key,
+            key.clone(),
             Entry {
-                generation,
                 schedule,
                 tx,
+                next: None,
             },
         );
+        if let Some(at) = next {
+            self.put(key, at);
+        }
     }
 
     pub(super) fn cancel(&mut self, key: &str) {
-        self.entries.remove(key);
-    }
-
-    /// Puts instant `at` of schedule `key` on the heap, and its notice the claim lead before it.
-    fn push(&mut self, at: DateTime<Utc>, generation: u64, key: &str) {
-        if let Some(lead) = chrono::Duration::from_std(self.ahead)
-            .ok()
-            .filter(|lead| !lead.is_zero())
-        {
-            self.heap
-                .push(Reverse((at - lead, generation, key.to_owned(), true)));
+        if let Some(at) = self.entries.remove(key).and_then(|e| e.next) {
+            self.unlink(key, at);
         }
-        self.heap
-            .push(Reverse((at, generation, key.to_owned(), false)));
     }
 
-    /// Pops every deadline due at `now` and returns what to send. Each due schedule fires
-    /// once, for its scheduled instant, and is rescheduled after `now`: instants missed while
-    /// the process was stalled are skipped (Quartz's DO_NOTHING). A notice ahead of an instant
-    /// that has already come is dropped: the fire itself goes out at once.
-    pub(super) fn take_due(&mut self, now: DateTime<Utc>) -> Vec<(FireSender, Box<Fire>)> {
-        let mut out = Vec::new();
-        let lead = chrono::Duration::from_std(self.ahead).unwrap_or_default();
-        while let Some(Reverse((at, _, _, _))) = self.heap.peek() {
-            if *at > now {
+    /// Schedule `key` fires next at `at`.
+    fn put(&mut self, key: String, at: DateTime<Utc>) {
+        if let Some(entry) = self.entries.get_mut(&key) {
+            entry.next = Some(at);
+        }
+        let due = self.instants.entry(at).or_default();
+        if due.noticed {
+            self.late.push(key.clone());
+        }
+        due.keys.push(key);
+    }
+
+    fn unlink(&mut self, key: &str, at: DateTime<Utc>) {
+        if let Some(due) = self.instants.get_mut(&at) {
+            due.keys.retain(|k| k != key);
+            if due.keys.is_empty() {
+                self.instants.remove(&at);
+            }
+        }
+    }
+
+    /// Takes every fire and notice due at `now`. Each due schedule fires once, for its
+    /// scheduled instant, and is rescheduled after `now`: instants missed while the process was
+    /// stalled are skipped (Quartz's DO_NOTHING). The notices of an instant to come go out once
+    /// `now` is within its lead of it; an instant that has already come gets no notice: its
+    /// fire goes out at once.
+    pub(super) fn take_due(&mut self, now: DateTime<Utc>) -> DueNow {
+        let mut taken = DueNow::default();
+        while let Some(entry) = self.instants.first_entry() {
+            if *entry.key() > now {
                 break;
             }
-            let Some(Reverse((at, generation, key, ahead))) = self.heap.pop() else {
-                break;
-            };
-            let Some(entry) = self
-                .entries
-                .get(&key)
-                .filter(|e| e.generation == generation)
-            else {
-                continue; // cancelled or replaced
-            };
-            if ahead {
-                let fire_time = at + lead;
-                if fire_time > now {
-                    out.push((
-                        entry.tx.clone(),
-                        Box::new(Fire {
-                            key,
-                            fire_time,
-                            ahead: true,
-                            taken: None,
-                        }),
-                    ));
+            let (at, due) = entry.remove_entry();
+            for key in due.keys {
+                let Some(e) = self.entries.get_mut(&key) else {
+                    continue;
+                };
+                e.next = None;
+                taken.sends.push((e.tx.clone(), fire(&key, at, false)));
+                if let Some(next) = e.schedule.next_after(now.max(at)) {
+                    self.put(key, next);
                 }
+            }
+        }
+        let cap = self.lead.cap();
+        if cap.is_zero() {
+            self.late.clear();
+            return taken;
+        }
+        for key in std::mem::take(&mut self.late) {
+            if let Some(e) = self.entries.get(&key) {
+                if let Some(at) = e.next.filter(|at| *at > now) {
+                    taken.sends.push((e.tx.clone(), fire(&key, at, true)));
+                }
+            }
+        }
+        let horizon = chrono::Duration::from_std(cap).unwrap_or_default();
+        for (at, due) in self.instants.iter_mut() {
+            if *at - horizon > now {
+                break; // no lead reaches this far
+            }
+            if due.noticed {
                 continue;
             }
-            out.push((
-                entry.tx.clone(),
-                Box::new(Fire {
-                    key: key.clone(),
-                    fire_time: at,
-                    ahead: false,
-                    taken: None,
-                }),
-            ));
-            if let Some(next) = entry.schedule.next_after(now.max(at)) {
-                self.push(next, generation, &key);
+            let lead =
+                chrono::Duration::from_std(self.lead.lead(due.keys.len())).unwrap_or_default();
+            if now < *at - lead {
+                continue;
+            }
+            due.noticed = true;
+            taken.noticed.push((*at, due.keys.len()));
+            for key in &due.keys {
+                if let Some(e) = self.entries.get(key) {
+                    taken.sends.push((e.tx.clone(), fire(key, *at, true)));
+                }
             }
         }
-        out
+        taken
     }
 
-    /// The earliest deadline of a live schedule (stale heap entries are dropped on the way).
-    pub(super) fn next_deadline(&mut self) -> Option<DateTime<Utc>> {
-        while let Some(Reverse((at, generation, key, _))) = self.heap.peek() {
-            if self
-                .entries
-                .get(key)
-                .is_some_and(|e| e.generation == *generation)
-            {
-                return Some(*at);
-            }
-            self.heap.pop();
+    /// The earliest deadline: the next instant, or an earlier notice of one to come.
+    pub(super) fn next_deadline(&self) -> Option<DateTime<Utc>> {
+        let (first, _) = self.instants.first_key_value()?;
+        let mut next = *first;
+        let cap = self.lead.cap();
+        if cap.is_zero() {
+            return Some(next);
         }
-        None
+        let horizon = chrono::Duration::from_std(cap).unwrap_or_default();
+        for (at, due) in &self.instants {
+            if *at - horizon > next {
+                break;
+            }
+            if due.noticed {
+                continue;
+            }
+            let lead =
+                chrono::Duration::from_std(self.lead.lead(due.keys.len())).unwrap_or_default();
+            next = next.min(*at - lead);
+        }
+        Some(next)
     }
+}
+
+fn fire(key: &str, fire_time: DateTime<Utc>, ahead: bool) -> Box<Fire> {
+    Box::new(Fire {
+        key: key.to_owned(),
+        fire_time,
+        ahead,
+        taken: None,
+    })
 }

@@ -15,11 +15,13 @@ mod burst;
 mod cron;
 mod deadlines;
 mod fire;
+mod lead;
 mod queue;
 mod timer;
 
 pub use burst::{Burst, Taken, ANSWER_WAIT_MAX};
 pub use cron::{validate_time_zone, CronError, CronSchedule};
 pub use fire::{Fire, FireRefused, FireSender, FireSink};
+pub use lead::ClaimLead;
 pub use queue::{FireQueue, FIRE_QUEUE};
 pub use timer::{Timer, WarmUp};

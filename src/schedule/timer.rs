@@ -10,9 +10,12 @@ use super::burst::Burst;
 use super::cron::CronSchedule;
 use super::deadlines::Deadlines;
 use super::fire::{FireRefused, FireSender};
+use super::lead::ClaimLead;
 
 struct Shared {
     state: Mutex<Deadlines>,
+    /// The claim lead, told when each instant's notices went out.
+    lead: ClaimLead,
     /// Wakes the timer's thread when a schedule changes or the timer closes.
     wake: Condvar,
     warm_up: Option<WarmUp>,
@@ -72,20 +75,22 @@ impl Timer {
     /// # Panics
     /// Outside a tokio runtime.
     pub fn spawn_on(tracker: &TaskTracker) -> Timer {
-        Timer::spawn_with(tracker, Duration::ZERO, None)
+        Timer::spawn_with(tracker, ClaimLead::new(Duration::ZERO), None)
     }
 
-    /// [`Timer::spawn_on`], with a claim lead and, optionally, a [`WarmUp`]. With a non-zero
-    /// `ahead`, each instant of a schedule is announced `ahead` before it by a [`Fire`] whose
-    /// `ahead` is set (a job claims the run's items then, so that its trigger goes out at the
-    /// instant itself), and then fired at the instant as usual. The warm-up comes before each
-    /// deadline, notices included: a claim's write is what it is for.
+    /// [`Timer::spawn_on`], with a claim lead and, optionally, a [`WarmUp`]. With a lead whose
+    /// cap is not zero, each instant of a schedule is announced its lead before it (sized by
+    /// [`ClaimLead`] from the fires due then) by a [`Fire`] whose `ahead` is set (a job claims
+    /// the run's items then, so that its trigger goes out at the instant itself), and then
+    /// fired at the instant as usual. The warm-up comes before each deadline, notices
+    /// included: a claim's write is what it is for.
     ///
     /// # Panics
     /// Outside a tokio runtime.
-    pub fn spawn_with(tracker: &TaskTracker, ahead: Duration, warm_up: Option<WarmUp>) -> Timer {
+    pub fn spawn_with(tracker: &TaskTracker, lead: ClaimLead, warm_up: Option<WarmUp>) -> Timer {
         let shared = Arc::new(Shared {
-            state: Mutex::new(Deadlines::new(ahead)),
+            state: Mutex::new(Deadlines::new(lead.clone())),
+            lead,
             wake: Condvar::new(),
             warm_up,
             burst: Arc::default(),
@@ -106,6 +111,11 @@ impl Timer {
     pub fn schedule(&self, key: String, schedule: CronSchedule, tx: FireSender) {
         self.shared.lock().schedule(key, schedule, tx, Utc::now());
         self.shared.wake.notify_all();
+    }
+
+    /// The claim lead its notices go out with.
+    pub fn lead(&self) -> &ClaimLead {
+        &self.shared.lead
     }
 
     /// The fires sent at their instants and not yet taken up by their jobs.
@@ -149,7 +159,12 @@ fn run(shared: &Shared) {
         // Sending under the lock (`try_send` never waits) means that once `cancel` returns,
         // nothing more is sent for that key.
         let mut gone = Vec::new();
-        for (tx, mut fire) in state.take_due(Utc::now()) {
+        let due = state.take_due(Utc::now());
+        let noticed_at = std::time::Instant::now();
+        for (instant, fires) in due.noticed {
+            shared.lead.noticed(instant, fires, noticed_at);
+        }
+        for (tx, mut fire) in due.sends {
             if !fire.ahead {
                 fire.taken = Some(shared.burst.count());
             }

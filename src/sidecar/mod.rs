@@ -205,7 +205,11 @@ pub async fn run(
             lead: settings.zk_warm_up,
             hook: Box::new(hook),
         });
-    let timer = Timer::spawn_with(&tracker, settings.claim_ahead, warm_up);
+    let timer = Timer::spawn_with(
+        &tracker,
+        crate::schedule::ClaimLead::new(settings.claim_ahead),
+        warm_up,
+    );
     let coordinator = Coordinator::new(
         registry.clone(),
         timer.clone(),
@@ -213,7 +217,6 @@ pub async fn run(
             ip: settings.advertise_ip.clone(),
             lease: settings.lease,
             session_timeout: settings.session_timeout,
-            claim_ahead: settings.claim_ahead,
         },
         Arc::new(OpsObserver {
             history: history.clone(),

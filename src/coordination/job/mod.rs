@@ -77,9 +77,6 @@ pub(crate) struct Settings {
     pub session_timeout: Duration,
     /// How long each worker lease is valid (at most half the session timeout).
     pub lease: Duration,
-    /// How long before a cron instant the timer's notice comes ([`Input::FireAhead`]): a
-    /// leader keeps its reshards off that lead too (zero: no notices).
-    pub claim_ahead: Duration,
 }
 
 /// A snapshot of the world outside the state machine, taken by the driver for each step.
@@ -97,6 +94,10 @@ pub(crate) struct Env {
     /// Random bits drawn for this step: the state draws none of its own (execution ids are
     /// derived from these, [`execution_id`]).
     pub entropy: u128,
+    /// How long before a cron instant the timer's notices come ([`Input::FireAhead`]), as the
+    /// timer last sized it ([`crate::schedule::ClaimLead::current`]): a leader keeps its
+    /// reshards off that lead too (zero: no notices).
+    pub claim_lead: Duration,
 }
 
 impl Env {
@@ -301,6 +302,11 @@ pub(crate) enum Observation {
     HoldStarted {
         item: i32,
         waited: Option<Duration>,
+    },
+    /// The write of a run claimed ahead of cron instant `fire_time` was answered (landed or
+    /// refused): what the claim lead measures ([`crate::schedule::ClaimLead::claimed`]).
+    ClaimAnswered {
+        fire_time: DateTime<Utc>,
     },
 }
 

@@ -286,6 +286,7 @@ impl Driver {
             session: self.shared.registry.session().borrow().clone(),
             proof: self.shared.registry.last_proof(),
             entropy: rand::random(),
+            claim_lead: self.shared.timer.lead().current(),
         }
     }
 

@@ -184,6 +184,7 @@ impl Driver {
             Observation::Worker { joined } => observer.worker(job, joined),
             Observation::Leadership { leading } => observer.leadership(job, leading),
             Observation::HoldStarted { item, waited } => observer.hold_started(job, item, waited),
+            Observation::ClaimAnswered { fire_time } => self.shared.timer.lead().claimed(fire_time),
         }
     }
 }

@@ -169,7 +169,7 @@ fn sharding_digest(cx: &Cx, plan: &sharding::ShardingPlan) -> u64 {
 
 /// When a reshard that moves an item away from a live owner would land within
 /// [`RESHARD_QUIET`] of one of the job's fire instants (or of the claim lead before it,
-/// `claim_ahead`), the instant it may be written instead ([`RESHARD_QUIET`] after the fire
+/// `Env::claim_lead`), the instant it may be written instead ([`RESHARD_QUIET`] after the fire
 /// instant).
 ///
 /// Every member fires on the owners it has read by the fire instant. A reshard written just
@@ -193,9 +193,9 @@ pub(in crate::coordination::job) fn quiet_until(
         return None;
     }
     let quiet = chrono::Duration::from_std(RESHARD_QUIET).ok()?;
-    // Members claim a fire's run `claim_ahead` before its instant, on the owners they have read
+    // Members claim a fire's run the claim lead before its instant, on the owners they have read
     // by then: the quiet time starts that much earlier.
-    let ahead = chrono::Duration::from_std(cx.settings().claim_ahead).ok()?;
+    let ahead = chrono::Duration::from_std(cx.env.claim_lead).ok()?;
     // The first fire instant strictly after `wall - quiet`: the one just passed, if any.
     let wall = cx.env.wall;
     let fire = cron.next_after(wall - quiet)?;

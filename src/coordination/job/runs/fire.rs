@@ -331,6 +331,11 @@ impl Runs {
         let items: Vec<i32> = exec.items.iter().copied().collect();
         let instance = exec.instance_id.clone();
         let held = self.is_held(execution_id);
+        if held {
+            cx.observe(Observation::ClaimAnswered {
+                fire_time: exec.fire_time,
+            });
+        }
         cx.io.unlock(&items);
         match result {
             Ok(results) => {

@@ -13,7 +13,7 @@ const AHEAD: Duration = Duration::from_millis(100);
 
 fn ready_ahead(total: i32, failover: bool) -> (Script, StreamKey) {
     let (mut s, stream) = ready(total, failover);
-    s.state.job.settings.claim_ahead = AHEAD;
+    s.env.claim_lead = AHEAD;
     (s, stream)
 }
 
@@ -239,7 +239,7 @@ fn a_failover_claim_before_the_instant_takes_the_instance_and_the_fire_is_a_misf
     // The run claimed ahead does not hold a crashed peer's items back; at the instant the
     // instance is busy, as it would have been without the claim.
     let mut s = Script::new("j");
-    s.state.job.settings.claim_ahead = AHEAD;
+    s.env.claim_lead = AHEAD;
     let tree = shared_with_peer(&s, true, PEER);
     s.join(Some(tree));
     claimed(&mut s);

@@ -69,7 +69,6 @@ impl Script {
                     ip: IP.into(),
                     session_timeout: SESSION,
                     lease: LEASE,
-                    claim_ahead: Duration::ZERO,
                 },
             ),
             env: Env {
@@ -81,6 +80,7 @@ impl Script {
                 },
                 proof: Some(t0),
                 entropy: 0x5eed,
+                claim_lead: Duration::ZERO,
             },
             t0,
             paths: JobPaths::new(job),

@@ -21,7 +21,6 @@ fn job() -> Job {
             ip: IP.into(),
             session_timeout: SESSION,
             lease: LEASE,
-            claim_ahead: Duration::ZERO,
         },
     }
 }
@@ -36,6 +35,7 @@ fn env(t0: Instant, ms: u64) -> Env {
         },
         proof: Some(t0 + Duration::from_millis(ms)),
         entropy: 1,
+        claim_lead: Duration::ZERO,
     }
 }
 
@@ -416,13 +416,6 @@ fn a_held_answer_call_settles_when_all_its_items_have_an_outcome() {
     assert!(held.settled(&outcomes).is_empty(), "each call settles once");
 }
 
-/// [`job`] with the claim lead `ahead`.
-fn job_ahead(ahead: Duration) -> Job {
-    let mut job = job();
-    job.settings.claim_ahead = ahead;
-    job
-}
-
 #[test]
 fn the_leader_keeps_a_reshard_that_moves_a_live_owners_item_off_the_fire_instants() {
     use crate::coordination::job::leadership::reshard::quiet_until;
@@ -488,8 +481,11 @@ fn the_leader_keeps_a_reshard_that_moves_a_live_owners_item_off_the_fire_instant
         ("no cron", 2450, 0, &live_moved, false, None),
     ];
     for (what, ms, ahead, plan, with_cron, expected) in cases {
-        let job = job_ahead(Duration::from_millis(ahead));
-        let env = env(t0, ms);
+        let job = job();
+        let env = Env {
+            claim_lead: Duration::from_millis(ahead),
+            ..env(t0, ms)
+        };
         let (mut io, mut out) = (Io::default(), Vec::new());
         let cx = Cx {
             job: &job,
