@@ -1,0 +1,108 @@
+//! Tests of what `shardcar ctl` prints, from fixed Admin answers.
+
+use super::*;
+
+#[test]
+fn executions_say_where_they_come_from() {
+    use crate::api::admin::{HISTORY_LOCAL, HISTORY_LOCAL_FALLBACK, HISTORY_TRACING_DB};
+    let e = proto::ExecutionInfo {
+        job_name: "ledger".into(),
+        source: proto::TriggerSource::Unspecified as i32,
+        ..Default::default()
+    };
+    let db = executions(std::slice::from_ref(&e), HISTORY_TRACING_DB);
+    assert!(
+        db.lines().nth(1).unwrap().contains("NORMAL_TRIGGER"),
+        "{db}"
+    );
+    assert!(db.ends_with("ElasticJob process writing there)\n"), "{db}");
+    assert!(executions(&[], HISTORY_TRACING_DB)
+        .starts_with("no executions in the tracing database yet\n(from the tracing"));
+    let fallback = executions(std::slice::from_ref(&e), HISTORY_LOCAL_FALLBACK);
+    assert!(fallback.ends_with("could not be read, see the sidecar's log)\n"));
+    assert_eq!(
+        executions(std::slice::from_ref(&e), HISTORY_LOCAL)
+            .lines()
+            .count(),
+        2
+    );
+    assert_eq!(
+        executions(&[], HISTORY_LOCAL),
+        "no executions recorded by this sidecar yet\n"
+    );
+}
+
+#[test]
+fn tables_align() {
+    let t = table(
+        &["A", "LONGER"],
+        &[vec!["xyz".into(), "1".into()], vec!["q".into(), "".into()]],
+    );
+    assert_eq!(t, "A    LONGER\nxyz  1\nq\n");
+}
+
+#[test]
+fn job_view_shows_items_and_servers() {
+    let state = proto::JobDetail {
+        config: Some(proto::JobConfig {
+            job_name: "orders".into(),
+            cron: "0/5 * * * * ?".into(),
+            sharding_total_count: 2,
+            ..Default::default()
+        }),
+        state: proto::JobState::Ok as i32,
+        leader: "10.0.0.1@-@1".into(),
+        servers: vec![proto::ServerInfo {
+            ip: "10.0.0.1".into(),
+            disabled: true,
+            instance_count: 1,
+        }],
+        instances: vec![proto::InstanceInfo {
+            instance_id: "10.0.0.1@-@1".into(),
+            server_ip: "10.0.0.1".into(),
+            leader: true,
+            items: vec![0, 1],
+            via_sidecar: true,
+        }],
+        items: vec![
+            proto::ItemInfo {
+                item: 0,
+                owner: "10.0.0.1@-@1".into(),
+                running: true,
+                running_instance: "10.0.0.1@-@1".into(),
+                ..Default::default()
+            },
+            proto::ItemInfo {
+                item: 1,
+                owner: "10.0.0.1@-@1".into(),
+                disabled: true,
+                failover_pending: true,
+                ..Default::default()
+            },
+        ],
+        sharding_necessary: false,
+    };
+    let text = job(&state);
+    assert!(text.starts_with("Job orders  [OK]\n"), "{text}");
+    assert!(text.contains("  10.0.0.1  DISABLED  1\n"), "{text}");
+    assert!(
+        text.contains("  10.0.0.1@-@1  10.0.0.1  yes     0,1\n"),
+        "{text}"
+    );
+    assert!(
+        text.contains("  0     10.0.0.1@-@1  10.0.0.1@-@1  -        -         -         -\n"),
+        "{text}"
+    );
+    assert!(
+        text.contains("  1     10.0.0.1@-@1  -             -        yes       pending   -\n"),
+        "{text}"
+    );
+    let j: serde_json::Value = serde_json::from_str(&super::super::protojson::to_json(
+        &proto::GetJobResponse { job: Some(state) },
+        true,
+    ))
+    .unwrap();
+    assert_eq!(j["job"]["state"], "JOB_STATE_OK");
+    assert_eq!(j["job"]["items"][1]["failoverPending"], true);
+    assert_eq!(j["job"]["config"]["jobName"], "orders");
+}
