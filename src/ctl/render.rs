@@ -302,6 +302,7 @@ pub fn executions(list: &[proto::ExecutionInfo], history: &str) -> String {
                 } else {
                     source_name(e.source).into()
                 },
+                e.attempt.to_string(),
                 items_text(&e.items),
                 outcome_name(e.outcome).into(),
                 format!("{:.3}s", seconds(&e.duration)),
@@ -316,6 +317,7 @@ pub fn executions(list: &[proto::ExecutionInfo], history: &str) -> String {
             "EXECUTION",
             "INSTANCE",
             "SOURCE",
+            "ATTEMPT",
             "ITEMS",
             "OUTCOME",
             "DURATION",

@@ -33,6 +33,68 @@ fn executions_say_where_they_come_from() {
 }
 
 #[test]
+fn executions_show_their_attempt() {
+    let retry = proto::ExecutionInfo {
+        job_name: "payments".into(),
+        execution_id: "e-2".into(),
+        source: proto::TriggerSource::Retry as i32,
+        attempt: 2,
+        items: vec![1],
+        outcome: proto::ExecutionOutcome::Completed as i32,
+        ..Default::default()
+    };
+    let first = proto::ExecutionInfo {
+        execution_id: "e-1".into(),
+        source: proto::TriggerSource::Cron as i32,
+        attempt: 0,
+        outcome: proto::ExecutionOutcome::Failed as i32,
+        error: "disk full".into(),
+        ..retry.clone()
+    };
+    let text = executions(&[retry, first], crate::api::admin::HISTORY_LOCAL);
+    let lines: Vec<&str> = text.lines().collect();
+    let header: Vec<&str> = lines[0].split_whitespace().collect();
+    assert_eq!(
+        header,
+        [
+            "STARTED",
+            "JOB",
+            "EXECUTION",
+            "INSTANCE",
+            "SOURCE",
+            "ATTEMPT",
+            "ITEMS",
+            "OUTCOME",
+            "DURATION",
+            "ERROR"
+        ]
+    );
+    let cells = |line: &str| {
+        line.split_whitespace()
+            .map(str::to_string)
+            .collect::<Vec<_>>()
+    };
+    // No start time or instance: the row's cells start at the job.
+    assert_eq!(
+        cells(lines[1]),
+        [
+            "payments",
+            "e-2",
+            "RETRY",
+            "2",
+            "1",
+            "completed",
+            "0.000s",
+            "-"
+        ]
+    );
+    assert_eq!(
+        cells(lines[2]),
+        ["payments", "e-1", "CRON", "0", "1", "failed", "0.000s", "disk", "full"]
+    );
+}
+
+#[test]
 fn tables_align() {
     let t = table(
         &["A", "LONGER"],
