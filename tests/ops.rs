@@ -6,8 +6,8 @@
 //! exported by OTLP (`ops/telemetry.rs`), ElasticJob's tracing tables on a real PostgreSQL
 //! (`ops/tracing_db.rs`), SCRIPT and HTTP jobs run by the sidecars themselves
 //! (`ops/typed_jobs.rs`), the jobs' error handlers against real HTTP and SMTP receivers
-//! (`ops/alerts.rs`), and retry policies and error handlers out of range refused wherever a
-//! job's config comes in (`ops/failures.rs`).
+//! (`ops/alerts.rs`), and retry policies, retries and resident holds at the surfaces: refused
+//! when out of range, shown by `ctl` and counted by the metrics (`ops/failures.rs`).
 #![allow(
     clippy::disallowed_methods,
     reason = "tests, benchmarks and examples run against real time and real processes"

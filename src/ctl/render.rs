@@ -138,8 +138,35 @@ pub fn jobs(jobs: &[proto::JobSummary]) -> String {
     )
 }
 
-/// The per-item table of `ctl job show` and `ctl watch`.
-pub fn items(items: &[proto::ItemInfo]) -> String {
+/// Who holds a resident item, from its nodes: its holder; the holder and the owner it is
+/// handed to while the holder lets go; `not held yet` while it is owned but its hold has not
+/// started (it starts on its owner at once, or after a restart backoff); `-` when nobody owns
+/// it or it is disabled.
+fn holder(i: &proto::ItemInfo) -> String {
+    if i.running {
+        let by = if i.running_instance.is_empty() {
+            &i.owner
+        } else {
+            &i.running_instance
+        };
+        return if *by == i.owner {
+            or_dash(by)
+        } else if i.owner.is_empty() {
+            format!("{by} (letting go)")
+        } else {
+            format!("{by} (handing off to {})", i.owner)
+        };
+    }
+    if i.owner.is_empty() || i.disabled {
+        "-".into()
+    } else {
+        "not held yet".into()
+    }
+}
+
+/// The per-item table of `ctl job show` and `ctl watch`: for a resident job, who holds each
+/// item (`HELD BY`) instead of who runs it.
+pub fn items(items: &[proto::ItemInfo], resident: bool) -> String {
     let rows: Vec<Vec<String>> = items
         .iter()
         .map(|i| {
@@ -154,9 +181,9 @@ pub fn items(items: &[proto::ItemInfo]) -> String {
                 i.item.to_string(),
                 or_dash(&i.owner),
                 match (i.running, i.running_instance.is_empty()) {
+                    _ if resident => holder(i),
                     (false, _) => "-".into(),
                     (true, true) => "yes".into(),
-                    (true, false) if i.handoff => format!("{} (handing off)", i.running_instance),
                     (true, false) => i.running_instance.clone(),
                 },
                 yes(i.misfire),
@@ -166,18 +193,25 @@ pub fn items(items: &[proto::ItemInfo]) -> String {
             ]
         })
         .collect();
-    table(
+    let mut out = table(
         &[
             "ITEM",
             "OWNER",
-            "RUNNING",
+            if resident { "HELD BY" } else { "RUNNING" },
             "MISFIRE",
             "DISABLED",
             "FAILOVER",
             "PARAMETER",
         ],
         &rows,
-    )
+    );
+    if resident && items.iter().any(|i| holder(i) == "not held yet") {
+        out.push_str(
+            "(not held yet: its hold starts on its owner at once, or once a restart backoff \
+             after its last hold has passed)\n",
+        );
+    }
+    out
 }
 
 /// `ctl job show NAME`.
@@ -208,6 +242,24 @@ pub fn job(j: &proto::JobDetail) -> String {
             "  timeout:     {}s per execution\n",
             c.execution_timeout_seconds
         ));
+    }
+    if c.resident {
+        out.push_str("  resident:    each item is held by its owner's worker until it moves\n");
+    }
+    out.push_str(&format!(
+        "  retry:       {}\n",
+        retry_policy(c.retry.as_ref())
+    ));
+    let props: std::collections::BTreeMap<&String, &String> = c.props.iter().collect();
+    let (handler, settings) =
+        crate::ops::jobs::shown::error_handler(Some(c.job_error_handler_type.as_str()), props);
+    out.push_str(&format!("  on failure:  {handler}"));
+    if c.retry.is_some() && handler != "IGNORE" {
+        out.push_str(" (once a failure's attempts have run out)");
+    }
+    out.push('\n');
+    for (key, value) in settings {
+        out.push_str(&format!("               {key} = {value}\n"));
     }
     if !c.description.is_empty() {
         out.push_str(&format!("  description: {}\n", c.description));
@@ -257,8 +309,20 @@ pub fn job(j: &proto::JobDetail) -> String {
         )));
     }
     out.push_str("\nItems\n");
-    out.push_str(&indent(&items(&j.items)));
+    out.push_str(&indent(&items(&j.items, c.resident)));
     out
+}
+
+/// A wire retry policy in words ([`crate::ops::jobs::shown::retry_policy`]).
+fn retry_policy(p: Option<&proto::RetryPolicy>) -> String {
+    let Some(p) = p else {
+        return crate::ops::jobs::shown::retry_policy(None);
+    };
+    match crate::api::convert::retry_from_proto(p) {
+        Ok(policy) => crate::ops::jobs::shown::retry_policy(policy.as_ref()),
+        // Not one this sidecar would write.
+        Err(e) => format!("{} runs in all ({e})", p.max_attempts),
+    }
 }
 
 fn indent(text: &str) -> String {
@@ -345,7 +409,8 @@ pub fn change(c: &proto::WatchJobResponse) -> String {
                 or_dash(&job.leader),
                 job.instances.len()
             ));
-            out.push_str(&indent(&items(&job.items)));
+            let resident = job.config.as_ref().is_some_and(|c| c.resident);
+            out.push_str(&indent(&items(&job.items, resident)));
         }
         None if c.removed => out.push_str("  the job was removed\n"),
         None => {}

@@ -95,6 +95,117 @@ fn executions_show_their_attempt() {
 }
 
 #[test]
+fn a_job_shows_its_retry_policy_and_error_handler_without_secrets() {
+    let detail = |config: proto::JobConfig| proto::JobDetail {
+        config: Some(config),
+        ..Default::default()
+    };
+    let mut c = proto::JobConfig {
+        job_name: "payments".into(),
+        sharding_total_count: 1,
+        job_error_handler_type: "WEBHOOK".into(),
+        props: [
+            ("webhook.url", "https://alerts.example.com/hook?key=abc"),
+            ("webhook.token", "s3cret-token"),
+            ("batch", "10"),
+        ]
+        .into_iter()
+        .map(|(k, v)| (k.to_string(), v.to_string()))
+        .collect(),
+        retry: Some(proto::RetryPolicy {
+            max_attempts: 3,
+            initial_backoff: Some(prost_types::Duration {
+                seconds: 0,
+                nanos: 200_000_000,
+            }),
+            max_backoff: None,
+            multiplier: 0.0,
+        }),
+        ..Default::default()
+    };
+    let text = job(&detail(c.clone()));
+    assert!(
+        text.contains(
+            "  retry:       3 runs in all (2 retries): the first after 200ms, each next wait ×2, up to 1m\n"
+        ),
+        "{text}"
+    );
+    assert!(
+        text.contains(
+            "  on failure:  WEBHOOK (once a failure's attempts have run out)\n               webhook.token = (set, not shown)\n               webhook.url = https://alerts.example.com/hook?…\n"
+        ),
+        "{text}"
+    );
+    assert!(
+        !text.contains("s3cret") && !text.contains("key=abc"),
+        "{text}"
+    );
+    c.retry = None;
+    c.job_error_handler_type.clear();
+    let text = job(&detail(c));
+    assert!(
+        text.contains("  retry:       none: a failed item waits for the next fire\n  on failure:  LOG (the default)\n"),
+        "{text}"
+    );
+}
+
+#[test]
+fn a_resident_job_shows_who_holds_each_item_and_each_hand_off() {
+    let (a, b) = ("10.0.0.1@-@1", "10.0.0.2@-@2");
+    let item = |i: i32, owner: &str, running: Option<&str>| proto::ItemInfo {
+        item: i,
+        owner: owner.into(),
+        running: running.is_some(),
+        running_instance: running.unwrap_or_default().into(),
+        handoff: running.is_some_and(|r| r != owner),
+        ..Default::default()
+    };
+    let mut disabled = item(4, a, None);
+    disabled.disabled = true;
+    let items_of_job = vec![
+        item(0, a, Some(a)),
+        item(1, b, Some(a)),
+        item(2, b, None),
+        item(3, "", Some(b)),
+        disabled,
+        item(5, "", None),
+    ];
+    let text = items(&items_of_job, true);
+    let rows: Vec<Vec<&str>> = text
+        .lines()
+        .map(|l| {
+            l.split("  ")
+                .map(str::trim)
+                .filter(|c| !c.is_empty())
+                .collect()
+        })
+        .collect();
+    assert_eq!(rows[0][2], "HELD BY", "{text}");
+    let held: Vec<&str> = rows[1..7].iter().map(|r| r[2]).collect();
+    assert_eq!(
+        held,
+        [
+            a,
+            &format!("{a} (handing off to {b})"),
+            "not held yet",
+            &format!("{b} (letting go)"),
+            "-",
+            "-"
+        ],
+        "{text}"
+    );
+    assert!(
+        text.ends_with("(not held yet: its hold starts on its owner at once, or once a restart backoff after its last hold has passed)\n"),
+        "{text}"
+    );
+    // Not resident: who runs each item, as before.
+    let text = items(&items_of_job, false);
+    assert!(text.starts_with("ITEM  OWNER"), "{text}");
+    assert!(text.lines().next().unwrap().contains("RUNNING"));
+    assert!(!text.contains("not held yet"));
+}
+
+#[test]
 fn tables_align() {
     let t = table(
         &["A", "LONGER"],
