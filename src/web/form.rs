@@ -516,15 +516,26 @@ impl ConfigForm {
     }
 }
 
-/// The form field an Admin validation error names (`config.cron` → `cron`), `_` for none.
-pub fn field_of(admin_field: &str) -> String {
+/// Where the form shows an Admin validation error, and what it says there: at the field it
+/// names (`config.cron` → `cron`, `config.retry.max_attempts` → `retry_max_attempts`), a prop's
+/// at the properties with the prop's key in front (`config.props["email.host"]` → `props`,
+/// `email.host: ...`), anything else at the top of the form (`_`).
+pub fn field_error(admin_field: &str, message: &str) -> (String, String) {
     let field = admin_field.strip_prefix("config.").unwrap_or(admin_field);
-    // `config.retry.max_attempts` is the form's `retry_max_attempts`.
-    let field = &field.replace('.', "_");
+    if let Some(key) = field.strip_prefix("props") {
+        let key = key.trim_start_matches("[\"").trim_end_matches("\"]");
+        let message = if key.is_empty() {
+            message.to_string()
+        } else {
+            format!("{key}: {message}")
+        };
+        return ("props".to_string(), message);
+    }
+    let field = field.replace('.', "_");
     if FIELDS.iter().any(|(name, ..)| *name == field) {
-        field.to_string()
+        (field, message.to_string())
     } else {
-        "_".to_string()
+        ("_".to_string(), message.to_string())
     }
 }
 

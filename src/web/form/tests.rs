@@ -42,8 +42,51 @@ fn fields_that_cannot_be_read_are_named() {
         errors.keys().map(String::as_str).collect::<Vec<_>>(),
         ["props", "sharding_item_parameters", "sharding_total_count"]
     );
-    assert_eq!(field_of("config.cron"), "cron");
-    assert_eq!(field_of("config.job_type"), "_");
+    let at = |field: &str| field_error(field, "is wrong");
+    assert_eq!(at("config.cron"), ("cron".into(), "is wrong".into()));
+    assert_eq!(at("config.job_type").0, "_");
+    assert_eq!(at("config.retry.max_attempts").0, "retry_max_attempts");
+    assert_eq!(
+        at("config.retry.initial_backoff").0,
+        "retry_initial_backoff"
+    );
+    assert_eq!(at("config.retry.max_backoff").0, "retry_max_backoff");
+    assert_eq!(at("config.retry.multiplier").0, "retry_multiplier");
+    assert_eq!(
+        at("config.job_error_handler_type").0,
+        "job_error_handler_type"
+    );
+    assert_eq!(
+        at("config.props[\"email.host\"]"),
+        ("props".into(), "email.host: is wrong".into())
+    );
+    assert_eq!(at("config.props"), ("props".into(), "is wrong".into()));
+}
+
+#[test]
+fn a_handlers_prop_refused_by_put_job_is_shown_at_the_properties() {
+    let mut c = config();
+    c.job_error_handler_type = "WEBHOOK".into();
+    c.props = [("webhook.url".to_string(), "ftp://alerts".to_string())].into();
+    let form = ConfigForm::from_config(&c);
+    let wire = ConfigForm::from_fields(&form.fields())
+        .to_proto("j", 0)
+        .unwrap();
+    let Err(crate::coordination::CoordError::InvalidArgument { field, message }) =
+        crate::api::convert::from_proto("j", &wire, false)
+    else {
+        panic!("a webhook that is not http(s) is refused");
+    };
+    let (at, shown) = field_error(&field, &message);
+    assert_eq!(at, "props");
+    assert!(shown.starts_with("webhook.url: "), "{shown}");
+    let errors: FieldErrors = [(at, shown)].into();
+    let html = form.render("j", &Viewer::default(), &errors);
+    assert!(
+        html.contains(r#"<p class="field-error" id="error-props">webhook.url: "#),
+        "{html}"
+    );
+    assert!(!html.contains(r#"id="error-form""#), "{html}");
 }
 
 #[test]
