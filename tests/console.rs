@@ -660,3 +660,265 @@ async fn without_the_admin_token_nothing_is_read_or_changed() {
         .contains_key(&format!("/{ns}/billing/sharding/0/disabled")));
     browser.close().await;
 }
+
+/// The data of `path` in `ns`, if it exists.
+async fn data_of(zk: &ZooKeeper, ns: &str, path: &str) -> Option<String> {
+    node(
+        &zk_tree(&zk.connect_string(), ns).await,
+        &format!("/{ns}/{path}"),
+    )
+    .map(str::to_string)
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_retry_policy_and_error_handler_edited_in_the_form_are_saved_and_shown() {
+    let zk = ZooKeeper::start().await;
+    let ns = "console-retry";
+    let (a, console) = sidecar_with_console(&zk, ns, "127.0.0.2", &[]).await;
+    let w = TestWorker::subscribe(
+        &a.endpoint(),
+        subscribe_request(job_config("payments", NEVER, 2)),
+    )
+    .await
+    .unwrap();
+    w.wait_items(|i| i.len() == 2, WAIT).await.unwrap();
+    let browser = Browser::start().await;
+    browser.goto(&format!("{console}/jobs/payments")).await;
+    browser
+        .wait_text("#retry-policy", WAIT, |t| {
+            t == Some("none: a failed item waits for the next fire")
+        })
+        .await;
+    assert_eq!(
+        browser.text("#error-handler").await.as_deref(),
+        Some("LOG (the default)")
+    );
+    let (config_before, extras_before) = (
+        data_of(&zk, ns, "payments/config").await.unwrap(),
+        data_of(&zk, ns, "payments/shardcar").await.unwrap(),
+    );
+
+    // A handler's prop PutJob refuses is shown at the properties, its key named; nothing is
+    // written.
+    browser.goto(&format!("{console}/jobs/payments/edit")).await;
+    browser
+        .type_into("#job_error_handler_type", "WEBHOOK", WAIT)
+        .await;
+    browser
+        .type_into("#props", "webhook.url=ftp://alerts.example.com/hook", WAIT)
+        .await;
+    browser.type_into("#retry_max_attempts", "3", WAIT).await;
+    browser.click("#save", WAIT).await;
+    browser.accept_confirm(WAIT).await;
+    let error = browser
+        .wait_text("#error-props", WAIT, |t| t.is_some_and(|t| !t.is_empty()))
+        .await
+        .unwrap();
+    assert!(
+        error.starts_with("webhook.url: ") && error.contains("http:// or https://"),
+        "{error}"
+    );
+    assert!(
+        browser.text("#error-form").await.is_none(),
+        "the error is at the field, not at the top of the form"
+    );
+    assert_eq!(
+        data_of(&zk, ns, "payments/config").await.as_deref(),
+        Some(config_before.as_str())
+    );
+    assert_eq!(
+        data_of(&zk, ns, "payments/shardcar").await.as_deref(),
+        Some(extras_before.as_str())
+    );
+
+    // A good handler and a retry policy: saved for everyone, shown on the job page (the
+    // handler's token is not), and in the form again.
+    browser
+        .type_into(
+            "#props",
+            "webhook.url=http://127.0.0.1:9/hook\nwebhook.token=console-secret-token",
+            WAIT,
+        )
+        .await;
+    browser.type_into("#retry_max_attempts", "3", WAIT).await;
+    browser
+        .type_into("#retry_initial_backoff", "1m", WAIT)
+        .await;
+    browser.type_into("#retry_max_backoff", "2m", WAIT).await;
+    browser.type_into("#retry_multiplier", "1.5", WAIT).await;
+    browser.click("#save", WAIT).await;
+    browser.accept_confirm(WAIT).await;
+    browser.wait_url(WAIT, |u| u.contains("done=saved")).await;
+    let extras = data_of(&zk, ns, "payments/shardcar").await.unwrap();
+    assert!(
+        extras.contains(
+            "retry:\n  maxAttempts: 3\n  initialBackoffMillis: 60000\n  maxBackoffMillis: 120000\n  multiplierPermille: 1500\n"
+        ),
+        "{extras}"
+    );
+    let config = data_of(&zk, ns, "payments/config").await.unwrap();
+    assert!(
+        config.contains("jobErrorHandlerType: WEBHOOK")
+            && config.contains("webhook.url: http://127.0.0.1:9/hook"),
+        "{config}"
+    );
+    browser
+        .wait_text("#retry-policy", WAIT, |t| {
+            t == Some(
+                "3 runs in all (2 retries): the first after 1m, each next wait ×1.5, up to 2m",
+            )
+        })
+        .await;
+    assert_eq!(
+        browser.text("#error-handler").await.as_deref(),
+        Some("WEBHOOK")
+    );
+    let page = browser.source().await;
+    assert!(
+        page.contains("http://127.0.0.1:9/hook"),
+        "the handler's URL is shown"
+    );
+    assert!(
+        !page.contains("console-secret-token"),
+        "the handler's token is on the page"
+    );
+    browser.goto(&format!("{console}/jobs/payments/edit")).await;
+    for (field, value) in [
+        ("retry_max_attempts", "3"),
+        ("retry_initial_backoff", "1m"),
+        ("retry_max_backoff", "2m"),
+        ("retry_multiplier", "1.5"),
+        ("job_error_handler_type", "WEBHOOK"),
+    ] {
+        assert_eq!(
+            browser
+                .execute(&format!("return document.getElementById('{field}').value;"))
+                .await,
+            serde_json::json!(value),
+            "{field}"
+        );
+    }
+
+    // A failed item waits a minute for its retry: the item grid shows the pending retry, the
+    // executions table the failed run's attempt.
+    browser.goto(&format!("{console}/jobs/payments")).await;
+    browser.find("#live-indicator.ok", WAIT).await;
+    let mut admin = AdminServiceClient::connect(a.endpoint()).await.unwrap();
+    admin
+        .trigger_job(TriggerJobRequest {
+            job_name: "payments".into(),
+            job_parameter: None,
+        })
+        .await
+        .unwrap();
+    let t = w.next_trigger(WAIT).await.unwrap();
+    w.complete(&t.execution_id, &[0]).await.unwrap();
+    w.report_failure(&t.execution_id, 1, "card declined")
+        .await
+        .unwrap();
+    let pending = browser
+        .wait_text(r#"#items tr[data-item="1"] .retry"#, WAIT, |t| {
+            t.is_some_and(|t| t.starts_with("attempt 1 at "))
+        })
+        .await
+        .unwrap();
+    assert!(
+        data_of(&zk, ns, "payments/shardcar/retries/1")
+            .await
+            .is_some_and(|d| d.starts_with("attempt: 1\n")),
+        "the page shows {pending:?} without a pending retry in ZooKeeper"
+    );
+    assert_eq!(
+        browser
+            .text(r#"#items tr[data-item="0"] .retry"#)
+            .await
+            .as_deref(),
+        Some("")
+    );
+    wait_executions(&browser, 1).await;
+    assert_eq!(
+        browser
+            .text("#executions tr[data-execution] .attempt")
+            .await
+            .as_deref(),
+        Some("0")
+    );
+    browser.close().await;
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_trigger_with_a_parameter_from_the_console_reaches_workers_and_the_trigger_nodes() {
+    let zk = ZooKeeper::start().await;
+    let ns = "console-parameter";
+    let (a, console) = sidecar_with_console(&zk, ns, "127.0.0.2", &[]).await;
+    let mut config = job_config("reports", NEVER, 2);
+    config.job_parameter = "daily".into();
+    let w = TestWorker::subscribe(&a.endpoint(), subscribe_request(config))
+        .await
+        .unwrap();
+    w.set_auto_complete(true);
+    w.wait_items(|i| !i.is_empty(), WAIT).await.unwrap();
+    // An ElasticJob JVM in the job too: its trigger node stays until it runs it, which this one
+    // never does, so the node can be read back.
+    let jvm = "10.9.9.9@-@4242";
+    let session = zookeeper_client::Client::connect(&zk.connect_string())
+        .await
+        .expect("a ZooKeeper session");
+    session
+        .create(
+            &format!("/{ns}/reports/instances/{jvm}"),
+            format!("jobInstanceId: {jvm}\nserverIp: 10.9.9.9\n").as_bytes(),
+            &zookeeper_client::CreateMode::Ephemeral
+                .with_acls(zookeeper_client::Acls::anyone_all()),
+        )
+        .await
+        .expect("the JVM's instance node");
+
+    let browser = Browser::start().await;
+    browser.goto(&format!("{console}/jobs/reports")).await;
+    browser
+        .find(&format!(r#"#instances tr[data-instance="{jvm}"]"#), WAIT)
+        .await;
+    browser
+        .type_into("#trigger-parameter", "2025-11-29", WAIT)
+        .await;
+    browser
+        .click(r#".actions form[action$="/trigger"] button"#, WAIT)
+        .await;
+    browser.accept_confirm(WAIT).await;
+    browser
+        .wait_url(WAIT, |u| u.contains("done=triggered"))
+        .await;
+    let t = w.next_trigger(WAIT).await.unwrap();
+    assert_eq!(t.source, shardcar::proto::TriggerSource::Manual as i32);
+    assert_eq!(
+        t.job_parameter, "2025-11-29",
+        "the run carries the console's parameter"
+    );
+    assert_eq!(
+        data_of(&zk, ns, &format!("reports/trigger/{jvm}"))
+            .await
+            .as_deref(),
+        Some("2025-11-29"),
+        "the JVM's trigger node carries it as ElasticJob reads it"
+    );
+
+    // The next run without a parameter carries the job's own.
+    browser.goto(&format!("{console}/jobs/reports")).await;
+    browser
+        .click(r#".actions form[action$="/trigger"] button"#, WAIT)
+        .await;
+    browser.accept_confirm(WAIT).await;
+    browser
+        .wait_url(WAIT, |u| u.contains("done=triggered"))
+        .await;
+    let t = w.next_trigger(WAIT).await.unwrap();
+    assert_eq!(t.job_parameter, "daily");
+    assert_eq!(
+        data_of(&zk, ns, &format!("reports/trigger/{jvm}"))
+            .await
+            .as_deref(),
+        Some("")
+    );
+    browser.close().await;
+}

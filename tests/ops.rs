@@ -5,8 +5,9 @@
 //! them; the console itself is tested in a browser by `tests/console.rs`), the execution spans
 //! exported by OTLP (`ops/telemetry.rs`), ElasticJob's tracing tables on a real PostgreSQL
 //! (`ops/tracing_db.rs`), SCRIPT and HTTP jobs run by the sidecars themselves
-//! (`ops/typed_jobs.rs`), and the jobs' error handlers against real HTTP and SMTP receivers
-//! (`ops/alerts.rs`).
+//! (`ops/typed_jobs.rs`), the jobs' error handlers against real HTTP and SMTP receivers
+//! (`ops/alerts.rs`), and retry policies, retries and resident holds at the surfaces: refused
+//! when out of range, shown by `ctl` and counted by the metrics (`ops/failures.rs`).
 #![allow(
     clippy::disallowed_methods,
     reason = "tests, benchmarks and examples run against real time and real processes"
@@ -36,6 +37,8 @@ const NEVER: &str = "0 0 0 1 1 ? 2099";
 
 #[path = "ops/alerts.rs"]
 mod alerts;
+#[path = "ops/failures.rs"]
+mod failures;
 #[path = "ops/telemetry.rs"]
 mod telemetry;
 #[path = "ops/tracing_db.rs"]

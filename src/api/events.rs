@@ -168,8 +168,10 @@ pub const NO_OUTCOME: &str =
 /// an ElasticJob process's). What the tables do not keep stays unset: the fire time, fencing
 /// tokens and events; the execution id is the id of its first item's row.
 ///
-/// `source`: `MISFIRE` and `FAILOVER` as written; ElasticJob-Lite's `NORMAL_TRIGGER`, which
-/// stands for a cron fire, a trigger-once and a failover alike, is `TRIGGER_SOURCE_UNSPECIFIED`.
+/// `source`: `MISFIRE` as written; `FAILOVER` with a retry's attempt (`tracing_db::rows`
+/// writes a retry so) is `RETRY` with that attempt, without one a failover (ElasticJob
+/// Cloud's); ElasticJob-Lite's `NORMAL_TRIGGER`, which stands for a cron fire, a trigger-once
+/// and a failover alike, is `TRIGGER_SOURCE_UNSPECIFIED`.
 /// `outcome`: unset while an item has no outcome, else failed if an item failed, else completed.
 pub fn traced_execution_info(
     e: &crate::ops::tracing_db::reader::TracedExecution,
@@ -177,10 +179,11 @@ pub fn traced_execution_info(
     use crate::ops::tracing_db::reader::instant;
     let first = &e.rows[0];
     let started = e.started();
-    let source = match first.execution_source.as_str() {
-        "MISFIRE" => proto::TriggerSource::Misfire,
-        "FAILOVER" => proto::TriggerSource::Failover,
-        _ => proto::TriggerSource::Unspecified,
+    let (source, attempt) = match (first.execution_source.as_str(), first.attempt) {
+        ("MISFIRE", _) => (proto::TriggerSource::Misfire, 0),
+        ("FAILOVER", Some(attempt)) => (proto::TriggerSource::Retry, attempt),
+        ("FAILOVER", None) => (proto::TriggerSource::Failover, 0),
+        _ => (proto::TriggerSource::Unspecified, 0),
     };
     let item_outcome =
         |r: &crate::ops::tracing_db::reader::ItemRow| match (r.complete_time, r.is_success) {
@@ -236,8 +239,7 @@ pub fn traced_execution_info(
         .unwrap_or(first.ip.as_str())
         .to_string();
     proto::ExecutionInfo {
-        // ElasticJob's tables keep no attempt.
-        attempt: 0,
+        attempt,
         job_name: first.job_name.clone(),
         execution_id: first.id.clone(),
         instance_id,
@@ -289,6 +291,7 @@ mod tests {
                 is_success: success,
                 start_time: t(start),
                 complete_time: end.map(t),
+                attempt: None,
             };
         let failed = TracedExecution {
             rows: vec![
@@ -328,6 +331,28 @@ mod tests {
         assert_eq!(p.error, "java.io.IOException: disk full");
         assert_eq!(p.item_results[0].error, super::NO_OUTCOME);
         assert!(p.duration.is_none());
+        // A retry, as a sidecar writes it; a failover (ElasticJob Cloud's) without an attempt.
+        let mut retry = failed.clone();
+        for r in &mut retry.rows {
+            r.execution_source = "FAILOVER".into();
+            r.attempt = Some(2);
+        }
+        let p = super::traced_execution_info(&retry);
+        assert_eq!(
+            (p.source, p.attempt),
+            (proto::TriggerSource::Retry as i32, 2)
+        );
+        retry.rows.iter_mut().for_each(|r| r.attempt = None);
+        let p = super::traced_execution_info(&retry);
+        assert_eq!(
+            (p.source, p.attempt),
+            (proto::TriggerSource::Failover as i32, 0)
+        );
+        assert_eq!(
+            super::traced_execution_info(&failed).attempt,
+            0,
+            "a first run"
+        );
     }
 
     #[test]

@@ -138,8 +138,35 @@ pub fn jobs(jobs: &[proto::JobSummary]) -> String {
     )
 }
 
-/// The per-item table of `ctl job show` and `ctl watch`.
-pub fn items(items: &[proto::ItemInfo]) -> String {
+/// Who holds a resident item, from its nodes: its holder; the holder and the owner it is
+/// handed to while the holder lets go; `not held yet` while it is owned but its hold has not
+/// started (it starts on its owner at once, or after a restart backoff); `-` when nobody owns
+/// it or it is disabled.
+fn holder(i: &proto::ItemInfo) -> String {
+    if i.running {
+        let by = if i.running_instance.is_empty() {
+            &i.owner
+        } else {
+            &i.running_instance
+        };
+        return if *by == i.owner {
+            or_dash(by)
+        } else if i.owner.is_empty() {
+            format!("{by} (letting go)")
+        } else {
+            format!("{by} (handing off to {})", i.owner)
+        };
+    }
+    if i.owner.is_empty() || i.disabled {
+        "-".into()
+    } else {
+        "not held yet".into()
+    }
+}
+
+/// The per-item table of `ctl job show` and `ctl watch`: for a resident job, who holds each
+/// item (`HELD BY`) instead of who runs it.
+pub fn items(items: &[proto::ItemInfo], resident: bool) -> String {
     let rows: Vec<Vec<String>> = items
         .iter()
         .map(|i| {
@@ -154,9 +181,9 @@ pub fn items(items: &[proto::ItemInfo]) -> String {
                 i.item.to_string(),
                 or_dash(&i.owner),
                 match (i.running, i.running_instance.is_empty()) {
+                    _ if resident => holder(i),
                     (false, _) => "-".into(),
                     (true, true) => "yes".into(),
-                    (true, false) if i.handoff => format!("{} (handing off)", i.running_instance),
                     (true, false) => i.running_instance.clone(),
                 },
                 yes(i.misfire),
@@ -166,18 +193,25 @@ pub fn items(items: &[proto::ItemInfo]) -> String {
             ]
         })
         .collect();
-    table(
+    let mut out = table(
         &[
             "ITEM",
             "OWNER",
-            "RUNNING",
+            if resident { "HELD BY" } else { "RUNNING" },
             "MISFIRE",
             "DISABLED",
             "FAILOVER",
             "PARAMETER",
         ],
         &rows,
-    )
+    );
+    if resident && items.iter().any(|i| holder(i) == "not held yet") {
+        out.push_str(
+            "(not held yet: its hold starts on its owner at once, or once a restart backoff \
+             after its last hold has passed)\n",
+        );
+    }
+    out
 }
 
 /// `ctl job show NAME`.
@@ -208,6 +242,24 @@ pub fn job(j: &proto::JobDetail) -> String {
             "  timeout:     {}s per execution\n",
             c.execution_timeout_seconds
         ));
+    }
+    if c.resident {
+        out.push_str("  resident:    each item is held by its owner's worker until it moves\n");
+    }
+    out.push_str(&format!(
+        "  retry:       {}\n",
+        retry_policy(c.retry.as_ref())
+    ));
+    let props: std::collections::BTreeMap<&String, &String> = c.props.iter().collect();
+    let (handler, settings) =
+        crate::ops::jobs::shown::error_handler(Some(c.job_error_handler_type.as_str()), props);
+    out.push_str(&format!("  on failure:  {handler}"));
+    if c.retry.is_some() && handler != "IGNORE" {
+        out.push_str(" (once a failure's attempts have run out)");
+    }
+    out.push('\n');
+    for (key, value) in settings {
+        out.push_str(&format!("               {key} = {value}\n"));
     }
     if !c.description.is_empty() {
         out.push_str(&format!("  description: {}\n", c.description));
@@ -257,8 +309,20 @@ pub fn job(j: &proto::JobDetail) -> String {
         )));
     }
     out.push_str("\nItems\n");
-    out.push_str(&indent(&items(&j.items)));
+    out.push_str(&indent(&items(&j.items, c.resident)));
     out
+}
+
+/// A wire retry policy in words ([`crate::ops::jobs::shown::retry_policy`]).
+fn retry_policy(p: Option<&proto::RetryPolicy>) -> String {
+    let Some(p) = p else {
+        return crate::ops::jobs::shown::retry_policy(None);
+    };
+    match crate::api::convert::retry_from_proto(p) {
+        Ok(policy) => crate::ops::jobs::shown::retry_policy(policy.as_ref()),
+        // Not one this sidecar would write.
+        Err(e) => format!("{} runs in all ({e})", p.max_attempts),
+    }
 }
 
 fn indent(text: &str) -> String {
@@ -302,6 +366,7 @@ pub fn executions(list: &[proto::ExecutionInfo], history: &str) -> String {
                 } else {
                     source_name(e.source).into()
                 },
+                e.attempt.to_string(),
                 items_text(&e.items),
                 outcome_name(e.outcome).into(),
                 format!("{:.3}s", seconds(&e.duration)),
@@ -316,6 +381,7 @@ pub fn executions(list: &[proto::ExecutionInfo], history: &str) -> String {
             "EXECUTION",
             "INSTANCE",
             "SOURCE",
+            "ATTEMPT",
             "ITEMS",
             "OUTCOME",
             "DURATION",
@@ -343,7 +409,8 @@ pub fn change(c: &proto::WatchJobResponse) -> String {
                 or_dash(&job.leader),
                 job.instances.len()
             ));
-            out.push_str(&indent(&items(&job.items)));
+            let resident = job.config.as_ref().is_some_and(|c| c.resident);
+            out.push_str(&indent(&items(&job.items, resident)));
         }
         None if c.removed => out.push_str("  the job was removed\n"),
         None => {}
@@ -352,111 +419,4 @@ pub fn change(c: &proto::WatchJobResponse) -> String {
 }
 
 #[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn executions_say_where_they_come_from() {
-        use crate::api::admin::{HISTORY_LOCAL, HISTORY_LOCAL_FALLBACK, HISTORY_TRACING_DB};
-        let e = proto::ExecutionInfo {
-            job_name: "ledger".into(),
-            source: proto::TriggerSource::Unspecified as i32,
-            ..Default::default()
-        };
-        let db = executions(std::slice::from_ref(&e), HISTORY_TRACING_DB);
-        assert!(
-            db.lines().nth(1).unwrap().contains("NORMAL_TRIGGER"),
-            "{db}"
-        );
-        assert!(db.ends_with("ElasticJob process writing there)\n"), "{db}");
-        assert!(executions(&[], HISTORY_TRACING_DB)
-            .starts_with("no executions in the tracing database yet\n(from the tracing"));
-        let fallback = executions(std::slice::from_ref(&e), HISTORY_LOCAL_FALLBACK);
-        assert!(fallback.ends_with("could not be read, see the sidecar's log)\n"));
-        assert_eq!(
-            executions(std::slice::from_ref(&e), HISTORY_LOCAL)
-                .lines()
-                .count(),
-            2
-        );
-        assert_eq!(
-            executions(&[], HISTORY_LOCAL),
-            "no executions recorded by this sidecar yet\n"
-        );
-    }
-
-    #[test]
-    fn tables_align() {
-        let t = table(
-            &["A", "LONGER"],
-            &[vec!["xyz".into(), "1".into()], vec!["q".into(), "".into()]],
-        );
-        assert_eq!(t, "A    LONGER\nxyz  1\nq\n");
-    }
-
-    #[test]
-    fn job_view_shows_items_and_servers() {
-        let state = proto::JobDetail {
-            config: Some(proto::JobConfig {
-                job_name: "orders".into(),
-                cron: "0/5 * * * * ?".into(),
-                sharding_total_count: 2,
-                ..Default::default()
-            }),
-            state: proto::JobState::Ok as i32,
-            leader: "10.0.0.1@-@1".into(),
-            servers: vec![proto::ServerInfo {
-                ip: "10.0.0.1".into(),
-                disabled: true,
-                instance_count: 1,
-            }],
-            instances: vec![proto::InstanceInfo {
-                instance_id: "10.0.0.1@-@1".into(),
-                server_ip: "10.0.0.1".into(),
-                leader: true,
-                items: vec![0, 1],
-                via_sidecar: true,
-            }],
-            items: vec![
-                proto::ItemInfo {
-                    item: 0,
-                    owner: "10.0.0.1@-@1".into(),
-                    running: true,
-                    running_instance: "10.0.0.1@-@1".into(),
-                    ..Default::default()
-                },
-                proto::ItemInfo {
-                    item: 1,
-                    owner: "10.0.0.1@-@1".into(),
-                    disabled: true,
-                    failover_pending: true,
-                    ..Default::default()
-                },
-            ],
-            sharding_necessary: false,
-        };
-        let text = job(&state);
-        assert!(text.starts_with("Job orders  [OK]\n"), "{text}");
-        assert!(text.contains("  10.0.0.1  DISABLED  1\n"), "{text}");
-        assert!(
-            text.contains("  10.0.0.1@-@1  10.0.0.1  yes     0,1\n"),
-            "{text}"
-        );
-        assert!(
-            text.contains("  0     10.0.0.1@-@1  10.0.0.1@-@1  -        -         -         -\n"),
-            "{text}"
-        );
-        assert!(
-            text.contains("  1     10.0.0.1@-@1  -             -        yes       pending   -\n"),
-            "{text}"
-        );
-        let j: serde_json::Value = serde_json::from_str(&super::super::protojson::to_json(
-            &proto::GetJobResponse { job: Some(state) },
-            true,
-        ))
-        .unwrap();
-        assert_eq!(j["job"]["state"], "JOB_STATE_OK");
-        assert_eq!(j["job"]["items"][1]["failoverPending"], true);
-        assert_eq!(j["job"]["config"]["jobName"], "orders");
-    }
-}
+mod tests;

@@ -16,7 +16,7 @@ use crate::api::convert::{job_type_to_proto, to_proto};
 use crate::elasticjob::paths::ServerStatus;
 use crate::ops::jobs::{self, AdminError};
 
-use super::form::{field_of, ConfigForm, FieldErrors};
+use super::form::{field_error, ConfigForm, FieldErrors};
 use super::html::{esc, job_url, layout, seg, Nav};
 use super::pages::error_page;
 use super::session::{self, Viewer};
@@ -497,7 +497,7 @@ pub async fn edit(
     };
     let as_field = |e: AdminError| match e {
         AdminError::InvalidArgument { field, message } => {
-            Ok([(field_of(&field), message)].into_iter().collect())
+            Ok([field_error(&field, &message)].into_iter().collect())
         }
         other => Err(other),
     };

@@ -516,71 +516,28 @@ impl ConfigForm {
     }
 }
 
-/// The form field an Admin validation error names (`config.cron` → `cron`), `_` for none.
-pub fn field_of(admin_field: &str) -> String {
+/// Where the form shows an Admin validation error, and what it says there: at the field it
+/// names (`config.cron` → `cron`, `config.retry.max_attempts` → `retry_max_attempts`), a prop's
+/// at the properties with the prop's key in front (`config.props["email.host"]` → `props`,
+/// `email.host: ...`), anything else at the top of the form (`_`).
+pub fn field_error(admin_field: &str, message: &str) -> (String, String) {
     let field = admin_field.strip_prefix("config.").unwrap_or(admin_field);
-    // `config.retry.max_attempts` is the form's `retry_max_attempts`.
-    let field = &field.replace('.', "_");
+    if let Some(key) = field.strip_prefix("props") {
+        let key = key.trim_start_matches("[\"").trim_end_matches("\"]");
+        let message = if key.is_empty() {
+            message.to_string()
+        } else {
+            format!("{key}: {message}")
+        };
+        return ("props".to_string(), message);
+    }
+    let field = field.replace('.', "_");
     if FIELDS.iter().any(|(name, ..)| *name == field) {
-        field.to_string()
+        (field, message.to_string())
     } else {
-        "_".to_string()
+        ("_".to_string(), message.to_string())
     }
 }
 
 #[cfg(test)]
-mod tests {
-    use super::*;
-
-    fn config() -> proto::JobConfig {
-        proto::JobConfig {
-            job_name: "j".into(),
-            cron: "0/5 * * * * ?".into(),
-            sharding_total_count: 3,
-            sharding_item_parameters: [(0, "a".to_string()), (2, "c".to_string())].into(),
-            misfire: Some(true),
-            monitor_execution: Some(true),
-            sharding_strategy: proto::ShardingStrategy::RoundRobin as i32,
-            max_time_diff_seconds: Some(-1),
-            reconcile_interval_minutes: Some(10),
-            props: [("k".to_string(), "v=w".to_string())].into(),
-            ..Default::default()
-        }
-    }
-
-    #[test]
-    fn a_config_survives_the_form() {
-        let form = ConfigForm::from_config(&config());
-        assert_eq!(form.text("sharding_item_parameters"), "0=a,2=c");
-        let back = ConfigForm::from_fields(&form.fields())
-            .to_proto("j", 0)
-            .unwrap();
-        assert_eq!(back, config());
-    }
-
-    #[test]
-    fn fields_that_cannot_be_read_are_named() {
-        let mut form = ConfigForm::from_config(&config());
-        form.values
-            .insert("sharding_total_count".into(), "three".into());
-        form.values.insert("props".into(), "novalue".into());
-        form.values
-            .insert("sharding_item_parameters".into(), "x=y".into());
-        let errors = form.to_proto("j", 0).unwrap_err();
-        assert_eq!(
-            errors.keys().map(String::as_str).collect::<Vec<_>>(),
-            ["props", "sharding_item_parameters", "sharding_total_count"]
-        );
-        assert_eq!(field_of("config.cron"), "cron");
-        assert_eq!(field_of("config.job_type"), "_");
-    }
-
-    #[test]
-    fn errors_are_drawn_next_to_their_field() {
-        let form = ConfigForm::from_config(&config());
-        let errors: FieldErrors = [("cron".to_string(), "<bad>".to_string())].into();
-        let html = form.render("j", &Viewer::default(), &errors);
-        assert!(html.contains(r#"<p class="field-error" id="error-cron">&lt;bad&gt;</p>"#));
-        assert!(html.contains(r#"id="field-cron""#));
-    }
-}
+mod tests;

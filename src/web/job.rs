@@ -1,6 +1,8 @@
-//! One job's page: its state and actions, the item grid, instances, servers, recent executions,
-//! configuration and next fire times. [`job_fragment`] draws the part that changes, which the
-//! page's live stream ([`super::live`]) pushes again after every change.
+//! One job's page: its state and actions, the item grid (with each item's pending retry and,
+//! for a resident job, who holds it), instances, servers, recent executions (with their
+//! attempt), failure handling, configuration and next fire times. [`job_fragment`] draws the
+//! part that changes, which the page's live stream ([`super::live`]) pushes again after every
+//! change.
 
 use std::collections::BTreeMap;
 use std::fmt::Write as _;
@@ -20,6 +22,7 @@ use super::html::{
     status_badge, Nav,
 };
 use super::pages::{error_page, fire_times, notice, PageQuery};
+use super::retries;
 use super::session::{self, Viewer};
 use super::Web;
 
@@ -168,6 +171,7 @@ pub fn job_fragment(web: &Web, viewer: &Viewer, job: &JobInfo, recent: &Recent) 
     instances_table(&mut out, web, viewer, job);
     servers_table(&mut out, viewer, job);
     executions_table(&mut out, recent);
+    retries::failure_section(&mut out, job);
     config_section(&mut out, job);
     out
 }
@@ -188,7 +192,16 @@ fn items_table(out: &mut String, web: &Web, viewer: &Viewer, job: &JobInfo) {
             break;
         }
     }
-    out.push_str(r#"<h2>Items</h2><table id="items"><thead><tr><th>Item</th><th>Parameter</th><th>Owner</th><th>Running</th><th>Misfire</th><th>Disabled</th><th>Failover</th><th>Last outcome here</th><th>Duration</th><th></th></tr></thead><tbody>"#);
+    // A resident job's items are held, not run: who holds each, and any hand-off.
+    let running_header = if job.extras.resident {
+        "Held by"
+    } else {
+        "Running"
+    };
+    let _ = write!(
+        out,
+        r#"<h2>Items</h2><table id="items"><thead><tr><th>Item</th><th>Parameter</th><th>Owner</th><th>{running_header}</th><th>Misfire</th><th>Disabled</th><th>Failover</th><th>Pending retry</th><th>Last outcome here</th><th>Duration</th><th></th></tr></thead><tbody>"#
+    );
     for item in &job.items {
         let failover = match (item.failover_instance.as_str(), item.failover_pending) {
             ("", false) => String::new(),
@@ -238,11 +251,14 @@ fn items_table(out: &mut String, web: &Web, viewer: &Viewer, job: &JobInfo) {
         };
         let _ = write!(
             out,
-            r#"<tr data-item="{i}"{row_class}><td class="num">{i}</td><td>{param}</td><td class="owner">{owner}</td><td class="running">{running}</td><td class="misfire">{misfire}</td><td class="disabled">{disabled}</td><td class="failover">{failover}</td><td class="outcome">{outcome}</td><td class="duration">{duration}</td><td>{toggle}</td></tr>"#,
+            r#"<tr data-item="{i}"{row_class}><td class="num">{i}</td><td>{param}</td><td class="owner">{owner}</td><td class="running">{running}</td><td class="misfire">{misfire}</td><td class="disabled">{disabled}</td><td class="failover">{failover}</td><td class="retry">{retry}</td><td class="outcome">{outcome}</td><td class="duration">{duration}</td><td>{toggle}</td></tr>"#,
             i = item.item,
             param = esc(&item.parameter),
             owner = esc(&item.owner),
-            running = if item.handoff {
+            retry = retries::retry_cell(item),
+            running = if job.extras.resident {
+                retries::hold_cell(item)
+            } else if item.handoff {
                 format!(
                     "{} {}",
                     badge("handing off", "warn"),
@@ -376,7 +392,7 @@ fn executions_table(out: &mut String, recent: &Recent) {
     };
     let _ = write!(
         out,
-        r#"<h2>Recent executions <span class="muted">{whose}</span></h2><table id="executions"><thead><tr><th>Started</th><th>Source</th><th>Instance</th><th>Items</th><th>Outcome</th><th>Duration</th><th>Error</th></tr></thead><tbody>"#
+        r#"<h2>Recent executions <span class="muted">{whose}</span></h2><table id="executions"><thead><tr><th>Started</th><th>Source</th><th>Attempt</th><th>Instance</th><th>Items</th><th>Outcome</th><th>Duration</th><th>Error</th></tr></thead><tbody>"#
     );
     let instant = |t: &Option<prost_types::Timestamp>| {
         t.as_ref().map_or(std::time::UNIX_EPOCH, |t| {
@@ -414,10 +430,11 @@ fn executions_table(out: &mut String, recent: &Recent) {
         });
         let _ = write!(
             out,
-            r#"<tr data-execution="{id}"><td title="{id}">{started}</td><td class="source">{source}</td><td>{instance}</td><td class="items">{items}</td><td class="outcome">{outcome}</td><td>{duration}</td><td>{error}</td></tr>"#,
+            r#"<tr data-execution="{id}"><td title="{id}">{started}</td><td class="source">{source}</td><td class="attempt">{attempt}</td><td>{instance}</td><td class="items">{items}</td><td class="outcome">{outcome}</td><td>{duration}</td><td>{error}</td></tr>"#,
             id = esc(&e.execution_id),
             started = esc(&local_time(instant(&e.started_at))),
             source = esc(&source),
+            attempt = e.attempt,
             instance = esc(&e.instance_id),
             items = esc(&items.join(", ")),
             outcome = outcome_badge(&outcome),
@@ -426,7 +443,7 @@ fn executions_table(out: &mut String, recent: &Recent) {
         );
     }
     if recent.executions.is_empty() {
-        out.push_str(r#"<tr><td colspan="7" class="muted">None yet.</td></tr>"#);
+        out.push_str(r#"<tr><td colspan="8" class="muted">None yet.</td></tr>"#);
     }
     out.push_str("</tbody></table>");
 }
@@ -479,7 +496,7 @@ fn config_section(out: &mut String, job: &JobInfo) {
             out,
             "<tr><th>prop <code>{}</code></th><td>{}</td></tr>",
             esc(k),
-            esc(v)
+            esc(&crate::ops::jobs::shown::prop_value(k, v))
         );
     }
     out.push_str("</tbody></table></section><section><h2>Next fire times</h2>");

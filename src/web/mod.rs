@@ -20,6 +20,7 @@ pub mod html;
 pub mod job;
 pub mod live;
 pub mod pages;
+pub mod retries;
 pub mod session;
 
 use std::sync::Arc;

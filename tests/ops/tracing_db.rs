@@ -1139,3 +1139,186 @@ async fn the_consoles_recent_executions_come_from_the_database_else_from_the_sid
     );
     assert!(!html.contains("10.9.9.9@-@4242"));
 }
+
+/// Values ElasticJob's console reads with `valueOf`: `JobExecutionEvent.ExecutionSource`,
+/// `JobStatusTraceEvent.Source` and `State` (3.0.4).
+const EXECUTION_SOURCES: [&str; 3] = ["NORMAL_TRIGGER", "MISFIRE", "FAILOVER"];
+const STATES: [&str; 4] = [
+    "TASK_STAGING",
+    "TASK_RUNNING",
+    "TASK_FINISHED",
+    "TASK_ERROR",
+];
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_retry_is_read_back_from_the_tables_with_its_source_and_attempt() {
+    let pg = Postgres::start().await;
+    // Two standalone sidecars on one database: A runs the job, B lists what A wrote.
+    let a = Sidecar::start(options(&pg, None, "127.0.0.2")).await;
+    let b = Sidecar::start(options(&pg, None, "127.0.0.3")).await;
+    let client = pg.client().await;
+    let mut config = job_config("payments", NEVER, 1);
+    config.retry = Some(shardcar::proto::RetryPolicy {
+        max_attempts: 3,
+        initial_backoff: Some(prost_types::Duration {
+            seconds: 0,
+            nanos: 100_000_000,
+        }),
+        max_backoff: None,
+        multiplier: 1.0,
+    });
+    let w = TestWorker::subscribe(&a.endpoint(), subscribe_request(config))
+        .await
+        .unwrap();
+    w.wait_items(|items| items.len() == 1, WAIT)
+        .await
+        .unwrap_or_else(|e| panic!("{e}"));
+    let task_id = format!("payments@-@0@-@READY@-@{}", w.instance_id());
+
+    // The first run and its first retry fail; the second retry completes. All three have the
+    // same task id: the reader must tell them apart.
+    let t = trigger(&a, &w, "payments").await;
+    assert_eq!(t.task_id, task_id);
+    let mut executions = vec![t.execution_id.clone()];
+    w.report_failure(&t.execution_id, 0, "card declined")
+        .await
+        .unwrap();
+    for attempt in 1..=2 {
+        let t = w.next_trigger(WAIT).await.unwrap_or_else(|e| panic!("{e}"));
+        assert_eq!(
+            (t.source, t.attempt, t.task_id.as_str()),
+            (TriggerSource::Retry as i32, attempt, task_id.as_str())
+        );
+        executions.push(t.execution_id.clone());
+        if attempt == 1 {
+            w.report_failure(&t.execution_id, 0, "card declined again")
+                .await
+                .unwrap();
+        } else {
+            w.complete(&t.execution_id, &[0]).await.unwrap();
+        }
+    }
+    let (rows, statuses) = new_rows(&client, &task_id, &BTreeSet::new(), 3, 9).await;
+
+    // ElasticJob's values only, so its console reads every row; a retry is a FAILOVER to it.
+    for r in &rows {
+        assert!(
+            EXECUTION_SOURCES.contains(&r.execution_source.as_str()),
+            "{r:?}"
+        );
+    }
+    for s in &statuses {
+        assert!(STATES.contains(&s.state.as_str()), "{s:?}");
+        assert_eq!(
+            (s.source.as_str(), s.execution_type.as_str()),
+            ("LITE_EXECUTOR", "READY")
+        );
+    }
+    let sources: Vec<&str> = rows.iter().map(|r| r.execution_source.as_str()).collect();
+    assert_eq!(sources, ["NORMAL_TRIGGER", "FAILOVER", "FAILOVER"]);
+    // The retries' RUNNING rows name their attempt; Lite's message (empty) is kept otherwise.
+    let running: Vec<Option<&str>> = statuses
+        .iter()
+        .filter(|s| s.state == "TASK_RUNNING")
+        .map(|s| s.message.as_deref())
+        .collect();
+    assert_eq!(
+        running,
+        [
+            Some(""),
+            Some("shardcar retry, attempt 1"),
+            Some("shardcar retry, attempt 2")
+        ]
+    );
+    let states: Vec<&str> = statuses.iter().map(|s| s.state.as_str()).collect();
+    assert_eq!(
+        states,
+        [
+            "TASK_STAGING",
+            "TASK_RUNNING",
+            "TASK_ERROR",
+            "TASK_STAGING",
+            "TASK_RUNNING",
+            "TASK_ERROR",
+            "TASK_STAGING",
+            "TASK_RUNNING",
+            "TASK_FINISHED"
+        ]
+    );
+
+    // B has none of them in its own history: it lists them from the tables, each retry with
+    // its source and attempt, newest first.
+    let listed = executions_listed(&b, &["payments"], 3).await;
+    let got: Vec<(String, u64, String)> = listed
+        .iter()
+        .map(|e| {
+            (
+                e["source"].as_str().unwrap_or("(none)").to_string(),
+                e["attempt"].as_u64().unwrap_or(0),
+                e["outcome"].as_str().unwrap_or_default().to_string(),
+            )
+        })
+        .collect();
+    assert_eq!(
+        got,
+        [
+            (
+                "TRIGGER_SOURCE_RETRY".to_string(),
+                2,
+                "EXECUTION_OUTCOME_COMPLETED".to_string()
+            ),
+            (
+                "TRIGGER_SOURCE_RETRY".to_string(),
+                1,
+                "EXECUTION_OUTCOME_FAILED".to_string()
+            ),
+            // Lite's NORMAL_TRIGGER: no source on the wire, a first run.
+            (
+                "(none)".to_string(),
+                0,
+                "EXECUTION_OUTCOME_FAILED".to_string()
+            ),
+        ],
+        "{listed:#?}"
+    );
+    for (e, row) in listed.iter().zip(rows.iter().rev()) {
+        assert_eq!(e["executionId"], row.id.as_str(), "the row's id: {e:#}");
+        assert_eq!(e["taskId"], task_id.as_str());
+    }
+    assert_eq!(listed[1]["error"], "card declined again");
+    // ctl's table says the same.
+    let table = ctl(&b.addr().to_string(), &["executions", "payments"])
+        .await
+        .stdout;
+    let lines: Vec<Vec<&str>> = table
+        .lines()
+        .map(|l| l.split_whitespace().collect())
+        .collect();
+    let at = |name: &str| lines[0].iter().position(|h| *h == name).unwrap();
+    let shown: Vec<(&str, &str)> = lines[1..4]
+        .iter()
+        .map(|l| (l[at("SOURCE")], l[at("ATTEMPT")]))
+        .collect();
+    assert_eq!(
+        shown,
+        [("RETRY", "2"), ("RETRY", "1"), ("NORMAL_TRIGGER", "0")],
+        "{table}"
+    );
+    // A, which ran them, answers from its own history: the same sources and attempts, with
+    // the execution ids its worker was sent.
+    let own = executions_listed(&a, &["payments"], 3).await;
+    let ids: Vec<&str> = own
+        .iter()
+        .map(|e| e["executionId"].as_str().unwrap())
+        .collect();
+    assert_eq!(
+        ids,
+        executions
+            .iter()
+            .rev()
+            .map(String::as_str)
+            .collect::<Vec<_>>()
+    );
+    assert_eq!(own[0]["source"], "TRIGGER_SOURCE_RETRY");
+    assert_eq!(own[0]["attempt"], 2);
+}

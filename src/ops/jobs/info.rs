@@ -4,7 +4,7 @@ use std::collections::BTreeMap;
 
 use super::{job_names, text, AdminError};
 use crate::elasticjob::config::JobConfiguration;
-use crate::elasticjob::extras::JobExtras;
+use crate::elasticjob::extras::{JobExtras, PendingRetry};
 use crate::elasticjob::instance::{ip_of, parse_instance_yaml};
 use crate::elasticjob::paths::{JobNode, JobPaths, ServerStatus};
 use crate::elasticjob::typed::JobType;
@@ -62,6 +62,61 @@ pub struct ItemInfo {
     pub failover_pending: bool,
     /// A resident item held by an instance that no longer owns it: its hand-off is going on.
     pub handoff: bool,
+    /// shardcar's pending retry of the item (`shardcar/retries/{i}`): the next attempt of a
+    /// failed item, or a resident item's restart after its backoff.
+    pub pending_retry: Option<PendingRetry>,
+}
+
+/// Where a resident item's hold stands, as its nodes say.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Hold<'a> {
+    /// Nobody owns it (before the first sharding), so nobody may hold it.
+    Unowned,
+    /// Its owner holds it: its `running` node names the owner.
+    Held { by: &'a str },
+    /// An instance other than its owner still holds it: the holder has been told to let go,
+    /// and the item starts on its owner (`to`; empty: nobody, the item was disabled or has
+    /// no instance to go to) once it has, or once its lease ran out.
+    HandingOff { from: &'a str, to: &'a str },
+    /// Owned but disabled: nobody holds it until it is enabled.
+    Disabled,
+    /// Owned and not held yet: its hold starts on its owner, at once (`restart` `None`), or
+    /// once the restart backoff after its last hold has passed.
+    Waiting {
+        owner: &'a str,
+        restart: Option<&'a PendingRetry>,
+    },
+}
+
+impl ItemInfo {
+    /// Where the item's hold stands (for a resident job's item).
+    pub fn hold(&self) -> Hold<'_> {
+        if self.running {
+            let by = if self.running_instance.is_empty() {
+                self.owner.as_str()
+            } else {
+                self.running_instance.as_str()
+            };
+            return if by == self.owner {
+                Hold::Held { by }
+            } else {
+                Hold::HandingOff {
+                    from: by,
+                    to: &self.owner,
+                }
+            };
+        }
+        if self.owner.is_empty() {
+            return Hold::Unowned;
+        }
+        if self.disabled {
+            return Hold::Disabled;
+        }
+        Hold::Waiting {
+            owner: &self.owner,
+            restart: self.pending_retry.as_ref(),
+        }
+    }
 }
 
 /// The state of a job.
@@ -149,7 +204,8 @@ fn snapshot(
             | JobNode::ItemMisfire(i)
             | JobNode::ItemDisabled(i)
             | JobNode::ItemFailovering(i)
-            | JobNode::FailoverItem(i) => items.get_mut(i),
+            | JobNode::FailoverItem(i)
+            | JobNode::Retry(i) => items.get_mut(i),
             _ => None,
         };
         match (kind, item) {
@@ -189,6 +245,9 @@ fn snapshot(
             (JobNode::ItemDisabled(_), Some(info)) => info.disabled = true,
             (JobNode::ItemFailovering(_), Some(info)) => info.failover_instance = text(node),
             (JobNode::FailoverItem(_), Some(info)) => info.failover_pending = true,
+            (JobNode::Retry(_), Some(info)) => {
+                info.pending_retry = PendingRetry::from_data(&node.data)
+            }
             _ => {}
         }
     }

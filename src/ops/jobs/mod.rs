@@ -9,12 +9,14 @@
 //! - remove a job: its instances, then its servers, then the job root recursively.
 //!
 //! Reads turn a job's subtree into a [`JobInfo`] (config, leader, servers, instances, and each
-//! item's owner / running / misfire / disabled / failover: `info`); the operations write
-//! (`operations`). The gRPC layer converts these to and from the wire; nothing here knows about
-//! it.
+//! item's owner / running / misfire / disabled / failover / pending retry: `info`); the
+//! operations write (`operations`); [`shown`] puts a job's retry policy and error handler
+//! into words for the console and `ctl`. The gRPC layer converts these to and from the wire;
+//! nothing here knows about it.
 
 mod info;
 mod operations;
+pub mod shown;
 #[cfg(test)]
 mod tests;
 
@@ -23,7 +25,7 @@ use crate::elasticjob::paths::{validate_job_name, JobPaths};
 use crate::registry::{self, Node, Registry};
 
 pub use info::{
-    get_job, list_jobs, InstanceInfo, ItemInfo, JobInfo, JobStatus, JobSummary, ServerInfo,
+    get_job, list_jobs, Hold, InstanceInfo, ItemInfo, JobInfo, JobStatus, JobSummary, ServerInfo,
 };
 pub use operations::{
     put_job, remove_job, set_items_disabled, set_job_servers, set_server, shutdown_instance,

@@ -349,3 +349,76 @@ async fn a_typed_job_names_its_type_in_the_root_and_never_rewrites_another() {
         "SCRIPT"
     );
 }
+
+#[tokio::test]
+async fn pending_retries_and_where_each_resident_item_stands_are_read() {
+    use super::Hold;
+    use crate::elasticjob::extras::PendingRetry;
+    let reg = MemoryStore::new().session();
+    let mut c = config("feeds", "", 5);
+    c.cron = None;
+    let extras = JobExtras {
+        resident: true,
+        ..JobExtras::default()
+    };
+    assert!(put_job(&reg, c, extras, None).await.unwrap());
+    let paths = JobPaths::new("feeds");
+    let a = online(&reg, "feeds", "10.0.0.1", 1).await;
+    let b = online(&reg, "feeds", "10.0.0.2", 2).await;
+    let put = |path: String, data: String| {
+        let reg = reg.clone();
+        async move {
+            reg.ensure_path(&path).await.unwrap();
+            reg.set(&path, data.as_bytes(), None).await.unwrap();
+        }
+    };
+    // 0: held by its owner; 1: still held by A, now B's (handing off); 2: B's, waiting for a
+    // restart backoff; 3: A's, not started yet; 4: A's but disabled.
+    for (i, owner) in [(0, &a), (1, &b), (2, &b), (3, &a), (4, &a)] {
+        put(paths.item_instance(i), owner.clone()).await;
+    }
+    put(paths.item_running(0), a.clone()).await;
+    put(paths.item_running(1), a.clone()).await;
+    put(paths.item_disabled(4), String::new()).await;
+    let restart = PendingRetry {
+        attempt: 2,
+        due_ms: 1_764_388_800_123,
+        parameter: None,
+    };
+    put(
+        paths.retry(2),
+        String::from_utf8(restart.to_data()).unwrap(),
+    )
+    .await;
+    let got = get_job(&reg, "feeds").await.unwrap();
+    assert_eq!(got.items[2].pending_retry.as_ref(), Some(&restart));
+    assert!(got
+        .items
+        .iter()
+        .filter(|i| i.item != 2)
+        .all(|i| i.pending_retry.is_none()));
+    let holds: Vec<Hold> = got.items.iter().map(|i| i.hold()).collect();
+    assert_eq!(
+        holds,
+        [
+            Hold::Held { by: &a },
+            Hold::HandingOff { from: &a, to: &b },
+            Hold::Waiting {
+                owner: &b,
+                restart: Some(&restart)
+            },
+            Hold::Waiting {
+                owner: &a,
+                restart: None
+            },
+            Hold::Disabled,
+        ]
+    );
+    assert!(got.items[1].handoff && !got.items[0].handoff);
+    // Data that is not a pending retry is no pending retry.
+    put(paths.retry(3), "garbage".into()).await;
+    assert_eq!(
+        get_job(&reg, "feeds").await.unwrap().items[3].pending_retry,
+        None
+    );
+}

@@ -8,6 +8,14 @@
 //! to its thread pool). Rows are read newest first, a page at a time, and put together by those
 //! rules ([`Grouping`]); reading stops once no older row can belong to the newest executions.
 //!
+//! A retry's rows are `FAILOVER` rows whose run's `TASK_RUNNING` status row names the attempt
+//! (`rows` says why). For each `FAILOVER` row the query reads the message of the newest
+//! `TASK_RUNNING` row of its task id written at or before its start and within a minute of it
+//! (the index on `(task_id, state)` finds it): a sidecar writes that row when the run's
+//! `running` nodes are written, in the step that sends its trigger, and the runs of one task id
+//! never overlap (its items never run twice at once), so that row is its run's. A `FAILOVER`
+//! row without such a message (ElasticJob Cloud's failovers) stays a failover.
+//!
 //! Each listing uses a connection of its own, closed at its end, and gives up after
 //! [`READ_TIMEOUT`]; the caller then answers from the sidecar's own history. The writer's
 //! connection is never used for reading, so a slow listing cannot hold up the rows.
@@ -19,6 +27,7 @@ use std::time::{Duration, SystemTime};
 use chrono::{NaiveDateTime, TimeZone};
 use tokio_postgres::NoTls;
 
+use super::rows::attempt_of;
 use super::writer::describe;
 use super::TracingDbSettings;
 
@@ -32,12 +41,19 @@ pub const READ_TIMEOUT: Duration = Duration::from_secs(5);
 /// The most executions one listing returns (`limit` 0 included).
 pub const MAX_EXECUTIONS: usize = 1000;
 
-const SELECT: &str = "SELECT id, job_name, task_id, ip, sharding_item, execution_source, \
-     failure_cause, is_success, start_time, complete_time FROM JOB_EXECUTION_LOG \
-     WHERE start_time IS NOT NULL \
-     AND ($1::text IS NULL OR job_name = $1::text) \
-     AND ($2::timestamp IS NULL OR (start_time, id) < ($2::timestamp, $3::text)) \
-     ORDER BY start_time DESC, id DESC LIMIT $4::bigint";
+const SELECT: &str = "SELECT e.id, e.job_name, e.task_id, e.ip, e.sharding_item, \
+     e.execution_source, e.failure_cause, e.is_success, e.start_time, e.complete_time, \
+     CASE WHEN e.execution_source = 'FAILOVER' THEN (\
+       SELECT s.message FROM JOB_STATUS_TRACE_LOG s \
+       WHERE s.task_id = e.task_id AND s.state = 'TASK_RUNNING' \
+       AND s.creation_time <= e.start_time \
+       AND s.creation_time >= e.start_time - interval '1 minute' \
+       ORDER BY s.creation_time DESC, s.id DESC LIMIT 1) END \
+     FROM JOB_EXECUTION_LOG e \
+     WHERE e.start_time IS NOT NULL \
+     AND ($1::text IS NULL OR e.job_name = $1::text) \
+     AND ($2::timestamp IS NULL OR (e.start_time, e.id) < ($2::timestamp, $3::text)) \
+     ORDER BY e.start_time DESC, e.id DESC LIMIT $4::bigint";
 
 /// One row of `JOB_EXECUTION_LOG`, as read back.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -52,6 +68,8 @@ pub struct ItemRow {
     pub is_success: bool,
     pub start_time: NaiveDateTime,
     pub complete_time: Option<NaiveDateTime>,
+    /// A retry's attempt, from its run's `TASK_RUNNING` row (`None`: not a retry).
+    pub attempt: Option<u32>,
 }
 
 /// One execution put together from its rows, in item order.
@@ -82,6 +100,7 @@ impl TracedExecution {
     fn takes(&self, row: &ItemRow) -> bool {
         let first = &self.rows[0];
         row.execution_source == first.execution_source
+            && row.attempt == first.attempt
             && row.start_time >= self.latest_start() - TOGETHER
             && self
                 .rows
@@ -254,6 +273,10 @@ impl Reader {
                         is_success: row.try_get(7)?,
                         start_time: row.try_get(8)?,
                         complete_time: row.try_get(9)?,
+                        attempt: row
+                            .try_get::<_, Option<String>>(10)?
+                            .as_deref()
+                            .and_then(attempt_of),
                     };
                     cursor = Some((row.start_time, row.id.clone()));
                     grouping.push(row);
@@ -304,6 +327,7 @@ mod tests {
             is_success: true,
             start_time: at(start_ms),
             complete_time: Some(at(start_ms + 100)),
+            attempt: None,
         }
     }
 

@@ -17,6 +17,22 @@
 //! Times are the sidecar host's local wall-clock time, at millisecond precision: ElasticJob's
 //! JDBC driver sends a `java.util.Date` in the JVM's time zone into these `TIMESTAMP` (without
 //! time zone) columns, and a sidecar runs beside its workers, in the same zone.
+//!
+//! A retry (source RETRY, `attempt` 1 or more) is a run ElasticJob's tables have no word for.
+//! Its rows keep ElasticJob's columns and values, so that ElasticJob's console reads them
+//! (it reads `execution_source` with `ExecutionSource.valueOf`), and say what it was in two
+//! places:
+//! - its execution-log rows' `execution_source` is `FAILOVER`, the closest of ElasticJob's
+//!   three: like a failover, a retry runs items again, off their schedule, because their last
+//!   run did not succeed (a cron fire or a trigger-once is `NORMAL_TRIGGER`, a late run of a
+//!   fire `MISFIRE`). A Lite executor never writes `FAILOVER` (its failed-over items run
+//!   through its normal path, and shardcar writes its own failovers as Lite does), so in the
+//!   rows of Lite processes and sidecars it only ever stands for a retry;
+//! - its `TASK_RUNNING` status row, whose message a Lite executor leaves empty, says which
+//!   attempt it was: `shardcar retry, attempt 2` ([`retry_message`]).
+//!
+//! `tracing_db::reader` reads both back, so that `ListExecutions` gives a retry its source
+//! and attempt whichever sidecar ran it.
 
 use std::collections::BTreeMap;
 use std::time::SystemTime;
@@ -30,6 +46,25 @@ use crate::elasticjob::tracing_tables::{
     error_message, items_text, new_id, staging_message, task_parts, truncate, ExecutionSource,
     State, LITE_EXECUTOR,
 };
+
+/// `execution_source` of a retry's rows (see the module docs).
+pub const RETRY_EXECUTION_SOURCE: &str = "FAILOVER";
+/// What a retry's `TASK_RUNNING` message starts with; the attempt follows.
+const RETRY_MESSAGE_PREFIX: &str = "shardcar retry, attempt ";
+
+/// The message of a retry's `TASK_RUNNING` row: `shardcar retry, attempt 2`.
+pub fn retry_message(attempt: u32) -> String {
+    format!("{RETRY_MESSAGE_PREFIX}{attempt}")
+}
+
+/// The attempt a `TASK_RUNNING` message names, if it is a retry's ([`retry_message`]).
+pub fn attempt_of(message: &str) -> Option<u32> {
+    message
+        .strip_prefix(RETRY_MESSAGE_PREFIX)?
+        .parse()
+        .ok()
+        .filter(|a| *a > 0)
+}
 
 /// One row of `JOB_EXECUTION_LOG`.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -129,25 +164,31 @@ pub fn rows_of(r: &ExecutionRecord, hostname: &str) -> Vec<Row> {
             creation_time: local_millis(at),
         })
     };
-    let source = match r.source {
-        Source::Misfire => ExecutionSource::Misfire,
-        // ElasticJob's tables know two sources: a retry is a normal trigger to them.
-        Source::Cron | Source::Manual | Source::Failover | Source::Retry | Source::Resident => {
-            ExecutionSource::NormalTrigger
+    let retry = (r.source == Source::Retry).then_some(r.attempt.max(1));
+    let execution_source = match r.source {
+        Source::Misfire => ExecutionSource::Misfire.as_str(),
+        Source::Retry => RETRY_EXECUTION_SOURCE,
+        // Lite runs failed-over items, trigger-once requests and fires the same way.
+        Source::Cron | Source::Manual | Source::Failover | Source::Resident => {
+            ExecutionSource::NormalTrigger.as_str()
         }
     };
     let mut rows = Vec::with_capacity(items.len() + 3);
     // A misfire catch-up runs inside the fire that found the items busy: no staging of its own.
     // A run claimed ahead of its instant was taken up when it was claimed, before its
     // `running` nodes were written and before the instant at which it started.
-    if source != ExecutionSource::Misfire {
+    if r.source != Source::Misfire {
         rows.push(status(
             State::Staging,
             staging_message(&r.job),
             r.noted("claimed ahead").unwrap_or(r.started_at),
         ));
     }
-    rows.push(status(State::Running, String::new(), running));
+    rows.push(status(
+        State::Running,
+        retry.map(retry_message).unwrap_or_default(),
+        running,
+    ));
     let mut causes = BTreeMap::new();
     let mut taken_back = false;
     for (item, outcome) in &r.items {
@@ -173,7 +214,7 @@ pub fn rows_of(r: &ExecutionRecord, hostname: &str) -> Vec<Row> {
             hostname: hostname.to_string(),
             ip: ip_of(&r.instance_id).to_string(),
             sharding_item: *item,
-            execution_source: source.as_str(),
+            execution_source,
             failure_cause,
             is_success,
             start_time: local_millis(sent),
@@ -350,6 +391,59 @@ mod tests {
         let states: Vec<&str> = statuses(&rows).iter().map(|s| s.0).collect();
         assert_eq!(states, ["TASK_RUNNING", "TASK_FINISHED"]);
         assert_eq!(executions(&rows)[0].execution_source, "MISFIRE");
+    }
+
+    #[test]
+    fn a_retry_is_a_failover_to_elasticjob_and_its_running_row_names_the_attempt() {
+        let mut r = execution(
+            Source::Retry,
+            vec![(0, ItemOutcome::Completed), (2, ItemOutcome::Completed)],
+        );
+        r.attempt = 2;
+        let rows = rows_of(&r, "h");
+        let s = statuses(&rows);
+        assert_eq!(
+            s.iter().map(|(st, m, _)| (*st, *m)).collect::<Vec<_>>(),
+            [
+                ("TASK_STAGING", "Job 'orders' execute begin."),
+                ("TASK_RUNNING", "shardcar retry, attempt 2"),
+                ("TASK_FINISHED", ""),
+            ]
+        );
+        assert!(executions(&rows)
+            .iter()
+            .all(|e| e.execution_source == "FAILOVER"));
+        assert_eq!(attempt_of(&retry_message(2)), Some(2));
+        // The running row is never after the items' start: the reader finds it from there.
+        assert!(s[1].2 <= executions(&rows)[0].start_time);
+        // Other runs keep Lite's empty message and sources; a failover is a normal trigger.
+        for source in [
+            Source::Cron,
+            Source::Failover,
+            Source::Manual,
+            Source::Resident,
+        ] {
+            let rows = rows_of(&execution(source, vec![(0, ItemOutcome::Completed)]), "h");
+            assert_eq!(
+                statuses(&rows)[1],
+                ("TASK_RUNNING", "", local_millis(at(10)))
+            );
+            assert_eq!(executions(&rows)[0].execution_source, "NORMAL_TRIGGER");
+        }
+    }
+
+    #[test]
+    fn only_a_retrys_message_names_an_attempt() {
+        for (message, attempt) in [
+            ("shardcar retry, attempt 1", Some(1)),
+            ("shardcar retry, attempt 17", Some(17)),
+            ("shardcar retry, attempt 0", None),
+            ("shardcar retry, attempt x", None),
+            ("", None),
+            ("Job 'orders' execute begin.", None),
+        ] {
+            assert_eq!(attempt_of(message), attempt, "{message:?}");
+        }
     }
 
     #[test]
