@@ -260,9 +260,20 @@ fn snapshot(
             owner.items.push(info.item);
         }
     }
+    // The sessions of the job's sidecar nodes: an instance is a sidecar's when its node is on
+    // one of them (an ElasticJob JVM on a sidecar's host has a session of its own).
+    let sidecar_sessions: Vec<i64> = tree
+        .iter()
+        .filter(|(path, _)| {
+            path.strip_prefix(&paths.sidecars())
+                .is_some_and(|rest| rest.starts_with('/') && !rest[1..].contains('/'))
+        })
+        .map(|(_, node)| node.stat.ephemeral_owner)
+        .filter(|s| *s != 0)
+        .collect();
     for instance in instances.values_mut() {
         instance.leader = instance.instance_id == leader;
-        instance.via_sidecar = tree.contains_key(&paths.sidecar(&instance.server_ip));
+        instance.via_sidecar = sidecar_sessions.contains(&instance.session_id);
         if let Some(server) = servers.get_mut(&instance.server_ip) {
             server.instance_count += 1;
         }
