@@ -9,6 +9,7 @@ import java.util.List;
 import java.util.Map;
 import org.apache.shardingsphere.elasticjob.api.JobConfiguration;
 import org.apache.shardingsphere.elasticjob.api.ShardingContext;
+import org.apache.shardingsphere.elasticjob.infra.handler.sharding.JobInstance;
 import org.apache.shardingsphere.elasticjob.lite.api.bootstrap.impl.ScheduleJobBootstrap;
 import org.apache.shardingsphere.elasticjob.lite.internal.schedule.JobRegistry;
 import org.apache.shardingsphere.elasticjob.reg.zookeeper.ZookeeperConfiguration;
@@ -66,7 +67,8 @@ public final class ElasticJobMember {
 
   /**
    * Starts each {@code --job} spec with {@code starter} (recording {@code ready}, or
-   * {@code startFailed}; exit 3 when none started), then waits: a remote shutdown (its instance
+   * {@code startFailed} with the error and the instance ElasticJob registered all the same, if it
+   * did; exit 3 when none started), then waits: a remote shutdown (its instance
    * node deleted) shuts a job down inside ElasticJob, which is recorded, and once every job is
    * down the process leaves, as one whose jobs are all gone has nothing to do.
    */
@@ -86,7 +88,11 @@ public final class ElasticJobMember {
         records.emit("ready", kv(ready.toArray()));
       } catch (RuntimeException e) {
         failed = true;
-        records.emit("startFailed", kv("job", job, "error", e.toString()));
+        // ElasticJob may have registered an instance before it refused to start the job (its
+        // JobScheduler registers it before ScheduleJobBootstrap.schedule() checks the cron): its id.
+        JobInstance registered = JobRegistry.getInstance().getJobInstance(job);
+        records.emit("startFailed", kv("job", job, "error", e.toString(),
+            "instance", registered == null ? "" : registered.getJobInstanceId()));
       }
     }
     if (failed && started.isEmpty()) {

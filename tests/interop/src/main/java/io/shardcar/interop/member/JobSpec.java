@@ -12,9 +12,10 @@ import java.util.Properties;
  * One job as a test hands it to a member process: a properties file with ElasticJob's field names
  * ({@code jobName, shardingTotalCount, cron, shardingItemParameters, jobParameter, failover, misfire,
  * monitorExecution, jobShardingStrategyType, overwrite, description, disabled, jobErrorHandlerType}),
- * {@code prop.KEY} for each of the job's props, plus {@code namespace} (ElasticJob members) and
- * {@code withConfig} (shardcar workers: {@code false} subscribes by name only). Absent optional fields
- * are left unset, so each side's own defaults apply.
+ * {@code prop.KEY} for each of the job's props, plus {@code namespace} (ElasticJob members),
+ * {@code withConfig} (shardcar workers: {@code false} subscribes by name only) and {@code resident}
+ * (shardcar workers: hold the items with a {@code ResidentHandler}). Absent optional fields are left
+ * unset, so each side's own defaults apply.
  */
 public final class JobSpec {
   private final Properties p;

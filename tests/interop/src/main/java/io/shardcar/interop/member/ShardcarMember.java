@@ -6,11 +6,14 @@ import io.shardcar.client.Assignment;
 import io.shardcar.client.JobConfig;
 import io.shardcar.client.JobHandler;
 import io.shardcar.client.JobRegistration;
+import io.shardcar.client.ResidentHandler;
 import io.shardcar.client.ShardcarException;
 import io.shardcar.client.ShardcarWorker;
 import io.shardcar.client.ShardingContext;
 import io.shardcar.client.WorkerListener;
 import java.nio.file.Path;
+import java.time.Duration;
+import java.util.List;
 import java.util.Map;
 import java.util.TreeMap;
 import java.util.UUID;
@@ -21,8 +24,12 @@ import java.util.UUID;
  * its registration (instance id and the configuration the sidecar answered with), every
  * assignment, every item run with the trigger's source, and the sidecar's {@code Shutdown}.
  * The runs of the items its {@link FailSwitch} names throw once their body is over: the Java client
- * then reports the item failed ({@code ReportFailure}) with the exception's text. Exits when the
- * worker has no registration left (a remote shutdown ends it).
+ * then reports the item failed ({@code ReportFailure}) with the exception's text. A spec with
+ * {@code resident=true} registers a {@link ResidentHandler} instead ({@code registerResident}):
+ * each hold is one run, from its {@code RESIDENT} trigger ({@code start}, with its fencing token and
+ * attempt) until its context says cancelled ({@code end}, outcome {@code cancelled}). SIGTERM closes
+ * the worker ({@code closing}). Exits when the worker has no registration left (a remote shutdown
+ * ends it).
  *
  * <p>Arguments: {@code --target unix:///path --dir DIR --name MEMBER [--item-ms N] [--parent PID]
  * --job SPEC...}.
@@ -44,7 +51,7 @@ public final class ShardcarMember {
       public void onRegistered(String jobName, String instanceId, JobConfig c) {
         records.emit("registered", kv("job", jobName, "instance", instanceId, "total", c.getShardingTotalCount(),
             "cron", c.getCron(), "params", params(c.getShardingItemParameters()), "jobParameter", c.getJobParameter(),
-            "failover", c.isFailover(), "strategy", c.getShardingStrategy()));
+            "failover", c.isFailover(), "strategy", c.getShardingStrategy(), "resident", c.isResident()));
       }
 
       @Override
@@ -63,6 +70,13 @@ public final class ShardcarMember {
       }
 
       @Override
+      public void onDeclined(String jobName, String executionId, List<Integer> items, String reason,
+          ShardcarException refused) {
+        records.emit("declined", kv("job", jobName, "execution", executionId, "items", join(items), "reason", reason,
+            "refused", refused == null ? "" : refused.getMessage()));
+      }
+
+      @Override
       public void onAnswered(String jobName, String executionId, int item, String failure, ShardcarException refused) {
         if (refused != null) {
           records.emit("refused", kv("job", jobName, "execution", executionId, "item", item, "error", refused.getMessage()));
@@ -77,12 +91,26 @@ public final class ShardcarMember {
         .build();
     for (Path file : args.jobs()) {
       JobSpec spec = JobSpec.load(file);
-      JobHandler handler = ctx -> runItem(ctx, records, body, fail);
-      JobRegistration r = spec.flag("withConfig")
-          ? worker.register(toConfig(spec), handler)
-          : worker.register(spec.jobName(), handler);
+      JobRegistration r;
+      if (spec.flag("resident")) {
+        ResidentHandler hold = ctx -> holdItem(ctx, records);
+        r = spec.flag("withConfig")
+            ? worker.registerResident(toConfig(spec), hold)
+            : worker.registerResident(spec.jobName(), hold);
+      } else {
+        JobHandler handler = ctx -> runItem(ctx, records, body, fail);
+        r = spec.flag("withConfig")
+            ? worker.register(toConfig(spec), handler)
+            : worker.register(spec.jobName(), handler);
+      }
       records.emit("ready", kv("job", spec.jobName(), "instance", r.getInstanceId(), "pid", ProcessHandle.current().pid()));
     }
+    // SIGTERM closes the worker, as an application that closes it on shutdown: no new work, holds given back
+    // at once (each hold's end recorded before it is declined), running items finish and answer.
+    Runtime.getRuntime().addShutdownHook(new Thread(() -> {
+      records.emit("closing", kv());
+      worker.close();
+    }, "close-worker"));
     worker.awaitTermination();
     records.emit("exit", kv("code", 0));
     System.exit(0);
@@ -105,6 +133,30 @@ public final class ShardcarMember {
         "outcome", failed ? "failed" : done ? "completed" : "cancelled"));
     if (failed) {
       throw FailSwitch.failure(ctx.getShardingItem());
+    }
+  }
+
+  /**
+   * Holds one item of a resident job until its context says cancelled, recording the hold's
+   * {@code start} (source, fencing token, attempt) and {@code end} (outcome {@code cancelled}, or
+   * {@code interrupted} when the thread was interrupted for another reason), the latter just before
+   * the handler returns: the worker declines the item only after that.
+   */
+  static void holdItem(ShardingContext ctx, Records records) throws InterruptedException {
+    String run = UUID.randomUUID().toString();
+    records.emit("start", kv("side", "shardcar", "job", ctx.getJobName(), "item", ctx.getShardingItem(), "run", run,
+        "source", ctx.getSource(), "total", ctx.getShardingTotalCount(), "param", ctx.getShardingParameter(),
+        "jobParameter", ctx.getJobParameter(), "taskId", ctx.getTaskId(), "execution", ctx.getExecutionId(),
+        "token", ctx.getFencingToken(), "attempt", ctx.getAttempt(), "resident", true));
+    String outcome = "interrupted";
+    try {
+      while (!ctx.awaitCancelled(Duration.ofMillis(200))) {
+        // holding: a consumer would poll its partition here
+      }
+      outcome = "cancelled";
+    } finally {
+      records.emit("end", kv("side", "shardcar", "job", ctx.getJobName(), "item", ctx.getShardingItem(), "run", run,
+          "outcome", outcome));
     }
   }
 
@@ -139,6 +191,9 @@ public final class ShardcarMember {
     }
     if (s.has("disabled")) {
       b.disabled(s.flag("disabled"));
+    }
+    if (s.has("resident")) {
+      b.resident(s.flag("resident"));
     }
     return b.build();
   }

@@ -86,6 +86,15 @@ public final class Job {
     return set("withConfig", b);
   }
 
+  /**
+   * shardcar workers: a resident job, whose items they hold with a {@code ResidentHandler}
+   * ({@code registerResident}); with {@link #withConfig} the config is built resident (no cron,
+   * failover off).
+   */
+  public Job resident(boolean b) {
+    return set("resident", b);
+  }
+
   public Job set(String key, Object value) {
     fields.put(key, String.valueOf(value));
     return this;
