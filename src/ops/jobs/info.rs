@@ -39,8 +39,8 @@ pub struct InstanceInfo {
     pub leader: bool,
     /// The ZooKeeper session that holds its (ephemeral) node: the instance lives as long as it.
     pub session_id: i64,
-    /// A shardcar sidecar on its server (`shardcar/sidecars/{ip}`) runs it and grants its worker
-    /// leases; otherwise it is a JVM of ElasticJob's own.
+    /// A shardcar sidecar runs it and grants its worker leases (its node is on the session of a
+    /// `shardcar/sidecars/{ip}` node); otherwise it is a JVM of ElasticJob's own.
     pub via_sidecar: bool,
 }
 

@@ -61,6 +61,8 @@ pub(crate) struct Leadership {
     asked_reshard: Option<u64>,
     /// Whether one of the local instances leads the job (as last told to the observer).
     leading: bool,
+    /// The ElasticJob member last warned of as the leader of this resident job.
+    warned_jvm_leader: Option<String>,
 }
 
 impl Leadership {

@@ -6,7 +6,7 @@
 
 use std::time::Instant;
 
-use tracing::info;
+use tracing::{info, warn};
 
 use super::{sharding, Leadership, ELASTICJOB_HOLD, RESHARD_QUIET};
 use crate::coordination::job::instances::Instances;
@@ -84,6 +84,14 @@ impl Leadership {
         let Some((leader, _)) = cx.view().leader.clone() else {
             return;
         };
+        if cx.view().resident() && is_elasticjob_member(cx, instances, &leader) {
+            if self.warned_jvm_leader.as_deref() != Some(leader.as_str()) {
+                warn!(job = %cx.name(), leader = %leader,
+                      "an ElasticJob JVM leads this resident job: it knows nothing of holds, and no item moves until a sidecar's instance leads again (docs/elasticjob-compat.md)");
+                self.warned_jvm_leader = Some(leader);
+            }
+            return;
+        }
         // A strategy this sidecar does not know would make its plan differ from the leader's.
         let known_strategy = |c: &JobConfiguration| c.strategy().is_ok();
         if !is_elasticjob_member(cx, instances, &leader)
@@ -120,8 +128,10 @@ impl Leadership {
     }
 }
 
-/// Whether instance `id` is an ElasticJob member's: neither local nor of a host with a sidecar
-/// (`shardcar/sidecars/{ip}`).
+/// Whether instance `id` is an ElasticJob member's: neither local nor a sidecar's (its node on
+/// the session of a `shardcar/sidecars/{ip}` node, [`JobView::via_sidecar`]).
+///
+/// [`JobView::via_sidecar`]: crate::coordination::job::mirror::JobView::via_sidecar
 fn is_elasticjob_member(cx: &Cx, instances: &Instances, id: &str) -> bool {
     !instances.contains(id) && !cx.view().via_sidecar(id)
 }
