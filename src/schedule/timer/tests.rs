@@ -9,7 +9,6 @@ use tokio_util::task::TaskTracker;
 
 use super::*;
 use crate::schedule::burst::Burst;
-use crate::schedule::deadlines::{Deadlines, DueNow};
 use crate::schedule::fire::{Fire, FireSink};
 use crate::schedule::lead::ClaimLead;
 

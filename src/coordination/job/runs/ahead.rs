@@ -1,15 +1,14 @@
-//! Runs claimed ahead of their instant: at the timer's notice, `claim_ahead` before a cron
+//! Runs claimed ahead of their instant: at the timer's notice, the claim lead before a cron
 //! instant, a run's start is written, and its `Trigger` goes out at the instant itself. Until
 //! then it can still be given up, and its items are freed as if never claimed: a run never
 //! starts before its fire time (`docs/architecture.md`, "Claiming ahead").
 
-use std::collections::BTreeSet;
 use std::time::SystemTime;
 
 use chrono::{DateTime, Utc};
 use tracing::{debug, info};
 
-use super::fire::{plan_fire, Start};
+use super::fire::Start;
 use super::Runs;
 use crate::coordination::events::Source;
 use crate::coordination::job::instances::Instances;
@@ -86,59 +85,6 @@ impl Runs {
             slot.held = Some(execution_id);
             slot.claimed_fire = Some(fire_time);
         }
-    }
-
-    /// Runs claimed ahead whose instant has come go out, started now. The fire finds the
-    /// instance as it would have found it: one that took other work meanwhile (a failover
-    /// claim) is busy, so the claimed run is given up, its items freed, and the fire is a
-    /// misfire; items the instance came to own since the claim wait for a catch-up, as on any
-    /// instance whose run is under way.
-    pub(in crate::coordination::job) fn reconcile_held(
-        &mut self,
-        cx: &mut Cx,
-        instances: &mut Instances,
-    ) {
-        let due: Vec<(String, String)> = self
-            .slots
-            .iter()
-            .filter_map(|(id, s)| {
-                let execution_id = s.held.as_ref()?;
-                let exec = self.executions.get(execution_id)?;
-                (exec.fire_time <= cx.env.wall
-                    && exec.void.is_none()
-                    && !Runs::starting(cx, execution_id))
-                .then(|| (id.clone(), execution_id.clone()))
-            })
-            .collect();
-        if due.is_empty() {
-            return;
-        }
-        let misfire_on = cx.view().config.as_ref().is_some_and(|c| c.misfire);
-        let mut misfire = BTreeSet::new();
-        for (id, execution_id) in due {
-            if !instances.contains(&id) {
-                continue;
-            }
-            let busy = self.of_instance(&id).iter().any(|e| *e != execution_id);
-            if busy {
-                misfire.extend(plan_fire(cx.view(), &id, &cx.settings().ip, true).misfire);
-                // Freed as never run; the fire of its instant is this misfire.
-                let reason = "its instance took other work before the fire instant";
-                self.void(cx, instances, &execution_id, reason, Release::Unrun, false);
-                let fire_time = self.executions.get(&execution_id).map(|e| e.fire_time);
-                self.slot(&id).claimed_fire = fire_time;
-                continue;
-            }
-            if misfire_on {
-                misfire.extend(self.runnable_now(cx, &id));
-            }
-            self.slot(&id).held = None;
-            let exec = self.executions.get_mut(&execution_id).expect("a held run");
-            exec.started = cx.env.now;
-            exec.started_at = SystemTime::from(cx.env.wall);
-            self.deliver(cx, instances, &execution_id);
-        }
-        self.flag_misfire(cx, misfire);
     }
 
     /// Gives up runs claimed ahead of an instant to come: new work, which a drain takes none of.

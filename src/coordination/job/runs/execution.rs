@@ -1,11 +1,13 @@
 //! One execution on a local instance: its items, tokens and epochs, the answers it holds and
 //! how it was taken back; and the ids executions get.
 
-use std::collections::{BTreeMap, BTreeSet};
+use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::time::Instant;
 
 use crate::coordination::events::{ItemOutcome, Source};
 use crate::coordination::job::writes::Release;
+use crate::elasticjob::paths::JobPaths;
+use crate::registry::{Op, OpResult};
 
 /// Why an execution no longer holds its items, and what becomes of their nodes.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -284,4 +286,34 @@ impl HeldAnswers {
 pub fn execution_id(entropy: u128, n: u64) -> String {
     const ODD: u128 = 0x9e37_79b9_7f4a_7c15_f39c_c060_5ced_c835;
     format!("{:032x}", entropy ^ u128::from(n).wrapping_mul(ODD))
+}
+
+/// The fencing tokens and item epochs a start (or claim) left, from its results.
+pub(super) fn tokens_of(
+    paths: &JobPaths,
+    items: &[i32],
+    ops: &[Op],
+    results: &[OpResult],
+) -> (BTreeMap<i32, i64>, BTreeMap<i32, i32>) {
+    let mut tokens = BTreeMap::new();
+    let mut versions = BTreeMap::new();
+    // Each item's two paths, formatted once (not once per write of the multi-op).
+    let mut running = HashMap::with_capacity(items.len());
+    let mut fence = HashMap::with_capacity(items.len());
+    for i in items {
+        running.entry(paths.item_running(*i)).or_insert(*i);
+        fence.entry(paths.item(*i)).or_insert(*i);
+    }
+    for (op, result) in ops.iter().zip(results) {
+        let (Op::SetData { path, .. }, OpResult::DataSet { stat }) = (op, result) else {
+            continue;
+        };
+        if let Some(i) = running.get(path) {
+            tokens.insert(*i, stat.czxid);
+        } else if let Some(i) = fence.get(path) {
+            versions.insert(*i, stat.version);
+            tokens.entry(*i).or_insert(stat.mzxid);
+        }
+    }
+    (tokens, versions)
 }

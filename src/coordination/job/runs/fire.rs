@@ -7,13 +7,13 @@
 //! Like an ElasticJob instance, which has one Quartz thread per job, a shardcar instance runs
 //! one cron or manual execution of its job at a time (`docs/elasticjob-compat.md` §6).
 
-use std::collections::{BTreeMap, BTreeSet, HashMap};
+use std::collections::BTreeSet;
 use std::time::{Duration, SystemTime};
 
 use chrono::{DateTime, Utc};
 use tracing::{debug, info, warn};
 
-use super::execution::Execution;
+use super::execution::{tokens_of, Execution};
 use super::Runs;
 use crate::coordination::events::{Source, Trigger, WorkerEvent};
 use crate::coordination::job::instances::Instances;
@@ -154,6 +154,59 @@ impl Runs {
         self.flag_misfire(cx, misfire);
     }
 
+    /// Runs claimed ahead whose instant has come go out, started now. The fire finds the
+    /// instance as it would have found it: one that took other work meanwhile (a failover
+    /// claim) is busy, so the claimed run is given up, its items freed, and the fire is a
+    /// misfire; items the instance came to own since the claim wait for a catch-up, as on any
+    /// instance whose run is under way.
+    pub(in crate::coordination::job) fn reconcile_held(
+        &mut self,
+        cx: &mut Cx,
+        instances: &mut Instances,
+    ) {
+        let due: Vec<(String, String)> = self
+            .slots
+            .iter()
+            .filter_map(|(id, s)| {
+                let execution_id = s.held.as_ref()?;
+                let exec = self.executions.get(execution_id)?;
+                (exec.fire_time <= cx.env.wall
+                    && exec.void.is_none()
+                    && !Runs::starting(cx, execution_id))
+                .then(|| (id.clone(), execution_id.clone()))
+            })
+            .collect();
+        if due.is_empty() {
+            return;
+        }
+        let misfire_on = cx.view().config.as_ref().is_some_and(|c| c.misfire);
+        let mut misfire = BTreeSet::new();
+        for (id, execution_id) in due {
+            if !instances.contains(&id) {
+                continue;
+            }
+            let busy = self.of_instance(&id).iter().any(|e| *e != execution_id);
+            if busy {
+                misfire.extend(plan_fire(cx.view(), &id, &cx.settings().ip, true).misfire);
+                // Freed as never run; the fire of its instant is this misfire.
+                let reason = "its instance took other work before the fire instant";
+                self.void(cx, instances, &execution_id, reason, Release::Unrun, false);
+                let fire_time = self.executions.get(&execution_id).map(|e| e.fire_time);
+                self.slot(&id).claimed_fire = fire_time;
+                continue;
+            }
+            if misfire_on {
+                misfire.extend(self.runnable_now(cx, &id));
+            }
+            self.slot(&id).held = None;
+            let exec = self.executions.get_mut(&execution_id).expect("a held run");
+            exec.started = cx.env.now;
+            exec.started_at = SystemTime::from(cx.env.wall);
+            self.deliver(cx, instances, &execution_id);
+        }
+        self.flag_misfire(cx, misfire);
+    }
+
     /// Flags `misfire` on `items`: a fire found their instance busy (ElasticJob's rule), and a
     /// catch-up runs them once it is idle.
     pub(super) fn flag_misfire(&mut self, cx: &mut Cx, items: BTreeSet<i32>) {
@@ -188,32 +241,6 @@ impl Runs {
             .into_iter()
             .filter(|i| !cx.io.is_locked(*i) && !executing.contains(i))
             .collect()
-    }
-
-    /// The trace of a new execution of `source` on local instance `id`: a MANUAL one continues
-    /// the trace of the traced `TriggerJob` call that asked for it, if one is waiting for `id`.
-    pub(super) fn trace_for(
-        &mut self,
-        cx: &Cx,
-        id: &str,
-        source: Source,
-        execution_id: &str,
-    ) -> TraceContext {
-        let now = cx.env.now;
-        let parent = match (source, self.manual.as_mut()) {
-            (Source::Manual, Some(m)) if now < m.until => {
-                m.instances.remove(id).then(|| m.parent.clone())
-            }
-            _ => None,
-        };
-        if self
-            .manual
-            .as_ref()
-            .is_some_and(|m| m.instances.is_empty() || now >= m.until)
-        {
-            self.manual = None;
-        }
-        TraceContext::for_execution(execution_id, parent.as_ref())
     }
 
     /// A new execution of `items` on local instance `id`, not started yet. A FAILOVER run
@@ -339,7 +366,7 @@ impl Runs {
         cx.io.unlock(&items);
         match result {
             Ok(results) => {
-                let (tokens, versions) = tokens_of(cx, &items, ops, &results);
+                let (tokens, versions) = tokens_of(cx.paths(), &items, ops, &results);
                 let exec = self.executions.get_mut(execution_id).expect("checked");
                 if exec.monitored {
                     exec.fencing_tokens = tokens;
@@ -541,34 +568,4 @@ fn runnable(view: &JobView, items: Vec<i32>, failover: bool, monitor: bool) -> V
             !(item.disabled || taken || running)
         })
         .collect()
-}
-
-/// The fencing tokens and item epochs a start (or claim) left, from its results.
-pub(super) fn tokens_of(
-    cx: &Cx,
-    items: &[i32],
-    ops: &[Op],
-    results: &[OpResult],
-) -> (BTreeMap<i32, i64>, BTreeMap<i32, i32>) {
-    let mut tokens = BTreeMap::new();
-    let mut versions = BTreeMap::new();
-    // Each item's two paths, formatted once (not once per write of the multi-op).
-    let mut running = HashMap::with_capacity(items.len());
-    let mut fence = HashMap::with_capacity(items.len());
-    for i in items {
-        running.entry(cx.paths().item_running(*i)).or_insert(*i);
-        fence.entry(cx.paths().item(*i)).or_insert(*i);
-    }
-    for (op, result) in ops.iter().zip(results) {
-        let (Op::SetData { path, .. }, OpResult::DataSet { stat }) = (op, result) else {
-            continue;
-        };
-        if let Some(i) = running.get(path) {
-            tokens.insert(*i, stat.czxid);
-        } else if let Some(i) = fence.get(path) {
-            versions.insert(*i, stat.version);
-            tokens.entry(*i).or_insert(stat.mzxid);
-        }
-    }
-    (tokens, versions)
 }

@@ -1,6 +1,7 @@
 //! Runs: the executions of the job's local instances, from the fire that plans one to the
 //! outcome of its last item. [`fire`] is a cron fire's path to the worker's trigger (what it
-//! runs, the start's write, the trigger), [`ahead`] runs claimed ahead of their instant,
+//! runs, the start's write, a run claimed ahead going out at its instant, the trigger),
+//! [`ahead`] the claims of runs ahead of their instant,
 //! [`work`] everything else that starts runs (fires held for a reshard, trigger-once,
 //! catch-ups, FAILOVER runs), [`answers`] records how a run ended, and [`release`] takes items
 //! back (revoke, timeout, lease lapse, self-fencing) without ever letting two workers run one
@@ -37,7 +38,7 @@ use crate::coordination::finished::Finished;
 use crate::coordination::job::mirror::JobView;
 use crate::coordination::observer::{ExecutionRecord, ItemFailure};
 use crate::coordination::small_map::SmallMap;
-use crate::coordination::trace::TraceParent;
+use crate::coordination::trace::{TraceContext, TraceParent};
 
 /// How long after its instant a run claimed ahead goes out if the timer's fire never came.
 pub(super) const HELD_FALLBACK: std::time::Duration = std::time::Duration::from_millis(50);
@@ -241,6 +242,32 @@ impl Runs {
         let (id, instance) = (exec.id.clone(), exec.instance_id.clone());
         self.executions.insert(id.clone(), Box::new(exec));
         self.slot(&instance).executions.push(id);
+    }
+
+    /// The trace of a new execution of `source` on local instance `id`: a MANUAL one continues
+    /// the trace of the traced `TriggerJob` call that asked for it, if one is waiting for `id`.
+    pub(super) fn trace_for(
+        &mut self,
+        cx: &Cx,
+        id: &str,
+        source: Source,
+        execution_id: &str,
+    ) -> TraceContext {
+        let now = cx.env.now;
+        let parent = match (source, self.manual.as_mut()) {
+            (Source::Manual, Some(m)) if now < m.until => {
+                m.instances.remove(id).then(|| m.parent.clone())
+            }
+            _ => None,
+        };
+        if self
+            .manual
+            .as_ref()
+            .is_some_and(|m| m.instances.is_empty() || now >= m.until)
+        {
+            self.manual = None;
+        }
+        TraceContext::for_execution(execution_id, parent.as_ref())
     }
 
     /// The next MANUAL execution of each local instance now live continues `parent`'s trace

@@ -14,7 +14,8 @@ use std::collections::BTreeMap;
 use chrono::{DateTime, Utc};
 use tracing::{debug, info, warn};
 
-use super::fire::{tokens_of, Start};
+use super::execution::tokens_of;
+use super::fire::Start;
 use super::{DeferredFire, Runs};
 use crate::coordination::events::Source;
 use crate::coordination::job::instances::Instances;
@@ -301,7 +302,7 @@ impl Runs {
             return;
         };
         let exec_items: Vec<i32> = exec.items.iter().copied().collect();
-        let (tokens, versions) = tokens_of(cx, &exec_items, ops, results);
+        let (tokens, versions) = tokens_of(cx.paths(), &exec_items, ops, results);
         let exec = self.executions.get_mut(execution_id).expect("listed");
         exec.fencing_tokens = tokens;
         exec.versions = versions;
