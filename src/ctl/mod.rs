@@ -93,7 +93,8 @@ pub enum JobVerb {
     /// Keys are JobConfig's (job_name, cron, time_zone, sharding_total_count,
     /// sharding_item_parameters, job_parameter, failover, misfire, monitor_execution,
     /// sharding_strategy, max_time_diff_seconds, reconcile_interval_minutes, description,
-    /// disabled, props, execution_timeout_seconds, type, job_error_handler_type, retry) or
+    /// disabled, props, execution_timeout_seconds, type, job_error_handler_type, retry,
+    /// resident) or
     /// ElasticJob's camelCase config keys. `retry:` takes max_attempts (runs in all),
     /// initial_backoff and max_backoff (200ms, 1s) and multiplier.
     /// `type: SCRIPT` or `type: HTTP` makes a job the sidecars run themselves, from its props

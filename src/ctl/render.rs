@@ -254,7 +254,8 @@ pub fn job(j: &proto::JobDetail) -> String {
     let (handler, settings) =
         crate::ops::jobs::shown::error_handler(Some(c.job_error_handler_type.as_str()), props);
     out.push_str(&format!("  on failure:  {handler}"));
-    if c.retry.is_some() && handler != "IGNORE" {
+    // A resident job's holds are restarted, not retried: every failed hold is reported.
+    if c.retry.is_some() && !c.resident && handler != "IGNORE" {
         out.push_str(" (once a failure's attempts have run out)");
     }
     out.push('\n');

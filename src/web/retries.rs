@@ -66,8 +66,9 @@ pub fn failure_section(out: &mut String, job: &JobInfo) {
     let (handler, settings) = shown::error_handler(c.job_error_handler_type.as_deref(), &c.props);
     let when = match (&job.extras.retry, handler.as_str()) {
         (_, "IGNORE") => "never reported",
-        (Some(_), _) => "reported once a failure's attempts have run out",
-        (None, _) => "reported as it happens",
+        // A hold is restarted, not retried: every failed hold is reported.
+        (Some(_), _) if !job.extras.resident => "reported once a failure's attempts have run out",
+        _ => "reported as it happens",
     };
     let _ = write!(
         out,

@@ -32,9 +32,8 @@ thing by each rule:
   (the sidecar starts it again after a backoff). When the worker stops, though, a hold is given
   back by the end of the stream, which the driver closes once every handler has returned (the
   sidecar releases the items of a stream its worker ended at once), and neither it nor a hold
-  that arrives meanwhile is declined: the sidecar starts a hold it did not revoke again at once
-  on the same worker, so a decline would only bring it back, again and again until the stream
-  ends. A registration whose effective config (in ``Registered``) is not of its kind, resident
+  that arrives meanwhile is declined: a decline the sidecar did not ask for would only have it
+  start the hold again on the same worker, after its restart backoff. A registration whose effective config (in ``Registered``) is not of its kind, resident
   or not, stops with :class:`~shardcar.InvalidJobConfigError` naming ``resident``.
 * **Shutdown.** New triggers are declined; running items finish and are answered. Once the
   stream has ended, after a drain (the sidecar restarts; ``ShutdownKind.DRAIN``, also when the

@@ -57,9 +57,9 @@ import java.util.concurrent.TimeUnit;
  *       by itself is answered {@code Complete}, one that threw {@code ReportFailure}. On a
  *       {@link #close}, though, a hold is given back by the end of the stream, which ends once
  *       every handler has returned (the sidecar releases the items of a stream its worker ended
- *       at once), and neither it nor a hold that arrives meanwhile is declined: the sidecar starts
- *       a hold it did not revoke again at once on the same worker, so a decline would only bring
- *       it back, again and again until the stream ends. A registration whose effective
+ *       at once), and neither it nor a hold that arrives meanwhile is declined: a decline the
+ *       sidecar did not ask for would only have it start the hold again on the same worker, after
+ *       its restart backoff. A registration whose effective
  *       configuration ({@code Registered}) is not of its kind, resident or not, stops with an
  *       {@link InvalidJobConfigException} naming {@code resident}.
  *   <li><b>Reconnects and fatal errors</b> ({@link ReconnectPolicy}): every end of a stream while
