@@ -6,10 +6,12 @@
 //! Reads and writes go through one ordered queue: their results are fed back in the order they
 //! were issued, which on one ZooKeeper session is the order the server answered them; a registry
 //! event joins the same queue, so it applies after everything issued before it arrived. Latch
-//! waits and the first setup run as child tasks that report back, so the loop never blocks on
-//! ZooKeeper: an answer never waits behind an election.
+//! waits and the first setup run as the driver's own futures (`children`), so the loop never
+//! blocks on ZooKeeper: an answer never waits behind an election. A fire goes through this file
+//! twice: taken from the command queue and stepped, then its trigger performed onto the
+//! worker's stream (`Driver::perform`). The driver's start and retirement are in `lifecycle`.
 
-use std::collections::{BTreeMap, HashMap};
+use std::collections::HashMap;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -20,21 +22,23 @@ use tokio::sync::{mpsc, oneshot, watch};
 use tokio_util::sync::CancellationToken;
 use tracing::{debug, warn};
 
+mod children;
+mod lifecycle;
 mod perform;
-mod setup;
+
+use perform::touch;
 
 use super::state::JobState;
-use super::{Action, Env, Input, IoResult, LatchKey, OpId, ReplyId, StreamKey};
-use crate::coordination::events::ItemOutcome;
-use crate::coordination::events::{Connection, StreamEnd, WorkerEvent};
+use super::{Action, Env, Input, IoResult, LatchKey, OpId, Reply, ReplyId, StreamKey};
+use crate::coordination::events::{StreamEnd, WorkerEvent};
 use crate::coordination::small_map::SmallMap;
 use crate::coordination::{CoordError, Shared};
 use crate::elasticjob::config::JobConfiguration;
-use crate::elasticjob::extras::JobExtras;
 use crate::elasticjob::paths::JobPaths;
-use crate::registry::{Error as RegError, Latch, Node, RequestOrder, SessionState, Watch};
-use crate::schedule::{Fire, FireQueue, Taken, ANSWER_WAIT_MAX};
-use setup::{next_event, sleep_until};
+use crate::registry::{Error as RegError, Latch, RequestOrder, SessionState, Watch};
+use crate::schedule::{FireQueue, Taken, ANSWER_WAIT_MAX};
+use children::{next_event, set_up, sleep_until, Child};
+pub(crate) use lifecycle::{spawn, JobCmd};
 
 /// How long a latch may take to acquire before the attempt is given up (and retried).
 const LATCH_DEADLINE: Duration = Duration::from_secs(10);
@@ -51,53 +55,6 @@ pub(crate) type EventSender = mpsc::Sender<Box<WorkerEvent>>;
 /// a time, and most drivers' queues are empty most of the time.
 pub(crate) type JobSender = mpsc::Sender<Box<JobCmd>>;
 
-/// A command for a job's driver.
-pub(crate) enum JobCmd {
-    Join {
-        instance_id: String,
-        /// Boxed: the config is large and most commands carry none.
-        config: Option<Box<(JobConfiguration, JobExtras)>>,
-        overwrite: bool,
-        max_concurrent: u32,
-        sink: EventSender,
-        connection: Arc<dyn Connection>,
-        reply: oneshot::Sender<Result<JobConfiguration, CoordError>>,
-    },
-    Answer {
-        instance_id: String,
-        execution_id: String,
-        outcomes: Vec<(i32, ItemOutcome)>,
-        reply: oneshot::Sender<Result<(), CoordError>>,
-    },
-    Decline {
-        instance_id: String,
-        execution_id: String,
-        items: Vec<i32>,
-        reason: String,
-        reply: oneshot::Sender<Result<(), CoordError>>,
-    },
-    Drain {
-        deadline: Instant,
-        /// Whether every local instance has left.
-        reply: oneshot::Sender<bool>,
-    },
-    /// See [`Input::ContinueTrace`].
-    ContinueTrace {
-        parent: Option<crate::coordination::trace::TraceParent>,
-        for_: Duration,
-        /// Answered as the input is fed, before anything else is handled.
-        reply: oneshot::Sender<()>,
-    },
-    /// A fire of the job's schedule (sent by the timer through its [`FireQueue`]).
-    Fire(Box<Fire>),
-}
-
-impl From<Box<Fire>> for JobCmd {
-    fn from(fire: Box<Fire>) -> JobCmd {
-        JobCmd::Fire(fire)
-    }
-}
-
 enum ReplyTx {
     Join(oneshot::Sender<Result<JobConfiguration, CoordError>>),
     Answer(oneshot::Sender<Result<(), CoordError>>),
@@ -108,16 +65,6 @@ struct Sink {
     tx: EventSender,
     /// Cancelled to end the stream: lets go of the end-watcher's sender.
     stop: CancellationToken,
-}
-
-/// What the driver's own futures report (`Driver::children`): a request that is not in the
-/// ordered queue (a setup, a watch, a latch), or the end of a worker stream.
-enum Child {
-    SetUp(OpId, Result<(Watch, BTreeMap<String, Node>), CoordError>),
-    Latched(OpId, Result<Latch, RegError>),
-    Watching(OpId, Result<Watch, RegError>),
-    /// A worker stream ended (`None`: the driver ended it itself).
-    Ended(Option<(StreamKey, StreamEnd)>),
 }
 
 /// One entry of the ordered queue.
@@ -133,36 +80,6 @@ impl From<Queued> for Input {
             Queued::Watched(ev) => Input::Watched(ev),
         }
     }
-}
-
-/// Starts the driver of job `name` and returns its command sender.
-pub(crate) fn spawn(name: &str, shared: Arc<Shared>) -> JobSender {
-    let (cmd_tx, cmd_rx) = mpsc::channel(1024);
-    let settings = shared.job_settings();
-    let driver = Driver {
-        timer_key: format!("{name}#{}", shared.next_key()),
-        paths: JobPaths::new(name),
-        state: JobState::new(name, settings),
-        session_rx: shared.registry.session(),
-        shared: shared.clone(),
-        cmd_rx,
-        fires: Arc::new(FireQueue::new(cmd_tx.clone())),
-        taken: None,
-        watch: None,
-        io: FuturesOrdered::new(),
-        children: FuturesUnordered::new(),
-        sinks: SmallMap::new(),
-        replies: HashMap::new(),
-        latches: HashMap::new(),
-        next_reply: 0,
-        next_latch: 0,
-        followups: Vec::new(),
-        order: RequestOrder::default(),
-    };
-    // Boxed: the loop's future then holds a pointer, not the driver (which an `async fn`
-    // taking `self` by value would hold twice: as its argument and as its local).
-    shared.tracker.spawn(Box::new(driver).run());
-    cmd_tx
 }
 
 struct Driver {
@@ -318,6 +235,147 @@ impl Driver {
         self.give_back_emptied();
     }
 
+    /// Performs one action the state returned: a registry request in its turn, an event on a
+    /// worker's stream, a reply, a latch, the timer's schedule, the observer.
+    fn perform(&mut self, action: Action) {
+        let registry = self.shared.registry.clone();
+        match action {
+            Action::Send { stream, event } => {
+                let Some(sink) = self.sinks.get(&stream) else {
+                    return;
+                };
+                if let Err(mpsc::error::TrySendError::Full(_)) = sink.tx.try_send(Box::new(event)) {
+                    warn!(job = %self.state.name(), stream, "worker stream full: the worker is not reading its events; ending it");
+                    self.followups.push(Input::StreamEnded {
+                        stream,
+                        end: StreamEnd::BySidecar,
+                    });
+                }
+            }
+            Action::EndStream { stream } => {
+                if let Some(sink) = self.sinks.remove(&stream) {
+                    sink.stop.cancel();
+                }
+            }
+            Action::Reply { reply, result } => match (self.replies.remove(&reply), result) {
+                (Some(ReplyTx::Join(tx)), Reply::Joined(r)) => {
+                    let _ = tx.send(r.map(|c| *c));
+                }
+                (Some(ReplyTx::Answer(tx)), Reply::Answered(r)) => {
+                    let _ = tx.send(r);
+                }
+                (Some(ReplyTx::Drain(tx)), Reply::Drained { released }) => {
+                    let _ = tx.send(released);
+                }
+                _ => {}
+            },
+            Action::Remembered {
+                reply,
+                execution_id,
+                instance_id,
+                decline,
+            } => {
+                if let Some(ReplyTx::Answer(tx)) = self.replies.remove(&reply) {
+                    let _ = tx.send(self.shared.remembered(&execution_id, &instance_id, decline));
+                }
+            }
+            Action::SetUp {
+                op,
+                config,
+                overwrite,
+            } => {
+                let (paths, ip) = (self.paths.clone(), self.shared.ip.clone());
+                self.children.push(
+                    async move {
+                        Child::SetUp(op, set_up(&registry, &paths, &ip, config, overwrite).await)
+                    }
+                    .boxed(),
+                );
+            }
+            Action::Commit {
+                op,
+                generation,
+                ops,
+            } => self.push_request(true, async move {
+                let result = registry.multi_at_batched(generation, ops).await;
+                Queued::Done(op, IoResult::Committed(result))
+            }),
+            Action::Persist { op, path, data } => self.push_request(false, async move {
+                let result = registry.persist(&path, &data).await;
+                Queued::Done(op, IoResult::Persisted(result))
+            }),
+            Action::Read { op, path } => self.push_request(false, async move {
+                let node = registry.get(&path).await;
+                Queued::Done(op, IoResult::Read { path, node })
+            }),
+            Action::ReadMany { op, paths } => self.push_request(false, async move {
+                let nodes = registry.get_many(&paths).await;
+                Queued::Done(op, IoResult::ReadMany { paths, nodes })
+            }),
+            Action::Reload { op } => {
+                let root = self.paths.root();
+                self.push_request(false, async move {
+                    Queued::Done(op, IoResult::Loaded(registry.read_tree(&root).await))
+                })
+            }
+            Action::Watch { op } => {
+                let root = self.paths.root();
+                self.children.push(
+                    async move { Child::Watching(op, registry.watch_recursive(&root).await) }
+                        .boxed(),
+                );
+            }
+            Action::AcquireLatch { op, dir } => {
+                self.children.push(
+                    async move {
+                        let result =
+                            tokio::time::timeout(LATCH_DEADLINE, registry.acquire_latch(&dir))
+                                .await
+                                .unwrap_or(Err(RegError::Timeout(LATCH_DEADLINE)));
+                        Child::Latched(op, result)
+                    }
+                    .boxed(),
+                );
+            }
+            Action::ReleaseLatch { latch } => {
+                if let Some(latch) = self.latches.remove(&latch) {
+                    self.shared.tracker.spawn(async move {
+                        if let Err(e) = latch.release().await {
+                            debug!(error = %e, "latch release failed; its node goes with the session");
+                        }
+                    });
+                }
+            }
+            Action::TouchClock { op } => {
+                let path = self.paths.system_time();
+                self.push_request(false, async move {
+                    Queued::Done(op, IoResult::Clock(touch(&registry, &path).await))
+                })
+            }
+            Action::Schedule(wanted) => self.schedule(wanted),
+            Action::Observe(observation) => self.observe(observation),
+            Action::TrackExecution { id } => {
+                self.shared
+                    .executions
+                    .lock()
+                    .expect("execution table poisoned")
+                    .insert(id, self.state.name().to_string());
+            }
+            Action::ForgetExecution { id, finished } => {
+                self.shared
+                    .executions
+                    .lock()
+                    .expect("execution table poisoned")
+                    .remove(&id);
+                self.shared
+                    .finished
+                    .lock()
+                    .expect("finished table poisoned")
+                    .insert(&id, finished);
+            }
+        }
+    }
+
     /// Frees what the steps emptied, as [`JobState`] does its own: between its runs a job
     /// holds no reply, latch or follow-up, and waits for no request.
     fn give_back_emptied(&mut self) {
@@ -457,85 +515,5 @@ impl Driver {
         self.next_reply += 1;
         self.replies.insert(self.next_reply, tx);
         self.next_reply
-    }
-
-    fn on_child(&mut self, child: Child) -> Option<Input> {
-        Some(match child {
-            Child::Ended(end) => {
-                let (stream, end) = end?;
-                Input::StreamEnded { stream, end }
-            }
-            Child::SetUp(op, result) => {
-                let result = result.map(|(watch, nodes)| {
-                    self.watch = Some(watch);
-                    nodes
-                });
-                Input::Done {
-                    op,
-                    result: IoResult::SetUp(result),
-                }
-            }
-            Child::Latched(op, result) => {
-                let result = result.map(|latch| {
-                    self.next_latch += 1;
-                    self.latches.insert(self.next_latch, latch);
-                    self.next_latch
-                });
-                Input::Done {
-                    op,
-                    result: IoResult::Latched(result),
-                }
-            }
-            Child::Watching(op, result) => {
-                let result = result.map(|watch| {
-                    self.watch = Some(watch);
-                });
-                Input::Done {
-                    op,
-                    result: IoResult::Watching(result),
-                }
-            }
-        })
-    }
-
-    /// Leaves the sidecar's job table when there is nothing left to do. Commands that raced
-    /// in after the table entry was removed are handed to a new driver of the job.
-    fn try_retire(&mut self) -> bool {
-        let name = self.state.name().to_string();
-        {
-            // Held without an await: only the table and the queue are looked at.
-            let mut jobs = self.shared.jobs.lock().expect("job table poisoned");
-            if !self.cmd_rx.is_empty() {
-                return false;
-            }
-            if jobs
-                .get(&name)
-                .is_some_and(|tx| tx.same_channel(self.fires.sender()))
-            {
-                jobs.remove(&name);
-            }
-        }
-        self.cmd_rx.close();
-        let mut leftover = Vec::new();
-        while let Ok(cmd) = self.cmd_rx.try_recv() {
-            // A fire is the retired schedule's (cancelled below): a new driver has none.
-            if !matches!(*cmd, JobCmd::Fire(_)) {
-                leftover.push(cmd);
-            }
-        }
-        self.shared.timer.cancel(&self.timer_key);
-        for (_, latch) in self.latches.drain() {
-            drop(latch); // deletes its node in the background
-        }
-        if !leftover.is_empty() {
-            let shared = self.shared.clone();
-            self.shared.tracker.spawn(async move {
-                for cmd in leftover {
-                    crate::coordination::route(&shared, &name, cmd).await;
-                }
-            });
-        }
-        debug!(job = %self.state.name(), "job driver retired: nothing left to do");
-        true
     }
 }
