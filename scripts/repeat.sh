@@ -21,10 +21,10 @@
 #
 # e.g. scripts/repeat.sh 5 --suite python --suite java --load 2
 #
-# Exit status: 0 when every test passed every run, 1 otherwise (every run's output is then kept
-# in $REPEAT_KEEP, default $CARGO_TARGET_DIR/repeat-failed, and its path printed), 64 for bad
-# arguments. The suites are built once first; nothing is installed (run scripts/install-deps.sh
-# before).
+# Exit status: 0 when every test passed every run; 1 when a test failed (every run's output is
+# then kept in $REPEAT_KEEP, default $CARGO_TARGET_DIR/repeat-failed, and its path printed) or
+# when no test ran at all; 64 for bad arguments. The suites are built once first; nothing is
+# installed (run scripts/install-deps.sh before).
 # Environment: CARGO_TARGET_DIR is honoured; REPEAT_VENV is the Python venv the python suite
 # runs in (default .venv, which scripts/install-deps.sh makes; another one works with
 # PYTHONPATH=clients/python/src, so that this tree's client is the one imported).
@@ -244,6 +244,11 @@ cat "$WORK/table"
 total=$(wc -l <"$WORK/table")
 flaky=$(awk '$1 !~ /^0\// { n++ } END { print n + 0 }' "$WORK/table")
 echo "tests: $total, failed at least once: $flaky"
+if [ "$total" -eq 0 ]; then
+    # Nothing ran, so nothing was shown: a FILTER that matches no test is a mistake.
+    echo "repeat.sh: no test ran${FILTER:+ (does FILTER '$FILTER' match any test?)}" >&2
+    exit 1
+fi
 if [ "$flaky" -ne 0 ]; then
     # Every run's output, so a failure can be read after the fact (the work dir goes at exit).
     KEEP="${REPEAT_KEEP:-$TARGET_DIR/repeat-failed}/$(date +%Y%m%d-%H%M%S)"
