@@ -196,9 +196,18 @@ junit_results() {
     python3 - "$1" "$2" >>"$RESULTS" <<'PY'
 import sys
 import xml.etree.ElementTree as ET
+from collections import Counter
 suite, path = sys.argv[1], sys.argv[2]
-for case in ET.parse(path).getroot().iter("testcase"):
-    name = f"{case.get('classname', '')}.{case.get('name', '')}".strip(".")
+cases = [(f"{c.get('classname', '')}.{c.get('name', '')}".strip("."), c)
+         for c in ET.parse(path).getroot().iter("testcase")]
+# The cases of one dynamic or parameterized test share their method's name in Surefire's report:
+# each is numbered by its place among them, so that the table counts runs, not cases.
+shared = {name for name, n in Counter(name for name, _ in cases).items() if n > 1}
+place = Counter()
+for name, case in cases:
+    if name in shared:
+        place[name] += 1
+        name = f"{name}[{place[name]}]"
     if case.find("skipped") is not None:
         continue
     bad = case.find("failure") is not None or case.find("error") is not None
