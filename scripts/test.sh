@@ -5,16 +5,17 @@
 #   over 600 lines, no #[path] module) → buf lint + breaking (proto/) → the Python stubs
 #   regenerated and compared with the committed ones → cargo clippy (all targets, -D warnings) →
 #   cargo build --benches (the benchmark programs compiled and linked in the test profile, from
-#   the same build as the tests; `cargo bench` builds them as shipped, in the release profile,
-#   when they are run by hand: docs/benchmarks.md) → the Debian package built from the debug
-#   binary, installed with dpkg, checked and removed (scripts/package.sh --dev --check; as root)
-#   → cargo test (all targets but the benchmarks; the integration tests start real ZooKeeper
-#   and sidecar processes) → the Python client's pytest suite and package smoke test (sdist,
-#   wheel) → the Java client's `mvn verify`, each client suite against the sidecar binary of that
-#   one debug build → the ElasticJob mixed-cluster suite (real ElasticJob 3.0.4 JVMs next to
-#   sidecars, tests/interop/run.sh) → the nemesis fault soak, short profile (2 seeds × 60 s,
-#   scripts/nemesis.sh). Nothing is built in the release profile. Every step runs even after a
-#   failure; a summary comes last and the exit status is non-zero if any step failed.
+#   the build the tests use; `cargo bench` builds them as shipped, in the release profile, when
+#   they are run by hand: docs/benchmarks.md) → the Debian package built from the debug binary,
+#   installed with dpkg, checked and removed (scripts/package.sh --dev --check; as root) →
+#   cargo test (all targets but the benchmarks; the integration tests start real ZooKeeper and
+#   sidecar processes) → the Python client's pytest suite and package smoke test (sdist, wheel)
+#   → the Java client's `mvn verify` (run as `mvn install`) → the ElasticJob mixed-cluster suite
+#   (real ElasticJob 3.0.4 JVMs next to sidecars, tests/interop/run.sh) → the nemesis fault
+#   soak, short profile (2 seeds × 60 s, scripts/nemesis.sh). The client and interop suites run
+#   against the debug binary target/debug/shardcar; nothing is built in the release profile.
+#   Every step runs even after a failure; a summary comes last and the exit status is non-zero
+#   if any step failed.
 #
 # Usage: scripts/test.sh [--no-deps] [--fail-fast] [STEP...]
 #   STEP: deps fmt sizes proto stubs clippy bench package rust python java interop nemesis
@@ -185,8 +186,10 @@ java_tests() {
     local rc
     rm -rf clients/java/*/target/surefire-reports
     set +e
+    # `install`: verify, then the jars into the local Maven repository, where the interop step
+    # finds them up to date instead of building the client again (tests/interop/run.sh).
     # shellcheck disable=SC2086 # MVN_ARGS is a list of words
-    (cd clients/java && SHARDCAR_BIN="$SHARDCAR_BIN_PATH" mvn -B -q ${MVN_ARGS:-} verify)
+    (cd clients/java && SHARDCAR_BIN="$SHARDCAR_BIN_PATH" mvn -B -q ${MVN_ARGS:-} install)
     rc=$?
     set -e
     # `-q` hides Surefire's totals: add them up from its reports (one line per test class).
@@ -223,18 +226,17 @@ if want bench; then
     # Built and linked, not run, and not in the release profile: `cargo build --benches` builds
     # them in the test profile (dev's settings), from the same dependencies, library and
     # `shardcar` binary as `cargo test`, so a benchmark that no longer compiles or links fails
-    # here at the cost of two debug links. `cargo bench --no-run` would build them, the library
-    # and the binary again as shipped (fat LTO, one codegen unit: three slow links, about 10
-    # minutes on 2 cores); the figures come from that, run by hand (docs/benchmarks.md).
+    # here for the cost of two more debug programs. `cargo bench --no-run` would build them, the
+    # library and the binary again as shipped (fat LTO, one codegen unit: three slow links,
+    # about 10 minutes on 2 cores); the figures come from that, run by hand (docs/benchmarks.md).
     run_step bench "cargo build --benches (benchmark programs, test profile)" \
         cargo build --benches
 fi
-# The sidecar binary the package and the client suites use: the debug build's, which the bench
-# step (or `cargo test`) has built already; run anyway, so that a step run on its own never
-# tests a stale binary (a no-op when it is up to date).
-if want package || want python || want java || want interop; then
-    run_step build "cargo build --bin shardcar (for the package and the client tests)" \
-        cargo build --bin shardcar
+# The sidecar binary the client and interop suites use, target/debug/shardcar: the bench and
+# rust steps build it (the benchmarks and the integration tests run it), so it is built here
+# only when neither of them runs, never stale. scripts/package.sh builds its own.
+if { want python || want java || want interop; } && ! want bench && ! want rust; then
+    run_step build "cargo build --bin shardcar (for the client tests)" cargo build --bin shardcar
 fi
 if want package; then
     if [ "$(id -u)" -eq 0 ]; then
