@@ -1,23 +1,25 @@
 #!/usr/bin/env bash
 # shellcheck disable=SC2317 # the step functions are run indirectly, through run_step
-# THE test command of shardcar (also run by CI through .ci/run):
+# THE test command of shardcar (also run by CI through .ci/run). The cheap checks come first:
 #   dependencies → cargo fmt --check → the sizes of the sources (no non-test .rs file under src/
 #   over 600 lines, no #[path] module) → buf lint + breaking (proto/) → the Python stubs
 #   regenerated and compared with the committed ones → cargo clippy (all targets, -D warnings) →
-#   cargo bench --no-run (the benchmark programs and the release binary, linked as shipped: one
-#   unit, its code in the order of scripts/text-order.txt) → cargo test (all targets; the
-#   integration tests start real ZooKeeper and sidecar processes) → the Python client's pytest
-#   suite and package smoke test (sdist, wheel) → the Java client's `mvn verify`, each client
-#   suite against the sidecar binary that `cargo test` built → the ElasticJob mixed-cluster suite
-#   (real ElasticJob 3.0.4 JVMs next to sidecars, tests/interop/run.sh) → the Debian package
-#   built from that binary, installed with dpkg, checked and removed (scripts/package.sh --dev
-#   --check; as root) → the nemesis fault soak, short profile (2 seeds × 60 s,
-#   scripts/nemesis.sh). Every step runs even after a failure; a summary comes last and the exit
-#   status is non-zero if any step failed.
+#   cargo build --benches (the benchmark programs compiled and linked in the test profile, from
+#   the build the tests use; `cargo bench` builds them as shipped, in the release profile, when
+#   they are run by hand: docs/benchmarks.md) → the Debian package built from the debug binary,
+#   installed with dpkg, checked and removed (scripts/package.sh --dev --check; as root) →
+#   cargo test (all targets but the benchmarks; the integration tests start real ZooKeeper and
+#   sidecar processes) → the Python client's pytest suite and package smoke test (sdist, wheel)
+#   → the Java client's `mvn verify` (run as `mvn install`) → the ElasticJob mixed-cluster suite
+#   (real ElasticJob 3.0.4 JVMs next to sidecars, tests/interop/run.sh) → the nemesis fault
+#   soak, short profile (2 seeds × 60 s, scripts/nemesis.sh). The client and interop suites run
+#   against the debug binary target/debug/shardcar; nothing is built in the release profile.
+#   Every step runs even after a failure; a summary comes last and the exit status is non-zero
+#   if any step failed.
 #
 # Usage: scripts/test.sh [--no-deps] [--fail-fast] [STEP...]
-#   STEP: deps fmt sizes proto stubs clippy bench rust python java interop package nemesis
-#   (default: all of them; `--no-deps` drops `deps`)
+#   STEP: deps fmt sizes proto stubs clippy bench package rust python java interop nemesis
+#   (default: all of them, in that order; `--no-deps` drops `deps`)
 # Environment: CARGO_TARGET_DIR is honoured; CARGO_TEST_ARGS are passed to `cargo test`
 # (e.g. CARGO_TEST_ARGS="-- --test-threads=1"), PYTEST_ARGS to pytest, MVN_ARGS to Maven;
 # NEMESIS_SEEDS (default "1 2") and NEMESIS_DURATION (default 60s) choose the fault soak's profile.
@@ -26,7 +28,7 @@ set -euo pipefail
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 cd "$ROOT"
 
-ALL_STEPS=(deps fmt sizes proto stubs clippy bench rust python java interop package nemesis)
+ALL_STEPS=(deps fmt sizes proto stubs clippy bench package rust python java interop nemesis)
 STEPS=()
 FAIL_FAST=0
 NO_DEPS=0
@@ -36,7 +38,7 @@ for arg in "$@"; do
         --fail-fast) FAIL_FAST=1 ;;
         # The help is the comment at the top, from its third line to the first line of code.
         -h|--help) awk 'NR < 3 { next } /^#/ { sub(/^# ?/, ""); print; next } { exit }' "$0"; exit 0 ;;
-        deps|fmt|sizes|proto|stubs|clippy|bench|rust|python|java|interop|package|nemesis) STEPS+=("$arg") ;;
+        deps|fmt|sizes|proto|stubs|clippy|bench|package|rust|python|java|interop|nemesis) STEPS+=("$arg") ;;
         *) echo "test.sh: unknown argument: $arg (try --help)" >&2; exit 64 ;;
     esac
 done
@@ -184,8 +186,10 @@ java_tests() {
     local rc
     rm -rf clients/java/*/target/surefire-reports
     set +e
+    # `install`: verify, then the jars into the local Maven repository, where the interop step
+    # finds them up to date instead of building the client again (tests/interop/run.sh).
     # shellcheck disable=SC2086 # MVN_ARGS is a list of words
-    (cd clients/java && SHARDCAR_BIN="$SHARDCAR_BIN_PATH" mvn -B -q ${MVN_ARGS:-} verify)
+    (cd clients/java && SHARDCAR_BIN="$SHARDCAR_BIN_PATH" mvn -B -q ${MVN_ARGS:-} install)
     rc=$?
     set -e
     # `-q` hides Surefire's totals: add them up from its reports (one line per test class).
@@ -219,21 +223,35 @@ if want clippy; then
         cargo clippy --all-targets -- -D warnings
 fi
 if want bench; then
-    # Built, not run: the figures come from running them by hand (docs/benchmarks.md).
-    run_step bench "cargo bench --no-run (benchmark programs, release binary)" \
-        cargo bench --no-run
+    # Built and linked, not run, and not in the release profile: `cargo build --benches` builds
+    # them in the test profile (dev's settings), from the same dependencies, library and
+    # `shardcar` binary as `cargo test`, so a benchmark that no longer compiles or links fails
+    # here for the cost of two more debug programs. `cargo bench --no-run` would build them, the
+    # library and the binary again as shipped (fat LTO, one codegen unit: three slow links,
+    # about 10 minutes on 2 cores); the figures come from that, run by hand (docs/benchmarks.md).
+    run_step bench "cargo build --benches (benchmark programs, test profile)" \
+        cargo build --benches
+fi
+# The sidecar binary the client and interop suites use, target/debug/shardcar: the bench and
+# rust steps build it (the benchmarks and the integration tests run it), so it is built here
+# only when neither of them runs, never stale. scripts/package.sh builds its own.
+if { want python || want java || want interop; } && ! want bench && ! want rust; then
+    run_step build "cargo build --bin shardcar (for the client tests)" cargo build --bin shardcar
+fi
+if want package; then
+    if [ "$(id -u)" -eq 0 ]; then
+        run_step package "Debian package: build, dpkg -i, check, remove (scripts/package.sh --dev --check)" \
+            scripts/package.sh --dev --check
+    else
+        run_step package "Debian package: build only (not root: no dpkg -i) (scripts/package.sh --dev)" \
+            scripts/package.sh --dev
+    fi
 fi
 if want rust; then
-    # One build for everything: the test binaries and the `shardcar` binary the clients use.
-    # Not --all-targets: that would also run benches/core.rs, a benchmark program (clippy
-    # still builds it).
+    # The test binaries, from the same build as the above. Not --all-targets: that would also
+    # run the benchmark programs (benches/, harness = false; the bench step builds them).
     # shellcheck disable=SC2086 # CARGO_TEST_ARGS is a list of words
     run_step rust "cargo test (lib, bins, tests, examples)" cargo test --lib --bins --tests --examples ${CARGO_TEST_ARGS:-}
-fi
-if want python || want java || want interop; then
-    if [ ! -x "$SHARDCAR_BIN_PATH" ]; then
-        run_step build "cargo build --bin shardcar (for the client tests)" cargo build --bin shardcar
-    fi
 fi
 if want python; then
     if [ -d clients/python ]; then
@@ -252,15 +270,6 @@ fi
 if want interop; then
     run_step interop "ElasticJob mixed cluster: ElasticJob 3.0.4 JVMs and sidecars on one ZooKeeper (tests/interop/run.sh)" \
         env SHARDCAR_BIN="$SHARDCAR_BIN_PATH" tests/interop/run.sh
-fi
-if want package; then
-    if [ "$(id -u)" -eq 0 ]; then
-        run_step package "Debian package: build, dpkg -i, check, remove (scripts/package.sh --dev --check)" \
-            scripts/package.sh --dev --check
-    else
-        run_step package "Debian package: build only (not root: no dpkg -i) (scripts/package.sh --dev)" \
-            scripts/package.sh --dev
-    fi
 fi
 if want nemesis; then
     run_step nemesis "nemesis fault soak, seeds ${NEMESIS_SEEDS:-1 2} × ${NEMESIS_DURATION:-60s} (scripts/nemesis.sh)" nemesis_soak
