@@ -35,8 +35,11 @@
 //! 9. resident: hand-off times of a resident job's items on a join and a leave
 //!    (`core/resident.rs`).
 //!
+//! The sidecars run at the default settings unless told otherwise:
 //! `SHARDCAR_BENCH_CLAIM_AHEAD=<duration>` runs the trigger and scale sidecars with that
-//! `--claim-ahead` (its default, 100ms, otherwise; `0s` claims each run at its instant).
+//! `--claim-ahead` (the longest lead; 500ms by default; `0s` claims each run at its instant),
+//! `SHARDCAR_BENCH_CLAIM_LEAD=<duration>` with that lead fixed for every instant (`auto` by
+//! default: sized for each instant).
 //! `SHARDCAR_BENCH_TRANSPORT=unix` has their workers connect over a Unix socket instead of TCP
 //! on 127.0.0.1.
 //! `SHARDCAR_BENCH_JOBS_PER_CONNECTION=K` has the workers of K jobs share each connection (one
@@ -739,6 +742,7 @@ async fn bench_triggers(zk: Option<&ZooKeeper>, jobs: usize, items: i32, window:
         None => SidecarOptions::standalone(),
     };
     let claim_ahead = std::env::var("SHARDCAR_BENCH_CLAIM_AHEAD").ok();
+    let claim_lead = std::env::var("SHARDCAR_BENCH_CLAIM_LEAD").ok();
     let unix_socket = unix_socket_from_env();
     let per_connection = jobs_per_connection_from_env();
     let work = work_from_env();
@@ -751,13 +755,19 @@ async fn bench_triggers(zk: Option<&ZooKeeper>, jobs: usize, items: i32, window:
         extra_args: claim_ahead
             .iter()
             .flat_map(|d| ["--claim-ahead".to_string(), d.clone()])
+            .chain(
+                claim_lead
+                    .iter()
+                    .flat_map(|d| ["--claim-lead".to_string(), d.clone()]),
+            )
             .collect(),
         ..registry
     };
     let on = format!(
-        "{}, claim_ahead {}, workers over {}{}{}",
+        "{}, claim_ahead {}, claim_lead {}, workers over {}{}{}",
         if zk.is_some() { "" } else { ", standalone" },
-        claim_ahead.as_deref().unwrap_or("100ms (default)"),
+        claim_ahead.as_deref().unwrap_or("500ms (default)"),
+        claim_lead.as_deref().unwrap_or("auto (default)"),
         if unix_socket {
             "a Unix socket"
         } else {

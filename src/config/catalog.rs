@@ -144,6 +144,13 @@ settings! {
         meaning: "the longest lead before a cron instant at which its fires' items are claimed in ZooKeeper (their running nodes written), so that each trigger reaches its worker at the instant instead of a write later; the sidecar sizes each instant's lead within it from the fires due then and what recent claims took (0s: claim at the instant; at most 500ms)",
         example: r#""500ms""#,
     }
+    claim_lead {
+        env: "SHARDCAR_CLAIM_LEAD",
+        value_name: "auto|DURATION",
+        default: "auto",
+        meaning: "the lead itself: auto sizes it for each instant within claim_ahead; a duration (at most claim_ahead) fixes it for every instant, for tests and for hosts whose figures are known",
+        example: r#""auto""#,
+    }
     digest {
         env: "SHARDCAR_DIGEST",
         value_name: "USER:PASS",

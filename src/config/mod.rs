@@ -56,6 +56,8 @@ pub struct Settings {
     /// How long before a cron instant a fire's run is claimed (its `running` nodes written), so
     /// that its trigger goes out at the instant itself; zero: claimed at the instant.
     pub claim_ahead: Duration,
+    /// A lead fixed for every instant (at most `claim_ahead`); `None`: sized for each instant.
+    pub claim_lead: Option<Duration>,
     /// `user:pass` for ZooKeeper digest auth.
     pub digest: Option<String>,
     /// Worker lease length (capped at half the session timeout).
@@ -265,6 +267,24 @@ impl Settings {
                 "must be at most 500ms: a leader keeps its reshards off the claim lead before each fire instant, and a longer lead would leave jobs that fire every second hardly a moment to reshard in",
             ));
         }
+        let claim_lead = match layers.pick("claim_lead") {
+            None => None,
+            Some((v, _)) if v.trim() == "auto" => None,
+            Some((v, origin)) => {
+                let lead = layers::parse_duration(&v)
+                    .map_err(|e| bad(&origin, format!("must be auto or a duration: {e}")))?;
+                if lead > claim_ahead {
+                    return Err(bad(
+                        &origin,
+                        format!(
+                            "must be at most claim_ahead ({}): raise claim_ahead or lower the lead",
+                            humantime::format_duration(claim_ahead)
+                        ),
+                    ));
+                }
+                Some(lead)
+            }
+        };
         let digest = match layers.pick("digest") {
             Some((v, _)) if v.contains(':') => Some(v),
             Some((_, origin)) => return Err(bad(&origin, "must be user:password")),
@@ -411,6 +431,7 @@ impl Settings {
             connection_timeout,
             zk_warm_up,
             claim_ahead,
+            claim_lead,
             digest,
             lease,
             keepalive_interval,

@@ -88,6 +88,33 @@ fn claim_ahead_may_be_off_and_is_bounded() {
 }
 
 #[test]
+fn claim_lead_is_auto_or_a_duration_within_claim_ahead() {
+    let resolve = |args: &[&str]| {
+        let mut all = vec!["--advertise-ip", "10.0.0.5"];
+        all.extend_from_slice(args);
+        Settings::resolve(given(&all, &[]), &env(&[]))
+    };
+    assert_eq!(resolve(&[]).unwrap().claim_lead, None);
+    assert_eq!(resolve(&["--claim-lead", "auto"]).unwrap().claim_lead, None);
+    assert_eq!(
+        resolve(&["--claim-lead", "200ms"]).unwrap().claim_lead,
+        Some(Duration::from_millis(200))
+    );
+    let err = resolve(&["--claim-ahead", "100ms", "--claim-lead", "200ms"])
+        .unwrap_err()
+        .to_string();
+    assert!(
+        err.starts_with("invalid setting --claim-lead: must be at most claim_ahead (100ms)"),
+        "{err}"
+    );
+    let err = resolve(&["--claim-lead", "soon"]).unwrap_err().to_string();
+    assert!(
+        err.starts_with("invalid setting --claim-lead: must be auto or a duration"),
+        "{err}"
+    );
+}
+
+#[test]
 fn zk_warm_up_may_be_off_and_is_bounded() {
     let resolve = |value: &str| {
         Settings::resolve(

@@ -45,6 +45,8 @@ struct Estimate {
     base_ms: f64,
     /// The instants whose claims are still being counted, by instant.
     recent: BTreeMap<DateTime<Utc>, Claims>,
+    /// A lead fixed by the settings (`claim_lead`), given to every instant instead of a sized one.
+    fixed: Option<Duration>,
     /// The lead last given, for the jobs' decisions that must know it (see [`ClaimLead::current`]).
     last: Duration,
 }
@@ -81,9 +83,22 @@ impl ClaimLead {
                 per_fire_ms: PER_FIRE_MS_AT_START,
                 base_ms: BASE_MS_AT_START,
                 recent: BTreeMap::new(),
+                fixed: None,
                 last: Self::MIN.min(cap),
             })),
         }
+    }
+
+    /// A lead of `lead` before every instant, whatever the fires due or the claims measured
+    /// (`claim_lead` set to a duration).
+    pub fn fixed(lead: Duration) -> ClaimLead {
+        let this = ClaimLead::new(lead);
+        {
+            let mut e = this.lock();
+            e.fixed = Some(lead);
+            e.last = lead;
+        }
+        this
     }
 
     fn lock(&self) -> std::sync::MutexGuard<'_, Estimate> {
@@ -144,6 +159,9 @@ impl ClaimLead {
 
 impl Estimate {
     fn lead(&self, fires: usize) -> Duration {
+        if let Some(lead) = self.fixed {
+            return lead;
+        }
         if self.cap.is_zero() {
             return Duration::ZERO;
         }
@@ -252,5 +270,25 @@ mod tests {
         }
         lead.noticed(instant(50), 1000, at(t0, 60_000));
         assert_eq!(lead.lead(1000), before);
+    }
+
+    #[test]
+    fn a_fixed_lead_is_given_to_every_instant_whatever_is_measured() {
+        let t0 = crate::testing::epoch();
+        let lead = ClaimLead::fixed(Duration::from_millis(300));
+        assert_eq!(lead.current(), Duration::from_millis(300));
+        for s in 0..10u64 {
+            lead.noticed(instant(s as i64), 1000, at(t0, s * 1000));
+            lead.claimed_at(instant(s as i64), at(t0, s * 1000 + 20));
+        }
+        lead.noticed(instant(99), 1, at(t0, 30_000));
+        for fires in [1, 10, 1000, 100_000] {
+            assert_eq!(
+                lead.lead(fires),
+                Duration::from_millis(300),
+                "{fires} fires"
+            );
+        }
+        assert_eq!(lead.cap(), Duration::from_millis(300));
     }
 }

@@ -207,7 +207,10 @@ pub async fn run(
         });
     let timer = Timer::spawn_with(
         &tracker,
-        crate::schedule::ClaimLead::new(settings.claim_ahead),
+        match settings.claim_lead {
+            Some(lead) => crate::schedule::ClaimLead::fixed(lead),
+            None => crate::schedule::ClaimLead::new(settings.claim_ahead),
+        },
         warm_up,
     );
     let coordinator = Coordinator::new(
