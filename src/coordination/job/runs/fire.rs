@@ -357,6 +357,7 @@ impl Runs {
         };
         let items: Vec<i32> = exec.items.iter().copied().collect();
         let instance = exec.instance_id.clone();
+        let fire_time = exec.fire_time;
         let held = self.is_held(execution_id);
         if held {
             cx.observe(Observation::ClaimAnswered {
@@ -386,11 +387,30 @@ impl Runs {
                 self.executions.remove(execution_id);
                 let slot = self.slot(&instance);
                 slot.executions.retain(|x| x != execution_id);
-                if held {
-                    // A claim ahead refused: the fire decides at its instant, on a fresh read,
-                    // as it would have without the claim.
+                if held && fire_time > cx.env.wall {
+                    // A claim ahead refused before its instant: the fire decides at its
+                    // instant, on a fresh read, as it would have without the claim.
                     slot.held = None;
                     slot.claimed_fire = None;
+                } else if held {
+                    // Refused at or after its instant (a reshard written first, on a slow
+                    // ensemble): the instant went by with no run of these items here, and no
+                    // fire of it comes again. The instance catches up on what it owns after
+                    // the re-read, and the items are flagged misfire in ZooKeeper, so that an
+                    // owner that read their move only after the instant catches up on them too
+                    // (a flagged item's catch-up clears its flag: run once, wherever it is).
+                    slot.held = None;
+                    slot.claimed_fire = None;
+                    slot.missed = true;
+                    let misfire_on = cx.view().config.as_ref().is_some_and(|c| c.misfire);
+                    if misfire_on {
+                        let flag: BTreeSet<i32> = items
+                            .iter()
+                            .copied()
+                            .filter(|i| cx.view().items.get(i).is_some_and(|it| !it.misfire))
+                            .collect();
+                        self.flag_misfire(cx, flag);
+                    }
                 } else {
                     // The view was stale (or the session in trouble): a catch-up decides
                     // again on a fresh read.

@@ -187,6 +187,41 @@ fn a_claim_refused_leaves_the_fire_to_its_instant_with_no_catch_up() {
 }
 
 #[test]
+fn a_claim_refused_after_its_instant_flags_its_items_misfire_and_catches_up() {
+    // A nemesis run under CPU load (seed 2): the leader's reshard, decided 240 ms before an
+    // instant, took 600 ms to commit; the old owner's claim of the moved item, sent after it
+    // on the same session, was refused after the instant, and the new owner read the move only
+    // after the instant: neither ran the item for it.
+    let (mut s, _) = ready_ahead(2, false);
+    let notice = s.fire_ahead(INSTANT - 100, INSTANT);
+    let op = notice
+        .iter()
+        .find_map(|a| match a {
+            Action::Commit { op, .. } => Some(*op),
+            _ => None,
+        })
+        .expect("the claim");
+    let fired = s.fire(INSTANT);
+    assert!(triggers(&fired).is_empty() && writes(&fired).is_empty());
+    s.at(INSTANT + 400);
+    let refused = s.step(Input::Done {
+        op,
+        result: IoResult::Committed(Err(RegError::BadVersion("/j/sharding/1/instance".into()))),
+    });
+    assert!(triggers(&refused).is_empty());
+    assert_eq!(
+        writes(&refused),
+        ["+/j/sharding/0/misfire", "+/j/sharding/1/misfire"],
+        "the items of the instant that went by are flagged for whoever owns them: {:?}",
+        kinds(&refused)
+    );
+    assert!(
+        s.state.runs.missed(ME),
+        "the instance catches up on what it owns after the re-read"
+    );
+}
+
+#[test]
 fn a_worker_gone_before_the_instant_leaves_its_claim_freed_not_failed_over() {
     // Its run never started: nothing for failover, no item run before its fire time.
     let (mut s, stream) = ready_ahead(2, true);
