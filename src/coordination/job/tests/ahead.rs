@@ -45,6 +45,17 @@ fn claimed(s: &mut Script) -> Vec<Action> {
     s.commit_all(notice)
 }
 
+/// The claim's write among a notice's actions.
+fn claim_op(notice: &[Action]) -> OpId {
+    notice
+        .iter()
+        .find_map(|a| match a {
+            Action::Commit { op, .. } => Some(*op),
+            _ => None,
+        })
+        .expect("the claim")
+}
+
 #[test]
 fn a_run_claimed_ahead_is_triggered_at_its_instant_and_not_before() {
     let (mut s, _) = ready_ahead(2, false);
@@ -158,13 +169,7 @@ fn a_claim_answered_after_its_instant_is_triggered_at_once() {
 fn a_claim_refused_leaves_the_fire_to_its_instant_with_no_catch_up() {
     let (mut s, _) = ready_ahead(2, false);
     let notice = s.fire_ahead(INSTANT - 100, INSTANT);
-    let op = notice
-        .iter()
-        .find_map(|a| match a {
-            Action::Commit { op, .. } => Some(*op),
-            _ => None,
-        })
-        .expect("the claim");
+    let op = claim_op(&notice);
     let refused = s.step(Input::Done {
         op,
         result: IoResult::Committed(Err(RegError::BadVersion("/j/sharding/0".into()))),
@@ -194,13 +199,7 @@ fn a_claim_refused_after_its_instant_flags_its_items_misfire_and_catches_up() {
     // after the instant: neither ran the item for it.
     let (mut s, _) = ready_ahead(2, false);
     let notice = s.fire_ahead(INSTANT - 100, INSTANT);
-    let op = notice
-        .iter()
-        .find_map(|a| match a {
-            Action::Commit { op, .. } => Some(*op),
-            _ => None,
-        })
-        .expect("the claim");
+    let op = claim_op(&notice);
     let fired = s.fire(INSTANT);
     assert!(triggers(&fired).is_empty() && writes(&fired).is_empty());
     s.at(INSTANT + 400);
