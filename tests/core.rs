@@ -300,17 +300,27 @@ async fn triggers_reach_the_owners_and_complete_clears_running() {
         w.complete(&trigger.execution_id, &items).await.unwrap();
         // A repeated Complete is idempotent.
         w.complete(&trigger.execution_id, &items).await.unwrap();
+        // This execution's running nodes are removed: each item's node is gone or is a later
+        // run's (the job fires every second, and the next fire may write it again before a
+        // read here; a running node's czxid is its run's fencing token).
+        let client = zookeeper_client::Client::connect(&zk.connect_string())
+            .await
+            .expect("zookeeper");
         let cleared = common::eventually(WAIT, || async {
-            let tree = zk_tree(&zk.connect_string(), ns).await;
-            items
-                .iter()
-                .all(|i| !tree.contains_key(&format!("/{ns}/ship/sharding/{i}/running")))
-                .then_some(())
+            for i in &items {
+                let path = format!("/{ns}/ship/sharding/{i}/running");
+                let stat = client.check_stat(&path).await.expect("zookeeper");
+                if stat.is_some_and(|s| Some(&s.czxid) == trigger.fencing_tokens.get(i)) {
+                    return None;
+                }
+            }
+            Some(())
         })
         .await;
         assert!(
             cleared.is_some(),
-            "running nodes not removed after Complete"
+            "running nodes of {} not removed after Complete",
+            trigger.execution_id
         );
     }
 
