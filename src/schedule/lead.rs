@@ -128,6 +128,9 @@ impl ClaimLead {
     /// The notices of `instant`, `fires` of them, went out at `at`.
     pub fn noticed(&self, instant: DateTime<Utc>, fires: usize, at: Instant) {
         let mut e = self.lock();
+        if e.fixed.is_some() {
+            return; // nothing to learn: the lead is the settings'
+        }
         e.count_done(at);
         e.recent.insert(
             instant,
