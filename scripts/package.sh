@@ -2,8 +2,12 @@
 # Builds the Debian package (cargo-deb): the binary, a systemd unit running it as the
 # `shardcar` system user, and /etc/shardcar/shardcar.toml with every setting commented out.
 #
-# Usage: scripts/package.sh [--dev] [--check]
+# Usage: scripts/package.sh [--dev [--no-build]] [--check]
 #   --dev    package the debug build (quick; what CI checks), not an optimised release build
+#   --no-build  with --dev: package target/debug/shardcar as it is, without `cargo build --bin
+#            shardcar` first (scripts/test.sh: its clippy step has just built it along with the
+#            tests, which turn on the dev-dependencies' features, so a build of the binary alone
+#            would compile most of the tree again)
 #   --check  then install the package with dpkg -i, run `shardcar --version` and
 #            `shardcar config` from it, verify the unit with systemd-analyze where that exists,
 #            and remove the package again (purge); needs root
@@ -18,11 +22,13 @@ die() { printf 'package.sh: %s\n' "$*" >&2; exit 1; }
 
 dev=0
 check=0
+build=1
 for arg in "$@"; do
     case "$arg" in
         --dev) dev=1 ;;
         --check) check=1 ;;
-        -h|--help) sed -n '2,12p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
+        --no-build) build=0 ;;
+        -h|--help) sed -n '2,16p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
         *) printf 'package.sh: unknown argument %s (try --help)\n' "$arg" >&2; exit 64 ;;
     esac
 done
@@ -32,8 +38,14 @@ command -v cargo-deb >/dev/null || die "cargo-deb is not installed: run scripts/
 TARGET_DIR="${CARGO_TARGET_DIR:-$ROOT/target}"
 OUT_DIR="$TARGET_DIR/debian"
 mkdir -p "$OUT_DIR"
+[ "$build" -eq 1 ] || [ "$dev" -eq 1 ] || die "--no-build packages the debug build: use it with --dev"
 if [ "$dev" -eq 1 ]; then
-    cargo build -q --bin shardcar
+    if [ "$build" -eq 1 ]; then
+        cargo build -q --bin shardcar
+    else
+        [ -x "$TARGET_DIR/debug/shardcar" ] ||
+            die "--no-build: there is no $TARGET_DIR/debug/shardcar (build it, or drop --no-build)"
+    fi
     args=(--no-build --profile dev --fast)
 else
     args=()

@@ -3,25 +3,28 @@
 # THE test command of shardcar (also run by CI through .ci/run). The cheap checks come first:
 #   dependencies → cargo fmt --check → the sizes of the sources (no non-test .rs file under src/
 #   over 600 lines, no #[path] module) → buf lint + breaking (proto/) → the Python stubs
-#   regenerated and compared with the committed ones → cargo clippy (all targets, -D warnings) →
-#   cargo build --benches (the benchmark programs compiled and linked in the test profile, from
-#   the build the tests use; `cargo bench` builds them as shipped, in the release profile, when
-#   they are run by hand: docs/benchmarks.md) → the Debian package built from the debug binary,
-#   installed with dpkg, checked and removed (scripts/package.sh --dev --check; as root) →
-#   cargo test (all targets but the benchmarks; the integration tests start real ZooKeeper and
-#   sidecar processes) → the Python client's pytest suite and package smoke test (sdist, wheel)
-#   → the Java client's `mvn verify` (run as `mvn install`) → the ElasticJob mixed-cluster suite
-#   (real ElasticJob 3.0.4 JVMs next to sidecars, tests/interop/run.sh) → the nemesis fault
-#   soak, short profile (2 seeds × 60 s, scripts/nemesis.sh); these last four run as two lanes
-#   side by side, python then nemesis beside java then interop (SHARDCAR_TEST_LANES=1: one after
-#   the other), each output line behind its lane's name. The client and interop suites run
-#   against the debug binary target/debug/shardcar; nothing is built in the release profile.
+#   regenerated and compared with the committed ones → clippy: ONE debug build of every target
+#   (lib, bins, tests, examples, benchmarks: `cargo test --no-run --all-targets`, and the
+#   examples as programs) compiled by clippy-driver with -D warnings, so that the lints of
+#   `cargo clippy --all-targets -- -D warnings` and the build the tests run come from one
+#   compilation (cargo clippy alone would compile every dependency a second time, for checking)
+#   → the Debian package made from that build's target/debug/shardcar, installed with dpkg,
+#   checked and removed (scripts/package.sh --dev --no-build --check; as root) → then, as three
+#   lanes side by side: the Rust tests (cargo test: lib, bins, tests, examples; the integration
+#   tests start real ZooKeeper and sidecar processes) then the Java client's `mvn verify`; the
+#   Python client's pytest suite and package smoke test (sdist, wheel) then the nemesis fault
+#   soak, short profile (2 seeds × 60 s, scripts/nemesis.sh); the Java client's jars installed
+#   into the local Maven repository then the ElasticJob mixed-cluster suite (real ElasticJob 3.0.4
+#   JVMs next to sidecars, tests/interop/run.sh). Each lane's output lines are behind its name;
+#   SHARDCAR_TEST_LANES=1 runs them one after the other. The client and interop suites run
+#   against the debug binary target/debug/shardcar; nothing is built in the release profile (the
+#   benchmarks' figures come from `cargo bench`, run by hand: docs/benchmarks.md).
 #   Every step runs even after a failure; a summary comes last and the exit status is non-zero
 #   if any step failed.
 #
 # Usage: scripts/test.sh [--no-deps] [--fail-fast] [STEP...]
-#   STEP: deps fmt sizes proto stubs clippy bench package rust python java interop nemesis
-#   (default: all of them, in that order; `--no-deps` drops `deps`)
+#   STEP: deps fmt sizes proto stubs clippy package rust python java jars interop nemesis
+#   (default: all of them; `--no-deps` drops `deps`)
 # Environment: CARGO_TARGET_DIR is honoured; CARGO_TEST_ARGS are passed to `cargo test`
 # (e.g. CARGO_TEST_ARGS="-- --test-threads=1"), PYTEST_ARGS to pytest, MVN_ARGS to Maven;
 # NEMESIS_SEEDS (default "1 2") and NEMESIS_DURATION (default 60s) choose the fault soak's profile.
@@ -30,7 +33,7 @@ set -euo pipefail
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 cd "$ROOT"
 
-ALL_STEPS=(deps fmt sizes proto stubs clippy bench package rust python java interop nemesis)
+ALL_STEPS=(deps fmt sizes proto stubs clippy package rust python java jars interop nemesis)
 STEPS=()
 FAIL_FAST=0
 NO_DEPS=0
@@ -40,7 +43,7 @@ for arg in "$@"; do
         --fail-fast) FAIL_FAST=1 ;;
         # The help is the comment at the top, from its third line to the first line of code.
         -h|--help) awk 'NR < 3 { next } /^#/ { sub(/^# ?/, ""); print; next } { exit }' "$0"; exit 0 ;;
-        deps|fmt|sizes|proto|stubs|clippy|bench|package|rust|python|java|interop|nemesis) STEPS+=("$arg") ;;
+        deps|fmt|sizes|proto|stubs|clippy|package|rust|python|java|jars|interop|nemesis) STEPS+=("$arg") ;;
         *) echo "test.sh: unknown argument: $arg (try --help)" >&2; exit 64 ;;
     esac
 done
@@ -188,10 +191,10 @@ java_tests() {
     local rc
     rm -rf clients/java/*/target/surefire-reports
     set +e
-    # `install`: verify, then the jars into the local Maven repository, where the interop step
-    # finds them up to date instead of building the client again (tests/interop/run.sh).
+    # `verify`, not `install`: the jars step puts the jars the interop suite uses into the local
+    # Maven repository, and an interop JVM may be reading them while this runs in another lane.
     # shellcheck disable=SC2086 # MVN_ARGS is a list of words
-    (cd clients/java && SHARDCAR_BIN="$SHARDCAR_BIN_PATH" mvn -B -q ${MVN_ARGS:-} install)
+    (cd clients/java && SHARDCAR_BIN="$SHARDCAR_BIN_PATH" mvn -B -q ${MVN_ARGS:-} verify)
     rc=$?
     set -e
     # `-q` hides Surefire's totals: add them up from its reports (one line per test class).
@@ -220,41 +223,55 @@ if want stubs; then
         skip stubs "no clients/python"
     fi
 fi
+# Every cargo command below compiles this crate's targets with clippy-driver, the compiler that
+# `cargo clippy` uses, with -D warnings (cargo runs RUSTC_WORKSPACE_WRAPPER for the workspace's
+# own units only, and passes CLIPPY_ARGS to it): the clippy step's build is the build the tests
+# run, the dependencies are compiled once, and the later steps find every unit fresh. A plain
+# `cargo test` by hand compiles this crate again (the wrapper is part of its fingerprint), not
+# the dependencies.
+if command -v clippy-driver >/dev/null; then
+    export RUSTC_WORKSPACE_WRAPPER=clippy-driver
+    export CLIPPY_ARGS="-D__CLIPPY_HACKERY__warnings__CLIPPY_HACKERY__"
+fi
+lint_build() {
+    [ -n "${RUSTC_WORKSPACE_WRAPPER:-}" ] ||
+        { echo "no clippy-driver on PATH: rustup component add clippy (or scripts/install-deps.sh)" >&2; return 1; }
+    # Every target as `cargo clippy --all-targets` lints it: the library and the binary, their
+    # unit tests, the integration tests, the benchmarks (built and linked in the test profile:
+    # their figures come from `cargo bench`, docs/benchmarks.md) and the examples' unit tests;
+    # then the examples as programs (scripts/nemesis.sh runs target/debug/examples/nemesis).
+    cargo test --no-run --all-targets && cargo build --examples
+}
 if want clippy; then
-    run_step clippy "cargo clippy --all-targets -- -D warnings" \
-        cargo clippy --all-targets -- -D warnings
-fi
-if want bench; then
-    # Built and linked, not run, and not in the release profile: `cargo build --benches` builds
-    # them in the test profile (dev's settings), from the same dependencies, library and
-    # `shardcar` binary as `cargo test`, so a benchmark that no longer compiles or links fails
-    # here for the cost of two more debug programs. `cargo bench --no-run` would build them, the
-    # library and the binary again as shipped (fat LTO, one codegen unit: three slow links,
-    # about 10 minutes on 2 cores); the figures come from that, run by hand (docs/benchmarks.md).
-    run_step bench "cargo build --benches (benchmark programs, test profile)" \
-        cargo build --benches
-fi
-# The sidecar binary the client and interop suites use, target/debug/shardcar: the bench and
-# rust steps build it (the benchmarks and the integration tests run it), so it is built here
-# only when neither of them runs, never stale. scripts/package.sh builds its own.
-if { want python || want java || want interop; } && ! want bench && ! want rust; then
-    run_step build "cargo build --bin shardcar (for the client tests)" cargo build --bin shardcar
-fi
-if want package; then
-    if [ "$(id -u)" -eq 0 ]; then
-        run_step package "Debian package: build, dpkg -i, check, remove (scripts/package.sh --dev --check)" \
-            scripts/package.sh --dev --check
+    run_step clippy "clippy's lints (-D warnings) on one debug build of every target (cargo test --no-run --all-targets, cargo build --examples)" \
+        lint_build
+elif want rust || want python || want java || want interop || want nemesis || want package; then
+    # The binary the later steps use, target/debug/shardcar, never stale: with the tests' own
+    # build when they run (a build of the binary alone has other features: it would compile most
+    # of the tree again for them), else alone.
+    if want rust; then
+        run_step build "cargo test --no-run (lib, bins, tests, examples)" \
+            cargo test --no-run --lib --bins --tests --examples
     else
-        run_step package "Debian package: build only (not root: no dpkg -i) (scripts/package.sh --dev)" \
-            scripts/package.sh --dev
+        run_step build "cargo build --bin shardcar (for the client tests)" cargo build --bin shardcar
     fi
 fi
-if want rust; then
-    # The test binaries, from the same build as the above. Not --all-targets: that would also
-    # run the benchmark programs (benches/, harness = false; the bench step builds them).
+if want package; then
+    # The binary the step before built, as it is (a build of the binary alone would compile most
+    # of the tree again, for the features the tests' dev-dependencies do not turn on).
+    if [ "$(id -u)" -eq 0 ]; then
+        run_step package "Debian package: dpkg -i, check, remove (scripts/package.sh --dev --no-build --check)" \
+            scripts/package.sh --dev --no-build --check
+    else
+        run_step package "Debian package: made only (not root: no dpkg -i) (scripts/package.sh --dev --no-build)" \
+            scripts/package.sh --dev --no-build
+    fi
+fi
+rust_step() {
+    # Not --all-targets: that would also run the benchmark programs (benches/, harness = false).
     # shellcheck disable=SC2086 # CARGO_TEST_ARGS is a list of words
     run_step rust "cargo test (lib, bins, tests, examples)" cargo test --lib --bins --tests --examples ${CARGO_TEST_ARGS:-}
-fi
+}
 python_step() {
     if [ -d clients/python ]; then
         run_step python "Python client: pytest (clients/python)" python_tests
@@ -262,7 +279,27 @@ python_step() {
         skip python "no clients/python"
     fi
 }
+# The Java client's jars into the local Maven repository, where the interop suite takes them
+# (tests/interop/run.sh builds them itself when they are missing or stale; done here as a step of
+# its own, so that the java step, in another lane, never compiles into clients/java/*/target at
+# the same time).
+java_jars() {
+    # shellcheck disable=SC2086 # MVN_ARGS is a list of words
+    (cd clients/java && mvn -B -q ${MVN_ARGS:-} install -DskipTests -Dmaven.javadoc.skip=true -Dmaven.source.skip=true)
+}
+jars_step() {
+    if [ -d clients/java ]; then
+        run_step jars "Java client's jars into the local Maven repository (mvn install -DskipTests)" java_jars
+    else
+        skip jars "no clients/java"
+    fi
+    [ -z "${LANES:-}" ] || : >"$LANES/jars.done"
+}
 java_step() {
+    # In lanes, the jars step (lane c) compiles into the same directories: wait for it to end.
+    if [ -n "${LANES:-}" ] && want jars; then
+        while [ ! -e "$LANES/jars.done" ]; do sleep 1; done
+    fi
     if [ -d clients/java ]; then
         run_step java "Java client: mvn verify (clients/java)" java_tests
     else
@@ -293,26 +330,25 @@ run_lane() {
     LANE_PIDS+=("$!")
 }
 
-# The client, interop and nemesis steps mostly wait (on cron instants, leases, JVMs starting),
-# using about a third of the two cores between them: with SHARDCAR_TEST_LANES=2 (the default)
-# they run as two lanes side by side, python then nemesis beside java then interop (the interop
-# suite uses the jars the java step installs): on 2 cores those four steps took 467 s side by
-# side against 898 s one after the other, the whole suite 13 minutes instead of 21. Every suite
-# still uses free ports and its own ZooKeeper. SHARDCAR_TEST_LANES=1 runs them one after the
-# other, output unprefixed.
-if [ "${SHARDCAR_TEST_LANES:-2}" = 1 ]; then
-    for step in python java interop nemesis; do
+# The test suites mostly wait (on cron instants, leases, JVMs starting): one after the other they
+# leave most of the two cores idle. With SHARDCAR_TEST_LANES=3 (the default) they run as three
+# lanes side by side: a: rust then java; b: python then nemesis; c: jars then interop (the
+# interop suite uses the jars; the java step waits for them). Every suite uses free ports and its
+# own ZooKeeper. SHARDCAR_TEST_LANES=1 runs them one after the other, output unprefixed.
+if [ "${SHARDCAR_TEST_LANES:-3}" = 1 ]; then
+    for step in rust python jars java interop nemesis; do
         if want "$step"; then "${step}_step"; fi
     done
 else
     LANES="$(mktemp -d)"
     trap 'rm -rf "$LANES"' EXIT
     LANE_PIDS=()
-    run_lane a python nemesis
-    run_lane b java interop
+    run_lane a rust java
+    run_lane b python nemesis
+    run_lane c jars interop
     for pid in "${LANE_PIDS[@]}"; do wait "$pid" || true; done
     wait # the output filters
-    for lane in a b; do
+    for lane in a b c; do
         if [ ! -f "$LANES/$lane.results" ]; then
             record "lane-$lane" FAIL 0 "the lane ended without its results"
             FAILED=1
