@@ -66,38 +66,51 @@ RESULTS=()   # "name|status|seconds|note"
 FAILED=0
 want() { local s; for s in "${STEPS[@]}"; do [ "$s" = "$1" ] && return 0; done; return 1; }
 banner() { printf '\n%s==> %s%s\n' "$BOLD" "$*" "$RESET"; }
-record() { RESULTS+=("$1|$2|$3|${4:-}"); }
+# record NAME STATUS SECONDS CPU_SECONDS [NOTE]
+record() { RESULTS+=("$1|$2|$3|$4|${5:-}"); }
+# The CPU seconds (user + system) of this shell's children that have ended (bash's `times`, its
+# second line; run in this shell, not a subshell, whose counts would start from zero). A lane is
+# a subshell: its steps count their own processes only.
+CPU_DIR="$(mktemp -d)"
+trap 'rm -rf "$CPU_DIR"' EXIT
+children_cpu() {
+    times >"$CPU_DIR/$BASHPID"
+    awk 'NR == 2 { n = 0; for (i = 1; i <= 2; i++) { split($i, a, /[ms]/); n += a[1] * 60 + a[2] }
+        printf "%d", n }' "$CPU_DIR/$BASHPID"
+}
 
 # run_step NAME DESCRIPTION COMMAND...: runs a step, records PASS/FAIL and its duration.
 run_step() {
-    local name="$1" description="$2" start rc
+    local name="$1" description="$2" start rc cpu
     shift 2
     banner "$description"
     start=$SECONDS
-    set +e
-    "$@"
-    rc=$?
-    set -e
+    cpu=$(children_cpu)
+    # As an `if` condition: errexit stays off for the whole step, even where a step function sets
+    # it again inside (python_tests, java_tests), so a failing step is recorded, never the end of
+    # the script or of its lane.
+    if "$@"; then rc=0; else rc=$?; fi
     if [ "$rc" -eq 0 ]; then
-        record "$name" PASS $((SECONDS - start))
+        record "$name" PASS $((SECONDS - start)) $(($(children_cpu) - cpu))
     else
-        record "$name" FAIL $((SECONDS - start)) "exit $rc"
+        record "$name" FAIL $((SECONDS - start)) $(($(children_cpu) - cpu)) "exit $rc"
         FAILED=1
         if [ "$FAIL_FAST" -eq 1 ]; then summary; fi
     fi
     return 0
 }
 
-skip() { record "$1" SKIP 0 "$2"; printf '\n%s==> skipped %s: %s%s\n' "$YELLOW" "$1" "$2" "$RESET"; }
+skip() { record "$1" SKIP 0 0 "$2"; printf '\n%s==> skipped %s: %s%s\n' "$YELLOW" "$1" "$2" "$RESET"; }
 
 summary() {
     printf '\n%s==== summary ====%s\n' "$BOLD" "$RESET"
-    local line name status secs note colour
+    local line name status secs cpu note colour
     for line in "${RESULTS[@]}"; do
-        IFS='|' read -r name status secs note <<<"$line"
+        IFS='|' read -r name status secs cpu note <<<"$line"
         case "$status" in PASS) colour=$GREEN ;; FAIL) colour=$RED ;; *) colour=$YELLOW ;; esac
-        printf '  %-8s %s%-4s%s %5ss  %s\n' "$name" "$colour" "$status" "$RESET" "$secs" "$note"
+        printf '  %-8s %s%-4s%s %5ss %6ss CPU  %s\n' "$name" "$colour" "$status" "$RESET" "$secs" "$cpu" "$note"
     done
+    printf '  %-8s      %5ss %6ss CPU  (on %s cores)\n' total "$SECONDS" "$(children_cpu)" "$(nproc)"
     if [ "$FAILED" -eq 0 ]; then
         printf '%sall steps passed%s\n' "$GREEN$BOLD" "$RESET"
         exit 0
@@ -341,7 +354,7 @@ if [ "${SHARDCAR_TEST_LANES:-3}" = 1 ]; then
     done
 else
     LANES="$(mktemp -d)"
-    trap 'rm -rf "$LANES"' EXIT
+    trap 'rm -rf "$LANES" "$CPU_DIR"' EXIT
     LANE_PIDS=()
     run_lane a rust java
     run_lane b python nemesis
@@ -350,7 +363,7 @@ else
     wait # the output filters
     for lane in a b c; do
         if [ ! -f "$LANES/$lane.results" ]; then
-            record "lane-$lane" FAIL 0 "the lane ended without its results"
+            record "lane-$lane" FAIL 0 0 "the lane ended without its results"
             FAILED=1
             continue
         fi
