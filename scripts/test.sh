@@ -73,10 +73,12 @@ record() { RESULTS+=("$1|$2|$3|$4|${5:-}"); }
 # a subshell: its steps count their own processes only.
 CPU_DIR="$(mktemp -d)"
 trap 'rm -rf "$CPU_DIR"' EXIT
+# Sets CPU_NOW (call it plainly, never as $(children_cpu)).
 children_cpu() {
-    times >"$CPU_DIR/$BASHPID"
-    awk 'NR == 2 { n = 0; for (i = 1; i <= 2; i++) { split($i, a, /[ms]/); n += a[1] * 60 + a[2] }
-        printf "%d", n }' "$CPU_DIR/$BASHPID"
+    local file="$CPU_DIR/$BASHPID" # this shell's: $BASHPID inside $(...) is the subshell's
+    times >"$file"
+    CPU_NOW=$(awk 'NR == 2 { n = 0; for (i = 1; i <= 2; i++) { split($i, a, /[ms]/); n += a[1] * 60 + a[2] }
+        printf "%d", n }' "$file")
 }
 
 # run_step NAME DESCRIPTION COMMAND...: runs a step, records PASS/FAIL and its duration.
@@ -85,15 +87,17 @@ run_step() {
     shift 2
     banner "$description"
     start=$SECONDS
-    cpu=$(children_cpu)
+    children_cpu
+    cpu=$CPU_NOW
     # As an `if` condition: errexit stays off for the whole step, even where a step function sets
     # it again inside (python_tests, java_tests), so a failing step is recorded, never the end of
     # the script or of its lane.
     if "$@"; then rc=0; else rc=$?; fi
+    children_cpu
     if [ "$rc" -eq 0 ]; then
-        record "$name" PASS $((SECONDS - start)) $(($(children_cpu) - cpu))
+        record "$name" PASS $((SECONDS - start)) $((CPU_NOW - cpu))
     else
-        record "$name" FAIL $((SECONDS - start)) $(($(children_cpu) - cpu)) "exit $rc"
+        record "$name" FAIL $((SECONDS - start)) $((CPU_NOW - cpu)) "exit $rc"
         FAILED=1
         if [ "$FAIL_FAST" -eq 1 ]; then summary; fi
     fi
@@ -110,7 +114,8 @@ summary() {
         case "$status" in PASS) colour=$GREEN ;; FAIL) colour=$RED ;; *) colour=$YELLOW ;; esac
         printf '  %-8s %s%-4s%s %5ss %6ss CPU  %s\n' "$name" "$colour" "$status" "$RESET" "$secs" "$cpu" "$note"
     done
-    printf '  %-8s      %5ss %6ss CPU  (on %s cores)\n' total "$SECONDS" "$(children_cpu)" "$(nproc)"
+    children_cpu
+    printf '  %-8s      %5ss %6ss CPU  (on %s cores)\n' total "$SECONDS" "$CPU_NOW" "$(nproc)"
     if [ "$FAILED" -eq 0 ]; then
         printf '%sall steps passed%s\n' "$GREEN$BOLD" "$RESET"
         exit 0
@@ -217,69 +222,6 @@ java_tests() {
     return "$rc"
 }
 
-if want deps; then
-    run_step deps "installing dependencies (scripts/install-deps.sh)" scripts/install-deps.sh
-fi
-if want fmt; then
-    run_step fmt "cargo fmt --check" cargo fmt --all -- --check
-fi
-if want sizes; then
-    run_step sizes "source sizes: no non-test .rs file under src/ over 600 lines, no #[path]" sizes_check
-fi
-if want proto; then
-    run_step proto "buf lint and buf breaking against the v1 baseline (proto/)" proto_check
-fi
-if want stubs; then
-    if [ -d clients/python ]; then
-        run_step stubs "Python stubs regenerated and compared (clients/python/scripts/gen_stubs.sh)" stubs_check
-    else
-        skip stubs "no clients/python"
-    fi
-fi
-# Every cargo command below compiles this crate's targets with clippy-driver, the compiler that
-# `cargo clippy` uses, with -D warnings (cargo runs RUSTC_WORKSPACE_WRAPPER for the workspace's
-# own units only, and passes CLIPPY_ARGS to it): the clippy step's build is the build the tests
-# run, the dependencies are compiled once, and the later steps find every unit fresh. A plain
-# `cargo test` by hand compiles this crate again (the wrapper is part of its fingerprint), not
-# the dependencies.
-if command -v clippy-driver >/dev/null; then
-    export RUSTC_WORKSPACE_WRAPPER=clippy-driver
-    export CLIPPY_ARGS="-D__CLIPPY_HACKERY__warnings__CLIPPY_HACKERY__"
-fi
-lint_build() {
-    [ -n "${RUSTC_WORKSPACE_WRAPPER:-}" ] ||
-        { echo "no clippy-driver on PATH: rustup component add clippy (or scripts/install-deps.sh)" >&2; return 1; }
-    # Every target as `cargo clippy --all-targets` lints it: the library and the binary, their
-    # unit tests, the integration tests, the benchmarks (built and linked in the test profile:
-    # their figures come from `cargo bench`, docs/benchmarks.md) and the examples' unit tests;
-    # then the examples as programs (scripts/nemesis.sh runs target/debug/examples/nemesis).
-    cargo test --no-run --all-targets && cargo build --examples
-}
-if want clippy; then
-    run_step clippy "clippy's lints (-D warnings) on one debug build of every target (cargo test --no-run --all-targets, cargo build --examples)" \
-        lint_build
-elif want rust || want python || want java || want interop || want nemesis || want package; then
-    # The binary the later steps use, target/debug/shardcar, never stale: with the tests' own
-    # build when they run (a build of the binary alone has other features: it would compile most
-    # of the tree again for them), else alone.
-    if want rust; then
-        run_step build "cargo test --no-run (lib, bins, tests, examples)" \
-            cargo test --no-run --lib --bins --tests --examples
-    else
-        run_step build "cargo build --bin shardcar (for the client tests)" cargo build --bin shardcar
-    fi
-fi
-if want package; then
-    # The binary the step before built, as it is (a build of the binary alone would compile most
-    # of the tree again, for the features the tests' dev-dependencies do not turn on).
-    if [ "$(id -u)" -eq 0 ]; then
-        run_step package "Debian package: dpkg -i, check, remove (scripts/package.sh --dev --no-build --check)" \
-            scripts/package.sh --dev --no-build --check
-    else
-        run_step package "Debian package: made only (not root: no dpkg -i) (scripts/package.sh --dev --no-build)" \
-            scripts/package.sh --dev --no-build
-    fi
-fi
 rust_step() {
     # Not --all-targets: that would also run the benchmark programs (benches/, harness = false).
     # shellcheck disable=SC2086 # CARGO_TEST_ARGS is a list of words
@@ -320,6 +262,10 @@ java_step() {
     fi
 }
 interop_step() {
+    # In its lane, started before the clippy step: wait for the binary (that step's end).
+    if [ -n "${LANES:-}" ]; then
+        while [ ! -e "$LANES/build.done" ]; do sleep 1; done
+    fi
     run_step interop "ElasticJob mixed cluster: ElasticJob 3.0.4 JVMs and sidecars on one ZooKeeper (tests/interop/run.sh)" \
         env SHARDCAR_BIN="$SHARDCAR_BIN_PATH" tests/interop/run.sh
 }
@@ -343,22 +289,104 @@ run_lane() {
     LANE_PIDS+=("$!")
 }
 
+if want deps; then
+    run_step deps "installing dependencies (scripts/install-deps.sh)" scripts/install-deps.sh
+fi
+if want fmt; then
+    run_step fmt "cargo fmt --check" cargo fmt --all -- --check
+fi
+if want sizes; then
+    run_step sizes "source sizes: no non-test .rs file under src/ over 600 lines, no #[path]" sizes_check
+fi
+if want proto; then
+    run_step proto "buf lint and buf breaking against the v1 baseline (proto/)" proto_check
+fi
+if want stubs; then
+    if [ -d clients/python ]; then
+        run_step stubs "Python stubs regenerated and compared (clients/python/scripts/gen_stubs.sh)" stubs_check
+    else
+        skip stubs "no clients/python"
+    fi
+fi
+# Every cargo command below compiles this crate's targets with clippy-driver, the compiler that
+# `cargo clippy` uses, with -D warnings (cargo runs RUSTC_WORKSPACE_WRAPPER for the workspace's
+# own units only, and passes CLIPPY_ARGS to it): the clippy step's build is the build the tests
+# run, the dependencies are compiled once, and the later steps find every unit fresh. A plain
+# `cargo test` by hand compiles this crate again (the wrapper is part of its fingerprint), not
+# the dependencies.
+if command -v clippy-driver >/dev/null; then
+    export RUSTC_WORKSPACE_WRAPPER=clippy-driver
+    export CLIPPY_ARGS="-D__CLIPPY_HACKERY__warnings__CLIPPY_HACKERY__"
+fi
+# On a fresh clone (no target/debug yet: CI) there is nothing for incremental compilation to
+# reuse, and writing its state costs this crate's build about 14 % (134 s against 156 s for every
+# target on 2 cores); a later run with the state on builds this crate once more, then
+# incrementally. CARGO_INCREMENTAL set by the caller wins.
+if [ ! -d "$TARGET_DIR/debug" ] && [ -z "${CARGO_INCREMENTAL:-}" ]; then
+    export CARGO_INCREMENTAL=0
+fi
+# The lanes (below): lane c starts here, before the clippy step, since the jars step needs no
+# Rust build (its Maven build overlaps the Rust one); its interop step waits for the binary.
+# Not with --fail-fast, which may end the script at any step.
+LANE_PIDS=()
+if [ "${SHARDCAR_TEST_LANES:-3}" != 1 ] && [ "$FAIL_FAST" -eq 0 ]; then
+    LANES="$(mktemp -d)"
+    trap 'rm -rf "$LANES" "$CPU_DIR"' EXIT
+    run_lane c jars interop
+fi
+lint_build() {
+    [ -n "${RUSTC_WORKSPACE_WRAPPER:-}" ] ||
+        { echo "no clippy-driver on PATH: rustup component add clippy (or scripts/install-deps.sh)" >&2; return 1; }
+    # Every target as `cargo clippy --all-targets` lints it: the library and the binary, their
+    # unit tests, the integration tests, the benchmarks (built and linked in the test profile:
+    # their figures come from `cargo bench`, docs/benchmarks.md) and the examples' unit tests;
+    # then the examples as programs (scripts/nemesis.sh runs target/debug/examples/nemesis).
+    cargo test --no-run --all-targets && cargo build --examples
+}
+if want clippy; then
+    run_step clippy "clippy's lints (-D warnings) on one debug build of every target (cargo test --no-run --all-targets, cargo build --examples)" \
+        lint_build
+elif want rust || want python || want java || want interop || want nemesis || want package; then
+    # The binary the later steps use, target/debug/shardcar, never stale: with the tests' own
+    # build when they run (a build of the binary alone has other features: it would compile most
+    # of the tree again for them), else alone.
+    if want rust; then
+        run_step build "cargo test --no-run (lib, bins, tests, examples)" \
+            cargo test --no-run --lib --bins --tests --examples
+    else
+        run_step build "cargo build --bin shardcar (for the client tests)" cargo build --bin shardcar
+    fi
+fi
+if want package; then
+    # The binary the step before built, as it is (a build of the binary alone would compile most
+    # of the tree again, for the features the tests' dev-dependencies do not turn on).
+    if [ "$(id -u)" -eq 0 ]; then
+        run_step package "Debian package: dpkg -i, check, remove (scripts/package.sh --dev --no-build --check)" \
+            scripts/package.sh --dev --no-build --check
+    else
+        run_step package "Debian package: made only (not root: no dpkg -i) (scripts/package.sh --dev --no-build)" \
+            scripts/package.sh --dev --no-build
+    fi
+fi
 # The test suites mostly wait (on cron instants, leases, JVMs starting): one after the other they
 # leave most of the two cores idle. With SHARDCAR_TEST_LANES=3 (the default) they run as three
-# lanes side by side: a: rust then java; b: python then nemesis; c: jars then interop (the
-# interop suite uses the jars; the java step waits for them). Every suite uses free ports and its
-# own ZooKeeper. SHARDCAR_TEST_LANES=1 runs them one after the other, output unprefixed.
+# lanes side by side: a: rust then java; b: python then nemesis; c: jars then interop, started
+# before the clippy step (the interop suite uses the jars and waits for the binary; the java
+# step waits for the jars). Every suite uses free ports and its own ZooKeeper.
+# SHARDCAR_TEST_LANES=1 runs them one after the other, output unprefixed.
 if [ "${SHARDCAR_TEST_LANES:-3}" = 1 ]; then
     for step in rust python jars java interop nemesis; do
         if want "$step"; then "${step}_step"; fi
     done
 else
-    LANES="$(mktemp -d)"
-    trap 'rm -rf "$LANES" "$CPU_DIR"' EXIT
-    LANE_PIDS=()
+    if [ -z "${LANES:-}" ]; then
+        LANES="$(mktemp -d)"
+        trap 'rm -rf "$LANES" "$CPU_DIR"' EXIT
+        run_lane c jars interop
+    fi
+    : >"$LANES/build.done"
     run_lane a rust java
     run_lane b python nemesis
-    run_lane c jars interop
     for pid in "${LANE_PIDS[@]}"; do wait "$pid" || true; done
     wait # the output filters
     for lane in a b c; do
