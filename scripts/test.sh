@@ -3,28 +3,27 @@
 # THE test command of shardcar (also run by CI through .ci/run). The cheap checks come first:
 #   dependencies → cargo fmt --check → the sizes of the sources (no non-test .rs file under src/
 #   over 600 lines, no #[path] module) → buf lint + breaking (proto/) → the Python stubs
-#   regenerated and compared with the committed ones → the build: the sidecar binary and the
-#   nemesis program → the Debian package made from that target/debug/shardcar, installed with
-#   dpkg, checked and removed (scripts/package.sh --dev --no-build --check; as root) → clippy:
-#   every other target of the same debug build (`cargo test --no-run --all-targets`: unit and
-#   integration tests, benchmarks, examples). Every cargo command compiles this crate with
-#   clippy-driver and -D warnings, so the lints of `cargo clippy --all-targets -- -D warnings`
-#   and the build the tests run come from one compilation. The suites run in lanes beside
-#   those steps (below): the Rust tests (cargo test: lib, bins, tests, examples; the integration
-#   tests start real ZooKeeper and sidecar processes); the Python client's pytest suite and
-#   package smoke test (sdist, wheel); the Java client's jars into the local Maven repository,
-#   then the ElasticJob mixed-cluster suite (real ElasticJob 3.0.4 JVMs next to sidecars,
-#   tests/interop/run.sh); the Java client's `mvn verify`, then the nemesis fault soak, short
-#   profile (2 seeds × 60 s, scripts/nemesis.sh). Each lane's output lines are behind its name.
-#   The client and interop suites run against the debug binary target/debug/shardcar; nothing
-#   is built in the release profile (the benchmarks' figures come from `cargo bench`, run by
-#   hand: docs/benchmarks.md).
+#   regenerated and compared with the committed ones → clippy: ONE debug build of every target
+#   (lib, bins, tests, examples, benchmarks: `cargo test --no-run --all-targets`, and the
+#   examples as programs) compiled by clippy-driver with -D warnings, so that the lints of
+#   `cargo clippy --all-targets -- -D warnings` and the build the tests run come from one
+#   compilation (cargo clippy alone would compile every dependency a second time, for checking)
+#   → the Debian package made from that build's target/debug/shardcar, installed with dpkg,
+#   checked and removed (scripts/package.sh --dev --no-build --check; as root) → then, as three
+#   lanes side by side: the Rust tests (cargo test: lib, bins, tests, examples; the integration
+#   tests start real ZooKeeper and sidecar processes) then the Java client's `mvn verify`; the
+#   Python client's pytest suite and package smoke test (sdist, wheel) then the nemesis fault
+#   soak, short profile (2 seeds × 60 s, scripts/nemesis.sh); the Java client's jars installed
+#   into the local Maven repository then the ElasticJob mixed-cluster suite (real ElasticJob 3.0.4
+#   JVMs next to sidecars, tests/interop/run.sh). Each lane's output lines are behind its name;
+#   SHARDCAR_TEST_LANES=1 runs them one after the other. The client and interop suites run
+#   against the debug binary target/debug/shardcar; nothing is built in the release profile (the
+#   benchmarks' figures come from `cargo bench`, run by hand: docs/benchmarks.md).
 #   Every step runs even after a failure; a summary comes last and the exit status is non-zero
 #   if any step failed.
 #
 # Usage: scripts/test.sh [--no-deps] [--fail-fast] [STEP...]
 #   STEP: deps fmt sizes proto stubs clippy package rust python java jars interop nemesis
-#   (`build` runs whenever a step after it needs the binary)
 #   (default: all of them; `--no-deps` drops `deps`)
 # Environment: CARGO_TARGET_DIR is honoured; CARGO_TEST_ARGS are passed to `cargo test`
 # (e.g. CARGO_TEST_ARGS="-- --test-threads=1"), PYTEST_ARGS to pytest, MVN_ARGS to Maven;
@@ -263,7 +262,7 @@ java_step() {
     fi
 }
 interop_step() {
-    # In its lane, started before any Rust build: wait for the binary.
+    # In its lane, started before the clippy step: wait for the binary (that step's end).
     if [ -n "${LANES:-}" ]; then
         while [ ! -e "$LANES/build.done" ]; do sleep 1; done
     fi
@@ -326,47 +325,41 @@ fi
 if [ ! -d "$TARGET_DIR/debug" ] && [ -z "${CARGO_INCREMENTAL:-}" ]; then
     export CARGO_INCREMENTAL=0
 fi
-# The test suites mostly wait (on cron instants, leases, JVMs starting): one after the other they
-# leave most of the two cores idle, so they run as four lanes side by side, each started as soon
-# as what it needs is there:
-#   c: jars, then interop (waits for the binary): started before any Rust build, the jars need
-#      none (their Maven build overlaps the Rust one);
-#   b: python, and d: java (waits for the jars: both compile into clients/java/*/target) then
-#      nemesis: started once the build step has made the binary and the nemesis program;
-#   a: rust: started once the clippy step has built every other target.
-# On a fresh 2-core clone the Rust build takes the longest; lanes b, c and d overlap its second
-# half (the summary gives each step's wall and CPU seconds). Every suite uses free ports and its
-# own ZooKeeper. SHARDCAR_TEST_LANES=1 runs every step one after the other, output unprefixed;
-# so does --fail-fast (it may end the script at any step).
-LANES=""
+# The lanes (below): lane c starts here, before the clippy step, since the jars step needs no
+# Rust build (its Maven build overlaps the Rust one); its interop step waits for the binary.
+# Not with --fail-fast, which may end the script at any step.
 LANE_PIDS=()
-LANE_NAMES=()
-if [ "${SHARDCAR_TEST_LANES:-4}" != 1 ] && [ "$FAIL_FAST" -eq 0 ]; then
+if [ "${SHARDCAR_TEST_LANES:-3}" != 1 ] && [ "$FAIL_FAST" -eq 0 ]; then
     LANES="$(mktemp -d)"
     trap 'rm -rf "$LANES" "$CPU_DIR"' EXIT
+    run_lane c jars interop
 fi
-# lane NAME STEP...: the wanted ones of STEP... in lane NAME, in the background (without lanes
-# every suite runs at the end, in turn).
-lane() {
-    [ -n "$LANES" ] || return 0
-    run_lane "$@"
-    LANE_NAMES+=("$1")
+lint_build() {
+    [ -n "${RUSTC_WORKSPACE_WRAPPER:-}" ] ||
+        { echo "no clippy-driver on PATH: rustup component add clippy (or scripts/install-deps.sh)" >&2; return 1; }
+    # Every target as `cargo clippy --all-targets` lints it: the library and the binary, their
+    # unit tests, the integration tests, the benchmarks (built and linked in the test profile:
+    # their figures come from `cargo bench`, docs/benchmarks.md) and the examples' unit tests;
+    # then the examples as programs (scripts/nemesis.sh runs target/debug/examples/nemesis).
+    cargo test --no-run --all-targets && cargo build --examples
 }
-# mark NAME: what waits for $LANES/NAME.done may go on.
-mark() { [ -z "$LANES" ] || : >"$LANES/$1.done"; }
-
-lane c jars interop
-
-# The build step: the binary the later steps use, target/debug/shardcar, and the nemesis
-# program, never stale; built with the examples, so with the tests' features (a build of the
-# binary alone has fewer: it would compile most of the tree again for the tests).
-if want clippy || want rust || want python || want java || want interop || want nemesis || want package; then
-    run_step build "the sidecar binary and the nemesis program (cargo build --bin shardcar --example nemesis)" \
-        cargo build --bin shardcar --example nemesis
+if want clippy; then
+    run_step clippy "clippy's lints (-D warnings) on one debug build of every target (cargo test --no-run --all-targets, cargo build --examples)" \
+        lint_build
+elif want rust || want python || want java || want interop || want nemesis || want package; then
+    # The binary the later steps use, target/debug/shardcar, never stale: with the tests' own
+    # build when they run (a build of the binary alone has other features: it would compile most
+    # of the tree again for them), else alone.
+    if want rust; then
+        run_step build "cargo test --no-run (lib, bins, tests, examples)" \
+            cargo test --no-run --lib --bins --tests --examples
+    else
+        run_step build "cargo build --bin shardcar (for the client tests)" cargo build --bin shardcar
+    fi
 fi
-mark build
 if want package; then
-    # The binary the build step made, as it is.
+    # The binary the step before built, as it is (a build of the binary alone would compile most
+    # of the tree again, for the features the tests' dev-dependencies do not turn on).
     if [ "$(id -u)" -eq 0 ]; then
         run_step package "Debian package: dpkg -i, check, remove (scripts/package.sh --dev --no-build --check)" \
             scripts/package.sh --dev --no-build --check
@@ -375,36 +368,30 @@ if want package; then
             scripts/package.sh --dev --no-build
     fi
 fi
-# nemesis.sh need not build again (and so never waits for cargo's lock while the clippy step runs).
-export NEMESIS_NO_BUILD=1
-lane b python
-lane d java nemesis
-
-lint_build() {
-    [ -n "${RUSTC_WORKSPACE_WRAPPER:-}" ] ||
-        { echo "no clippy-driver on PATH: rustup component add clippy (or scripts/install-deps.sh)" >&2; return 1; }
-    # Every target as `cargo clippy --all-targets` lints it: the library and the binary, their
-    # unit tests, the integration tests, the benchmarks (built and linked in the test profile:
-    # their figures come from `cargo bench`, docs/benchmarks.md) and the examples' unit tests;
-    # then the examples as programs.
-    cargo test --no-run --all-targets && cargo build --examples
-}
-if want clippy; then
-    run_step clippy "clippy's lints (-D warnings) on every other target of the same build (cargo test --no-run --all-targets, cargo build --examples)" \
-        lint_build
-fi
-lane a rust
-
-if [ -z "$LANES" ]; then
+# The test suites mostly wait (on cron instants, leases, JVMs starting): one after the other they
+# leave most of the two cores idle. With SHARDCAR_TEST_LANES=3 (the default) they run as three
+# lanes side by side: a: rust then java; b: python then nemesis; c: jars then interop, started
+# before the clippy step (the interop suite uses the jars and waits for the binary; the java
+# step waits for the jars). Every suite uses free ports and its own ZooKeeper.
+# SHARDCAR_TEST_LANES=1 runs them one after the other, output unprefixed.
+if [ "${SHARDCAR_TEST_LANES:-3}" = 1 ]; then
     for step in rust python jars java interop nemesis; do
         if want "$step"; then "${step}_step"; fi
     done
 else
+    if [ -z "${LANES:-}" ]; then
+        LANES="$(mktemp -d)"
+        trap 'rm -rf "$LANES" "$CPU_DIR"' EXIT
+        run_lane c jars interop
+    fi
+    : >"$LANES/build.done"
+    run_lane a rust java
+    run_lane b python nemesis
     for pid in "${LANE_PIDS[@]}"; do wait "$pid" || true; done
     wait # the output filters
-    for name in "${LANE_NAMES[@]}"; do
-        if [ ! -f "$LANES/$name.results" ]; then
-            record "lane-$name" FAIL 0 0 "the lane ended without its results"
+    for lane in a b c; do
+        if [ ! -f "$LANES/$lane.results" ]; then
+            record "lane-$lane" FAIL 0 0 "the lane ended without its results"
             FAILED=1
             continue
         fi
@@ -412,7 +399,7 @@ else
             [ -n "$line" ] || continue
             RESULTS+=("$line")
             case "$line" in *"|FAIL|"*) FAILED=1 ;; esac
-        done <"$LANES/$name.results"
+        done <"$LANES/$lane.results"
     done
 fi
 summary
