@@ -137,6 +137,13 @@ impl Shared {
 }
 
 /// A subscribed worker; see the module docs.
+/// Whether the sidecar answered with the ErrorInfo reason REGISTRY_UNAVAILABLE.
+fn registry_unavailable(status: &Status) -> bool {
+    tonic_types::StatusExt::get_error_details(status)
+        .error_info()
+        .is_some_and(|info| info.reason == "REGISTRY_UNAVAILABLE")
+}
+
 pub struct TestWorker {
     endpoint: String,
     client: WorkerServiceClient<Channel>,
@@ -192,7 +199,34 @@ impl TestWorker {
         Self::subscribe_over(endpoint, channel, request, strict_work).await
     }
 
+    /// Subscribes again, with backoff, while the sidecar answers REGISTRY_UNAVAILABLE (ZooKeeper
+    /// did not answer within its call deadline: a slow or loaded ensemble), as the contract lets
+    /// a worker and both clients do, for up to [`REGISTER_TIMEOUT`]. Every other error, and
+    /// UNAVAILABLE for other reasons (a draining sidecar), is returned at once.
     async fn subscribe_over(
+        endpoint: &str,
+        channel: Channel,
+        request: SubscribeRequest,
+        strict_work: Option<Duration>,
+    ) -> Result<TestWorker, Status> {
+        let deadline = Instant::now() + REGISTER_TIMEOUT;
+        let mut backoff = Duration::from_millis(100);
+        loop {
+            match Self::subscribe_once(endpoint, channel.clone(), request.clone(), strict_work)
+                .await
+            {
+                Err(status)
+                    if registry_unavailable(&status) && Instant::now() + backoff < deadline =>
+                {
+                    tokio::time::sleep(backoff).await;
+                    backoff = (backoff * 2).min(Duration::from_secs(1));
+                }
+                done => return done,
+            }
+        }
+    }
+
+    async fn subscribe_once(
         endpoint: &str,
         channel: Channel,
         request: SubscribeRequest,
