@@ -6,10 +6,14 @@ settings, subscribes JOBS jobs of ITEMS items each, all firing every second, fro
 process that keeps the worker contract itself (leases from receipt and ``expires_at``, a trigger
 without a valid lease declined, every item answered once, never a resend), and prints how long
 each trigger took from its fire instant to its receipt here: median, p99 and n, per instant and
-over the run. The figure includes this process's own overhead (Python reading ~JOBS streams), as
-any worker's would.
+over the run, and the CPU each process used over the measured window. The figure includes this
+process's own overhead (Python reading ~JOBS streams), as any worker's would.
 
-    python3 benches/proto_scale.py [--jobs 1000] [--items 2] [--seconds 20] [--warmup 5]
+ZooKeeper runs as in the project's other benchmarks (docs/benchmarks.md): its JVM with its own
+defaults (full JIT, as a production server runs) and no fsync, unless ZK_JVM_FLAGS or
+ZK_FORCE_SYNC are set (scripts/zk.sh); the warm-up lets its JIT compiler settle first.
+
+    python3 benches/proto_scale.py [--jobs 1000] [--items 2] [--seconds 20] [--warmup 45]
         [--streams-per-connection 20] [--sidecar target/release/shardcar] [-- SIDECAR_ARGS...]
 
 Needs grpcio and protobuf (the Python client's dependencies: ``.venv`` has them) and a built
@@ -122,7 +126,15 @@ class Worker:
         task.add_done_callback(self.answers.discard)
 
 
-async def measure(args, target: str) -> dict[int, list[float]]:
+def cpu_seconds(pid: int) -> float:
+    """User + system CPU of a process so far (/proc/PID/stat)."""
+    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+async def measure(args, target: str, pids: dict[str, int]) -> tuple[dict[int, list[float]], dict[str, float]]:
+    """The triggers' latencies by instant, and each process's share of one core over the
+    measured window."""
     per_instant: dict[int, list[float]] = {}
     start = time.time()
 
@@ -139,14 +151,18 @@ async def measure(args, target: str) -> dict[int, list[float]]:
         stub = pbg.WorkerServiceStub(channels[-1])
         workers.append(Worker(stub, f"pscale-{j}", args.items, record))
     tasks = [asyncio.ensure_future(w.run()) for w in workers]
-    await asyncio.sleep(args.warmup + args.seconds + 1)
+    await asyncio.sleep(args.warmup)
+    before, began = {name: cpu_seconds(pid) for name, pid in pids.items()}, time.monotonic()
+    await asyncio.sleep(args.seconds + 1)
+    spent = time.monotonic() - began
+    cpu = {name: (cpu_seconds(pid) - before[name]) / spent for name, pid in pids.items()}
     for t in tasks:
         t.cancel()
     await asyncio.gather(*tasks, return_exceptions=True)
     for c in channels:
         await c.close()
     last = int(start + args.warmup + args.seconds)
-    return {s: v for s, v in per_instant.items() if s < last}
+    return {s: v for s, v in per_instant.items() if s < last}, cpu
 
 
 def pct(values: list[float], p: float) -> float:
@@ -160,7 +176,7 @@ def main() -> int:
     parser.add_argument("--jobs", type=int, default=1000)
     parser.add_argument("--items", type=int, default=2)
     parser.add_argument("--seconds", type=int, default=20)
-    parser.add_argument("--warmup", type=int, default=5)
+    parser.add_argument("--warmup", type=int, default=45)
     parser.add_argument("--streams-per-connection", type=int, default=20)
     parser.add_argument("--sidecar", default=str(ROOT / "target/release/shardcar"))
     parser.add_argument("sidecar_args", nargs="*", help="more arguments for `shardcar run`")
@@ -184,9 +200,10 @@ def main() -> int:
     signal.signal(signal.SIGTERM, lambda *_: (stop_all(), sys.exit(1)))
     try:
         zk_log = open(work / "zk.log", "w")
+        zk_env = {"ZK_JVM_FLAGS": "", "ZK_FORCE_SYNC": "no", **os.environ}
         procs.append(subprocess.Popen(
             [str(ROOT / "scripts/zk.sh"), "run", str(work / "zk"), str(zk_port)],
-            stdout=zk_log, stderr=subprocess.STDOUT, start_new_session=True))
+            stdout=zk_log, stderr=subprocess.STDOUT, start_new_session=True, env=zk_env))
         wait_port(zk_port, procs[-1], "ZooKeeper")
         car_log = open(work / "sidecar.log", "w")
         procs.append(subprocess.Popen(
@@ -194,7 +211,8 @@ def main() -> int:
              "--listen", f"127.0.0.1:{grpc_port}", "--log-level", "warn", *args.sidecar_args],
             stdout=car_log, stderr=subprocess.STDOUT, start_new_session=True))
         wait_port(grpc_port, procs[-1], "the sidecar")
-        per_instant = asyncio.run(measure(args, f"127.0.0.1:{grpc_port}"))
+        pids = {"this process": os.getpid(), "the sidecar": procs[1].pid, "ZooKeeper": procs[0].pid}
+        per_instant, cpu = asyncio.run(measure(args, f"127.0.0.1:{grpc_port}", pids))
     finally:
         stop_all()
     every = [v for vs in per_instant.values() for v in vs]
@@ -209,6 +227,9 @@ def main() -> int:
               f"p99={pct(vs, 99):.2f} ms max={max(vs):.2f} ms")
     print(f"fire instant -> trigger received (Python worker): median={statistics.median(every):.2f} ms "
           f"p99={pct(every, 99):.2f} ms n={len(every)} (of {expected} fires)")
+    print(f"cpu over the measured window, as a share of one core ({os.cpu_count()} cores here): "
+          + ", ".join(f"{name} {100 * share:.0f}%" for name, share in cpu.items()))
+    print(f"ZooKeeper: JVM flags {zk_env['ZK_JVM_FLAGS'] or '(its defaults)'}, fsync {zk_env['ZK_FORCE_SYNC']}")
     return 0
 
 
