@@ -12,7 +12,9 @@
 #   PYTHON=python3.9 clients/python/scripts/package_smoke.sh     # another interpreter
 #   PIP_CONSTRAINT=old.txt clients/python/scripts/package_smoke.sh  # e.g. protobuf==4.25.*
 #
-# Needs PyPI (build, flit_core, the package's dependencies). Everything happens in a temporary
+# Needs PyPI (build, virtualenv, flit_core, the package's dependencies) and pip 22.3 or later in
+# the interpreter: each venv is made without pip of its own (seeding one costs about 9 s of CPU)
+# and filled by the interpreter's pip through --python. Everything happens in a temporary
 # directory, removed on exit: the package is copied there first, so the work tree gets no
 # build/, dist/ or egg-info, and every run starts from nothing (idempotent).
 set -euo pipefail
@@ -25,6 +27,19 @@ trap 'rm -rf "$tmp"' EXIT
 
 step() { printf '\n== %s\n' "$*"; }
 
+# A fresh venv without pip, and the interpreter's pip to install into it.
+fresh_venv() { "$python" -m venv --without-pip "$1"; }
+pip_into() {  # pip_into VENV ARG...
+  local venv="$1"
+  shift
+  "$python" -m pip --python "$venv/bin/python" install --quiet --disable-pip-version-check "$@"
+}
+if ! "$python" -m pip --python "$(command -v "$python")" --version >/dev/null 2>&1; then
+  echo "package_smoke.sh: $python has no pip that takes --python (pip 22.3 or later):" \
+    "$python -m pip install -U pip" >&2
+  exit 1
+fi
+
 step "copy the package ($pkg_root)"
 mkdir -p "$tmp/src"
 tar -C "$pkg_root" \
@@ -33,8 +48,10 @@ tar -C "$pkg_root" \
   -cf - . | tar -C "$tmp/src" -xf -
 
 step "build the sdist and the wheel ($("$python" -V 2>&1))"
-"$python" -m venv "$tmp/build-venv"
-"$tmp/build-venv/bin/pip" install --quiet --disable-pip-version-check build
+fresh_venv "$tmp/build-venv"
+# With virtualenv installed, build makes its isolated environments with it (a seeded pip: 10 s
+# for both builds here, against 25 s with venv).
+pip_into "$tmp/build-venv" build virtualenv
 # Without --sdist/--wheel, build makes the sdist and then the wheel *from the sdist*: a file
 # missing from the sdist fails here.
 "$tmp/build-venv/bin/python" -m build --outdir "$tmp/dist" "$tmp/src" >"$tmp/build.log" 2>&1 \
@@ -127,8 +144,8 @@ PY
 smoke() {  # smoke NAME ARTIFACT [SMOKE_OTEL]
   local venv="$tmp/venv-$1"
   step "install the $1 into a fresh venv and run the smoke test"
-  "$python" -m venv "$venv"
-  "$venv/bin/pip" install --quiet --disable-pip-version-check "$2"
+  fresh_venv "$venv"
+  pip_into "$venv" "$2"
   (cd "$tmp" && SMOKE_OTEL="${3:-0}" "$venv/bin/python" "$tmp/smoke.py")
 }
 
@@ -148,8 +165,8 @@ leftovers() {
 }
 step "install the checkout itself ($pkg_root) and check that it leaves nothing behind"
 before="$(leftovers)"
-"$python" -m venv "$tmp/venv-checkout"
-"$tmp/venv-checkout/bin/pip" install --quiet --disable-pip-version-check "$pkg_root"
+fresh_venv "$tmp/venv-checkout"
+pip_into "$tmp/venv-checkout" "$pkg_root"
 (cd "$tmp" && "$tmp/venv-checkout/bin/python" "$tmp/smoke.py")
 after="$(leftovers)"
 if [[ "$after" != "$before" ]]; then
