@@ -7,14 +7,16 @@ process that keeps the worker contract itself (leases from receipt and ``expires
 without a valid lease declined, every item answered once, never a resend), and prints how long
 each trigger took from its fire instant to its receipt here: median, p99 and n, per instant and
 over the run, and the CPU each process used over the measured window. The figure includes this
-process's own overhead (Python reading ~JOBS streams), as any worker's would.
+process's own overhead (Python reading ~JOBS streams), as any worker's would; ``--processes N``
+deals the jobs over N worker processes instead (this program again), as N worker programs of
+JOBS/N jobs each would.
 
 ZooKeeper runs as in the project's other benchmarks (docs/benchmarks.md): its JVM with its own
 defaults (full JIT, as a production server runs) and no fsync, unless ZK_JVM_FLAGS or
 ZK_FORCE_SYNC are set (scripts/zk.sh); the warm-up lets its JIT compiler settle first.
 
     python3 benches/proto_scale.py [--jobs 1000] [--items 2] [--seconds 20] [--warmup 45]
-        [--streams-per-connection 20] [--sidecar target/release/shardcar] [-- SIDECAR_ARGS...]
+        [--streams-per-connection 20] [--processes 1] [--sidecar target/release/shardcar] [-- SIDECAR_ARGS...]
 
 Needs grpcio and protobuf (the Python client's dependencies: ``.venv`` has them) and a built
 sidecar (``cargo build --release --bin shardcar``). Everything it starts is stopped on exit.
@@ -24,6 +26,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import json
 import os
 import signal
 import socket
@@ -132,11 +135,12 @@ def cpu_seconds(pid: int) -> float:
     return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
 
-async def measure(args, target: str, pids: dict[str, int]) -> tuple[dict[int, list[float]], dict[str, float]]:
-    """The triggers' latencies by instant, and each process's share of one core over the
-    measured window."""
+async def measure(args, target: str, jobs: range, start: float,
+                  pids: dict[str, int]) -> tuple[dict[int, list[float]], dict[str, float]]:
+    """Runs the workers of `jobs` from `start` (time.time()) for the warm-up and the window:
+    the triggers' latencies by instant after the warm-up, and each of `pids`' share of one core
+    over the window."""
     per_instant: dict[int, list[float]] = {}
-    start = time.time()
 
     def record(second: int, ms: float) -> None:
         if second >= start + args.warmup:
@@ -144,18 +148,15 @@ async def measure(args, target: str, pids: dict[str, int]) -> tuple[dict[int, li
 
     channels = []
     workers = []
-    for j in range(args.jobs):
-        if j % args.streams_per_connection == 0:
+    for n, j in enumerate(jobs):
+        if n % args.streams_per_connection == 0:
             channels.append(grpc.aio.insecure_channel(
                 target, options=[("grpc.use_local_subchannel_pool", 1)]))
         stub = pbg.WorkerServiceStub(channels[-1])
         workers.append(Worker(stub, f"pscale-{j}", args.items, record))
     tasks = [asyncio.ensure_future(w.run()) for w in workers]
-    await asyncio.sleep(args.warmup)
-    before, began = {name: cpu_seconds(pid) for name, pid in pids.items()}, time.monotonic()
-    await asyncio.sleep(args.seconds + 1)
-    spent = time.monotonic() - began
-    cpu = {name: (cpu_seconds(pid) - before[name]) / spent for name, pid in pids.items()}
+    await asyncio.sleep(max(0.0, start + args.warmup - time.time()))
+    cpu = await window_cpu(args, pids)
     for t in tasks:
         t.cancel()
     await asyncio.gather(*tasks, return_exceptions=True)
@@ -163,6 +164,49 @@ async def measure(args, target: str, pids: dict[str, int]) -> tuple[dict[int, li
         await c.close()
     last = int(start + args.warmup + args.seconds)
     return {s: v for s, v in per_instant.items() if s < last}, cpu
+
+
+async def window_cpu(args, pids: dict[str, int]) -> dict[str, float]:
+    """Sleeps through the measured window; each of `pids`' share of one core over it."""
+    before, began = {name: cpu_seconds(pid) for name, pid in pids.items()}, time.monotonic()
+    await asyncio.sleep(args.seconds + 1)
+    spent = time.monotonic() - began
+    return {name: (cpu_seconds(pid) - before[name]) / spent for name, pid in pids.items()}
+
+
+async def measure_in_processes(args, target: str, pids: dict[str, int]) -> tuple[dict[int, list[float]], dict[str, float]]:
+    """The same as `measure`, with the jobs dealt over `--processes` worker processes (this
+    program again, with `--slice`), each printing its latencies as JSON."""
+    start = time.time()
+    children = []
+    per = -(-args.jobs // args.processes)
+    for first in range(0, args.jobs, per):
+        children.append(subprocess.Popen(
+            [sys.executable, __file__, "--slice", f"{first}:{min(first + per, args.jobs)}",
+             "--target", target, "--start", repr(start), "--items", str(args.items),
+             "--seconds", str(args.seconds), "--warmup", str(args.warmup),
+             "--streams-per-connection", str(args.streams_per_connection)],
+            stdout=subprocess.PIPE, text=True))
+    try:
+        await asyncio.sleep(max(0.0, start + args.warmup - time.time()))
+        cpu_of = dict(pids)
+        cpu_of.update({f"worker process {i}": c.pid for i, c in enumerate(children)})
+        cpu = await window_cpu(args, cpu_of)
+        per_instant: dict[int, list[float]] = {}
+        for c in children:
+            out, _ = await asyncio.to_thread(c.communicate)
+            if c.returncode != 0:
+                raise SystemExit(f"a worker process exited with {c.returncode}")
+            for second, values in json.loads(out).items():
+                per_instant.setdefault(int(second), []).extend(values)
+    finally:
+        for c in children:
+            if c.poll() is None:
+                c.kill()
+    workers = [v for k, v in cpu.items() if k.startswith("worker process")]
+    cpu = {k: v for k, v in cpu.items() if not k.startswith("worker process")}
+    cpu[f"the {len(workers)} worker processes"] = sum(workers)
+    return per_instant, cpu
 
 
 def pct(values: list[float], p: float) -> float:
@@ -178,9 +222,23 @@ def main() -> int:
     parser.add_argument("--seconds", type=int, default=20)
     parser.add_argument("--warmup", type=int, default=45)
     parser.add_argument("--streams-per-connection", type=int, default=20)
+    parser.add_argument("--processes", type=int, default=1,
+                        help="worker processes the jobs are dealt over (default 1: this one)")
     parser.add_argument("--sidecar", default=str(ROOT / "target/release/shardcar"))
+    # A worker process of --processes: its jobs, the sidecar and the common start.
+    parser.add_argument("--slice", help=argparse.SUPPRESS)
+    parser.add_argument("--target", help=argparse.SUPPRESS)
+    parser.add_argument("--start", type=float, help=argparse.SUPPRESS)
     parser.add_argument("sidecar_args", nargs="*", help="more arguments for `shardcar run`")
     args = parser.parse_args()
+    if args.slice:
+        first, end = (int(x) for x in args.slice.split(":"))
+        per_instant, _ = asyncio.run(measure(args, args.target, range(first, end), args.start, {}))
+        print(json.dumps(per_instant))
+        return 0
+    if args.processes < 1:
+        print(f"--processes {args.processes}: give 1 or more", file=sys.stderr)
+        return 64
     if not Path(args.sidecar).is_file():
         print(f"no sidecar at {args.sidecar}: cargo build --release --bin shardcar", file=sys.stderr)
         return 64
@@ -211,8 +269,13 @@ def main() -> int:
              "--listen", f"127.0.0.1:{grpc_port}", "--log-level", "warn", *args.sidecar_args],
             stdout=car_log, stderr=subprocess.STDOUT, start_new_session=True))
         wait_port(grpc_port, procs[-1], "the sidecar")
-        pids = {"this process": os.getpid(), "the sidecar": procs[1].pid, "ZooKeeper": procs[0].pid}
-        per_instant, cpu = asyncio.run(measure(args, f"127.0.0.1:{grpc_port}", pids))
+        target = f"127.0.0.1:{grpc_port}"
+        pids = {"the sidecar": procs[1].pid, "ZooKeeper": procs[0].pid}
+        if args.processes == 1:
+            pids["this process"] = os.getpid()
+            per_instant, cpu = asyncio.run(measure(args, target, range(args.jobs), time.time(), pids))
+        else:
+            per_instant, cpu = asyncio.run(measure_in_processes(args, target, pids))
     finally:
         stop_all()
     every = [v for vs in per_instant.values() for v in vs]
@@ -220,7 +283,8 @@ def main() -> int:
         print("no trigger received in the measured window", file=sys.stderr)
         return 1
     expected = args.jobs * len(per_instant)
-    print(f"{args.jobs} jobs x {args.items} items, every second, {len(per_instant)} instants; "
+    print(f"{args.jobs} jobs x {args.items} items, every second, {len(per_instant)} instants, "
+          f"{args.processes} worker process{'es' if args.processes > 1 else ''}; "
           f"sidecar settings: default{(' + ' + ' '.join(args.sidecar_args)) if args.sidecar_args else ''}")
     for second, vs in sorted(per_instant.items()):
         print(f"  instant {second}: n={len(vs)} median={statistics.median(vs):.2f} ms "
