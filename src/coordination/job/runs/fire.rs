@@ -128,7 +128,13 @@ impl Runs {
             // A cron fire runs only on an instance that runs nothing, whatever it may run at
             // once: ElasticJob's rule (a busy instance flags misfire).
             if !self.idle(&id) {
-                misfire.extend(plan_fire(cx.view(), &id, &cx.settings().ip, true).misfire);
+                let flag = plan_fire(cx.view(), &id, &cx.settings().ip, true).misfire;
+                if flag.is_empty() {
+                    let misfire_on = cx.view().config.as_ref().is_some_and(|c| c.misfire);
+                    debug!(job = %cx.name(), instance = %id, fire = %fire_time, misfire_on,
+                           "still running, no item to flag: with misfire on, this fire folds into the flagged items' catch-up; with it off, it is skipped");
+                }
+                misfire.extend(flag);
                 continue;
             }
             if !healthy {
@@ -210,10 +216,12 @@ impl Runs {
     /// Flags `misfire` on `items`: a fire found their instance busy (ElasticJob's rule), and a
     /// catch-up runs them once it is idle.
     pub(super) fn flag_misfire(&mut self, cx: &mut Cx, items: BTreeSet<i32>) {
-        if items.is_empty()
-            || !cx.connected()
-            || cx.io.in_flight(|p| matches!(p, Pending::MisfireFlags))
-        {
+        if items.is_empty() || !cx.connected() {
+            return;
+        }
+        if cx.io.in_flight(|p| matches!(p, Pending::MisfireFlags)) {
+            debug!(job = %cx.name(), items = ?items,
+                   "still running: misfire not flagged now, a write of misfire flags is in flight");
             return;
         }
         let items: Vec<i32> = items.into_iter().collect();
