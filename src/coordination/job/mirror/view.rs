@@ -308,6 +308,11 @@ impl JobView {
         !self.extras.resident && self.config.as_ref().is_some_and(|c| c.failover)
     }
 
+    /// Whether a fire that finds its instance busy flags `misfire`: the config's flag.
+    pub fn misfire_on(&self) -> bool {
+        self.config.as_ref().is_some_and(|c| c.misfire)
+    }
+
     /// Whether `servers/{ip}` is enabled (absent counts as enabled, as in ElasticJob).
     pub fn server_enabled(&self, ip: &str) -> bool {
         self.servers.get(ip).copied().unwrap_or(true)

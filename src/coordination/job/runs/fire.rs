@@ -130,7 +130,7 @@ impl Runs {
             if !self.idle(&id) {
                 let flag = plan_fire(cx.view(), &id, &cx.settings().ip, true).misfire;
                 if flag.is_empty() {
-                    let misfire_on = cx.view().config.as_ref().is_some_and(|c| c.misfire);
+                    let misfire_on = cx.view().misfire_on();
                     debug!(job = %cx.name(), instance = %id, fire = %fire_time, misfire_on,
                            "still running, no item to flag: with misfire on, this fire folds into the flagged items' catch-up; with it off, it is skipped");
                 }
@@ -185,7 +185,7 @@ impl Runs {
         if due.is_empty() {
             return;
         }
-        let misfire_on = cx.view().config.as_ref().is_some_and(|c| c.misfire);
+        let misfire_on = cx.view().misfire_on();
         let mut misfire = BTreeSet::new();
         for (id, execution_id) in due {
             if !instances.contains(&id) {
@@ -410,7 +410,7 @@ impl Runs {
                     slot.held = None;
                     slot.claimed_fire = None;
                     slot.missed = true;
-                    let misfire_on = cx.view().config.as_ref().is_some_and(|c| c.misfire);
+                    let misfire_on = cx.view().misfire_on();
                     if misfire_on {
                         let flag: BTreeSet<i32> = items
                             .iter()
