@@ -136,7 +136,6 @@ impl Shared {
     }
 }
 
-/// A subscribed worker; see the module docs.
 /// Whether the sidecar answered with the ErrorInfo reason REGISTRY_UNAVAILABLE.
 fn registry_unavailable(status: &Status) -> bool {
     tonic_types::StatusExt::get_error_details(status)
@@ -144,6 +143,7 @@ fn registry_unavailable(status: &Status) -> bool {
         .is_some_and(|info| info.reason == "REGISTRY_UNAVAILABLE")
 }
 
+/// A subscribed worker; see the module docs.
 pub struct TestWorker {
     endpoint: String,
     client: WorkerServiceClient<Channel>,
