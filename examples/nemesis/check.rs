@@ -419,9 +419,9 @@ pub fn lost_fires(h: &History, p: &Params, fig: &mut Figures) -> Vec<Violation> 
                 // Dated by the sidecar's decision, not the receipt: on a loaded host a catch-up
                 // decided before the next fire reaches its worker after it.
                 let caught_up = !exact
-                    && item_runs.iter().any(|r| {
-                        r.source != spec::CRON && decided(r) >= f && decided(r) < f + period
-                    });
+                    && item_runs
+                        .iter()
+                        .any(|r| r.source != spec::CRON && (f..f + period).contains(&decided(r)));
                 if exact {
                     fig.fires_exact += 1;
                 } else if caught_up {
