@@ -329,10 +329,14 @@ fi
 # Rust build (its Maven build overlaps the Rust one); its interop step waits for the binary.
 # Not with --fail-fast, which may end the script at any step.
 LANE_PIDS=()
-if [ "${SHARDCAR_TEST_LANES:-3}" != 1 ] && [ "$FAIL_FAST" -eq 0 ]; then
+# Makes the lanes' directory and starts lane c (jars, then interop).
+start_lane_c() {
     LANES="$(mktemp -d)"
     trap 'rm -rf "$LANES" "$CPU_DIR"' EXIT
     run_lane c jars interop
+}
+if [ "${SHARDCAR_TEST_LANES:-3}" != 1 ] && [ "$FAIL_FAST" -eq 0 ]; then
+    start_lane_c
 fi
 lint_build() {
     [ -n "${RUSTC_WORKSPACE_WRAPPER:-}" ] ||
@@ -379,11 +383,7 @@ if [ "${SHARDCAR_TEST_LANES:-3}" = 1 ]; then
         if want "$step"; then "${step}_step"; fi
     done
 else
-    if [ -z "${LANES:-}" ]; then
-        LANES="$(mktemp -d)"
-        trap 'rm -rf "$LANES" "$CPU_DIR"' EXIT
-        run_lane c jars interop
-    fi
+    [ -n "${LANES:-}" ] || start_lane_c
     : >"$LANES/build.done"
     run_lane a rust java
     run_lane b python nemesis
