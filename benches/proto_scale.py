@@ -136,10 +136,10 @@ def cpu_seconds(pid: int) -> float:
 
 
 async def measure(args, target: str, jobs: range, start: float,
-                  pids: dict[str, int]) -> tuple[dict[int, list[float]], dict[str, float]]:
+                  pids: dict[str, list[int]]) -> tuple[dict[int, list[float]], dict[str, float]]:
     """Runs the workers of `jobs` from `start` (time.time()) for the warm-up and the window:
-    the triggers' latencies by instant after the warm-up, and each of `pids`' share of one core
-    over the window."""
+    the triggers' latencies by instant after the warm-up, and the share of one core each named
+    group of `pids` used over the window."""
     per_instant: dict[int, list[float]] = {}
 
     def record(second: int, ms: float) -> None:
@@ -166,15 +166,19 @@ async def measure(args, target: str, jobs: range, start: float,
     return {s: v for s, v in per_instant.items() if s < last}, cpu
 
 
-async def window_cpu(args, pids: dict[str, int]) -> dict[str, float]:
-    """Sleeps through the measured window; each of `pids`' share of one core over it."""
-    before, began = {name: cpu_seconds(pid) for name, pid in pids.items()}, time.monotonic()
+async def window_cpu(args, pids: dict[str, list[int]]) -> dict[str, float]:
+    """Sleeps through the measured window; the share of one core each named group of `pids`
+    used over it."""
+    def used(group: list[int]) -> float:
+        return sum(cpu_seconds(pid) for pid in group)
+
+    before, began = {name: used(group) for name, group in pids.items()}, time.monotonic()
     await asyncio.sleep(args.seconds + 1)
     spent = time.monotonic() - began
-    return {name: (cpu_seconds(pid) - before[name]) / spent for name, pid in pids.items()}
+    return {name: (used(group) - before[name]) / spent for name, group in pids.items()}
 
 
-async def measure_in_processes(args, target: str, pids: dict[str, int]) -> tuple[dict[int, list[float]], dict[str, float]]:
+async def measure_in_processes(args, target: str, pids: dict[str, list[int]]) -> tuple[dict[int, list[float]], dict[str, float]]:
     """The same as `measure`, with the jobs dealt over `--processes` worker processes (this
     program again, with `--slice`), each printing its latencies as JSON."""
     start = time.time()
@@ -189,9 +193,8 @@ async def measure_in_processes(args, target: str, pids: dict[str, int]) -> tuple
             stdout=subprocess.PIPE, text=True))
     try:
         await asyncio.sleep(max(0.0, start + args.warmup - time.time()))
-        cpu_of = dict(pids)
-        cpu_of.update({f"worker process {i}": c.pid for i, c in enumerate(children)})
-        cpu = await window_cpu(args, cpu_of)
+        cpu = await window_cpu(
+            args, {**pids, f"the {len(children)} worker processes": [c.pid for c in children]})
         per_instant: dict[int, list[float]] = {}
         for c in children:
             out, _ = await asyncio.to_thread(c.communicate)
@@ -203,9 +206,6 @@ async def measure_in_processes(args, target: str, pids: dict[str, int]) -> tuple
         for c in children:
             if c.poll() is None:
                 c.kill()
-    workers = [v for k, v in cpu.items() if k.startswith("worker process")]
-    cpu = {k: v for k, v in cpu.items() if not k.startswith("worker process")}
-    cpu[f"the {len(workers)} worker processes"] = sum(workers)
     return per_instant, cpu
 
 
@@ -270,9 +270,9 @@ def main() -> int:
             stdout=car_log, stderr=subprocess.STDOUT, start_new_session=True))
         wait_port(grpc_port, procs[-1], "the sidecar")
         target = f"127.0.0.1:{grpc_port}"
-        pids = {"the sidecar": procs[1].pid, "ZooKeeper": procs[0].pid}
+        pids = {"the sidecar": [procs[1].pid], "ZooKeeper": [procs[0].pid]}
         if args.processes == 1:
-            pids["this process"] = os.getpid()
+            pids["this process"] = [os.getpid()]
             per_instant, cpu = asyncio.run(measure(args, target, range(args.jobs), time.time(), pids))
         else:
             per_instant, cpu = asyncio.run(measure_in_processes(args, target, pids))
